@@ -1,0 +1,33 @@
+# Two commands matter on a fresh machine (python3 + make only):
+#   make demo   set up .venv and run the main job on the bundled envs
+#   make test   set up .venv and run the whole test suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+
+.PHONY: setup demo test lint bench clean
+
+# The stamp is newer than pyproject.toml while the venv is current, so it is reused.
+$(VENV)/.stamp: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.stamp
+
+demo: setup
+	$(BIN)/envforge demo
+
+test: setup
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+lint: setup
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+bench: setup
+	$(BIN)/python benchmarks/bench_serving.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

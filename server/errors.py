@@ -1,0 +1,55 @@
+"""Errors that cross the runtime's boundary.
+
+`ToolError` is the one an environment author raises: its message is what the agent reads.
+`EnvLoadError` is what a broken env folder produces: it always names a file and, where it can,
+a line, because the person fixing it needs both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ToolError(Exception):
+    """A domain error the agent should see verbatim, e.g. ``ToolError("order #W1 is not pending")``.
+
+    Raising it rolls the call's transaction back like any other exception, but its message is
+    shown to the agent in full, while unexpected exceptions are shown only as a short summary.
+    """
+
+
+@dataclass(frozen=True)
+class LoadProblem:
+    """One thing wrong with an env folder, located as precisely as the loader could."""
+
+    file: Path
+    line: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else f"{self.file}"
+        return f"{where}: {self.message}"
+
+
+class EnvLoadError(Exception):
+    """An env folder failed validation; carries every problem found, each with file and line."""
+
+    def __init__(self, problems: list[LoadProblem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+class EpisodeNotFound(KeyError):
+    """The episode id is unknown, closed, or expired."""
+
+    def __init__(self, episode_id: str) -> None:
+        self.episode_id = episode_id
+        super().__init__(episode_id)
+
+    def __str__(self) -> str:
+        return f"episode {self.episode_id!r} does not exist (never created, closed, or expired)"
+
+
+class EpisodeLimitReached(RuntimeError):
+    """The episode store is full and nothing idle could be evicted."""

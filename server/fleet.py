@@ -1,0 +1,90 @@
+"""A fleet: several environments, one episode store, and an MCP server per environment.
+
+This is the in-process API that the harness, the synthesiser and the tests use; the HTTP app
+(`http_app.py`) and stdio (`stdio.py`) are thin transports over it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from .episodes import Episode, EpisodeStore
+from .loader import Environment, load_env
+from .mcp_server import EnvMCPServer
+from .runtime import ToolResult, execute
+from .state import State, state_hash
+
+
+class Fleet:
+    """Environments served together; episodes of any of them live in one bounded store."""
+
+    def __init__(
+        self,
+        envs: Iterable[Environment],
+        *,
+        max_episodes: int = 4096,
+        ttl_seconds: float = 1800.0,
+    ) -> None:
+        self.envs: dict[str, Environment] = {}
+        for env in envs:
+            if env.name in self.envs:
+                raise ValueError(f"two environments are named {env.name!r}")
+            self.envs[env.name] = env
+        self.store = EpisodeStore(max_episodes=max_episodes, ttl_seconds=ttl_seconds)
+        self._servers: dict[str, EnvMCPServer] = {}
+        self._seed_episodes: dict[str, str] = {}
+        self._seed_lock = anyio.Lock()
+
+    @classmethod
+    def from_dirs(cls, dirs: Iterable[str | Path], **kwargs: Any) -> Fleet:
+        return cls([load_env(d) for d in dirs], **kwargs)
+
+    def env(self, name: str) -> Environment:
+        try:
+            return self.envs[name]
+        except KeyError:
+            raise KeyError(f"unknown env {name!r}; this fleet serves {sorted(self.envs)}") from None
+
+    def mcp(self, env_name: str) -> EnvMCPServer:
+        """The env's MCP server (created once), for in-process clients and the HTTP app."""
+        self.env(env_name)
+        if env_name not in self._servers:
+            self._servers[env_name] = EnvMCPServer(self, env_name)
+        return self._servers[env_name]
+
+    async def create_episode(
+        self, env_name: str, *, state: State | None = None, database: bytes | None = None
+    ) -> Episode:
+        """A new isolated episode from the seed state, a canonical `state`, or a serialised `database`."""
+        env = self.env(env_name)
+        if state is not None:
+            database = env.database_from_state(state)
+        return await self.store.create(env, database)
+
+    async def shared_seed_episode(self, env_name: str) -> Episode:
+        """The one read-only view of the seed state given to connections without an episode."""
+        async with self._seed_lock:
+            episode_id = self._seed_episodes.get(env_name)
+            if episode_id is None or self.store.find(episode_id) is None:
+                episode = await self.create_episode(env_name)
+                self._seed_episodes[env_name] = episode.id
+                return episode
+            return self.store.get(episode_id)
+
+    async def call(self, episode_id: str, tool: str, arguments: dict[str, Any] | None = None) -> ToolResult:
+        """Call a tool directly in the runtime (no MCP framing): for synthesis and replay checks."""
+        return await execute(self.store.get(episode_id), tool, arguments or {})
+
+    async def export(self, episode_id: str) -> tuple[State, str]:
+        state = await self.store.get(episode_id).export()
+        return state, state_hash(state)
+
+    async def close_episode(self, episode_id: str) -> None:
+        await self.store.close(episode_id)
+
+    async def aclose(self) -> None:
+        await self.store.close_all()

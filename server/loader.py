@@ -1,0 +1,345 @@
+"""Load an env folder into an `Environment`, validating everything and locating every problem.
+
+An env folder is data: `env.toml`, `policy.md`, `schema.sql`, `tools.py` and a seed file. Loading
+applies the DDL statement by statement, inserts the seed rows under the schema's constraints, and
+derives every tool's schema, so a broken env fails here, with file and line, rather than in the
+middle of an episode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import sqlite3
+import sys
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from .errors import EnvLoadError, LoadProblem
+from .manifest import EnvManifest
+from .state import State, TableInfo, export_state, quote_ident, read_tables, state_hash
+from .tooldef import TOOL_MARK, ToolDefinitionError, ToolSpec, build_tool_spec
+
+MANIFEST = "env.toml"
+POLICY = "policy.md"
+SCHEMA = "schema.sql"
+TOOLS = "tools.py"
+
+
+@dataclass
+class Environment:
+    """A loaded, validated environment: tools, schema, and the serialised seed database."""
+
+    root: Path
+    manifest: EnvManifest
+    policy: str
+    schema_sql: str
+    tools: dict[str, ToolSpec]
+    tables: list[TableInfo]
+    seed_db: bytes = field(repr=False)
+    _seed_state: State | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    def seed_state(self) -> State:
+        """The canonical export of the seed database (computed once)."""
+        if self._seed_state is None:
+            conn = open_database(self.seed_db)
+            try:
+                self._seed_state = export_state(conn, self.tables, self.manifest.volatile_columns)
+            finally:
+                conn.close()
+        return self._seed_state
+
+    def seed_hash(self) -> str:
+        return state_hash(self.seed_state())
+
+    def database_from_state(self, state: State) -> bytes:
+        """Build a serialised database holding exactly `state` (e.g. a task's initial state).
+
+        Raises `ValueError` naming the table and row when the state breaks the schema.
+        """
+        conn = _fresh_connection()
+        try:
+            _apply_schema(conn, self.schema_sql, self.root / SCHEMA)
+            known = {t.name: t for t in self.tables}
+            for table, rows in state.items():
+                if table not in known:
+                    raise ValueError(f"state names unknown table {table!r}")
+                for i, row in enumerate(rows):
+                    try:
+                        _insert_row(conn, table, row)
+                    except sqlite3.Error as exc:
+                        raise ValueError(f"state row {table}[{i}] rejected: {exc}") from exc
+            violations = conn.execute("PRAGMA foreign_key_check").fetchall()
+            if violations:
+                t, rowid, parent, _ = violations[0]
+                raise ValueError(f"state row in {t} (rowid {rowid}) references a missing {parent} row")
+            conn.commit()
+            return conn.serialize()
+        finally:
+            conn.close()
+
+
+def _fresh_connection() -> sqlite3.Connection:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.execute("PRAGMA foreign_keys = OFF")  # checked in bulk after inserting, to allow any row order
+    return conn
+
+
+def open_database(data: bytes, *, check_same_thread: bool = True) -> sqlite3.Connection:
+    """An in-memory connection holding a private copy of a serialised database."""
+    conn = sqlite3.connect(":memory:", check_same_thread=check_same_thread)
+    conn.deserialize(data)
+    conn.execute("PRAGMA foreign_keys = ON")
+    return conn
+
+
+def _statements(sql: str) -> Iterator[tuple[int, str]]:
+    """Split an SQL script into complete statements, each with the line it starts on."""
+    buf: list[str] = []
+    start = 1
+    for lineno, line in enumerate(sql.splitlines(keepends=True), start=1):
+        if not buf:
+            if not line.strip() or line.strip().startswith("--"):
+                continue
+            start = lineno
+        buf.append(line)
+        text = "".join(buf)
+        if sqlite3.complete_statement(text):
+            yield start, text
+            buf = []
+    if buf and "".join(buf).strip():
+        yield start, "".join(buf)
+
+
+def _apply_schema(conn: sqlite3.Connection, sql: str, path: Path) -> None:
+    for line, stmt in _statements(sql):
+        try:
+            conn.execute(stmt)
+        except sqlite3.Error as exc:
+            raise EnvLoadError([LoadProblem(path, line, f"DDL failed: {exc}")]) from exc
+
+
+def _insert_row(conn: sqlite3.Connection, table: str, row: dict[str, Any]) -> None:
+    if not isinstance(row, dict) or not row:
+        raise sqlite3.IntegrityError("a row must be a non-empty JSON object")
+    cols = ", ".join(quote_ident(c) for c in row)
+    marks = ", ".join("?" for _ in row)
+    values = [json.dumps(v) if isinstance(v, (dict, list)) else v for v in row.values()]
+    conn.execute(f"INSERT INTO {quote_ident(table)} ({cols}) VALUES ({marks})", values)
+
+
+def _line_of(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
+
+
+def _scan_seed_json(text: str, path: Path) -> list[tuple[str, int, dict[str, Any]]]:
+    """Parse `{table: [row, ...]}` keeping each row's line, so constraint errors can point at it."""
+    decoder = json.JSONDecoder()
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise EnvLoadError([LoadProblem(path, exc.lineno, f"invalid JSON: {exc.msg}")]) from exc
+    out: list[tuple[str, int, dict[str, Any]]] = []
+    pos = _skip_ws(text, 0)
+    if text[pos : pos + 1] != "{":
+        raise EnvLoadError([LoadProblem(path, 1, "seed JSON must be an object of table -> list of rows")])
+    pos = _skip_ws(text, pos + 1)
+    while text[pos] != "}":
+        table, pos = decoder.raw_decode(text, pos)
+        pos = _skip_ws(text, pos)
+        pos = _skip_ws(text, pos + 1)  # ':'
+        if text[pos] != "[":
+            raise EnvLoadError([LoadProblem(path, _line_of(text, pos), f"{table!r} must map to a list of rows")])
+        pos = _skip_ws(text, pos + 1)
+        while text[pos] != "]":
+            row_start = pos
+            row, pos = decoder.raw_decode(text, pos)
+            out.append((table, _line_of(text, row_start), row))
+            pos = _skip_ws(text, pos)
+            if text[pos] == ",":
+                pos = _skip_ws(text, pos + 1)
+        pos = _skip_ws(text, pos + 1)
+        if text[pos] == ",":
+            pos = _skip_ws(text, pos + 1)
+    return out
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
+
+
+def _load_seed(conn: sqlite3.Connection, path: Path, tables: dict[str, TableInfo]) -> None:
+    if not path.exists():
+        raise EnvLoadError([LoadProblem(path, None, "seed file is missing")])
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".sql":
+        for line, stmt in _statements(text):
+            try:
+                conn.execute(stmt)
+            except sqlite3.Error as exc:
+                raise EnvLoadError([LoadProblem(path, line, f"seed statement failed: {exc}")]) from exc
+    elif path.suffix == ".json":
+        rows = _scan_seed_json(text, path)
+        rowid_lines: dict[tuple[str, int], int] = {}
+        problems = []
+        for table, line, row in rows:
+            if table not in tables:
+                problems.append(LoadProblem(path, line, f"unknown table {table!r}"))
+                continue
+            try:
+                _insert_row(conn, table, row)
+                rowid = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+                rowid_lines[(table, rowid)] = line
+            except sqlite3.Error as exc:
+                problems.append(LoadProblem(path, line, f"row for {table!r} rejected: {exc}"))
+        if problems:
+            raise EnvLoadError(problems)
+        violations = conn.execute("PRAGMA foreign_key_check").fetchall()
+        if violations:
+            raise EnvLoadError(
+                [
+                    LoadProblem(
+                        path, rowid_lines.get((t, rowid)), f"row for {t!r} references a missing {parent!r} row"
+                    )
+                    for t, rowid, parent, _ in violations[:20]
+                ]
+            )
+        return
+    else:
+        raise EnvLoadError([LoadProblem(path, None, "seed must be a .json or .sql file")])
+    violations = conn.execute("PRAGMA foreign_key_check").fetchall()
+    if violations:
+        t, rowid, parent, _ = violations[0]
+        raise EnvLoadError([LoadProblem(path, None, f"row {rowid} of {t!r} references a missing {parent!r} row")])
+
+
+def _load_manifest(root: Path) -> EnvManifest:
+    path = root / MANIFEST
+    if not path.exists():
+        raise EnvLoadError([LoadProblem(path, None, "manifest is missing")])
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", None)
+        raise EnvLoadError([LoadProblem(path, line, f"invalid TOML: {exc}")]) from exc
+    try:
+        return EnvManifest.model_validate(data)
+    except ValidationError as exc:
+        problems = [
+            LoadProblem(path, None, f"{'.'.join(str(p) for p in e['loc']) or 'manifest'}: {e['msg']}")
+            for e in exc.errors()
+        ]
+        raise EnvLoadError(problems) from exc
+
+
+def load_tool_module(path: Path, env_name: str) -> Any:
+    """Import an env's tools.py as an isolated module (it imports nothing from its neighbours)."""
+    source = path.read_text(encoding="utf-8")
+    try:
+        code = compile(source, str(path), "exec")
+    except SyntaxError as exc:
+        raise EnvLoadError([LoadProblem(path, exc.lineno, f"syntax error: {exc.msg}")]) from exc
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
+    mod_name = f"envforge_env_{env_name}_{digest}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        exec(code, module.__dict__)
+    except Exception as exc:
+        sys.modules.pop(mod_name, None)
+        tb = exc.__traceback__
+        line = None
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == str(path):
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        raise EnvLoadError([LoadProblem(path, line, f"importing failed: {type(exc).__name__}: {exc}")]) from exc
+    return module
+
+
+def _load_tools(path: Path, env_name: str) -> dict[str, ToolSpec]:
+    if not path.exists():
+        raise EnvLoadError([LoadProblem(path, None, "tools.py is missing")])
+    module = load_tool_module(path, env_name)
+    tools: dict[str, ToolSpec] = {}
+    problems: list[LoadProblem] = []
+    for obj in list(module.__dict__.values()):
+        if not callable(obj) or not hasattr(obj, TOOL_MARK) or getattr(obj, "__module__", None) != module.__name__:
+            continue
+        try:
+            spec = build_tool_spec(obj)
+        except ToolDefinitionError as exc:
+            line = getattr(getattr(obj, "__code__", None), "co_firstlineno", None)
+            problems.append(LoadProblem(path, line, str(exc)))
+            continue
+        if spec.name in tools:
+            problems.append(LoadProblem(path, spec.source_line, f"duplicate tool name {spec.name!r}"))
+            continue
+        tools[spec.name] = spec
+    if not tools and not problems:
+        problems.append(LoadProblem(path, None, "no tools found (decorate async functions with @tool)"))
+    if problems:
+        raise EnvLoadError(problems)
+    return tools
+
+
+def load_env(root: str | Path) -> Environment:
+    """Load and validate an env folder. Raises `EnvLoadError` listing problems with file and line."""
+    root = Path(root)
+    if not root.is_dir():
+        raise EnvLoadError([LoadProblem(root, None, "not a directory")])
+    manifest = _load_manifest(root)
+    policy_path = root / POLICY
+    if not policy_path.exists() or not policy_path.read_text(encoding="utf-8").strip():
+        raise EnvLoadError([LoadProblem(policy_path, None, "policy.md is missing or empty")])
+    schema_path = root / SCHEMA
+    if not schema_path.exists():
+        raise EnvLoadError([LoadProblem(schema_path, None, "schema.sql is missing")])
+    schema_sql = schema_path.read_text(encoding="utf-8")
+    conn = _fresh_connection()
+    try:
+        _apply_schema(conn, schema_sql, schema_path)
+        tables = read_tables(conn)
+        if not tables:
+            raise EnvLoadError([LoadProblem(schema_path, None, "schema defines no tables")])
+        no_pk = [t.name for t in tables if not t.primary_key]
+        if no_pk:
+            raise EnvLoadError([LoadProblem(schema_path, None, f"tables without a primary key: {no_pk}")])
+        problems = [
+            LoadProblem(root / MANIFEST, None, f"volatile_columns names unknown column {t}.{c}")
+            for t, cols in manifest.volatile_columns.items()
+            for c in cols
+            if t not in {x.name for x in tables} or c not in next(x for x in tables if x.name == t).columns
+        ]
+        if problems:
+            raise EnvLoadError(problems)
+        conn.execute("BEGIN")
+        _load_seed(conn, root / manifest.seed, {t.name: t for t in tables})
+        conn.execute("COMMIT")
+        seed_db = conn.serialize()
+    finally:
+        conn.close()
+    tools = _load_tools(root / TOOLS, manifest.name)
+    return Environment(
+        root=root,
+        manifest=manifest,
+        policy=policy_path.read_text(encoding="utf-8"),
+        schema_sql=schema_sql,
+        tools=tools,
+        tables=tables,
+        seed_db=seed_db,
+    )

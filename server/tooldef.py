@@ -1,0 +1,170 @@
+"""How an environment declares a tool: a typed async function, a docstring, and a read/write mark.
+
+The signature is the schema. The first parameter, ``db``, receives the episode's aiosqlite
+connection; every other parameter becomes a JSON-schema property whose description comes from
+the docstring's ``Args:`` section. This keeps an env's ``tools.py`` plain Python that reads like
+documentation, in the style of τ²-bench's toolkits.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+TOOL_MARK = "__envforge_tool__"
+_ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters)\s*:\s*$")
+_SECTION_HEADER = re.compile(r"^\s*(Returns?|Raises|Yields|Examples?|Notes?)\s*:\s*$")
+_ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
+
+
+@dataclass(frozen=True)
+class ToolMark:
+    """What ``@tool`` attaches to a function before the loader turns it into a `ToolSpec`."""
+
+    writes: tuple[str, ...]
+    name: str | None
+    description: str | None
+
+
+def tool(
+    fn: Callable[..., Awaitable[Any]] | None = None,
+    *,
+    writes: Sequence[str] = (),
+    name: str | None = None,
+    description: str | None = None,
+) -> Any:
+    """Mark an async function as an environment tool.
+
+    ``writes`` names the tables the tool may change; a tool with no ``writes`` is a read tool
+    (MCP ``readOnlyHint``) and the runtime rolls back and rejects any change it makes. ``name``
+    and ``description`` override the function name and docstring when a published tool
+    surface must be matched exactly.
+    """
+
+    def mark(f: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        if not inspect.iscoroutinefunction(f):
+            raise TypeError(f"tool {f.__name__!r} must be declared with 'async def'")
+        setattr(f, TOOL_MARK, ToolMark(tuple(writes), name, description))
+        return f
+
+    return mark(fn) if fn is not None else mark
+
+
+@dataclass(frozen=True)
+class ParsedDocstring:
+    description: str
+    params: dict[str, str] = field(default_factory=dict)
+
+
+def parse_docstring(doc: str | None) -> ParsedDocstring:
+    """Split a Google-style docstring into the tool description and per-argument descriptions.
+
+    The description is everything before the first section header; ``Returns:`` and similar
+    sections are dropped (the agent sees results, not their documentation).
+    """
+    if not doc:
+        return ParsedDocstring("")
+    lines = inspect.cleandoc(doc).splitlines()
+    description: list[str] = []
+    params: dict[str, str] = {}
+    section = "description"
+    current: str | None = None
+    for line in lines:
+        if _ARGS_HEADER.match(line):
+            section, current = "args", None
+            continue
+        if _SECTION_HEADER.match(line):
+            section, current = "other", None
+            continue
+        if section == "description":
+            description.append(line)
+        elif section == "args":
+            m = _ARG_LINE.match(line)
+            if m and (not line.startswith(" " * 8) or current is None):
+                current = m.group(1).lstrip("*")
+                params[current] = m.group(3).strip()
+            elif current is not None and line.strip():
+                params[current] = f"{params[current]} {line.strip()}".strip()
+    return ParsedDocstring("\n".join(description).strip(), params)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A validated, callable tool: what the runtime executes and what MCP lists."""
+
+    name: str
+    description: str
+    fn: Callable[..., Awaitable[Any]]
+    input_schema: dict[str, Any]
+    arguments_model: type[BaseModel]
+    parameters: tuple[str, ...]
+    required: frozenset[str]
+    writes: tuple[str, ...]
+    source_line: int
+
+    @property
+    def read_only(self) -> bool:
+        return not self.writes
+
+
+class ToolDefinitionError(Exception):
+    """A tool's signature or docstring cannot be turned into a schema."""
+
+
+def build_tool_spec(fn: Callable[..., Awaitable[Any]]) -> ToolSpec:
+    """Derive a tool's JSON schema and argument validator from its signature and docstring."""
+    mark: ToolMark = getattr(fn, TOOL_MARK)
+    sig = inspect.signature(fn)
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception as exc:  # unresolvable annotation: report it against the tool
+        raise ToolDefinitionError(f"tool {fn.__name__!r}: cannot resolve type hints ({exc})") from exc
+    params = list(sig.parameters.values())
+    if not params or params[0].name != "db":
+        raise ToolDefinitionError(f"tool {fn.__name__!r}: the first parameter must be 'db'")
+    doc = parse_docstring(fn.__doc__)
+    fields: dict[str, Any] = {}
+    required: set[str] = set()
+    for p in params[1:]:
+        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            raise ToolDefinitionError(f"tool {fn.__name__!r}: parameter {p.name!r} must be a plain named one")
+        if p.name not in hints:
+            raise ToolDefinitionError(f"tool {fn.__name__!r}: parameter {p.name!r} has no type annotation")
+        default = ... if p.default is inspect.Parameter.empty else p.default
+        if default is ...:
+            required.add(p.name)
+        desc = doc.params.get(p.name)
+        fields[p.name] = (hints[p.name], Field(default, description=desc) if desc else Field(default))
+    name = mark.name or fn.__name__
+    description = mark.description if mark.description is not None else doc.description
+    if not description:
+        raise ToolDefinitionError(f"tool {name!r}: a docstring is required (it is the agent's only manual)")
+    try:
+        schema_model = create_model("parameters", **fields)
+        input_schema = schema_model.model_json_schema()
+        arguments_model = create_model(
+            f"{name}_arguments", __config__=ConfigDict(extra="forbid", strict=True), **fields
+        )
+    except Exception as exc:
+        raise ToolDefinitionError(f"tool {name!r}: cannot derive a JSON schema ({exc})") from exc
+    try:
+        line = inspect.getsourcelines(fn)[1]
+    except (OSError, TypeError):
+        line = 0
+    return ToolSpec(
+        name=name,
+        description=description,
+        fn=fn,
+        input_schema=input_schema,
+        arguments_model=arguments_model,
+        parameters=tuple(p.name for p in params[1:]),
+        required=frozenset(required),
+        writes=mark.writes,
+        source_line=line,
+    )
