@@ -6,12 +6,13 @@ import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-import typer  # noqa: E402
+import typer
 
-from . import server_commands  # noqa: E402
+from . import demo, server_commands
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 server_commands.register(app)
+app.command("demo")(demo.demo)
 
 
 def main() -> None:

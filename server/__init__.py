@@ -3,8 +3,8 @@
 Env authors need only `tool` and `ToolError`; the harness and tests use `Fleet`.
 """
 
-from .errors import EnvLoadError, EpisodeLimitReached, EpisodeNotFound, LoadProblem, ToolError
 from .episodes import Episode, EpisodeStore
+from .errors import EnvLoadError, EpisodeLimitReached, EpisodeNotFound, LoadProblem, ToolError
 from .fleet import Fleet
 from .loader import Environment, load_env
 from .mcp_server import EPISODE_META_KEY

@@ -84,7 +84,9 @@ class EpisodeStore:
     def ids(self) -> list[str]:
         return list(self._episodes)
 
-    async def create(self, env: Environment, database: bytes | None = None, episode_id: str | None = None) -> Episode:
+    async def create(
+        self, env: Environment, database: bytes | None = None, episode_id: str | None = None
+    ) -> Episode:
         """A new episode on a private copy of `database` (the env's seed state by default)."""
         if len(self._episodes) >= self.max_episodes:
             await self.reap()

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from .errors import EnvLoadError, LoadProblem
 from .manifest import EnvManifest
 from .state import State, TableInfo, export_state, quote_ident, read_tables, state_hash
-from .tooldef import TOOL_MARK, ToolDefinitionError, ToolSpec, build_tool_spec
+from .tooldef import TOOL_MARK, ToolDefinitionError, ToolSpec, build_tool_spec, def_line
 
 MANIFEST = "env.toml"
 POLICY = "policy.md"
@@ -159,7 +159,9 @@ def _scan_seed_json(text: str, path: Path) -> list[tuple[str, int, dict[str, Any
         pos = _skip_ws(text, pos)
         pos = _skip_ws(text, pos + 1)  # ':'
         if text[pos] != "[":
-            raise EnvLoadError([LoadProblem(path, _line_of(text, pos), f"{table!r} must map to a list of rows")])
+            raise EnvLoadError(
+                [LoadProblem(path, _line_of(text, pos), f"{table!r} must map to a list of rows")]
+            )
         pos = _skip_ws(text, pos + 1)
         while text[pos] != "]":
             row_start = pos
@@ -211,7 +213,9 @@ def _load_seed(conn: sqlite3.Connection, path: Path, tables: dict[str, TableInfo
             raise EnvLoadError(
                 [
                     LoadProblem(
-                        path, rowid_lines.get((t, rowid)), f"row for {t!r} references a missing {parent!r} row"
+                        path,
+                        rowid_lines.get((t, rowid)),
+                        f"row for {t!r} references a missing {parent!r} row",
                     )
                     for t, rowid, parent, _ in violations[:20]
                 ]
@@ -222,7 +226,9 @@ def _load_seed(conn: sqlite3.Connection, path: Path, tables: dict[str, TableInfo
     violations = conn.execute("PRAGMA foreign_key_check").fetchall()
     if violations:
         t, rowid, parent, _ = violations[0]
-        raise EnvLoadError([LoadProblem(path, None, f"row {rowid} of {t!r} references a missing {parent!r} row")])
+        raise EnvLoadError(
+            [LoadProblem(path, None, f"row {rowid} of {t!r} references a missing {parent!r} row")]
+        )
 
 
 def _load_manifest(root: Path) -> EnvManifest:
@@ -267,7 +273,9 @@ def load_tool_module(path: Path, env_name: str) -> Any:
             if tb.tb_frame.f_code.co_filename == str(path):
                 line = tb.tb_lineno
             tb = tb.tb_next
-        raise EnvLoadError([LoadProblem(path, line, f"importing failed: {type(exc).__name__}: {exc}")]) from exc
+        raise EnvLoadError(
+            [LoadProblem(path, line, f"importing failed: {type(exc).__name__}: {exc}")]
+        ) from exc
     return module
 
 
@@ -278,12 +286,16 @@ def _load_tools(path: Path, env_name: str) -> dict[str, ToolSpec]:
     tools: dict[str, ToolSpec] = {}
     problems: list[LoadProblem] = []
     for obj in list(module.__dict__.values()):
-        if not callable(obj) or not hasattr(obj, TOOL_MARK) or getattr(obj, "__module__", None) != module.__name__:
+        if (
+            not callable(obj)
+            or not hasattr(obj, TOOL_MARK)
+            or getattr(obj, "__module__", None) != module.__name__
+        ):
             continue
         try:
             spec = build_tool_spec(obj)
         except ToolDefinitionError as exc:
-            line = getattr(getattr(obj, "__code__", None), "co_firstlineno", None)
+            line = def_line(obj)
             problems.append(LoadProblem(path, line, str(exc)))
             continue
         if spec.name in tools:

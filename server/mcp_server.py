@@ -105,7 +105,9 @@ class EnvMCPServer:
         except EpisodeNotFound as exc:
             return _refusal(str(exc))
         if episode.env.name != self.env_name:
-            return _refusal(f"episode {episode_id!r} belongs to env {episode.env.name!r}, not {self.env_name!r}")
+            return _refusal(
+                f"episode {episode_id!r} belongs to env {episode.env.name!r}, not {self.env_name!r}"
+            )
         return episode
 
     async def _on_call_tool(

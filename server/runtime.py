@@ -86,7 +86,9 @@ def _enumerate_names(names: list[str]) -> str:
     return ", ".join(quoted[:-1]) + f", and {quoted[-1]}"
 
 
-def check_arguments(env: Environment, spec: ToolSpec, arguments: Any) -> tuple[dict[str, Any] | None, str | None]:
+def check_arguments(
+    env: Environment, spec: ToolSpec, arguments: Any
+) -> tuple[dict[str, Any] | None, str | None]:
     """Validated keyword arguments, or an error message naming the offending parameter."""
     if arguments is None:
         arguments = {}

@@ -113,6 +113,18 @@ class ToolSpec:
         return not self.writes
 
 
+def def_line(fn: Callable[..., Any]) -> int:
+    """The line of the `def` itself (not of its first decorator), for error messages."""
+    try:
+        lines, start = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return getattr(getattr(fn, "__code__", None), "co_firstlineno", 0)
+    for offset, text in enumerate(lines):
+        if text.lstrip().startswith(("def ", "async def ")):
+            return start + offset
+    return start
+
+
 class ToolDefinitionError(Exception):
     """A tool's signature or docstring cannot be turned into a schema."""
 
@@ -153,10 +165,7 @@ def build_tool_spec(fn: Callable[..., Awaitable[Any]]) -> ToolSpec:
         )
     except Exception as exc:
         raise ToolDefinitionError(f"tool {name!r}: cannot derive a JSON schema ({exc})") from exc
-    try:
-        line = inspect.getsourcelines(fn)[1]
-    except (OSError, TypeError):
-        line = 0
+    line = def_line(fn)
     return ToolSpec(
         name=name,
         description=description,

@@ -1,0 +1,170 @@
+"""`envforge serve`, `inspect`, `replay`: the runtime issue's commands."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import typer
+from envforge.server import Fleet
+from envforge.server.loader import open_database
+from envforge.server.replay import read_actions, replay
+from envforge.server.state import quote_ident
+from rich.table import Table
+
+from .common import console, fail, load_envs, print_json
+
+
+class Transport(StrEnum):
+    stdio = "stdio"
+    http = "http"
+
+
+class ExportFormat(StrEnum):
+    tau2 = "tau2"
+
+
+def serve(
+    env_dirs: Annotated[list[Path], typer.Argument(help="Env folders to serve.")],
+    transport: Annotated[Transport, typer.Option(help="stdio: one env, one episode; http: a fleet.")] = (
+        Transport.http
+    ),
+    host: Annotated[str, typer.Option(help="HTTP bind address.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="HTTP port (0 picks a free one).")] = 8000,
+    token: Annotated[
+        str | None,
+        typer.Option(envvar="ENVFORGE_TOKEN", help="Control-plane bearer token (required off loopback)."),
+    ] = None,
+    max_episodes: Annotated[int, typer.Option(help="Most episodes open at once.")] = 4096,
+    ttl: Annotated[float, typer.Option(help="Seconds an idle episode lives.")] = 1800.0,
+) -> None:
+    """Serve environments over MCP (stdio for desktop clients, streamable HTTP for fleets)."""
+    envs = load_envs(env_dirs)
+    if transport is Transport.stdio:
+        if len(envs) != 1:
+            fail("stdio serves exactly one env")
+        from envforge.server.stdio import serve_stdio
+
+        anyio.run(serve_stdio, envs[0])
+        return
+    import uvicorn
+    from envforge.server.http_app import build_app
+
+    try:
+        app = build_app(Fleet(envs, max_episodes=max_episodes, ttl_seconds=ttl), host=host, token=token)
+    except ValueError as exc:
+        fail(str(exc))
+    for env in envs:
+        console.print(f"[green]serving[/] {env.name}: http://{host}:{port}/envs/{env.name}/mcp")
+    console.print(f"control plane: http://{host}:{port}/control/episodes")
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def inspect(
+    env_dir: Annotated[Path, typer.Argument(help="Env folder.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Show an env's tools with their schemas and its tables with row counts."""
+    (env,) = load_envs([env_dir])
+    conn = open_database(env.seed_db)
+    try:
+        counts = {
+            t.name: conn.execute(f"SELECT COUNT(*) FROM {quote_ident(t.name)}").fetchone()[0]
+            for t in env.tables
+        }
+    except sqlite3.Error as exc:
+        fail(str(exc))
+    finally:
+        conn.close()
+    if json_out:
+        print_json(
+            {
+                "name": env.name,
+                "version": env.manifest.version,
+                "tools": [
+                    {
+                        "name": s.name,
+                        "read_only": s.read_only,
+                        "writes": list(s.writes),
+                        "description": s.description,
+                        "input_schema": s.input_schema,
+                    }
+                    for s in env.tools.values()
+                ],
+                "tables": [
+                    {
+                        "name": t.name,
+                        "columns": list(t.columns),
+                        "primary_key": list(t.primary_key),
+                        "rows": counts[t.name],
+                    }
+                    for t in env.tables
+                ],
+                "seed_hash": env.seed_hash(),
+            }
+        )
+        return
+    tools = Table(title=f"{env.name} {env.manifest.version}: tools")
+    for col in ("tool", "kind", "parameters", "description"):
+        tools.add_column(col)
+    for s in env.tools.values():
+        props = s.input_schema.get("properties", {})
+        params = ", ".join(
+            f"{p}{'' if p in s.required else '?'}: {props.get(p, {}).get('type', 'any')}"
+            for p in s.parameters
+        )
+        kind = "read" if s.read_only else f"write {', '.join(s.writes)}"
+        tools.add_row(s.name, kind, params, s.description.splitlines()[0][:70])
+    tables = Table(title=f"{env.name}: tables")
+    for col in ("table", "primary key", "columns", "rows"):
+        tables.add_column(col)
+    for t in env.tables:
+        tables.add_row(t.name, ", ".join(t.primary_key), str(len(t.columns)), str(counts[t.name]))
+    out = console.__class__()
+    out.print(tools)
+    out.print(tables)
+    out.print(f"seed state hash: {env.seed_hash()}")
+
+
+def replay_command(
+    env_dir: Annotated[Path, typer.Argument(help="Env folder.")],
+    actions: Annotated[Path, typer.Option("--actions", help="JSON list of {name, arguments}.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    export: Annotated[
+        ExportFormat | None, typer.Option(help="Also export the final state in another shape.")
+    ] = None,
+) -> None:
+    """Run ACTIONS in order in one fresh episode through the in-process MCP server."""
+    (env,) = load_envs([env_dir])
+    try:
+        parsed = read_actions(actions)
+    except ValueError as exc:
+        fail(str(exc))
+    fleet = Fleet([env])
+    result = anyio.run(lambda: replay(fleet, env.name, parsed))
+    payload = result.model_dump()
+    if export is ExportFormat.tau2:
+        from envforge.synth.tau2 import state_to_tau2_db
+
+        payload["tau2_db"] = state_to_tau2_db(result.final_state)
+    if json_out:
+        print_json(payload)
+        return
+    out = console.__class__()
+    for action, text, err in zip(parsed, result.outputs, result.errors, strict=True):
+        style = "red" if err else "green"
+        out.print(f"[{style}]{action.name}[/] {action.arguments}\n  -> {text[:300]}")
+    out.print(f"state hash: {result.state_hash}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)
+    app.command("inspect")(inspect)
+    app.command("replay")(replay_command)
+
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

@@ -1,0 +1,49 @@
+"""A small client for one episode, in-process or over HTTP, that always says which episode it means.
+
+The harness and `envforge replay` talk MCP to the fleet exactly as an agent would; this wrapper
+only adds the episode id to every request's `_meta`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import mcp_types as types
+from mcp import Client
+
+from .fleet import Fleet
+from .mcp_server import EPISODE_META_KEY
+from .runtime import ToolResult
+
+
+class EpisodeClient:
+    """MCP calls bound to one episode."""
+
+    def __init__(self, client: Client, episode_id: str) -> None:
+        self.client = client
+        self.episode_id = episode_id
+        self._meta = {EPISODE_META_KEY: episode_id}
+
+    async def list_tools(self) -> list[types.Tool]:
+        return (await self.client.list_tools()).tools
+
+    async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
+        result = await self.client.call_tool(name, arguments or {}, meta=self._meta)
+        text = "".join(c.text for c in result.content if isinstance(c, types.TextContent))
+        return ToolResult(text, bool(result.is_error))
+
+
+@asynccontextmanager
+async def episode_client(fleet: Fleet, env_name: str, episode_id: str) -> AsyncIterator[EpisodeClient]:
+    """An in-process MCP client on `env_name`'s server, bound to `episode_id`."""
+    async with Client(fleet.mcp(env_name).server) as client:
+        yield EpisodeClient(client, episode_id)
+
+
+@asynccontextmanager
+async def http_episode_client(url: str, episode_id: str) -> AsyncIterator[EpisodeClient]:
+    """A streamable-HTTP MCP client (e.g. on `/envs/<env>/episodes/<id>/mcp`) bound to `episode_id`."""
+    async with Client(url) as client:
+        yield EpisodeClient(client, episode_id)

@@ -1,0 +1,85 @@
+"""Shared fixtures: the bank fixture env, bundled envs, and a real HTTP fleet on an ephemeral port."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from envforge.server import Environment, Fleet, load_env
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+BANK_DIR = FIXTURES / "bank"
+SHARED = REPO.parent / "shared"
+
+
+def bundled_env_dirs() -> list[Path]:
+    """The hand-written bundled envs (those whose seed ships in the repo)."""
+    return sorted(
+        p
+        for p in (REPO / "envs").iterdir()
+        if (p / "env.toml").exists() and (p / "seed.json").exists() and p.name != "tau2_retail"
+    )
+
+
+@pytest.fixture(scope="session")
+def bank_env() -> Environment:
+    return load_env(BANK_DIR)
+
+
+@pytest.fixture(scope="session")
+def bundled_envs() -> list[Environment]:
+    return [load_env(d) for d in bundled_env_dirs()]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerThread:
+    """uvicorn serving an ASGI app on 127.0.0.1 in its own thread and event loop."""
+
+    def __init__(self, app: object) -> None:
+        import uvicorn
+
+        self.port = free_port()
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("HTTP server did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def http_fleet(bank_env: Environment) -> Iterator[tuple[ServerThread, Fleet]]:
+    from envforge.server.http_app import build_app
+
+    fleet = Fleet([bank_env], ttl_seconds=600)
+    with ServerThread(build_app(fleet)) as server:
+        yield server, fleet
