@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
-from envforge.server import Environment, EnvLoadError, load_env
 from rich.console import Console
+
+from envforge.server import Environment, EnvLoadError, load_env
 
 console = Console(stderr=True)
 

@@ -11,10 +11,11 @@ import json
 from pathlib import Path
 
 import anyio
-from envforge.server import Fleet, load_env
-from envforge.server.client import episode_client
 from rich.console import Console
 from rich.table import Table
+
+from envforge.server import Fleet, load_env
+from envforge.server.client import episode_client
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_ENV = REPO / "tests" / "fixtures" / "bank"

@@ -10,11 +10,12 @@ from typing import Annotated
 
 import anyio
 import typer
+from rich.table import Table
+
 from envforge.server import Fleet
 from envforge.server.loader import open_database
 from envforge.server.replay import read_actions, replay
 from envforge.server.state import quote_ident
-from rich.table import Table
 
 from .common import console, fail, load_envs, print_json
 
@@ -52,6 +53,7 @@ def serve(
         anyio.run(serve_stdio, envs[0])
         return
     import uvicorn
+
     from envforge.server.http_app import build_app
 
     try:

@@ -7,6 +7,7 @@ import time
 
 import anyio
 import pytest
+
 from envforge.server import EpisodeLimitReached, EpisodeNotFound, Fleet
 
 

@@ -6,8 +6,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import BANK_DIR
+
 from envforge.server import EnvLoadError, load_env
+
+from conftest import BANK_DIR
 
 
 def _copy(tmp_path: Path) -> Path:

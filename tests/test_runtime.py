@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from envforge.server import Fleet, render_result
 from envforge.server.runtime import MAX_STRING_CHARS
 

@@ -8,11 +8,13 @@ import sys
 import httpx
 import mcp_types as types
 import pytest
-from conftest import BANK_DIR
+from mcp import Client, StdioServerParameters
+
 from envforge.server import EPISODE_META_KEY, Fleet
 from envforge.server.client import episode_client
 from envforge.server.http_app import build_app
-from mcp import Client, StdioServerParameters
+
+from conftest import BANK_DIR
 
 
 def _text(result: types.CallToolResult) -> str:
