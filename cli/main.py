@@ -8,10 +8,11 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import typer
 
-from . import demo, server_commands
+from . import demo, server_commands, synth_commands
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 server_commands.register(app)
+synth_commands.register(app)
 app.command("demo")(demo.demo)
 
 

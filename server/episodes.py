@@ -1,7 +1,7 @@
 """Episodes: isolated, in-memory copies of an environment's state, one per agent attempt.
 
 Creating one deserialises a serialised database into a fresh in-memory SQLite connection (a
-memcpy, not a replay of inserts), owned by an aiosqlite worker thread. The store bounds how many
+memcpy, not a replay of inserts), served by a small shared pool of worker threads. The store bounds how many
 live at once and expires idle ones, so a fleet serving many agents cannot grow without limit.
 """
 
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import aiosqlite
 import anyio
 
+from .dbthreads import WorkerPool, default_pool
 from .errors import EpisodeLimitReached, EpisodeNotFound
 from .loader import Environment
 from .state import State, export_state, state_hash
@@ -45,7 +46,8 @@ class Episode:
     conn: aiosqlite.Connection
     created_at: float
     last_used: float
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    # fast_acquire: an uncontended acquire must not yield to the event loop (~20 us per call)
+    lock: anyio.Lock = field(default_factory=lambda: anyio.Lock(fast_acquire=True))
     closed: bool = False
     calls: int = 0
 
@@ -71,7 +73,10 @@ class Episode:
 class EpisodeStore:
     """Creates, finds, expires and closes episodes; bounded in number, idle ones expire after a TTL."""
 
-    def __init__(self, *, max_episodes: int = 4096, ttl_seconds: float = 1800.0) -> None:
+    def __init__(
+        self, *, max_episodes: int = 4096, ttl_seconds: float = 1800.0, pool: WorkerPool | None = None
+    ) -> None:
+        self.pool = pool or default_pool
         self.max_episodes = max_episodes
         self.ttl_seconds = ttl_seconds
         self._episodes: dict[str, Episode] = {}
@@ -97,7 +102,7 @@ class EpisodeStore:
         episode_id = episode_id or secrets.token_hex(8)
         if episode_id in self._episodes:
             raise ValueError(f"episode {episode_id!r} already exists")
-        conn = await aiosqlite.Connection(_connector(database if database is not None else env.seed_db), 64)
+        conn = await self.pool.connect(_connector(database if database is not None else env.seed_db))
         now = time.monotonic()
         episode = Episode(id=episode_id, env=env, conn=conn, created_at=now, last_used=now)
         self._episodes[episode_id] = episode
@@ -115,7 +120,7 @@ class EpisodeStore:
         return self._episodes.get(episode_id)
 
     async def close(self, episode_id: str) -> None:
-        """Close an episode and stop its connection thread. Unknown ids raise `EpisodeNotFound`."""
+        """Close an episode and release its connection. Unknown ids raise `EpisodeNotFound`."""
         episode = self._episodes.pop(episode_id, None)
         if episode is None:
             raise EpisodeNotFound(episode_id)

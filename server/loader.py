@@ -150,6 +150,13 @@ def _scan_seed_json(text: str, path: Path) -> list[tuple[str, int, dict[str, Any
     except json.JSONDecodeError as exc:
         raise EnvLoadError([LoadProblem(path, exc.lineno, f"invalid JSON: {exc.msg}")]) from exc
     out: list[tuple[str, int, dict[str, Any]]] = []
+    seen = [0, 1]  # (offset, line) reached so far: counting forward keeps this linear in the file size
+
+    def line_at(offset: int) -> int:
+        seen[1] += text.count("\n", seen[0], offset)
+        seen[0] = offset
+        return seen[1]
+
     pos = _skip_ws(text, 0)
     if text[pos : pos + 1] != "{":
         raise EnvLoadError([LoadProblem(path, 1, "seed JSON must be an object of table -> list of rows")])
@@ -166,7 +173,7 @@ def _scan_seed_json(text: str, path: Path) -> list[tuple[str, int, dict[str, Any
         while text[pos] != "]":
             row_start = pos
             row, pos = decoder.raw_decode(text, pos)
-            out.append((table, _line_of(text, row_start), row))
+            out.append((table, line_at(row_start), row))
             pos = _skip_ws(text, pos)
             if text[pos] == ",":
                 pos = _skip_ws(text, pos + 1)

@@ -62,18 +62,24 @@ def render_result(value: Any) -> str:
     return json.dumps(value, default=_json_default)
 
 
-def _oversized(value: Any, path: str) -> str | None:
+def _measure(value: Any, path: str, budget: list[int]) -> str | None:
+    """Find an oversized string, and spend `budget[0]` on every character seen (no JSON encoding)."""
     if isinstance(value, str):
+        budget[0] -= len(value)
         if len(value) > MAX_STRING_CHARS:
             return f"argument {path!r} is too long ({len(value)} characters; the limit is {MAX_STRING_CHARS})"
     elif isinstance(value, dict):
         for k, v in value.items():
-            if (found := _oversized(v, f"{path}.{k}")) is not None:
+            budget[0] -= len(str(k)) + 4
+            if (found := _measure(v, f"{path}.{k}", budget)) is not None:
                 return found
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            if (found := _oversized(v, f"{path}[{i}]")) is not None:
+            budget[0] -= 2
+            if (found := _measure(v, f"{path}[{i}]", budget)) is not None:
                 return found
+    else:
+        budget[0] -= 8
     return None
 
 
@@ -94,11 +100,12 @@ def check_arguments(
         arguments = {}
     if not isinstance(arguments, dict):
         return None, f"arguments must be a JSON object, got {type(arguments).__name__}"
+    budget = [MAX_ARGUMENT_CHARS]
     for key, value in arguments.items():
-        if (problem := _oversized(value, key)) is not None:
+        if (problem := _measure(value, key, budget)) is not None:
             return None, problem
-    if len(json.dumps(arguments, default=str)) > MAX_ARGUMENT_CHARS:
-        return None, f"arguments are too large (limit {MAX_ARGUMENT_CHARS} characters of JSON)"
+    if budget[0] < 0:
+        return None, f"arguments are too large (limit about {MAX_ARGUMENT_CHARS} characters in all)"
     if env.manifest.argument_errors == "python":
         owner = f"{env.manifest.python_owner}." if env.manifest.python_owner else ""
         unexpected = [k for k in arguments if k not in spec.parameters]

@@ -63,11 +63,9 @@ async def test_episode_from_given_state_and_volatile_columns(bank_env):
     await fleet.aclose()
 
 
-async def test_limit_and_ttl_expiry_free_episodes_and_threads(bank_env):
+async def test_limit_and_ttl_expiry_free_episodes_and_connections(bank_env):
     fleet = Fleet([bank_env], max_episodes=5, ttl_seconds=0.2)
-    threads_before = threading.active_count()
     eps = [await fleet.create_episode("bank") for _ in range(5)]
-    assert threading.active_count() == threads_before + 5
     with pytest.raises(EpisodeLimitReached):
         await fleet.create_episode("bank")
     await anyio.sleep(0.3)
@@ -75,14 +73,26 @@ async def test_limit_and_ttl_expiry_free_episodes_and_threads(bank_env):
     assert fleet.store.ids() == [fresh.id] and fleet.store.expired == 5
     with pytest.raises(EpisodeNotFound):
         fleet.store.get(eps[0].id)
-    deadline = time.monotonic() + 5
-    while threading.active_count() > threads_before + 1 and time.monotonic() < deadline:
-        await anyio.sleep(0.01)
-    assert threading.active_count() == threads_before + 1
+    assert all(ep.closed and ep.conn._connection is None for ep in eps)  # sqlite connections released
     await fleet.close_episode(fresh.id)
     with pytest.raises(EpisodeNotFound):
         await fleet.close_episode(fresh.id)
     await fleet.aclose()
+
+
+async def test_thread_count_does_not_grow_with_episodes(bank_env):
+    fleet = Fleet([bank_env], max_episodes=300)
+    await fleet.create_episode("bank")  # starts the shared workers if no test has yet
+    threads_before = threading.active_count()
+    eps = [await fleet.create_episode("bank") for _ in range(200)]
+    async with anyio.create_task_group() as tg:
+        for ep in eps:
+            tg.start_soon(fleet.call, ep.id, "transfer", {"src": "A-1", "dst": "A-2", "amount": 1})
+    assert threading.active_count() <= threads_before + fleet.store.pool.size
+    for ep in eps[:5]:
+        assert len((await fleet.export(ep.id))[0]["transfers"]) == 1
+    await fleet.aclose()
+    assert len(fleet.store) == 0
 
 
 async def test_reaper_task_expires_idle_episodes(bank_env):

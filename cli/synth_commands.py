@@ -1,0 +1,181 @@
+"""Commands for task synthesis: `graph`, `synth tasks`, `check` and `score`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from envforge.server import Fleet
+from envforge.synth.context import SynthContext
+from envforge.synth.graph import build_graph, graph_json, load_graph, to_dot, to_mermaid, write_graph
+from envforge.synth.models import Call
+from envforge.synth.pipeline import load_tasks, synthesize, write_tasks
+from envforge.synth.scoring import score_episode
+from envforge.synth.tasks import SynthConfig
+from envforge.synth.verify import CHECKS, verify_task
+
+from .common import console, fail, load_envs, print_json
+
+synth_app = typer.Typer(no_args_is_help=True, help="Synthesize verified tasks for an env.")
+
+
+def _quiet() -> None:
+    # Probing and synthesis call tools with arguments that fail on purpose; the runtime logs those.
+    logging.getLogger("envforge.server.runtime").setLevel(logging.CRITICAL)
+
+
+def graph_cmd(
+    env_dir: Path = typer.Argument(..., help="The env folder."),
+    format: str = typer.Option("json", "--format", help="json, mermaid or dot."),
+) -> None:
+    """Print the tool dependency graph (and write it to ENV_DIR/graph.json)."""
+    _quiet()
+    if format not in ("json", "mermaid", "dot"):
+        fail(f"unknown format {format!r} (json, mermaid or dot)")
+    (env,) = load_envs([env_dir])
+    graph = asyncio.run(build_graph(env))
+    write_graph(graph, env_dir)
+    text = {"json": graph_json, "mermaid": to_mermaid, "dot": to_dot}[format](graph)
+    typer.echo(text, nl=False)
+
+
+@synth_app.command("tasks")
+def synth_tasks(
+    env_dir: Path = typer.Argument(..., help="The env folder."),
+    n: int = typer.Option(50, "--n", help="How many verified tasks to keep."),
+    seed: int = typer.Option(0, "--seed"),
+    min_calls: int = typer.Option(2, "--min-calls"),
+    max_calls: int = typer.Option(7, "--max-calls"),
+    llm_model: str | None = typer.Option(None, "--llm-model", help="Rewrite instructions with this model."),
+) -> None:
+    """Synthesize N self-verified tasks into ENV_DIR/tasks.jsonl (same seed: same bytes)."""
+    _quiet()
+    if min_calls < 1 or max_calls < min_calls:
+        fail("need 1 <= --min-calls <= --max-calls")
+    (env,) = load_envs([env_dir])
+    cfg = SynthConfig(min_calls=min_calls, max_calls=max_calls)
+
+    async def run() -> Any:
+        fleet = Fleet([env])
+        try:
+            graph = await build_graph(env, fleet)
+        finally:
+            await fleet.aclose()
+        write_graph(graph, env_dir)
+        return await synthesize(env, n, seed, cfg, graph=graph, llm_model=llm_model)
+
+    report = asyncio.run(run())
+    path = write_tasks(report.tasks, env_dir)
+    console.print(
+        f"{len(report.tasks)} tasks from {report.attempts} attempts in {report.seconds:.2f}s "
+        f"({report.rate:.1f}/s) -> {path}"
+    )
+    for reason, count in sorted(report.discarded.items()):
+        console.print(f"  discarded {count:4d}  {reason}")
+    if llm_model:
+        console.print(f"  rewrites rejected (facts missing): {report.rewrites_rejected}")
+    if len(report.tasks) < n:
+        fail(f"only {len(report.tasks)} of {n} tasks could be verified", code=1)
+
+
+def _bucket(calls: int) -> str:
+    return "1-2 calls" if calls <= 2 else "3-4 calls" if calls <= 4 else "5+ calls"
+
+
+def check_cmd(env_dir: Path = typer.Argument(..., help="The env folder.")) -> None:
+    """Run the five self-checks on every task of ENV_DIR/tasks.jsonl; exit 1 if any fails."""
+    _quiet()
+    (env,) = load_envs([env_dir])
+    if not (env_dir / "tasks.jsonl").exists():
+        fail(f"{env_dir / 'tasks.jsonl'} does not exist (run `envforge synth tasks` first)")
+    tasks = load_tasks(env_dir)
+
+    async def run() -> list[list[str]]:
+        fleet = Fleet([env])
+        try:
+            graph = load_graph(env_dir) or await build_graph(env, fleet)
+            ctx = SynthContext.create(env, graph, fleet)
+            return [await verify_task(ctx, t) for t in tasks]
+        finally:
+            await fleet.aclose()
+
+    results = asyncio.run(run())
+    by_check = Counter(c for r in results for c in r)
+    table = Table(title=f"{env.name}: {len(tasks)} tasks")
+    table.add_column("check")
+    table.add_column("passed", justify="right")
+    table.add_column("failed", justify="right")
+    for c in CHECKS:
+        table.add_row(c, str(len(tasks) - by_check[c]), str(by_check[c]))
+    console.print(table)
+    buckets = Table(title="by difficulty")
+    for col in ("bucket", "tasks", "with reasoning", "failed"):
+        buckets.add_column(col, justify="right" if col != "bucket" else "left")
+    for b in ("1-2 calls", "3-4 calls", "5+ calls"):
+        idx = [i for i, t in enumerate(tasks) if _bucket(t.difficulty.calls) == b]
+        buckets.add_row(
+            b,
+            str(len(idx)),
+            str(sum(1 for i in idx if tasks[i].difficulty.reasoning)),
+            str(sum(1 for i in idx if results[i])),
+        )
+    console.print(buckets)
+    bad = [t.id for t, r in zip(tasks, results, strict=True) if r]
+    if bad:
+        console.print(f"[red]{len(bad)} tasks fail:[/] " + ", ".join(bad[:20]))
+        raise typer.Exit(1)
+
+
+def score_cmd(
+    env_dir: Path = typer.Argument(..., help="The env folder."),
+    task_id: str = typer.Option(..., "--task", help="Task id from tasks.jsonl."),
+    actions: Path = typer.Option(
+        ..., "--actions", help='JSON list of {"name","arguments"} (or {"message"}).'
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the score as JSON."),
+) -> None:
+    """Replay ACTIONS in a fresh episode of the task and score the end state."""
+    _quiet()
+    (env,) = load_envs([env_dir])
+    task = next((t for t in load_tasks(env_dir) if t.id == task_id), None)
+    if task is None:
+        fail(f"no task {task_id!r} in {env_dir / 'tasks.jsonl'}")
+    try:
+        items = json.loads(actions.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        fail(f"cannot read actions: {exc}")
+    if not isinstance(items, list):
+        fail("actions must be a JSON list")
+    calls = [Call(name=a["name"], arguments=a.get("arguments") or {}) for a in items if "name" in a]
+    messages = [str(a.get("message", a.get("content", ""))) for a in items if "name" not in a]
+
+    async def run() -> Any:
+        fleet = Fleet([env])
+        try:
+            graph = load_graph(env_dir) or await build_graph(env, fleet)
+            ctx = SynthContext.create(env, graph, fleet)
+            database, _, _ = ctx.task_initial(task)
+            state, _ = await ctx.replay(database, calls, hashed=False)
+            return score_episode(task, state, messages)
+        finally:
+            await fleet.aclose()
+
+    score = asyncio.run(run())
+    if as_json:
+        print_json(score.model_dump(mode="json"))
+    else:
+        console.print(score)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("graph")(graph_cmd)
+    app.command("check")(check_cmd)
+    app.command("score")(score_cmd)
+    app.add_typer(synth_app, name="synth")

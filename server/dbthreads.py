@@ -1,0 +1,105 @@
+"""A small pool of threads that runs every episode's SQLite work.
+
+aiosqlite gives each connection a thread of its own. With thousands of episodes that means
+thousands of threads, and on a 2-core machine the context switches between 32 busy ones cost
+more than the queries. Here each episode's connection is pinned to one of a few shared worker
+threads: its statements still run in order on one thread (SQLite's requirement), episodes on
+different workers still run in parallel, and closing an episode releases its connection without
+a thread to stop. Tools see a plain `aiosqlite.Connection`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sqlite3
+import threading
+from collections.abc import Callable
+from queue import SimpleQueue
+from typing import Any
+
+import aiosqlite
+
+_Job = tuple[asyncio.Future[Any] | None, Callable[[], Any]]
+
+
+def _deliver(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if future.done():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+def _work(queue: SimpleQueue[_Job]) -> None:
+    while True:
+        future, function = queue.get()
+        try:
+            value, ok = function(), True
+        except BaseException as exc:  # handed to the awaiting coroutine, never swallowed
+            value, ok = exc, False
+        if future is not None:
+            future.get_loop().call_soon_threadsafe(_deliver, future, ok, value)
+
+
+class _Worker:
+    def __init__(self, name: str) -> None:
+        self.queue: SimpleQueue[_Job] = SimpleQueue()
+        self.thread = threading.Thread(target=_work, args=(self.queue,), name=name, daemon=True)
+        self.thread.start()
+
+
+class WorkerPool:
+    """`size` daemon threads, started on first use; connections are assigned round-robin."""
+
+    def __init__(self, size: int = 4) -> None:
+        if size < 1:
+            raise ValueError("a worker pool needs at least one thread")
+        self.size = size
+        self._workers: list[_Worker] = []
+        self._next = itertools.count()
+        self._lock = threading.Lock()
+
+    def _worker(self) -> _Worker:
+        with self._lock:
+            if len(self._workers) < self.size:
+                self._workers.append(_Worker(f"envforge-sqlite-{len(self._workers)}"))
+                return self._workers[-1]
+            return self._workers[next(self._next) % self.size]
+
+    async def connect(self, connector: Callable[[], sqlite3.Connection]) -> aiosqlite.Connection:
+        """An aiosqlite connection whose work runs on one of the pool's threads."""
+        conn = PooledConnection(connector, self._worker())
+        return await conn
+
+
+class PooledConnection(aiosqlite.Connection):
+    """An `aiosqlite.Connection` that borrows a shared worker thread instead of owning one."""
+
+    def __init__(self, connector: Callable[[], sqlite3.Connection], worker: _Worker) -> None:
+        super().__init__(connector, 64)
+        self._tx = worker.queue  # type: ignore[assignment]
+        self._thread = worker.thread
+
+    def __await__(self) -> Any:
+        return self._connect().__await__()
+
+    def stop(self) -> asyncio.Future[Any] | None:
+        """Close the sqlite connection only; the shared thread keeps serving other episodes."""
+        self._running = False
+
+        def close_only() -> None:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+        try:
+            future: asyncio.Future[Any] | None = asyncio.get_event_loop().create_future()
+        except Exception:
+            future = None
+        self._tx.put_nowait((future, close_only))
+        return future
+
+
+default_pool = WorkerPool()

@@ -1,0 +1,219 @@
+"""The data that task synthesis produces and the scorer reads: tool graph, task DAG, task, score.
+
+These are the boundary models: `graph.json` and `tasks.jsonl` are their JSON dumps, and the
+evaluation harness reads tasks back through them, so every field is explicit and typed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Row = dict[str, Any]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------- tool graph
+
+
+class ParamDomain(_Model):
+    """Where a parameter's legal values come from, as derived from the schema (never guessed)."""
+
+    param: str
+    columns: list[str] = Field(default_factory=list, description="'table.column' whose values fit it")
+    enum: list[Any] = Field(default_factory=list, description="values listed by the JSON schema")
+    type: str = Field("string", description="JSON-schema type of the parameter (or of its items)")
+    is_list: bool = False
+
+
+class ToolNode(_Model):
+    """One tool with its measured footprint: what it read and wrote while probed on the seed state."""
+
+    name: str
+    read_only: bool
+    parameters: list[str]
+    required: list[str]
+    domains: list[ParamDomain]
+    reads: dict[str, list[str]] = Field(description="table -> columns read (SQLite authorizer)")
+    writes: dict[str, list[str]] = Field(description="table -> columns written ('*' for insert/delete)")
+    result_keys: list[str] = Field(description="JSON keys seen in successful results")
+    probes: int
+    successes: int
+
+
+class GraphEdge(_Model):
+    """A returned value of `source` (under JSON key `key`) can feed parameter `param` of `target`."""
+
+    source: str
+    target: str
+    key: str
+    param: str
+    evidence: Literal["name", "values"]
+
+
+class StateEdge(_Model):
+    """`writer` changes tables that `reader` reads: an ordering dependency, not a value flow."""
+
+    writer: str
+    reader: str
+    tables: list[str]
+
+
+class ToolGraph(_Model):
+    env: str
+    tools: list[ToolNode]
+    edges: list[GraphEdge]
+    state_edges: list[StateEdge]
+
+    def tool(self, name: str) -> ToolNode:
+        return next(t for t in self.tools if t.name == name)
+
+    def out_edges(self, source: str) -> list[GraphEdge]:
+        return [e for e in self.edges if e.source == source]
+
+
+# --------------------------------------------------------------------------- state diffs
+
+
+class RowUpdate(_Model):
+    key: Row = Field(description="primary-key columns of the row")
+    before: Row = Field(description="changed columns, old values")
+    after: Row = Field(description="changed columns, new values")
+
+
+class TableDiff(_Model):
+    inserted: list[Row] = Field(default_factory=list)
+    deleted: list[Row] = Field(default_factory=list)
+    updated: list[RowUpdate] = Field(default_factory=list)
+
+
+StateDiff = dict[str, TableDiff]
+
+
+# --------------------------------------------------------------------------- task DAG
+
+ReasonOp = Literal["argmax", "argmin", "filter", "count", "sum", "branch"]
+
+
+class Call(_Model):
+    name: str
+    arguments: dict[str, Any]
+
+
+class ArgSource(_Model):
+    """Where a call's argument comes from: a fact the user gives, or an earlier node's result."""
+
+    param: str
+    source: Literal["user", "node"]
+    node: str | None = None
+    key: str | None = None
+
+
+class DagNode(_Model):
+    id: str
+    kind: Literal["call", "reason"]
+    text: str = Field(description="what this step does, in words (used to render the instruction)")
+    # call nodes
+    call: Call | None = None
+    write: bool = False
+    executed: bool = True
+    expect_error: bool = False
+    args: list[ArgSource] = Field(default_factory=list)
+    # reasoning nodes
+    op: ReasonOp | None = None
+    source: str | None = Field(None, description="node whose result is reasoned over")
+    path: list[str] = Field(default_factory=list, description="JSON keys from the result to the list/value")
+    field: str | None = None
+    equals: Any = None
+    select: str | None = None
+    comparator: Literal[">", "<"] | None = None
+    threshold: float | None = None
+    then_node: str | None = None
+    else_node: str | None = None
+    value: Any = None
+
+
+class DagEdge(_Model):
+    source: str
+    target: str
+    kind: Literal["data", "control", "state"]
+    label: str = ""
+
+
+class Dag(_Model):
+    nodes: list[DagNode]
+    edges: list[DagEdge]
+
+    def node(self, node_id: str) -> DagNode:
+        return next(n for n in self.nodes if n.id == node_id)
+
+
+# --------------------------------------------------------------------------- task
+
+
+class Fact(_Model):
+    name: str
+    value: Any
+
+
+class UserScenario(_Model):
+    persona: str
+    instruction: str = Field(description="what the user wants, in the user's words")
+    known_facts: list[Fact] = Field(description="given to the agent only when asked")
+    must_be_told: list[str] = Field(description="what the user must hear from the agent")
+    instruction_source: str = "template"
+
+
+class RowCheck(_Model):
+    table: str
+    key: Row
+    row: Row | None = Field(description="expected final row (volatile columns dropped); None: deleted")
+
+
+class Checkpoint(_Model):
+    node: str
+    tool: str
+    rows: list[RowCheck]
+
+
+class Difficulty(_Model):
+    calls: int
+    writes: int
+    reasoning: int
+    depth: int
+    tables: int
+
+
+RewardPart = Literal["state", "outputs", "checkpoints"]
+
+
+class Task(_Model):
+    id: str
+    env: str
+    seed: str
+    dag: Dag
+    setup: StateDiff = Field(default_factory=dict, description="task-specific changes to the seed state")
+    scenario: UserScenario
+    golden_calls: list[Call]
+    golden_hash: str = Field(description="state_hash of the exported golden end state")
+    golden_cents_hash: str = Field(description="hash of the golden state with floats rounded to cents")
+    golden_diff: StateDiff
+    required_outputs: list[str]
+    checkpoints: list[Checkpoint]
+    difficulty: Difficulty
+    reward_basis: list[RewardPart] = Field(default_factory=lambda: ["state", "outputs"])
+
+
+class Score(_Model):
+    reward: float
+    state_match: bool
+    outputs: float = Field(description="fraction of required outputs found in the agent's messages")
+    outputs_missing: list[str]
+    checkpoints: float = Field(description="fraction of checkpoints satisfied by the final state")
+    checkpoints_passed: int
+    checkpoints_total: int
+    basis: list[RewardPart]

@@ -1,0 +1,103 @@
+"""Synthesis end to end: graph, build attempts, self-verification, and `tasks.jsonl` I/O.
+
+Attempt k of a run with seed S uses `random.Random("S:k")`, and nothing else varies (no clocks,
+no episode ids in the output), so the same seed writes a byte-identical `tasks.jsonl`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envforge.server import Environment, Fleet
+
+from .context import SynthContext
+from .graph import build_graph
+from .models import Task, ToolGraph
+from .render import rewrite_scenario
+from .tasks import BuildFailed, SynthConfig, build_task
+from .verify import verify_task
+
+
+@dataclass
+class SynthReport:
+    tasks: list[Task] = field(default_factory=list)
+    attempts: int = 0
+    discarded: Counter[str] = field(default_factory=Counter)
+    rewrites_rejected: int = 0
+    seconds: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return len(self.tasks) / self.seconds if self.seconds else 0.0
+
+
+async def synthesize(
+    env: Environment,
+    n: int,
+    seed: int,
+    cfg: SynthConfig | None = None,
+    *,
+    graph: ToolGraph | None = None,
+    llm_model: str | None = None,
+    max_attempts: int | None = None,
+    completion_kwargs: dict[str, Any] | None = None,
+) -> SynthReport:
+    """Build tasks until `n` pass every self-check (or the attempt budget runs out)."""
+    cfg = cfg or SynthConfig()
+    report = SynthReport()
+    started = time.perf_counter()
+    fleet = Fleet([env], max_episodes=64)
+    try:
+        graph = graph or await build_graph(env, fleet)
+        ctx = SynthContext.create(env, graph, fleet)
+        budget = max_attempts if max_attempts is not None else max(50, n * 30)
+        k = 0
+        while len(report.tasks) < n and k < budget:
+            task_seed = f"{seed}:{k}"
+            task_id = f"{env.name}-{seed}-{k:05d}"
+            k += 1
+            try:
+                task, golden = await build_task(ctx, task_id, task_seed, cfg)
+            except BuildFailed as exc:
+                report.discarded[f"build:{exc.reason}"] += 1
+                continue
+            failed = await verify_task(ctx, task, golden_state=golden)
+            if failed:
+                report.discarded[f"check:{failed[0]}"] += 1
+                continue
+            if llm_model:
+                scenario, missing = await rewrite_scenario(
+                    task.scenario, llm_model, **(completion_kwargs or {})
+                )
+                if missing:
+                    report.rewrites_rejected += 1
+                task = task.model_copy(update={"scenario": scenario})
+            report.tasks.append(task)
+        report.attempts = k
+    finally:
+        await fleet.aclose()
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def tasks_jsonl(tasks: list[Task]) -> str:
+    return "".join(t.model_dump_json() + "\n" for t in tasks)
+
+
+def write_tasks(tasks: list[Task], root: Path) -> Path:
+    path = Path(root) / "tasks.jsonl"
+    path.write_text(tasks_jsonl(tasks), encoding="utf-8")
+    return path
+
+
+def load_tasks(root: Path) -> list[Task]:
+    path = Path(root) / "tasks.jsonl"
+    return [
+        Task.model_validate_json(line)
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]

@@ -1,0 +1,92 @@
+"""The scorer shared by self-verification and the evaluation harness.
+
+Three parts, each judged on what the agent left behind and said:
+- state: the final canonical state (volatile columns already dropped by export) equals the
+  golden one, with floats compared to cents;
+- outputs: every required output appears in the agent's messages (τ-bench's rule: case-insensitive
+  substring match after removing commas);
+- checkpoints: the fraction of write checkpoints whose rows hold their golden values.
+The reward is the product of the parts named by the task's reward basis (state × outputs unless
+the task says otherwise); the outputs part counts only when all outputs were communicated.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from envforge.server import State
+
+from .models import Checkpoint, Score, Task
+from .statediff import cents_hash, states_match, to_cents
+
+
+def normalize_text(text: str) -> str:
+    return text.lower().replace(",", "")
+
+
+def outputs_missing(required: Sequence[str], agent_messages: Sequence[str]) -> list[str]:
+    """The required outputs not found in the agent's messages."""
+    said = normalize_text("\n".join(agent_messages))
+    return [o for o in required if normalize_text(o) not in said]
+
+
+def _row_key(row: dict[str, Any], cols: Sequence[str]) -> str:
+    return json.dumps([row.get(c) for c in cols])
+
+
+def checkpoint_passed(checkpoint: Checkpoint, state: State) -> bool:
+    for check in checkpoint.rows:
+        cols = list(check.key)
+        want = _row_key(check.key, cols)
+        found = next((r for r in state.get(check.table, []) if _row_key(r, cols) == want), None)
+        if check.row is None:
+            if found is not None:
+                return False
+        elif found is None or to_cents(found) != to_cents(check.row):
+            return False
+    return True
+
+
+def oracle_messages(task: Task) -> list[str]:
+    """What a perfect agent says: every required output (the oracle agent's final message)."""
+    return ["; ".join(task.required_outputs)] if task.required_outputs else []
+
+
+def score_episode(
+    task: Task, final_state: State, agent_messages: Sequence[str], *, golden_state: State | None = None
+) -> Score:
+    """Score one finished episode of `task` from its exported final state and the agent's messages.
+
+    `golden_state`, when the caller holds it (self-verification), replaces the hash comparison by a
+    direct one that is cheaper; the verdict is the same.
+    """
+    if golden_state is not None:
+        state_match = states_match(final_state, golden_state)
+    else:
+        state_match = cents_hash(final_state) == task.golden_cents_hash
+    missing = outputs_missing(task.required_outputs, agent_messages)
+    n_out = len(task.required_outputs)
+    outputs = 1.0 if n_out == 0 else (n_out - len(missing)) / n_out
+    passed = sum(checkpoint_passed(c, final_state) for c in task.checkpoints)
+    total = len(task.checkpoints)
+    checkpoints = 1.0 if total == 0 else passed / total
+    parts = {
+        "state": 1.0 if state_match else 0.0,
+        "outputs": 1.0 if not missing else 0.0,
+        "checkpoints": checkpoints,
+    }
+    reward = 1.0
+    for part in task.reward_basis:
+        reward *= parts[part]
+    return Score(
+        reward=reward,
+        state_match=state_match,
+        outputs=outputs,
+        outputs_missing=missing,
+        checkpoints=checkpoints,
+        checkpoints_passed=passed,
+        checkpoints_total=total,
+        basis=list(task.reward_basis),
+    )

@@ -1,0 +1,107 @@
+"""The scorer's parts on hand-made cases: state to the cent, τ-bench output matching, checkpoints."""
+
+from __future__ import annotations
+
+from envforge.synth.models import (
+    Checkpoint,
+    Dag,
+    Difficulty,
+    RowCheck,
+    Task,
+    UserScenario,
+)
+from envforge.synth.scoring import oracle_messages, score_episode
+from envforge.synth.statediff import apply_diff, cents_hash, diff_states
+
+GOLDEN = {
+    "accounts": [{"id": "A-1", "balance": 70.5}, {"id": "A-2", "balance": 30.0}],
+    "notes": [{"id": 1, "body": "refund"}],
+}
+
+
+def make_task(outputs: list[str] | None = None, basis: list[str] | None = None) -> Task:
+    return Task(
+        id="t",
+        env="bank",
+        seed="0:0",
+        dag=Dag(nodes=[], edges=[]),
+        scenario=UserScenario(persona="p", instruction="i", known_facts=[], must_be_told=outputs or []),
+        golden_calls=[],
+        golden_hash="x",
+        golden_cents_hash=cents_hash(GOLDEN),
+        golden_diff={},
+        required_outputs=outputs or [],
+        checkpoints=[
+            Checkpoint(
+                node="n1",
+                tool="transfer",
+                rows=[RowCheck(table="accounts", key={"id": "A-1"}, row={"id": "A-1", "balance": 70.5})],
+            ),
+            Checkpoint(
+                node="n2", tool="delete_note", rows=[RowCheck(table="notes", key={"id": 2}, row=None)]
+            ),
+        ],
+        difficulty=Difficulty(calls=0, writes=2, reasoning=0, depth=0, tables=2),
+        reward_basis=basis or ["state", "outputs"],  # type: ignore[arg-type]
+    )
+
+
+def _with(balance: float, notes: list | None = None) -> dict:
+    return {
+        "accounts": [{"id": "A-1", "balance": balance}, {"id": "A-2", "balance": 30.0}],
+        "notes": notes if notes is not None else [{"id": 1, "body": "refund"}],
+    }
+
+
+def test_state_matches_to_the_cent() -> None:
+    task = make_task()
+    assert score_episode(task, _with(70.5), []).state_match
+    assert score_episode(task, _with(70.500000001), []).state_match
+    assert score_episode(task, _with(70.50000001), [], golden_state=GOLDEN).state_match
+    miss = score_episode(task, _with(70.51), [])
+    assert not miss.state_match and miss.reward == 0.0
+    assert not score_episode(task, _with(70.51), [], golden_state=GOLDEN).state_match
+
+
+def test_outputs_use_the_tau_bench_rule() -> None:
+    task = make_task(outputs=["1234.50", "O-1001"])
+    good = score_episode(task, GOLDEN, ["Your refund of $1,234.50 for order o-1001 is done."])
+    assert good.outputs == 1.0 and good.outputs_missing == [] and good.reward == 1.0
+    half = score_episode(task, GOLDEN, ["Refunded 1234.5 for O-1001"])
+    assert half.outputs == 0.5 and half.outputs_missing == ["1234.50"] and half.reward == 0.0
+    assert score_episode(task, GOLDEN, oracle_messages(task)).reward == 1.0
+
+
+def test_checkpoints_give_partial_credit_when_in_the_basis() -> None:
+    task = make_task(basis=["checkpoints"])
+    full = score_episode(task, GOLDEN, [])
+    assert (full.checkpoints, full.checkpoints_passed, full.checkpoints_total, full.reward) == (
+        1.0,
+        2,
+        2,
+        1.0,
+    )
+    one = score_episode(task, _with(70.5, notes=[{"id": 2, "body": "x"}]), [])
+    assert one.checkpoints == 0.5 and one.reward == 0.5 and not one.state_match
+    none = score_episode(task, _with(1.0, notes=[{"id": 2, "body": "x"}]), [])
+    assert none.checkpoints == 0.0
+    # Default basis ignores checkpoints: the state part decides.
+    assert score_episode(make_task(), _with(70.5, notes=[{"id": 2, "body": "x"}]), []).reward == 0.0
+
+
+def test_reward_is_the_product_of_the_basis_parts() -> None:
+    task = make_task(outputs=["42"], basis=["state", "outputs", "checkpoints"])
+    assert score_episode(task, GOLDEN, ["it is 42"]).reward == 1.0
+    assert score_episode(task, GOLDEN, ["no idea"]).reward == 0.0
+    assert score_episode(task, _with(1.0), ["it is 42"]).reward == 0.0
+
+
+def test_diffs_round_trip() -> None:
+    pks = {"accounts": ("id",), "notes": ("id",)}
+    before = _with(100.0, notes=[{"id": 2, "body": "old"}])
+    diff = diff_states(pks, before, GOLDEN)
+    assert diff["accounts"].updated[0].before == {"balance": 100.0}
+    assert [r["id"] for r in diff["notes"].inserted] == [1] and [r["id"] for r in diff["notes"].deleted] == [
+        2
+    ]
+    assert apply_diff(pks, before, diff) == GOLDEN
