@@ -188,7 +188,17 @@ class Difficulty(_Model):
     tables: int
 
 
-RewardPart = Literal["state", "outputs", "checkpoints"]
+RewardPart = Literal["state", "outputs", "checkpoints", "actions", "nl_assertions"]
+"""Parts a reward can be the product of: `state` (DB match), `outputs` (communicated), `checkpoints`
+(partial credit), `actions` (τ²'s action matching) and `nl_assertions` (judged by an LLM)."""
+
+
+class ActionCheck(_Model):
+    """A call the agent is expected to make (τ²'s ACTION basis): same name, same `compare_args`."""
+
+    name: str
+    arguments: dict[str, Any]
+    compare_args: list[str] | None = Field(None, description="arguments compared; None: all of them")
 
 
 class Task(_Model):
@@ -206,6 +216,10 @@ class Task(_Model):
     checkpoints: list[Checkpoint]
     difficulty: Difficulty
     reward_basis: list[RewardPart] = Field(default_factory=lambda: ["state", "outputs"])
+    source: str = Field("synth", description="'synth' for synthesized tasks, 'tau2' for imported ones")
+    split: list[str] = Field(default_factory=list, description="named splits holding the task (train, test)")
+    nl_assertions: list[str] = Field(default_factory=list, description="statements an LLM judge checks")
+    action_checks: list[ActionCheck] = Field(default_factory=list)
 
 
 class Score(_Model):
