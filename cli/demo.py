@@ -1,51 +1,64 @@
-"""`envforge demo`: the main job on the embedded default.
+"""`envforge demo`: the main job on the bundled envs, in-process and offline.
 
-Until the evaluation harness lands, it shows what serving means: a fleet in-process, an MCP
-client attached to two episodes of the same env, a write in one, and proof that the other
-did not see it.
+Serves every bundled env with tasks in one in-process fleet, evaluates three built-in agents
+(`oracle`: the golden calls, the ceiling; `random`: schema-valid random calls; `noop`: no tools,
+the floor) against the scripted user on a handful of tasks per env, prints the pass^k table, and
+writes each run (and its HTML report, when the report module is present) to `runs/demo-<agent>/`.
 """
 
 from __future__ import annotations
 
-import json
+import shutil
+import time
 from pathlib import Path
 
 import anyio
 from rich.console import Console
-from rich.table import Table
 
-from envforge.server import Fleet, load_env
-from envforge.server.client import episode_client
+from envforge.synth.pipeline import load_tasks
 
 REPO = Path(__file__).resolve().parents[1]
-DEMO_ENV = REPO / "tests" / "fixtures" / "bank"
+AGENTS = ("oracle", "random", "noop")
+TASKS_PER_ENV = 5
 
 
-async def _demo(console: Console) -> None:
-    env = load_env(DEMO_ENV)
-    fleet = Fleet([env])
-    one = await fleet.create_episode(env.name)
-    two = await fleet.create_episode(env.name)
-    async with episode_client(fleet, env.name, one.id) as a, episode_client(fleet, env.name, two.id) as b:
-        tools = await a.list_tools()
-        console.print(f"[bold]{env.name}[/]: {len(tools)} tools over MCP: {', '.join(t.name for t in tools)}")
-        write = await a.call_tool("transfer", {"src": "A-1", "dst": "A-2", "amount": 30})
-        console.print(f"episode {one.id}: transfer -> {write.text}")
-        refused = await a.call_tool("transfer", {"src": "A-3", "dst": "A-2", "amount": 5})
-        console.print(f"episode {one.id}: transfer from a frozen account -> {refused.text}")
-        table = Table(title="A-1 balance per episode")
-        table.add_column("episode")
-        table.add_column("balance")
-        for ep, client in ((one, a), (two, b)):
-            account = json.loads((await client.call_tool("get_account", {"account_id": "A-1"})).text)
-            table.add_row(ep.id, str(account["balance"]))
-        console.print(table)
-    for ep in (one, two):
-        _, digest = await fleet.export(ep.id)
-        console.print(f"state hash {ep.id}: {digest[:16]}…")
-    await fleet.aclose()
+def demo_env_dirs() -> list[Path]:
+    """Bundled envs that ship tasks (tau2_retail needs an import first, so it is left out)."""
+    return sorted(
+        p for p in (REPO / "envs").iterdir() if (p / "env.toml").exists() and (p / "tasks.jsonl").exists()
+    )
+
+
+async def _demo(console: Console, runs_root: Path, tasks_per_env: int) -> None:
+    from envforge.harness.metrics import print_summary, summarize  # litellm: imported only when needed
+    from envforge.harness.orchestrator import EvalConfig, run_eval
+
+    dirs = demo_env_dirs()
+    task_ids = [t.id for d in dirs for t in load_tasks(d)[:tasks_per_env]]
+    console.print(f"[bold]envforge demo[/]: {', '.join(d.name for d in dirs)}, {tasks_per_env} tasks each")
+    for agent in AGENTS:
+        out = runs_root / f"demo-{agent}"
+        shutil.rmtree(out, ignore_errors=True)
+        started = time.perf_counter()
+        config = EvalConfig(agent=agent, user="scripted", trials=1, concurrency=4, task_ids=task_ids)
+        manifest, records = await run_eval(dirs, config, out)
+        console.rule(f"agent [bold]{agent}[/] ({time.perf_counter() - started:.1f} s)")
+        print_summary(summarize(records, manifest.trials), console)
+        try:
+            from envforge.harness.report import write_report
+        except ImportError:
+            console.print(f"run: {out}")
+        else:
+            console.print(f"run: {out}  report: {write_report(out)}")
+    env_args = " ".join(str(d.relative_to(REPO)) for d in dirs)
+    console.print(
+        "\nEvaluate a real model instead (any litellm model string; vLLM: hosted_vllm/<model> "
+        "with --agent-api-base):\n"
+        f"  envforge eval {env_args} --agent openai/gpt-4o-mini --user openai/gpt-4o-mini "
+        "--trials 4 --concurrency 8 --out runs/gpt-4o-mini"
+    )
 
 
 def demo() -> None:
-    """Run the main job on the embedded default (serving two isolated episodes in-process)."""
-    anyio.run(_demo, Console())
+    """Evaluate the built-in agents (oracle, random, noop) on the bundled envs, in-process and offline."""
+    anyio.run(_demo, Console(), Path("runs"), TASKS_PER_ENV)

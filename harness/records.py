@@ -50,7 +50,9 @@ class TrialRecord(_Model):
     """One attempt of one task: the trajectory, how it ended, and its score."""
 
     run_id: str
-    trial_key: str = Field(description="'<env>/<task_id>/<trial>': unique within a run; resume skips done keys")
+    trial_key: str = Field(
+        description="'<env>/<task_id>/<trial>': unique within a run; resume skips done keys"
+    )
     env: str
     task_id: str
     trial: int
@@ -70,6 +72,13 @@ class TrialRecord(_Model):
     duration_s: float
     agent: str
     user: str
+    final_diff: dict[str, Any] | None = Field(
+        None, description="final state as a StateDiff against the task's initial state: rescoring input"
+    )
+    parts: dict[str, float] = Field(default_factory=dict, description="reward part -> value, as combined")
+    not_judged: list[str] = Field(
+        default_factory=list, description="reward parts left out because no judge model was configured"
+    )
 
 
 class RunManifest(_Model):
@@ -90,4 +99,5 @@ class RunManifest(_Model):
     concurrency: int
     seed: int
     limits: dict[str, float] = Field(default_factory=dict)
+    judge: str | None = None
     versions: dict[str, str] = Field(default_factory=dict)

@@ -91,6 +91,7 @@ class EnvMCPServer:
                 if episode_id is None or self.fleet.store.find(episode_id) is None:
                     episode = await self.fleet.create_episode(self.env_name)
                     self._session_episodes[session_id] = episode.id
+                    self._forget_dead_sessions()
                     return episode
         if episode_id is None:
             if writes:
@@ -109,6 +110,13 @@ class EnvMCPServer:
                 f"episode {episode_id!r} belongs to env {episode.env.name!r}, not {self.env_name!r}"
             )
         return episode
+
+    def _forget_dead_sessions(self) -> None:
+        """Drop session->episode entries whose episode expired, so the map cannot grow without bound."""
+        if len(self._session_episodes) > 2 * max(16, len(self.fleet.store)):
+            self._session_episodes = {
+                s: e for s, e in self._session_episodes.items() if self.fleet.store.find(e) is not None
+            }
 
     async def _on_call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams

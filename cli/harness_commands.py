@@ -1,0 +1,97 @@
+"""`envforge eval`: the evaluation harness's command (`register(app)` adds it to the root app)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .common import console, fail, print_json
+
+
+def evaluate(
+    env_dirs: Annotated[list[Path], typer.Argument(help="Env folders (each with tasks.jsonl).")],
+    agent: Annotated[str, typer.Option(help="oracle | noop | random | a litellm model string.")],
+    user: Annotated[str, typer.Option(help="scripted | a litellm model string.")] = "scripted",
+    agent_api_base: Annotated[str | None, typer.Option(help="API base of the agent's model.")] = None,
+    user_api_base: Annotated[str | None, typer.Option(help="API base of the user's model.")] = None,
+    judge: Annotated[
+        str | None, typer.Option(help="Model judging nl_assertions and user errors (default: none).")
+    ] = None,
+    trials: Annotated[int, typer.Option(min=1, help="Trials per task (k of pass^k).")] = 1,
+    concurrency: Annotated[int, typer.Option(min=1, help="Trials run at once.")] = 4,
+    out: Annotated[Path, typer.Option(help="Run directory (manifest.json + trials.jsonl).")] = Path(
+        "runs/eval"
+    ),
+    resume: Annotated[bool, typer.Option(help="Continue the run in --out: skip done trials.")] = False,
+    tasks: Annotated[str | None, typer.Option(help="Comma-separated task ids to run.")] = None,
+    server: Annotated[str | None, typer.Option(help="Base URL of a running `envforge serve`.")] = None,
+    seed: Annotated[int, typer.Option(help="Run seed (random agent, trial seeds).")] = 0,
+    temperature: Annotated[float | None, typer.Option(help="Agent model temperature.")] = None,
+    user_temperature: Annotated[float | None, typer.Option(help="User model temperature.")] = None,
+    max_turns: Annotated[int, typer.Option(help="Most user/agent exchanges per trial.")] = 30,
+    max_tool_errors: Annotated[int, typer.Option(help="Most failed tool calls per trial.")] = 10,
+    timeout: Annotated[float, typer.Option(help="Wall-clock seconds per trial.")] = 600.0,
+    json_out: Annotated[bool, typer.Option("--json", help="End with one JSON summary on stdout.")] = False,
+) -> None:
+    """Evaluate an agent on env tasks with a simulated user; prints pass^1..pass^k per env."""
+    # Imported here: litellm takes seconds to import, and `serve` or `inspect` must not pay for it.
+    from envforge.harness.llm import LLMConfig
+    from envforge.harness.metrics import print_summary, summarize
+    from envforge.harness.orchestrator import EvalConfig, Limits, RunExists, run_eval
+    from envforge.harness.runs import RunConfigMismatch
+
+    config = EvalConfig(
+        agent=agent,
+        user=user,
+        agent_llm=LLMConfig(model=agent, api_base=agent_api_base, temperature=temperature)
+        if agent not in ("oracle", "noop", "random")
+        else None,
+        user_llm=LLMConfig(model=user, api_base=user_api_base, temperature=user_temperature)
+        if user != "scripted"
+        else None,
+        judge_llm=LLMConfig(model=judge) if judge else None,
+        trials=trials,
+        concurrency=concurrency,
+        seed=seed,
+        limits=Limits(max_turns=max_turns, max_tool_errors=max_tool_errors, trial_timeout_s=timeout),
+        server=server,
+        task_ids=[t.strip() for t in tasks.split(",") if t.strip()] if tasks else None,
+    )
+    for d in env_dirs:
+        if not (d / "tasks.jsonl").exists():
+            fail(f"{d} has no tasks.jsonl")
+    with Progress(
+        TextColumn("[bold]eval[/] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=json_out,
+    ) as progress:
+        bar = progress.add_task(agent, total=None)
+
+        def on_start(total: int, done: int) -> None:
+            progress.update(bar, total=total, completed=done)
+
+        def on_record(record: object) -> None:
+            progress.advance(bar)
+
+        try:
+            manifest, records = anyio.run(
+                lambda: run_eval(env_dirs, config, out, resume=resume, on_start=on_start, on_record=on_record)
+            )
+        except (RunExists, RunConfigMismatch, FileNotFoundError) as exc:
+            fail(str(exc))
+    summary = summarize(records, manifest.trials)
+    print_summary(summary, console)
+    console.print(f"run directory: {out}")
+    if json_out:
+        print_json(summary)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval")(evaluate)

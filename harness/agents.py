@@ -1,0 +1,180 @@
+"""Agents: what the harness evaluates. One async method, so a user can plug in anything.
+
+`Agent.respond` gets the conversation so far, the env's tools in OpenAI format and the episode's
+MCP client, and returns its next assistant message: tool calls (the orchestrator executes them
+through MCP and asks again) or text (said to the user). A fresh agent is built per trial
+(`build_agent`), so agents may keep per-trial state without locks.
+
+Built-ins: `oracle` (the task's golden calls, then its required outputs: the upper bound that
+proves a task is solvable through MCP), `noop` (answers without tools: the floor), `random`
+(schema-valid random calls, seeded: a sanity baseline), and any litellm model string.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import mcp_types as types
+
+from envforge.server.client import EpisodeClient
+from envforge.synth.models import Task
+
+from .llm import LLMConfig, complete, to_openai
+from .records import Message, ToolCall, Usage
+
+BUILTIN_AGENTS = ("oracle", "noop", "random")
+
+
+@dataclass
+class AgentReply:
+    """The agent's next message plus what producing it cost (zero for agents without a model)."""
+
+    message: Message
+    usage: Usage = field(default_factory=Usage)
+
+
+@runtime_checkable
+class Agent(Protocol):
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], client: EpisodeClient
+    ) -> AgentReply | Message: ...
+
+
+def openai_tools(tools: list[types.Tool]) -> list[dict[str, Any]]:
+    """MCP tool definitions as OpenAI function tools."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t.name,
+                "description": t.description or "",
+                "parameters": t.input_schema or {"type": "object", "properties": {}},
+            },
+        }
+        for t in tools
+    ]
+
+
+def _say(text: str) -> Message:
+    return Message(role="assistant", content=text)
+
+
+class OracleAgent:
+    """Executes the golden calls in order (one per step), then states the required outputs."""
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+        self.next = 0
+
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], client: EpisodeClient
+    ) -> Message:
+        if self.next < len(self.task.golden_calls):
+            call = self.task.golden_calls[self.next]
+            self.next += 1
+            return Message(
+                role="assistant",
+                tool_calls=[ToolCall(id=f"oracle_{self.next}", name=call.name, arguments=call.arguments)],
+            )
+        outputs = "; ".join(self.task.required_outputs)
+        return _say(f"All done. {outputs}".strip())
+
+
+class NoopAgent:
+    """Never touches the environment: the reward floor every real agent must beat."""
+
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], client: EpisodeClient
+    ) -> Message:
+        return _say("I am sorry, I cannot help with this request.")
+
+
+_EXAMPLE = re.compile(r"such as '([^']+)'")
+_ID = re.compile(r"\b[A-Z]{1,4}-\d+\b")
+
+
+class RandomAgent:
+    """`calls` random tool calls whose arguments satisfy the JSON schemas, then a closing message.
+
+    String arguments come from ids seen earlier in the conversation or in the schema's own
+    examples ("such as 'C-1001'"), so some calls hit real rows; everything is drawn from one
+    `random.Random(seed)`, so a trial is reproducible.
+    """
+
+    def __init__(self, seed: int, calls: int = 3) -> None:
+        self.rng = random.Random(seed)
+        self.calls = calls
+        self.made = 0
+
+    def _value(self, name: str, schema: dict[str, Any], pool: list[str]) -> Any:
+        if "anyOf" in schema:
+            options = [s for s in schema["anyOf"] if s.get("type") != "null"] or schema["anyOf"]
+            return self._value(name, self.rng.choice(options), pool)
+        if "enum" in schema:
+            return self.rng.choice(schema["enum"])
+        kind = schema.get("type", "string")
+        if kind == "integer":
+            return self.rng.randint(max(1, int(schema.get("minimum", 1))), 3)
+        if kind == "number":
+            return round(self.rng.uniform(1, 100), 2)
+        if kind == "boolean":
+            return self.rng.random() < 0.5
+        if kind == "array":
+            return [self._value(name, schema.get("items", {"type": "string"}), pool)]
+        if kind == "object":
+            return {}
+        examples = _EXAMPLE.findall(schema.get("description", ""))
+        choices = pool + examples
+        return self.rng.choice(choices) if choices else f"x{self.rng.randint(0, 999)}"
+
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], client: EpisodeClient
+    ) -> Message:
+        if self.made >= self.calls or not tools:
+            return _say("I have done what I could.")
+        self.made += 1
+        pool = sorted({i for m in messages for i in _ID.findall(m.content or "")})
+        fn = self.rng.choice(tools)["function"]
+        params = fn.get("parameters", {})
+        props: dict[str, Any] = params.get("properties", {})
+        required = set(params.get("required", []))
+        args = {
+            name: self._value(name, schema, pool)
+            for name, schema in props.items()
+            if name in required or self.rng.random() < 0.3
+        }
+        return Message(
+            role="assistant", tool_calls=[ToolCall(id=f"random_{self.made}", name=fn["name"], arguments=args)]
+        )
+
+
+class LLMAgent:
+    """A model behind litellm with the env's policy as system prompt and the MCP tools as functions."""
+
+    def __init__(self, cfg: LLMConfig, policy: str) -> None:
+        self.cfg = cfg
+        self.system = Message(role="system", content=policy)
+
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], client: EpisodeClient
+    ) -> AgentReply:
+        message, usage = await complete(self.cfg, to_openai([self.system, *messages]), tools=tools)
+        return AgentReply(message, usage)
+
+
+def build_agent(spec: str, task: Task, *, seed: int, policy: str, llm: LLMConfig | None = None) -> Agent:
+    """A fresh agent for one trial: a built-in name, or a model (`llm` says how to reach it)."""
+    if spec == "oracle":
+        return OracleAgent(task)
+    if spec == "noop":
+        return NoopAgent()
+    if spec == "random":
+        return RandomAgent(seed)
+    return LLMAgent(llm or LLMConfig(model=spec), policy)
+
+
+def as_reply(result: AgentReply | Message) -> AgentReply:
+    return result if isinstance(result, AgentReply) else AgentReply(result)

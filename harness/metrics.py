@@ -1,0 +1,330 @@
+"""Reading a run back and summarizing it: pass^k, mean reward, bootstrap CIs, per env and difficulty.
+
+Definitions (kept here so the report, the CLI and the trainer agree on one meaning):
+
+- A trial is *counted* unless its status is `infra_failure`: those are re-run by `--resume`, so
+  counting them would charge the agent for our crash. Every other status (`context_overflow`,
+  `timeout`, `max_turns`, ...) is an attempt the agent made and counts, with whatever reward it got.
+- A trial *succeeds* when its reward is 1.0 (>= 1 - 1e-6, float noise from products of parts).
+- pass^k is τ-bench's: for a task with n counted trials and c successes, C(c, k) / C(n, k), i.e. the
+  chance that k trials drawn without replacement all succeed; averaged over the tasks with n >= k.
+- Mean reward is averaged per task first and then over tasks, so it weighs tasks like pass^1 does
+  and like the bootstrap (which resamples tasks) assumes.
+- Confidence intervals: 95 % percentile bootstrap over tasks, 1000 resamples, `random.Random(0)`,
+  so the same run always gives the same interval.
+- Difficulty buckets, from the task's number of tool calls (`difficulty["calls"]`): `easy` <= 2,
+  `medium` 3-4, `hard` >= 5; a record without difficulty goes to `unknown`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from .records import RunManifest, TrialRecord, Usage
+
+MANIFEST_FILE = "manifest.json"
+TRIALS_FILE = "trials.jsonl"
+SUCCESS_EPS = 1e-6
+BOOTSTRAP_RESAMPLES = 1000
+BOOTSTRAP_SEED = 0
+CI_LEVEL = 0.95
+ROLES = ("agent", "user", "judge")
+BUCKETS = ("easy", "medium", "hard")
+BUCKET_RULE = "by tool calls of the golden path: easy <= 2, medium 3-4, hard >= 5"
+
+
+class RunReadError(ValueError):
+    """A run directory that cannot be read: missing manifest, or a corrupt line that is not the last."""
+
+
+class TruncatedRecordWarning(UserWarning):
+    """The last line of trials.jsonl is cut off (a crash mid-write); it is ignored."""
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def latest(records: Iterable[TrialRecord]) -> list[TrialRecord]:
+    """The last record per trial_key (resume appends superseding lines), sorted env/task/trial."""
+    by_key: dict[str, TrialRecord] = {}
+    for rec in records:
+        by_key[rec.trial_key] = rec
+    return sorted(by_key.values(), key=lambda r: (r.env, r.task_id, r.trial, r.trial_key))
+
+
+def _recover_appended(line: str) -> Any:
+    """A torn line with a whole record appended to it (the writer appends `json + "\n"` and does not
+    start a fresh line after a crash): the record that starts last on the line, or None."""
+    start = line.rfind('{"run_id"')
+    if start <= 0:
+        return None
+    try:
+        return json.loads(line[start:])
+    except json.JSONDecodeError:
+        return None
+
+
+def read_trials(path: Path) -> list[TrialRecord]:
+    """Every record of a trials.jsonl in file order; a broken final line is skipped with a warning.
+
+    Only the final line may be broken: that is what a crash mid-write leaves (or, after a resume, a
+    torn prefix glued to the next record, which is recovered). A broken line anywhere else means the
+    file was damaged some other way, and silently dropping trials would skew pass^k.
+    """
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    records = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            data = _recover_appended(line)
+            if data is not None:
+                warnings.warn(
+                    f"{path}:{lineno}: torn record followed by an appended one (crash, then resume); "
+                    "kept the appended record",
+                    TruncatedRecordWarning,
+                    stacklevel=2,
+                )
+            elif lineno == len(lines):
+                warnings.warn(
+                    f"{path}:{lineno}: ignoring truncated last line (crash mid-write?): {exc}",
+                    TruncatedRecordWarning,
+                    stacklevel=2,
+                )
+                continue
+            else:
+                raise RunReadError(f"{path}:{lineno}: not valid JSON: {exc}") from exc
+        try:
+            records.append(TrialRecord.model_validate(data))
+        except ValidationError as exc:
+            raise RunReadError(f"{path}:{lineno}: not a trial record: {exc}") from exc
+    return records
+
+
+def read_run(run_dir: Path | str) -> tuple[RunManifest, list[TrialRecord]]:
+    """The run's manifest and its current records (last per trial_key, sorted env/task/trial)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunReadError(f"{run_dir}: no such run directory")
+    manifest_path = run_dir / MANIFEST_FILE
+    if not manifest_path.exists():
+        raise RunReadError(f"{run_dir}: not a run directory (no {MANIFEST_FILE})")
+    try:
+        manifest = RunManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        raise RunReadError(f"{manifest_path}: not a run manifest: {exc}") from exc
+    return manifest, latest(read_trials(run_dir / TRIALS_FILE))
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def is_success(reward: float) -> bool:
+    return reward >= 1.0 - SUCCESS_EPS
+
+
+def is_counted(rec: TrialRecord) -> bool:
+    return rec.status != "infra_failure"
+
+
+def pass_hat_k(outcomes: Sequence[tuple[int, int]], k: int) -> float | None:
+    """Mean over tasks of C(c, k) / C(n, k) for `outcomes` = [(n, c), ...]; tasks with n < k skipped.
+
+    None when no task has k counted trials (the value is undefined, not zero).
+    """
+    values = [math.comb(c, k) / math.comb(n, k) for n, c in outcomes if n >= k]
+    return sum(values) / len(values) if values else None
+
+
+def _percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default), q in [0, 1]."""
+    pos = q * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def bootstrap_ci(
+    values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
+) -> list[float] | None:
+    """95 % percentile bootstrap interval of the mean of per-task `values` (None for no tasks).
+
+    A fresh `random.Random(seed)` per call keeps every interval reproducible on its own, whatever
+    else was computed before it.
+    """
+    if not values:
+        return None
+    rng = random.Random(seed)
+    n = len(values)
+    means = sorted(sum(rng.choices(values, k=n)) / n for _ in range(resamples))
+    alpha = (1.0 - CI_LEVEL) / 2
+    return [_percentile(means, alpha), _percentile(means, 1.0 - alpha)]
+
+
+def bucket(difficulty: dict[str, int]) -> str:
+    """The difficulty bucket of a task; see the module docstring for the rule."""
+    calls = difficulty.get("calls")
+    if calls is None:
+        return "unknown"
+    if calls <= 2:
+        return "easy"
+    if calls <= 4:
+        return "medium"
+    return "hard"
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _tokens(records: Sequence[TrialRecord]) -> dict[str, dict[str, Any]]:
+    """Usage summed per role over every record (infra failures cost tokens too)."""
+    roles = list(ROLES) + sorted({r for rec in records for r in rec.usage} - set(ROLES))
+    totals = {role: Usage() for role in roles}
+    for rec in records:
+        for role, usage in rec.usage.items():
+            t = totals[role]
+            t.calls += usage.calls
+            t.prompt_tokens += usage.prompt_tokens
+            t.completion_tokens += usage.completion_tokens
+            t.cost_usd += usage.cost_usd
+    return {role: u.model_dump() for role, u in totals.items()}
+
+
+def _tasks(records: Sequence[TrialRecord]) -> dict[tuple[str, str], list[TrialRecord]]:
+    tasks: dict[tuple[str, str], list[TrialRecord]] = {}
+    for rec in records:
+        tasks.setdefault((rec.env, rec.task_id), []).append(rec)
+    return tasks
+
+
+def _core(records: Sequence[TrialRecord], trials: int) -> dict[str, Any]:
+    """The success metrics of a set of records: pass^k, mean reward, CIs, user error rate."""
+    counted = [r for r in records if is_counted(r)]
+    tasks = _tasks(counted)
+    outcomes = [(len(rs), sum(is_success(r.reward) for r in rs)) for rs in tasks.values()]
+    task_pass1 = [c / n for n, c in outcomes]
+    task_reward = [sum(r.reward for r in rs) / len(rs) for rs in tasks.values()]
+    return {
+        "n_tasks": len(tasks),
+        "n_trials": len(counted),
+        "pass_hat_k": [pass_hat_k(outcomes, k) for k in range(1, trials + 1)],
+        "pass_1_ci": bootstrap_ci(task_pass1),
+        "mean_reward": _mean(task_reward),
+        "mean_reward_ci": bootstrap_ci(task_reward),
+        "user_error_rate": _mean([1.0 if r.user_error else 0.0 for r in counted]),
+        "infra_failures": sum(1 for r in records if not is_counted(r)),
+    }
+
+
+def _part(records: Sequence[TrialRecord], trials: int) -> dict[str, Any]:
+    tokens = _tokens(records)
+    # A task's bucket comes from its first record, so a task never straddles two buckets.
+    task_bucket: dict[tuple[str, str], str] = {}
+    buckets: dict[str, list[TrialRecord]] = {b: [] for b in BUCKETS}
+    for rec in records:
+        name = task_bucket.setdefault((rec.env, rec.task_id), bucket(rec.difficulty))
+        buckets.setdefault(name, []).append(rec)
+    return {
+        **_core(records, trials),
+        "n_records": len(records),
+        "statuses": dict(sorted(Counter(r.status for r in records).items())),
+        "cost_usd": sum(t["cost_usd"] for t in tokens.values()),
+        "tokens": tokens,
+        "by_difficulty": {b: _core(rs, trials) for b, rs in buckets.items()},
+    }
+
+
+def summarize(records: list[TrialRecord], trials: int) -> dict[str, Any]:
+    """`{"overall": part, "envs": {env: part}}`, JSON-serialisable and deterministic.
+
+    Each part: n_tasks, n_trials (counted), n_records, statuses, pass_hat_k (k = 1..trials; None
+    where no task has k counted trials), pass_1_ci, mean_reward, mean_reward_ci, user_error_rate,
+    infra_failures, cost_usd, tokens (per role), by_difficulty (bucket -> the success metrics).
+    Records are deduplicated by trial_key first, so raw file order may be passed in.
+    """
+    if trials < 1:
+        raise ValueError(f"trials must be >= 1, got {trials}")
+    current = latest(records)
+    envs = sorted({r.env for r in current})
+    return {
+        "overall": _part(current, trials),
+        "envs": {env: _part([r for r in current if r.env == env], trials) for env in envs},
+    }
+
+
+# --------------------------------------------------------------------------- terminal
+
+
+def fmt_rate(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def fmt_ci(ci: list[float] | None) -> str:
+    return "" if ci is None else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
+def fmt_cost(value: float) -> str:
+    return f"${value:.4f}"
+
+
+def print_summary(summary: dict[str, Any], console: Any) -> None:
+    """A rich table: one row per env and an overall row (pass^1..k, reward ± CI, errors, cost)."""
+    from rich import box
+    from rich.table import Table
+
+    overall = summary["overall"]
+    k_max = len(overall["pass_hat_k"])
+    table = Table(title="Run summary", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("env")
+    table.add_column("tasks", justify="right")
+    table.add_column("trials", justify="right")
+    for k in range(1, k_max + 1):
+        table.add_column(f"pass^{k}", justify="right")
+    table.add_column("mean reward [95% CI]", justify="right")
+    table.add_column("user err", justify="right")
+    table.add_column("infra fail", justify="right")
+    table.add_column("cost", justify="right")
+
+    def row(name: str, part: dict[str, Any], style: str | None = None, end_section: bool = False) -> None:
+        reward = fmt_rate(part["mean_reward"])
+        if part["mean_reward_ci"] is not None:
+            reward += " " + fmt_ci(part["mean_reward_ci"])
+        table.add_row(
+            name,
+            str(part["n_tasks"]),
+            str(part["n_trials"]),
+            *(fmt_rate(v) for v in part["pass_hat_k"]),
+            reward,
+            fmt_rate(part["user_error_rate"]),
+            str(part["infra_failures"]),
+            fmt_cost(part["cost_usd"]),
+            style=style,
+            end_section=end_section,
+        )
+
+    envs = list(summary["envs"].items())
+    for i, (env, part) in enumerate(envs):
+        row(env, part, end_section=i == len(envs) - 1)
+    row("overall", overall, style="bold")
+    console.print(table)
+    if overall["pass_1_ci"] is not None:
+        console.print(f"pass^1 95% CI (bootstrap over tasks): {fmt_ci(overall['pass_1_ci'])}")

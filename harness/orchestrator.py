@@ -1,0 +1,440 @@
+"""Running an evaluation: every (task, trial) on its own episode and MCP session, concurrently.
+
+A trial: create an episode at the task's initial state → open an MCP session bound to it → the
+user opens → agent steps (tool calls executed through MCP) alternate with user replies until a
+control token, a limit, or the wall-clock timeout → export the final state → score → append one
+`TrialRecord` to the run directory. The fleet is in-process by default; with `server` it is a
+running `envforge serve` reached through its control plane and per-episode MCP URLs.
+
+Failures are sorted by whose fault they are: the model's context overflowing is the agent's
+(`context_overflow`, scored 0); model calls that still fail after retries, and a fleet that
+errors or disappears, are nobody's measurement (`infra_failure`, excluded from pass^k and re-run
+by `resume`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
+import httpx
+import litellm
+from pydantic import BaseModel, ConfigDict, Field
+
+from envforge.server import Fleet, State, state_hash
+from envforge.server.client import EpisodeClient, episode_client, http_episode_client
+from envforge.synth.models import Task
+
+from .agents import BUILTIN_AGENTS, Agent, as_reply, build_agent, openai_tools
+from .llm import InfraError, LLMConfig, add_usage
+from .records import Message, RunManifest, TrialRecord, Usage
+from .runs import RunDir, check_resumable, dump_diff, records_for, score_trial, trial_key
+from .tasks import EnvTasks, load_env_tasks
+from .user_errors import detect_user_error
+from .users import User, build_user
+
+
+class Limits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int = Field(30, description="user/agent exchanges")
+    max_steps: int = Field(30, description="agent messages (tool-call rounds) within one exchange")
+    max_tool_errors: int = Field(10, description="failed tool calls tolerated in one trial")
+    trial_timeout_s: float = 600.0
+
+
+class EvalConfig(BaseModel):
+    """Everything that decides what a run measures (the manifest is derived from it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str
+    user: str = "scripted"
+    agent_llm: LLMConfig | None = None
+    user_llm: LLMConfig | None = None
+    judge_llm: LLMConfig | None = None
+    trials: int = 1
+    concurrency: int = 4
+    seed: int = 0
+    limits: Limits = Field(default_factory=Limits)
+    server: str | None = None
+    server_token: str | None = None
+    task_ids: list[str] | None = None
+
+    def agent_cfg(self) -> LLMConfig | None:
+        if self.agent in BUILTIN_AGENTS:
+            return None
+        return self.agent_llm or LLMConfig(model=self.agent)
+
+    def user_cfg(self) -> LLMConfig | None:
+        if self.user == "scripted":
+            return None
+        return self.user_llm or LLMConfig(model=self.user)
+
+
+# --------------------------------------------------------------------------- backends
+
+
+class Backend(Protocol):
+    async def create(self, env: str, state: State | None) -> str: ...
+    def client(self, env: str, episode_id: str) -> AbstractAsyncContextManager[EpisodeClient]: ...
+    async def export(self, episode_id: str) -> State: ...
+    async def close(self, episode_id: str) -> None: ...
+
+
+@dataclass
+class InProcessBackend:
+    fleet: Fleet
+
+    async def create(self, env: str, state: State | None) -> str:
+        return (await self.fleet.create_episode(env, state=state)).id
+
+    def client(self, env: str, episode_id: str) -> AbstractAsyncContextManager[EpisodeClient]:
+        return episode_client(self.fleet, env, episode_id)
+
+    async def export(self, episode_id: str) -> State:
+        return (await self.fleet.export(episode_id))[0]
+
+    async def close(self, episode_id: str) -> None:
+        await self.fleet.close_episode(episode_id)
+
+
+class HTTPBackend:
+    """A fleet behind `envforge serve`: control plane for episodes, per-episode MCP URLs for agents."""
+
+    def __init__(self, base_url: str, token: str | None = None) -> None:
+        self.base = base_url.rstrip("/")
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.AsyncClient(base_url=self.base, headers=headers, timeout=60.0)
+        self.paths: dict[str, str] = {}
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = await self.http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise InfraError(f"env server {self.base}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code >= 400:
+            raise InfraError(
+                f"env server {method} {path}: HTTP {response.status_code}: {response.text[:200]}"
+            )
+        return response.json()
+
+    async def create(self, env: str, state: State | None) -> str:
+        body: dict[str, Any] = {"env": env}
+        if state is not None:
+            body["state"] = state
+        data = await self._request("POST", "/control/episodes", json=body)
+        self.paths[data["episode_id"]] = data["mcp_path"]
+        return str(data["episode_id"])
+
+    def client(self, env: str, episode_id: str) -> AbstractAsyncContextManager[EpisodeClient]:
+        return http_episode_client(self.base + self.paths[episode_id], episode_id)
+
+    async def export(self, episode_id: str) -> State:
+        return (await self._request("GET", f"/control/episodes/{episode_id}/state"))["state"]
+
+    async def close(self, episode_id: str) -> None:
+        self.paths.pop(episode_id, None)
+        await self._request("DELETE", f"/control/episodes/{episode_id}")
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+
+# --------------------------------------------------------------------------- one trial
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for e in exc.exceptions for leaf in _leaves(e)]
+    return [exc]
+
+
+def _classify(exc: BaseException) -> tuple[str, str]:
+    leaves = _leaves(exc)
+    for leaf in leaves:
+        if isinstance(leaf, litellm.ContextWindowExceededError):
+            return "context_overflow", f"context window exceeded: {leaf}"
+    leaf = next((e for e in leaves if isinstance(e, InfraError)), leaves[0])
+    return "infra_failure", f"{type(leaf).__name__}: {leaf}"
+
+
+def trial_seed(run_seed: int, key: str) -> int:
+    return int(hashlib.sha256(f"{run_seed}:{key}".encode()).hexdigest()[:8], 16)
+
+
+async def converse(
+    agent: Agent,
+    user: User,
+    client: EpisodeClient,
+    tools: list[dict[str, Any]],
+    messages: list[Message],
+    usage: dict[str, Usage],
+    limits: Limits,
+) -> tuple[str, str]:
+    """The conversation loop; fills `messages` and `usage`, returns (status, termination)."""
+    first = await user.start()
+    add_usage(usage, "user", first.usage)
+    messages.append(Message(role="user", content=first.text, turn=0))
+    if first.stop or first.transfer:
+        return "completed", "user_stop" if first.stop else "transfer"
+    errors = 0
+    for turn in range(1, limits.max_turns + 1):
+        for _ in range(limits.max_steps):
+            reply = as_reply(await agent.respond(list(messages), tools, client))
+            add_usage(usage, "agent", reply.usage)
+            said = reply.message.model_copy(update={"role": "assistant", "turn": turn})
+            messages.append(said)
+            if not said.tool_calls:
+                break
+            for call in said.tool_calls:
+                result = await client.call_tool(call.name, call.arguments)
+                messages.append(
+                    Message(
+                        role="tool",
+                        content=result.text,
+                        tool_call_id=call.id,
+                        is_error=result.is_error,
+                        turn=turn,
+                    )
+                )
+                errors += result.is_error
+                if errors > limits.max_tool_errors:
+                    return "max_errors", "max_tool_errors"
+        else:
+            return "max_turns", "max_steps"
+        if said.content and "###STOP###" in said.content:
+            return "completed", "agent_stop"
+        answer = await user.reply(list(messages))
+        add_usage(usage, "user", answer.usage)
+        messages.append(Message(role="user", content=answer.text, turn=turn))
+        if answer.stop:
+            return "completed", "user_stop"
+        if answer.transfer:
+            return "completed", "transfer"
+    return "max_turns", "max_turns"
+
+
+@dataclass
+class TrialJob:
+    et: EnvTasks
+    task: Task
+    trial: int
+
+    @property
+    def key(self) -> str:
+        return trial_key(self.et.env.name, self.task.id, self.trial)
+
+
+async def run_trial(
+    job: TrialJob,
+    backend: Backend,
+    config: EvalConfig,
+    run_id: str,
+    *,
+    make_agent: Callable[[Task, int], Agent] | None = None,
+    make_user: Callable[[Task], User] | None = None,
+) -> TrialRecord:
+    """One trial end to end; never raises for the trial's own failures (they become its status)."""
+    env, task = job.et.env, job.task
+    seed = trial_seed(config.seed, job.key)
+    agent = (make_agent or _default_agent(config, job.et))(task, seed)
+    user = make_user(task) if make_user else build_user(config.user, task, llm=config.user_cfg())
+    started, t0 = time.time(), time.perf_counter()
+    messages: list[Message] = []
+    usage: dict[str, Usage] = {}
+    status, termination, error = "completed", "", None
+    final: State | None = None
+    episode_id: str | None = None
+    try:
+        episode_id = await backend.create(env.name, job.et.initial_state(task) if task.setup else None)
+        async with backend.client(env.name, episode_id) as client:
+            tools = openai_tools(await client.list_tools())
+            with anyio.move_on_after(config.limits.trial_timeout_s) as scope:
+                status, termination = await converse(
+                    agent, user, client, tools, messages, usage, config.limits
+                )
+            if scope.cancelled_caught:
+                status, termination = "timeout", "timeout"
+        final = await backend.export(episode_id)
+    except Exception as exc:
+        status, error = _classify(exc)
+        termination = status
+        if status == "context_overflow" and episode_id is not None:
+            try:
+                final = await backend.export(episode_id)
+            except Exception as export_exc:
+                status, error = _classify(export_exc)
+    finally:
+        if episode_id is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                try:
+                    await backend.close(episode_id)
+                except Exception:
+                    pass  # the episode expires on its own; a dead server has nothing to close
+    record = TrialRecord(
+        run_id=run_id,
+        trial_key=job.key,
+        env=env.name,
+        task_id=task.id,
+        trial=job.trial,
+        seed=seed,
+        status=status,  # type: ignore[arg-type]
+        termination=termination,
+        error=error,
+        messages=messages,
+        usage=usage,
+        difficulty=task.difficulty.model_dump(),
+        started_at=started,
+        duration_s=0.0,
+        agent=config.agent,
+        user=config.user,
+    )
+    if final is not None and status != "infra_failure":
+        try:
+            ts = await score_trial(task, final, messages, status=status, judge=config.judge_llm)
+            if ts.judge_usage:
+                add_usage(usage, "judge", ts.judge_usage)
+            user_error, reason, judge_usage = await detect_user_error(
+                task, messages, config.judge_llm if ts.score.reward < 1.0 else None
+            )
+            if judge_usage:
+                add_usage(usage, "judge", judge_usage)
+        except InfraError as exc:
+            record.status, record.error = "infra_failure", f"judge: {exc}"
+        else:
+            record.final_state_hash = state_hash(final)
+            record.final_diff = dump_diff(job.et.diff_from_initial(task, final))
+            record.score, record.reward = ts.score, ts.score.reward
+            record.parts, record.not_judged = ts.parts, ts.not_judged
+            record.user_error, record.user_error_reason = user_error, reason
+    record.duration_s = time.perf_counter() - t0
+    return record
+
+
+def _default_agent(config: EvalConfig, et: EnvTasks) -> Callable[[Task, int], Agent]:
+    def make(task: Task, seed: int) -> Agent:
+        return build_agent(config.agent, task, seed=seed, policy=et.env.policy, llm=config.agent_cfg())
+
+    return make
+
+
+# --------------------------------------------------------------------------- a run
+
+
+def build_manifest(config: EvalConfig, envs: Sequence[EnvTasks], run_id: str) -> RunManifest:
+    agent_cfg, user_cfg = config.agent_cfg(), config.user_cfg()
+    return RunManifest(
+        run_id=run_id,
+        created_at=time.time(),
+        envs=[et.env.name for et in envs],
+        env_dirs=[str(et.env_dir.resolve()) for et in envs],
+        task_ids={et.env.name: [t.id for t in et.tasks] for et in envs},
+        trials=config.trials,
+        agent=config.agent,
+        agent_api_base=agent_cfg.api_base if agent_cfg else None,
+        user=config.user,
+        user_api_base=user_cfg.api_base if user_cfg else None,
+        agent_temperature=agent_cfg.temperature if agent_cfg else None,
+        user_temperature=user_cfg.temperature if user_cfg else None,
+        concurrency=config.concurrency,
+        seed=config.seed,
+        limits={k: float(v) for k, v in config.limits.model_dump().items()},
+        judge=config.judge_llm.model if config.judge_llm else None,
+        versions={"envforge": _version(), "litellm": _version("litellm")},
+    )
+
+
+def _version(dist: str = "envforge") -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class RunExists(FileExistsError):
+    """The output directory already holds a run and `resume` was not asked for."""
+
+
+@asynccontextmanager
+async def open_backend(config: EvalConfig, envs: Sequence[EnvTasks]) -> AsyncIterator[Backend]:
+    if config.server:
+        http = HTTPBackend(config.server, config.server_token)
+        try:
+            yield http
+        finally:
+            await http.aclose()
+        return
+    fleet = Fleet([et.env for et in envs], max_episodes=max(64, config.concurrency * 4))
+    try:
+        yield InProcessBackend(fleet)
+    finally:
+        await fleet.aclose()
+
+
+async def run_eval(
+    env_dirs: Sequence[str | Path],
+    config: EvalConfig,
+    out_dir: str | Path,
+    *,
+    resume: bool = False,
+    on_start: Callable[[int, int], None] | None = None,
+    on_record: Callable[[TrialRecord], None] | None = None,
+    make_agent: Callable[[Task, int], Agent] | None = None,
+    make_user: Callable[[Task], User] | None = None,
+) -> tuple[RunManifest, list[TrialRecord]]:
+    """Run (or resume) an evaluation into `out_dir`; returns the manifest and the latest record per key.
+
+    `on_start(total, already_done)` and `on_record(record)` drive progress displays;
+    `make_agent` / `make_user` replace the configured agent or user (custom Python agents).
+    """
+    envs = [load_env_tasks(d, config.task_ids) for d in env_dirs]
+    rd = RunDir(out_dir)
+    old = rd.read_manifest()
+    if old is not None and not resume:
+        raise RunExists(f"{out_dir} already holds run {old.run_id}: pass --resume, or choose another --out")
+    manifest = build_manifest(
+        config, envs, old.run_id if old else f"run-{int(time.time())}-{secrets.token_hex(3)}"
+    )
+    if old is not None:
+        check_resumable(old, manifest)
+        manifest = old
+    else:
+        rd.write_manifest(manifest)
+    done = {k for k, r in rd.latest().items() if r.status != "infra_failure"}
+    jobs = [
+        job
+        for et in envs
+        for task in et.tasks
+        for trial in range(config.trials)
+        if (job := TrialJob(et, task, trial)).key not in done
+    ]
+    total = sum(len(et.tasks) for et in envs) * config.trials
+    if on_start:
+        on_start(total, total - len(jobs))
+    limiter = anyio.CapacityLimiter(max(1, config.concurrency))
+
+    async with open_backend(config, envs) as backend:
+
+        async def one(job: TrialJob) -> None:
+            async with limiter:
+                record = await run_trial(
+                    job, backend, config, manifest.run_id, make_agent=make_agent, make_user=make_user
+                )
+            rd.append(record)
+            if on_record:
+                on_record(record)
+
+        async with anyio.create_task_group() as tg:
+            for job in jobs:
+                tg.start_soon(one, job)
+    return manifest, records_for(manifest, rd.latest().values())

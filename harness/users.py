@@ -1,0 +1,155 @@
+"""Simulated users: who the agent talks to. They know the task's scenario, never the answers.
+
+A user opens the conversation (`start`) and answers each agent message (`reply`). Ending is said
+in-band with τ-bench's control tokens: `###STOP###` (satisfied, or giving up) and
+`###TRANSFER###` (asked to be handed to a human).
+
+- `ScriptedUser`: deterministic and offline. It states the request, answers a question with the
+  facts whose names (or values) the question mentions, says it does not know anything else
+  (it never invents a fact), and stops when the agent's message is a statement rather than a
+  question (the agent reports done) or after `max_turns` replies. `lies` makes it state wrong
+  values for some facts: the fault the user-error detector must catch.
+- `LLMUser`: a model playing the persona, given the instruction and the facts with the rule to
+  reveal them only when asked.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from envforge.synth.models import Task
+
+from .llm import LLMConfig, complete
+from .records import Message, Usage
+
+STOP = "###STOP###"
+TRANSFER = "###TRANSFER###"
+
+
+@dataclass
+class UserReply:
+    text: str
+    usage: Usage = field(default_factory=Usage)
+
+    @property
+    def stop(self) -> bool:
+        return STOP in self.text
+
+    @property
+    def transfer(self) -> bool:
+        return TRANSFER in self.text
+
+
+@runtime_checkable
+class User(Protocol):
+    async def start(self) -> UserReply: ...
+
+    async def reply(self, messages: list[Message]) -> UserReply: ...
+
+
+def fact_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return ", ".join(value)
+    return json.dumps(value)
+
+
+def request_text(task: Task) -> str:
+    """The instruction as the user says it: without the hidden-facts and must-be-told lines."""
+    lines = [
+        line
+        for line in task.scenario.instruction.splitlines()
+        if not line.startswith(("You know:", "Make sure the agent tells you"))
+    ]
+    text = "\n".join(lines).replace(
+        "You want the agent to do the following", "I need help with the following"
+    )
+    return text.strip()
+
+
+class ScriptedUser:
+    def __init__(self, task: Task, *, max_turns: int = 10, lies: dict[str, Any] | None = None) -> None:
+        self.task = task
+        self.max_turns = max_turns
+        self.turns = 0
+        self.facts = {f.name: f.value for f in task.scenario.known_facts}
+        self.facts.update(lies or {})
+        self.told: set[str] = set()
+
+    async def start(self) -> UserReply:
+        return UserReply(request_text(self.task))
+
+    def _asked(self, text: str) -> list[str]:
+        low = text.lower()
+        return [
+            name
+            for name, value in self.facts.items()
+            if name.lower() in low or name.replace("_", " ").lower() in low or fact_text(value).lower() in low
+        ]
+
+    async def reply(self, messages: list[Message]) -> UserReply:
+        self.turns += 1
+        said = next((m.content or "" for m in reversed(messages) if m.role == "assistant" and m.content), "")
+        if self.turns > self.max_turns or "?" not in said:
+            return UserReply(f"Thank you. {STOP}")
+        asked = self._asked(said)
+        if not asked:
+            return UserReply("I don't know that, sorry.")
+        return UserReply(" ".join(f"My {n.replace('_', ' ')} is {fact_text(self.facts[n])}." for n in asked))
+
+
+USER_SYSTEM = """You are a user talking to a customer-service agent. Stay in character.
+Persona: {persona}
+
+Your goal (follow it, one step at a time, in your own words):
+{instruction}
+
+Facts you know (give one only when the agent asks for it; never invent other facts):
+{facts}
+
+Write only what the user says next. When your goal is reached, or cannot be reached, reply with
+exactly {stop}. If the agent transfers you to a human, reply with exactly {transfer}."""
+
+
+class LLMUser:
+    """A model simulating the user; the agent's messages are its 'user' turns."""
+
+    def __init__(self, task: Task, cfg: LLMConfig) -> None:
+        self.task = task
+        self.cfg = cfg
+        facts = (
+            "\n".join(f"- {f.name}: {fact_text(f.value)}" for f in task.scenario.known_facts) or "- (none)"
+        )
+        self.system = USER_SYSTEM.format(
+            persona=task.scenario.persona,
+            instruction=request_text(task),
+            facts=facts,
+            stop=STOP,
+            transfer=TRANSFER,
+        )
+
+    async def _ask(self, history: list[dict[str, Any]]) -> UserReply:
+        message, usage = await complete(self.cfg, [{"role": "system", "content": self.system}, *history])
+        return UserReply((message.content or "").strip() or STOP, usage)
+
+    async def start(self) -> UserReply:
+        return await self._ask([{"role": "user", "content": "Hi! How can I help you today?"}])
+
+    async def reply(self, messages: list[Message]) -> UserReply:
+        # Roles flipped: what the agent said is this model's input; tool traffic is invisible to users.
+        history: list[dict[str, Any]] = [{"role": "user", "content": "Hi! How can I help you today?"}]
+        for m in messages:
+            if m.role == "user":
+                history.append({"role": "assistant", "content": m.content or ""})
+            elif m.role == "assistant" and m.content:
+                history.append({"role": "user", "content": m.content})
+        return await self._ask(history)
+
+
+def build_user(spec: str, task: Task, *, llm: LLMConfig | None = None, max_turns: int = 10) -> User:
+    if spec == "scripted":
+        return ScriptedUser(task, max_turns=max_turns)
+    return LLMUser(task, llm or LLMConfig(model=spec))

@@ -1,0 +1,216 @@
+"""Built-in agents on every bundled env, user-error detection, scoring parts, the run dir, resume."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import anyio
+import pytest
+
+from envforge.harness.agents import OracleAgent
+from envforge.harness.llm import LLMConfig
+from envforge.harness.metrics import summarize
+from envforge.harness.orchestrator import EvalConfig, RunExists, run_eval
+from envforge.harness.records import Message
+from envforge.harness.runs import RunConfigMismatch, RunDir, rescore, score_trial
+from envforge.harness.tasks import load_env_tasks
+from envforge.harness.user_errors import detect_user_error, rule_user_error
+from envforge.harness.users import STOP, ScriptedUser
+from envforge.synth.models import ActionCheck
+from envforge.synth.pipeline import load_tasks
+
+from conftest import REPO
+
+ENV_DIRS = sorted(p for p in (REPO / "envs").iterdir() if (p / "tasks.jsonl").exists())
+RETAIL = REPO / "envs" / "retail_orders"
+
+
+def first_ids(env_dir: Path, n: int = 3) -> list[str]:
+    return [t.id for t in load_tasks(env_dir)[:n]]
+
+
+@pytest.mark.parametrize("env_dir", ENV_DIRS, ids=lambda p: p.name)
+async def test_oracle_passes_and_noop_fails_every_bundled_env(env_dir: Path, tmp_path: Path) -> None:
+    ids = first_ids(env_dir)
+    oracle_manifest, oracle = await run_eval(
+        [env_dir], EvalConfig(agent="oracle", task_ids=ids), tmp_path / "oracle"
+    )
+    assert [r.status for r in oracle] == ["completed"] * 3
+    assert summarize(oracle, oracle_manifest.trials)["overall"]["pass_hat_k"] == [1.0]
+    assert all(r.termination == "user_stop" and not r.user_error for r in oracle)
+    noop_manifest, noop = await run_eval([env_dir], EvalConfig(agent="noop", task_ids=ids), tmp_path / "noop")
+    assert summarize(noop, noop_manifest.trials)["overall"]["pass_hat_k"] == [0.0]
+    assert all(not any(m.tool_calls for m in r.messages) for r in noop)
+
+
+async def test_random_agent_is_seeded_and_schema_valid(tmp_path: Path) -> None:
+    ids = first_ids(RETAIL, 2)
+    _, a = await run_eval([RETAIL], EvalConfig(agent="random", task_ids=ids, seed=7), tmp_path / "a")
+    _, b = await run_eval([RETAIL], EvalConfig(agent="random", task_ids=ids, seed=7), tmp_path / "b")
+    calls = [[(c.name, c.arguments) for m in r.messages for c in m.tool_calls] for r in a]
+    assert calls == [[(c.name, c.arguments) for m in r.messages for c in m.tool_calls] for r in b]
+    assert all(len(c) == 3 for c in calls)
+    tool_texts = [m.content or "" for r in a for m in r.messages if m.role == "tool"]
+    assert not any("validation" in t.lower() and "required" in t.lower() for t in tool_texts)
+
+
+async def test_run_dir_refuses_overwrite_and_mismatched_resume_and_rescores(tmp_path: Path) -> None:
+    ids = first_ids(RETAIL, 2)
+    out = tmp_path / "run"
+    manifest, records = await run_eval([RETAIL], EvalConfig(agent="oracle", task_ids=ids, trials=2), out)
+    assert json.loads((out / "manifest.json").read_text())["run_id"] == manifest.run_id
+    assert len((out / "trials.jsonl").read_text().splitlines()) == 4
+    with pytest.raises(RunExists):
+        await run_eval([RETAIL], EvalConfig(agent="oracle", task_ids=ids, trials=2), out)
+    with pytest.raises(RunConfigMismatch, match="agent: run has 'oracle', now 'noop'"):
+        await run_eval([RETAIL], EvalConfig(agent="noop", task_ids=ids, trials=2), out, resume=True)
+    # resuming a finished run runs nothing and keeps one line per key
+    _, again = await run_eval(
+        [RETAIL], EvalConfig(agent="oracle", task_ids=ids, trials=2, concurrency=1), out, resume=True
+    )
+    assert len((out / "trials.jsonl").read_text().splitlines()) == 4
+    assert [r.reward for r in again] == [1.0] * 4
+    # re-scoring from stored diffs reproduces the rewards; a tampered diff changes the verdict
+    rescored = await rescore(out)
+    assert sorted(r.reward for r in rescored) == [1.0] * 4
+    assert all(r.final_diff for r in records)
+    lines = (out / "trials.jsonl").read_text().splitlines()
+    rec = json.loads(lines[0])
+    rec["final_diff"] = {}
+    (out / "trials.jsonl").write_text("\n".join([json.dumps(rec), *lines[1:]]) + "\n")
+    rescored = {r.trial_key: r for r in await rescore(out, write=True)}
+    assert rescored[rec["trial_key"]].reward == 0.0 and not rescored[rec["trial_key"]].score.state_match
+    assert (out / "rescored.jsonl").exists()
+
+
+async def test_interrupted_run_resumes_every_trial_exactly_once(tmp_path: Path) -> None:
+    ids = first_ids(RETAIL, 4)
+    out = tmp_path / "run"
+    config = EvalConfig(agent="oracle", task_ids=ids, trials=2, concurrency=2)
+    seen: list[str] = []
+    with anyio.CancelScope() as scope:
+
+        def on_record(record) -> None:
+            seen.append(record.trial_key)
+            if len(seen) == 3:
+                scope.cancel()
+
+        await run_eval([RETAIL], config, out, on_record=on_record)
+    written = [r.trial_key for r in RunDir(out).read_records()]
+    assert 3 <= len(written) < 8
+    _, records = await run_eval([RETAIL], config, out, resume=True)
+    keys = [r.trial_key for r in RunDir(out).read_records()]
+    assert Counter(keys) == Counter({f"retail_orders/{t}/{k}": 1 for t in ids for k in range(2)})
+    assert keys[: len(written)] == written
+    assert [r.reward for r in records] == [1.0] * 8
+
+
+async def test_resume_after_a_torn_last_line_keeps_every_trial(tmp_path: Path) -> None:
+    """A crash mid-write leaves half a line; the resumed run's records must not be glued onto it."""
+    ids = first_ids(RETAIL, 2)
+    out = tmp_path / "run"
+    config = EvalConfig(agent="oracle", task_ids=ids, trials=1, concurrency=1)
+    await run_eval([RETAIL], config, out)
+    trials = out / "trials.jsonl"
+    lines = trials.read_text().splitlines(keepends=True)
+    trials.write_text(lines[0] + lines[1][: len(lines[1]) // 2])  # the second record was torn
+    await run_eval([RETAIL], config, out, resume=True)
+    keys = [r.trial_key for r in RunDir(out).read_records()]
+    assert sorted(keys) == sorted(f"retail_orders/{t}/0" for t in ids)
+    assert trials.read_text().splitlines()[-1].startswith("{")
+
+
+class AskingOracle(OracleAgent):
+    """Asks for every known fact once, then behaves as the oracle."""
+
+    def __init__(self, task) -> None:
+        super().__init__(task)
+        self.asked = False
+
+    async def respond(self, messages, tools, client):
+        if not self.asked:
+            self.asked = True
+            names = " and ".join(f.name for f in self.task.scenario.known_facts)
+            return Message(role="assistant", content=f"Could you give me your {names}?")
+        return await super().respond(messages, tools, client)
+
+
+async def test_lying_scripted_user_is_flagged_and_honest_one_is_not(tmp_path: Path) -> None:
+    et = load_env_tasks(RETAIL)
+    task = next(t for t in et.tasks if any(f.name == "customer_id" for f in t.scenario.known_facts))
+    config = EvalConfig(agent="oracle", task_ids=[task.id])
+    _, honest = await run_eval([RETAIL], config, tmp_path / "honest", make_agent=lambda t, s: AskingOracle(t))
+    assert honest[0].reward == 1.0 and not honest[0].user_error
+    truth = next(f.value for f in task.scenario.known_facts if f.name == "customer_id")
+    _, lying = await run_eval(
+        [RETAIL],
+        config,
+        tmp_path / "lying",
+        make_agent=lambda t, s: AskingOracle(t),
+        make_user=lambda t: ScriptedUser(t, lies={"customer_id": "C-1999"}),
+    )
+    rec = lying[0]
+    assert "C-1999" in rec.messages[2].content
+    assert rec.user_error and "C-1999" in rec.user_error_reason and truth in rec.user_error_reason
+
+
+async def test_premature_stop_rule_and_llm_judge_fallback() -> None:
+    task = load_tasks(RETAIL)[0]
+    asked = [
+        Message(role="user", content="I need help."),
+        Message(role="assistant", content="Which order do you mean?"),
+        Message(role="user", content=STOP),
+    ]
+    error, reason = rule_user_error(task, asked)
+    assert error and "asking a question" in reason
+    fine = [
+        Message(role="user", content="I need help."),
+        Message(role="assistant", content="Done."),
+        Message(role="user", content=STOP),
+    ]
+    assert rule_user_error(task, fine) == (False, None)
+    judge = LLMConfig(
+        model="openai/judge", mock_response='{"user_error": true, "reason": "asked for a refund"}'
+    )
+    error, reason, usage = await detect_user_error(task, fine, judge)
+    assert error and reason == "judge: asked for a refund" and usage.calls == 1
+    no = LLMConfig(model="openai/judge", mock_response='{"user_error": false, "reason": ""}')
+    assert (await detect_user_error(task, fine, no))[:2] == (False, None)
+
+
+async def test_actions_and_nl_assertions_parts() -> None:
+    et = load_env_tasks(RETAIL)
+    task = et.tasks[0]
+    first = task.golden_calls[0]
+    task = task.model_copy(
+        update={
+            "reward_basis": ["state", "outputs", "actions", "nl_assertions"],
+            "action_checks": [ActionCheck(name=first.name, arguments=first.arguments)],
+            "nl_assertions": ["The agent states the total."],
+        }
+    )
+    from envforge.server import Fleet
+
+    fleet = Fleet([et.env])
+    episode = await fleet.create_episode(et.env.name)
+    for call in task.golden_calls:
+        await fleet.call(episode.id, call.name, call.arguments)
+    final, _ = await fleet.export(episode.id)
+    await fleet.aclose()
+    oracle = OracleAgent(task)
+    messages = [Message(role="user", content="hi")]
+    for _ in range(len(task.golden_calls) + 1):
+        messages.append(await oracle.respond(messages, [], None))  # type: ignore[arg-type]
+    unjudged = await score_trial(task, final, messages, status="completed")
+    assert unjudged.score.reward == 1.0 and unjudged.not_judged == ["nl_assertions"]
+    assert unjudged.parts == {"state": 1.0, "outputs": 1.0, "actions": 1.0}
+    yes = LLMConfig(model="openai/judge", mock_response='{"met": [true]}')
+    judged = await score_trial(task, final, messages, status="completed", judge=yes)
+    assert judged.score.reward == 1.0 and judged.parts["nl_assertions"] == 1.0 and not judged.not_judged
+    no = LLMConfig(model="openai/judge", mock_response='{"met": [false]}')
+    assert (await score_trial(task, final, messages, status="completed", judge=no)).score.reward == 0.0
+    wrong = [m.model_copy(update={"tool_calls": []}) for m in messages]
+    assert (await score_trial(task, final, wrong, status="completed")).parts["actions"] == 0.0
+    assert (await score_trial(task, final, messages, status="max_turns")).score.reward == 0.0

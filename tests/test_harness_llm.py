@@ -1,0 +1,209 @@
+"""LLM agents and users over real HTTP: a fake OpenAI-compatible server on 127.0.0.1, faults included."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envforge.harness.agents import LLMAgent
+from envforge.harness.llm import LLMConfig
+from envforge.harness.metrics import summarize
+from envforge.harness.orchestrator import EvalConfig, run_eval
+from envforge.harness.runs import RunDir
+from envforge.synth.models import Task
+from envforge.synth.pipeline import load_tasks
+
+from conftest import REPO
+
+RETAIL = REPO / "envs" / "retail_orders"
+Brain = Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]
+
+
+def completion(content: str | None = None, tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "fake",
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}
+        ],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+    }
+
+
+class FakeOpenAI:
+    """`POST /v1/chat/completions` answered by `brain(body) -> (status, json)`; every request is kept."""
+
+    def __init__(self, brain: Brain) -> None:
+        self.brain = brain
+        self.requests: list[dict[str, Any]] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+                fake.requests.append(body)
+                status, payload = fake.brain(body)
+                data = json.dumps(payload).encode()
+                head = (
+                    f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(data)}\r\n\r\n"
+                ).encode()
+                self.wfile.write(head + data)  # one write: no Nagle stall between headers and body
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> FakeOpenAI:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def scripted_brain(task: Task) -> Brain:
+    """A model that plays both roles: the agent makes the golden calls, the user asks then stops."""
+
+    def brain(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        messages = body["messages"]
+        if body["model"] == "fake-user":
+            return 200, completion("Please help me with my order." if len(messages) <= 2 else "###STOP###")
+        done = sum(1 for m in messages if m["role"] == "tool")
+        if done < len(task.golden_calls):
+            call = task.golden_calls[done]
+            return 200, completion(
+                tool_calls=[
+                    {
+                        "id": f"call_{done}",
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+                    }
+                ]
+            )
+        return 200, completion("Done: " + "; ".join(task.required_outputs))
+
+    return brain
+
+
+def llm_config(task: Task, url: str, *, agent_model: str = "openai/fake-agent", **kw: Any) -> EvalConfig:
+    return EvalConfig(
+        agent=agent_model,
+        user="openai/fake-user",
+        agent_llm=LLMConfig(model=agent_model, api_base=url, api_key="x", backoff_s=0.01, **kw),
+        user_llm=LLMConfig(model="openai/fake-user", api_base=url, api_key="x", temperature=0.5),
+        task_ids=[task.id],
+    )
+
+
+@pytest.fixture(scope="module")
+def task() -> Task:
+    return load_tasks(RETAIL)[0]
+
+
+@pytest.mark.parametrize("agent_model", ["openai/fake-agent", "hosted_vllm/fake-agent"])
+async def test_llm_agent_and_llm_user_over_http(task: Task, tmp_path: Path, agent_model: str) -> None:
+    with FakeOpenAI(scripted_brain(task)) as fake:
+        manifest, (rec,) = await run_eval(
+            [RETAIL], llm_config(task, fake.url, agent_model=agent_model), tmp_path
+        )
+    assert rec.status == "completed" and rec.termination == "user_stop" and rec.reward == 1.0
+    assert manifest.agent_api_base == fake.url and manifest.user_temperature == 0.5
+    agent_requests = [r for r in fake.requests if r["model"] == "fake-agent"]
+    first = agent_requests[0]
+    assert first["messages"][0] == {"role": "system", "content": RETAIL.joinpath("policy.md").read_text()}
+    assert {t["function"]["name"] for t in first["tools"]} >= {c.name for c in task.golden_calls}
+    assert all(r["temperature"] == 0.5 for r in fake.requests if r["model"] == "fake-user")
+    assert rec.usage["agent"].calls == len(task.golden_calls) + 1 == len(agent_requests)
+    assert rec.usage["agent"].prompt_tokens == 11 * rec.usage["agent"].calls
+    assert rec.usage["user"].completion_tokens == 7 * 2 and rec.usage["user"].cost_usd == 0.0
+
+
+async def test_rate_limit_is_retried(task: Task, tmp_path: Path) -> None:
+    inner = scripted_brain(task)
+    calls = {"n": 0}
+
+    def brain(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if body["model"] == "fake-agent":
+            calls["n"] += 1
+            if calls["n"] == 1:
+                return 429, {"error": {"message": "slow down", "type": "rate_limit_error", "code": "429"}}
+        return inner(body)
+
+    with FakeOpenAI(brain) as fake:
+        _, (rec,) = await run_eval([RETAIL], llm_config(task, fake.url), tmp_path)
+    assert rec.status == "completed" and rec.reward == 1.0
+    assert calls["n"] == len(task.golden_calls) + 2  # one extra: the retried 429
+
+
+async def test_persistent_5xx_is_infra_failure_then_resume_reruns_it(task: Task, tmp_path: Path) -> None:
+    healthy = scripted_brain(task)
+    broken = {"on": True}
+
+    def brain(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if broken["on"] and body["model"] == "fake-agent":
+            return 500, {"error": {"message": "boom", "type": "server_error"}}
+        return healthy(body)
+
+    with FakeOpenAI(brain) as fake:
+        config = llm_config(task, fake.url, retries=2)
+        manifest, (rec,) = await run_eval([RETAIL], config, tmp_path)
+        assert len([r for r in fake.requests if r["model"] == "fake-agent"]) == 3  # 1 + 2 retries
+        assert rec.status == "infra_failure" and "boom" in (rec.error or "") and rec.score is None
+        summary = summarize([rec], manifest.trials)["overall"]
+        assert summary["infra_failures"] == 1 and summary["n_trials"] == 0
+        broken["on"] = False
+        _, (again,) = await run_eval([RETAIL], config, tmp_path, resume=True)
+    assert again.status == "completed" and again.reward == 1.0
+    assert [r.status for r in RunDir(tmp_path).read_records()] == ["infra_failure", "completed"]
+
+
+async def test_context_overflow_is_its_own_status(task: Task, tmp_path: Path) -> None:
+    def brain(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if body["model"] == "fake-agent":
+            error = {
+                "message": "This model's maximum context length is 8192 tokens. However, your messages "
+                "resulted in 9000 tokens. Please reduce the length of the messages.",
+                "type": "invalid_request_error",
+                "code": "context_length_exceeded",
+            }
+            return 400, {"error": error}
+        return scripted_brain(task)(body)
+
+    with FakeOpenAI(brain) as fake:
+        _, (rec,) = await run_eval([RETAIL], llm_config(task, fake.url), tmp_path)
+    assert rec.status == "context_overflow" and rec.reward == 0.0 and rec.score is not None
+    assert len(fake.requests) == 2  # user's opening + one agent call: no retries of an overflow
+
+
+async def test_llm_agent_with_mock_response() -> None:
+    agent = LLMAgent(LLMConfig(model="openai/gpt-4o-mini", mock_response="Hello there."), "Be kind.")
+    reply = await agent.respond([], [], None)  # type: ignore[arg-type]
+    assert reply.message.content == "Hello there." and not reply.message.tool_calls
+    assert reply.usage.calls == 1 and reply.usage.completion_tokens > 0
