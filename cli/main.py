@@ -8,13 +8,14 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import typer
 
-from . import demo, harness_commands, report_commands, server_commands, synth_commands
+from . import demo, harness_commands, report_commands, server_commands, synth_commands, trainer_commands
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 server_commands.register(app)
 synth_commands.register(app)
 report_commands.register(app)
 harness_commands.register(app)
+trainer_commands.register(app)
 app.command("demo")(demo.demo)
 
 

@@ -53,7 +53,9 @@ def synth_tasks(
     seed: int = typer.Option(0, "--seed"),
     min_calls: int = typer.Option(2, "--min-calls"),
     max_calls: int = typer.Option(7, "--max-calls"),
-    llm_model: str | None = typer.Option(None, "--llm-model", help="Rewrite instructions with this model."),
+    llm_model: str | None = typer.Option(
+        None, "--llm", "--llm-model", help="Rewrite instructions through litellm with this model."
+    ),
 ) -> None:
     """Synthesize N self-verified tasks into ENV_DIR/tasks.jsonl (same seed: same bytes)."""
     _quiet()

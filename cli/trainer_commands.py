@@ -1,0 +1,168 @@
+"""Commands for RL: `train` (async ERPO training) and `collect` (rollouts only, written as JSONL).
+
+Wired into the root app by `register(app)`; torch/transformers are imported only when a command runs,
+so the rest of the CLI works without the `train` extra.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import typer
+
+from .common import console, fail
+
+
+def _opts(model, envs, backend, vllm_url, out, device, temperature, seed, mcp, **extra):
+    from envforge.trainer.run import RunOptions
+
+    if backend not in ("hf", "vllm"):
+        fail("--backend must be hf or vllm")
+    if backend == "vllm" and not vllm_url:
+        fail("--backend vllm needs --vllm-url")
+    return RunOptions(
+        model=model,
+        envs=envs,
+        backend=backend,
+        vllm_url=vllm_url,
+        out=out,
+        device=device,
+        temperature=temperature,
+        seed=seed,
+        use_mcp=mcp,
+        **extra,
+    )
+
+
+def train_cmd(
+    model: Path = typer.Option(..., "--model", help="Local HF model dir (weights + tokenizer)."),
+    envs: list[Path] = typer.Option(
+        ..., "--envs", help="Env dirs, each with tasks.jsonl (repeat the option)."
+    ),
+    backend: str = typer.Option("hf", "--backend", help="hf (local transformers) or vllm (HTTP)."),
+    vllm_url: str | None = typer.Option(None, "--vllm-url", help="OpenAI-compatible vLLM server URL."),
+    steps: int = typer.Option(10, "--steps"),
+    tasks_per_step: int = typer.Option(4, "--tasks-per-step", help=">= 2 per env."),
+    rollouts_per_task: int = typer.Option(4, "--rollouts-per-task"),
+    staleness: int = typer.Option(1, "--staleness", help="Max policy versions a sample may lag."),
+    out: Path = typer.Option(..., "--out"),
+    lr: float = typer.Option(1e-5, "--lr"),
+    baseline: str = typer.Option("task", "--baseline", help="task or env"),
+    advantage: str = typer.Option("erpo", "--advantage", help="erpo or grpo"),
+    max_turns: int = typer.Option(8, "--max-turns"),
+    max_new_tokens: int = typer.Option(256, "--max-new-tokens"),
+    collectors: int = typer.Option(2, "--collectors", help="Task groups collected concurrently."),
+    checkpoint_every: int = typer.Option(0, "--checkpoint-every", help="0: only the last step."),
+    device: str = typer.Option("cpu", "--device"),
+    temperature: float = typer.Option(1.0, "--temperature"),
+    seed: int = typer.Option(0, "--seed"),
+    mcp: bool = typer.Option(True, "--mcp/--no-mcp", help="Call tools over in-process MCP or directly."),
+    save_trajectories: bool = typer.Option(False, "--save-trajectories"),
+) -> None:
+    """Train a policy with asynchronous ERPO on env tasks; writes metrics, checkpoints and plots."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from envforge.trainer.learner import LearnerConfig
+    from envforge.trainer.loop import TrainConfig
+    from envforge.trainer.rollout import RolloutConfig
+    from envforge.trainer.run import run_training
+
+    opts = _opts(
+        model,
+        envs,
+        backend,
+        vllm_url,
+        out,
+        device,
+        temperature,
+        seed,
+        mcp,
+        checkpoint_every=checkpoint_every,
+        save_trajectories=save_trajectories,
+    )
+    try:
+        config = TrainConfig(
+            steps=steps,
+            tasks_per_step=tasks_per_step,
+            rollouts_per_task=rollouts_per_task,
+            staleness=staleness,
+            collectors=collectors,
+            seed=seed,
+            rollout=RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens),
+        )
+        learner_config = LearnerConfig(lr=lr, baseline=baseline, advantage=advantage)  # type: ignore[arg-type]
+    except ValueError as exc:
+        fail(str(exc))
+    with Progress(
+        TextColumn("train"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} {task.fields[info]}"),
+        TimeRemainingColumn(),
+        console=console,
+    ) as bar:
+        task = bar.add_task("train", total=steps, info="")
+
+        def progress(m) -> None:
+            bar.update(task, advance=1, info=f"reward {m.reward_mean:.3f} stale<={m.staleness_max}")
+
+        try:
+            metrics = anyio.run(lambda: run_training(opts, config, learner_config, progress=progress))
+        except (ValueError, FileNotFoundError) as exc:
+            fail(str(exc))
+    console.print(
+        f"done: {len(metrics)} steps, reward {metrics[0].reward_mean:.3f} -> {metrics[-1].reward_mean:.3f}; "
+        f"outputs in {out}"
+    )
+
+
+def collect_cmd(
+    model: Path = typer.Option(..., "--model"),
+    envs: list[Path] = typer.Option(..., "--envs"),
+    backend: str = typer.Option("hf", "--backend"),
+    vllm_url: str | None = typer.Option(None, "--vllm-url"),
+    groups: int = typer.Option(4, "--groups", help="Task groups to collect (round-robin over envs)."),
+    rollouts_per_task: int = typer.Option(4, "--rollouts-per-task"),
+    max_turns: int = typer.Option(8, "--max-turns"),
+    max_new_tokens: int = typer.Option(256, "--max-new-tokens"),
+    concurrency: int = typer.Option(2, "--concurrency"),
+    out: Path = typer.Option(..., "--out"),
+    device: str = typer.Option("cpu", "--device"),
+    temperature: float = typer.Option(1.0, "--temperature"),
+    seed: int = typer.Option(0, "--seed"),
+    mcp: bool = typer.Option(True, "--mcp/--no-mcp"),
+) -> None:
+    """Collect rollouts only (no updates) and write them to OUT/trajectories.jsonl."""
+    from envforge.trainer.rollout import RolloutConfig
+    from envforge.trainer.run import run_collection
+
+    opts = _opts(model, envs, backend, vllm_url, out, device, temperature, seed, mcp)
+    rc = RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens)
+    done = {"n": 0}
+
+    def progress(trajs) -> None:
+        done["n"] += 1
+        console.print(
+            f"group {done['n']}/{groups}: {trajs[0].env}/{trajs[0].task_id} "
+            f"rewards {[round(t.reward, 2) for t in trajs]}"
+        )
+
+    try:
+        path = anyio.run(
+            lambda: run_collection(
+                opts,
+                groups=groups,
+                rollouts_per_task=rollouts_per_task,
+                rollout_config=rc,
+                concurrency=concurrency,
+                progress=progress,
+            )
+        )
+    except (ValueError, FileNotFoundError) as exc:
+        fail(str(exc))
+    console.print(f"wrote {path}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train_cmd)
+    app.command("collect")(collect_cmd)

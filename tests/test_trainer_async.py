@@ -1,0 +1,95 @@
+"""Async collection: generation keeps running while the learner updates, within the staleness bound."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from transformers import AutoModelForCausalLM
+
+from envforge.server import Fleet, load_env
+from envforge.trainer.backends import HFBackend, load_tokenizer
+from envforge.trainer.bandit import bandit_corpus, bandit_tasks, write_bandit_env
+from envforge.trainer.learner import Learner, LearnerConfig
+from envforge.trainer.loop import Group, TrainConfig, select_batch, train
+from envforge.trainer.rollout import FleetRolloutEnv, RolloutConfig
+from envforge.trainer.tiny import build_tiny_model
+
+
+class Slow:
+    """Wraps a backend: each generation sleeps first and its wall time is recorded."""
+
+    def __init__(self, inner: HFBackend, delay: float) -> None:
+        self.inner, self.delay = inner, delay
+        self.eos_id = inner.eos_id
+        self.calls: list[tuple[float, float]] = []
+
+    @property
+    def version(self) -> int:
+        return self.inner.version
+
+    async def generate(self, prompt_ids, *, max_new_tokens, seed=None):
+        start = time.time()
+        await anyio.sleep(self.delay)
+        g = await self.inner.generate(prompt_ids, max_new_tokens=max_new_tokens)
+        self.calls.append((start, time.time()))
+        return g
+
+    async def sync_weights(self, state_dict, version, model=None):
+        await self.inner.sync_weights(state_dict, version, model)
+
+
+class SlowLearner(Learner):
+    def step(self, trajs):
+        time.sleep(0.15)  # a slow update, so overlap is measurable
+        return super().step(trajs)
+
+
+@pytest.mark.parametrize("staleness", [0, 1])
+async def test_collection_overlaps_updates_within_staleness(tmp_path: Path, staleness: int) -> None:
+    envs_dirs = [write_bandit_env(tmp_path, "bandit_a"), write_bandit_env(tmp_path, "bandit_b")]
+    fleet = Fleet([load_env(d) for d in envs_dirs])
+    envs = [
+        FleetRolloutEnv(fleet, name, await bandit_tasks(fleet, name, n=3), use_mcp=False)
+        for name in ("bandit_a", "bandit_b")
+    ]
+    model_dir = build_tiny_model(tmp_path / "model", bandit_corpus(), base_corpus=False)
+    tok = load_tokenizer(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    backend = Slow(HFBackend(model, eos_id=tok.eos_token_id, seed=0), delay=0.03)
+    learner = SlowLearner(model, LearnerConfig(lr=0.01), pad_id=tok.pad_token_id)
+    config = TrainConfig(
+        steps=4,
+        tasks_per_step=4,
+        rollouts_per_task=2,
+        staleness=staleness,
+        collectors=3,
+        rollout=RolloutConfig(max_turns=1, max_new_tokens=1),
+    )
+    metrics = await train(envs, backend, learner, tok, config)
+    assert len(metrics) == 4
+    updates = [(m.update_started, m.update_finished) for m in metrics]
+    overlapping = [c for c in backend.calls if any(c[0] < u1 and c[1] > u0 for u0, u1 in updates)]
+    assert overlapping, "no generation ran while an update was running"
+    for m in metrics:
+        assert m.staleness_max <= staleness and len(m.staleness) == 8
+        assert set(m.per_env) == {"bandit_a", "bandit_b"}
+        assert all(s.groups >= 2 for s in m.per_env.values())
+    if staleness == 0:
+        # everything generated during an update is one version behind: it must have been dropped
+        assert metrics[-1].dropped_stale_total > 0
+
+
+def _g(env: str, task: str, i: int) -> Group:
+    return Group(env=env, task_id=task, index=i, trajectories=[], version=0, started_at=0, finished_at=0)
+
+
+def test_select_batch_needs_two_distinct_tasks_per_env() -> None:
+    pool = [_g("a", "t1", 0), _g("a", "t1", 1), _g("b", "u1", 2), _g("a", "t2", 3)]
+    assert select_batch(pool, ["a", "b"], 4) is None  # b has one task only
+    pool.append(_g("b", "u2", 4))
+    batch = select_batch(pool, ["a", "b"], 4)
+    assert batch is not None and [g.index for g in batch] == [0, 3, 2, 4]
+    assert select_batch(pool, ["a", "b"], 5) is None  # no fifth distinct (env, task)

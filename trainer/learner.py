@@ -1,0 +1,160 @@
+"""The policy update: a GRPO-style clipped policy gradient with ERPO advantages, in plain torch.
+
+Written by hand rather than through trl so the trainer controls exactly which tokens carry loss,
+which advantage each token gets, and how the mean is taken: the mean is over the policy tokens of
+kept trajectories only (user-error trajectories have an all-zero mask and add nothing to the token
+count). `old_logprobs` are the sampling logprobs stored with each trajectory (the behaviour policy),
+so samples that are one version stale are corrected by the clipped ratio.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+from .erpo import AdvantageKind, Baseline, erpo_advantages
+from .trajectory import Trajectory
+
+
+class LearnerConfig(BaseModel):
+    lr: float = 1e-3
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    temperature: float = 1.0
+    eps: float = 1e-6
+    baseline: Baseline = "task"
+    advantage: AdvantageKind = "erpo"
+    max_grad_norm: float = 1.0
+    micro_batch: int = 16
+    weight_decay: float = 0.0
+
+
+class StepResult(BaseModel):
+    loss: float
+    tokens: int
+    kept: int
+    masked: int
+    advantages: list[float]
+    token_advantages: list[list[float]]
+    clip_fraction: float
+    ratio_mean: float
+    grad_norm: float
+
+
+def clipped_pg_loss(
+    new_lp: Any, old_lp: Any, adv: Any, mask: Any, n_tokens: int, clip_low: float, clip_high: float
+):
+    """Sum over masked tokens of -min(r A, clip(r) A), divided by `n_tokens` (the batch's kept tokens).
+
+    Returns (loss, clipped-token count). At r == 1 the gradient w.r.t. `new_lp` is exactly
+    `-adv * mask / n_tokens`: that is how tests read back the advantages the loss applied.
+    """
+    import torch
+
+    ratio = torch.exp(new_lp - old_lp)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
+    per_token = -torch.minimum(unclipped, clipped)
+    loss = (per_token * mask).sum() / max(n_tokens, 1)
+    n_clipped = ((clipped < unclipped).float() * mask).sum()
+    return loss, n_clipped, (ratio * mask).sum()
+
+
+def token_logprobs(model: Any, input_ids: Any, attention_mask: Any, temperature: float):
+    """log p(token_t | tokens_<t) for t >= 1, shape [B, T-1]."""
+    import torch
+
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1, :].float()
+    lp = torch.log_softmax(logits / temperature, dim=-1)
+    return lp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+
+class Learner:
+    """Owns the trained model and its optimizer; `step` is synchronous (run it in a worker thread)."""
+
+    def __init__(self, model: Any, config: LearnerConfig | None = None, *, pad_id: int = 0) -> None:
+        import torch
+
+        self.model = model
+        self.config = config or LearnerConfig()
+        self.pad_id = pad_id
+        self.device = next(model.parameters()).device
+        self.version = 0
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=self.config.lr, weight_decay=self.config.weight_decay
+        )
+
+    def advantages(self, trajs: Sequence[Trajectory]) -> list[float]:
+        c = self.config
+        return erpo_advantages(
+            [t.reward for t in trajs],
+            [t.env for t in trajs],
+            [t.task_id for t in trajs],
+            [t.user_error for t in trajs],
+            baseline=c.baseline,
+            eps=c.eps,
+            advantage=c.advantage,
+        )
+
+    def step(self, trajs: Sequence[Trajectory]) -> StepResult:
+        import torch
+
+        c = self.config
+        adv = self.advantages(trajs)
+        kept = [(t, a) for t, a in zip(trajs, adv, strict=True) if not t.user_error]
+        n_tokens = sum(sum(t.loss_mask) for t, _ in kept)
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        total_loss = 0.0
+        n_clipped = 0.0
+        ratio_sum = 0.0
+        token_adv: list[list[float]] = []
+        for t in trajs:
+            token_adv.append([0.0] * len(t.token_ids))
+        index = {id(t): i for i, t in enumerate(trajs)}
+        for start in range(0, len(kept), c.micro_batch):
+            chunk = kept[start : start + c.micro_batch]
+            width = max(len(t.token_ids) for t, _ in chunk)
+            ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
+            attn = torch.zeros((len(chunk), width), dtype=torch.long)
+            mask = torch.zeros((len(chunk), width), dtype=torch.float32)
+            old = torch.zeros((len(chunk), width), dtype=torch.float32)
+            a = torch.zeros((len(chunk), width), dtype=torch.float32)
+            for row, (t, adv_t) in enumerate(chunk):
+                n = len(t.token_ids)
+                ids[row, :n] = torch.tensor(t.token_ids)
+                attn[row, :n] = 1
+                mask[row, :n] = torch.tensor(t.loss_mask, dtype=torch.float32)
+                old[row, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
+                a[row, :n] = adv_t * mask[row, :n]
+                token_adv[index[id(t)]] = a[row, :n].tolist()
+            ids, attn, mask, old, a = (x.to(self.device) for x in (ids, attn, mask, old, a))
+            new_lp = token_logprobs(self.model, ids, attn, c.temperature)
+            loss, clipped, ratios = clipped_pg_loss(
+                new_lp, old[:, 1:], a[:, 1:], mask[:, 1:], n_tokens, c.clip_low, c.clip_high
+            )
+            if n_tokens:
+                loss.backward()
+            total_loss += float(loss.detach())
+            n_clipped += float(clipped.detach())
+            ratio_sum += float(ratios.detach())
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm))
+        if n_tokens:
+            self.optimizer.step()
+        self.version += 1
+        return StepResult(
+            loss=total_loss,
+            tokens=n_tokens,
+            kept=len(kept),
+            masked=len(trajs) - len(kept),
+            advantages=adv,
+            token_advantages=token_adv,
+            clip_fraction=n_clipped / max(n_tokens, 1),
+            ratio_mean=ratio_sum / max(n_tokens, 1),
+            grad_norm=grad_norm,
+        )
+
+    def state_dict_copy(self) -> dict[str, Any]:
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}

@@ -1,0 +1,262 @@
+"""A minimal rollout loop over the fleet: the policy writes tool calls, MCP executes them, a scorer rewards.
+
+The loop talks to environments only through the small `RolloutEnv`/`RolloutEpisode` protocols, so the
+evaluation harness can later supply episodes with simulated users and its own scoring (and flag
+`user_error`) without the trainer changing. `FleetRolloutEnv` is the built-in one: a single user turn
+(the task's instruction), tools over in-process MCP, reward from `score_episode` or a given function.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
+
+import anyio
+from pydantic import BaseModel, Field
+
+from envforge.server import Fleet, State
+from envforge.server.client import episode_client
+from envforge.synth.models import Task
+from envforge.synth.scoring import score_episode
+from envforge.synth.statediff import apply_diff, primary_keys
+
+from .backends import GenerationBackend
+from .trajectory import SequenceBuilder, TokenizerLike, Trajectory
+
+
+class RewardInfo(BaseModel):
+    reward: float
+    parts: dict[str, float] = Field(default_factory=dict)
+    user_error: bool = False
+    user_error_reason: str | None = None
+
+
+class RolloutEpisode(Protocol):
+    def initial_messages(self) -> list[dict[str, str]]: ...
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]: ...
+
+    async def user_reply(self, assistant_text: str) -> str | None:
+        """The user's next message, or None when the conversation is over."""
+        ...
+
+    async def finish(self, agent_messages: list[str]) -> RewardInfo: ...
+
+
+class RolloutEnv(Protocol):
+    name: str
+
+    def task_ids(self) -> list[str]: ...
+
+    def tool_names(self) -> list[str]: ...
+
+    def episode(self, task_id: str) -> Any:
+        """An async context manager yielding a `RolloutEpisode`."""
+        ...
+
+
+RewardFn = Callable[[Task, State, list[str]], tuple[float, dict[str, float]]]
+
+
+class _FleetEpisode:
+    def __init__(self, env: FleetRolloutEnv, task: Task, episode_id: str, client: Any) -> None:
+        self.env, self.task, self.episode_id, self.client = env, task, episode_id, client
+
+    def initial_messages(self) -> list[dict[str, str]]:
+        return [
+            {"role": "system", "content": self.env.system_prompt()},
+            {"role": "user", "content": self.task.scenario.instruction},
+        ]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+        if self.client is not None:
+            result = await self.client.call_tool(name, arguments)
+        else:
+            result = await self.env.fleet.call(self.episode_id, name, arguments)
+        return result.text, result.is_error
+
+    async def user_reply(self, assistant_text: str) -> str | None:
+        return None
+
+    async def finish(self, agent_messages: list[str]) -> RewardInfo:
+        state, _ = await self.env.fleet.export(self.episode_id)
+        if self.env.reward_fn is not None:
+            reward, parts = self.env.reward_fn(self.task, state, agent_messages)
+            return RewardInfo(reward=reward, parts=parts)
+        score = score_episode(self.task, state, agent_messages)
+        parts = {
+            "state": float(score.state_match),
+            "outputs": score.outputs,
+            "checkpoints": score.checkpoints,
+        }
+        return RewardInfo(reward=score.reward, parts=parts)
+
+
+class FleetRolloutEnv:
+    """Tasks of one env of a fleet, played through in-process MCP (or the runtime directly)."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        env_name: str,
+        tasks: Sequence[Task],
+        *,
+        reward_fn: RewardFn | None = None,
+        use_mcp: bool = True,
+    ) -> None:
+        self.fleet = fleet
+        self.name = env_name
+        self.tasks = {t.id: t for t in tasks if t.env == env_name}
+        self.reward_fn = reward_fn
+        self.use_mcp = use_mcp
+        self._env = fleet.env(env_name)
+        self._pks = primary_keys(self._env.tables)
+
+    def task_ids(self) -> list[str]:
+        return sorted(self.tasks)
+
+    def tool_names(self) -> list[str]:
+        return sorted(self._env.tools)
+
+    def system_prompt(self) -> str:
+        tools = "\n".join(
+            f"- {s.name} {json.dumps(s.input_schema.get('properties', {}))}: {s.description.splitlines()[0]}"
+            for s in self._env.tools.values()
+        )
+        return f"{self._env.policy.strip()}\n\nTools:\n{tools}\nCall a tool as: name {{json arguments}}"
+
+    @asynccontextmanager
+    async def episode(self, task_id: str) -> AsyncIterator[_FleetEpisode]:
+        task = self.tasks[task_id]
+        state = apply_diff(self._pks, self._env.seed_state(), task.setup) if task.setup else None
+        ep = await self.fleet.create_episode(self.name, state=state)
+        try:
+            if self.use_mcp:
+                async with episode_client(self.fleet, self.name, ep.id) as client:
+                    yield _FleetEpisode(self, task, ep.id, client)
+            else:
+                yield _FleetEpisode(self, task, ep.id, None)
+        finally:
+            await self.fleet.close_episode(ep.id)
+
+
+_TAGGED = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
+_PLAIN = re.compile(r"^\s*([A-Za-z_][\w.-]*)\s*(\{.*\})?\s*$", re.S)
+
+
+def parse_tool_call(text: str, tool_names: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
+    """`<tool_call>{"name":..., "arguments":...}</tool_call>` or `name {json}` / bare `name`; else None.
+
+    Word-level tokenizers decode with spaces between tokens, so JSON is parsed after removing the
+    spaces a decoder may have put around punctuation only when plain parsing fails.
+    """
+    m = _TAGGED.search(text)
+    if m:
+        try:
+            obj = json.loads(m.group(1))
+            return str(obj["name"]), dict(obj.get("arguments") or {})
+        except (ValueError, KeyError, TypeError):
+            return None
+    m = _PLAIN.match(text)
+    if not m or m.group(1) not in tool_names:
+        return None
+    if not m.group(2):
+        return m.group(1), {}
+    try:
+        args = json.loads(m.group(2))
+    except ValueError:
+        return None
+    return (m.group(1), args) if isinstance(args, dict) else None
+
+
+class RolloutConfig(BaseModel):
+    max_turns: int = 4
+    max_new_tokens: int = 64
+    max_seq_len: int = 4096
+
+
+async def rollout(
+    env: RolloutEnv,
+    task_id: str,
+    backend: GenerationBackend,
+    tokenizer: TokenizerLike,
+    config: RolloutConfig,
+    *,
+    group: int = 0,
+) -> Trajectory:
+    """Play one episode; every assistant token comes from `backend` and is kept verbatim."""
+    started = time.time()
+    builder = SequenceBuilder(tokenizer)
+    version = backend.version
+    messages: list[dict[str, Any]] = []
+    agent_messages: list[str] = []
+    tools = env.tool_names()
+    async with env.episode(task_id) as ep:
+        for msg in ep.initial_messages():
+            builder.add_message(msg["role"], msg["content"])
+            messages.append(msg)
+        for _ in range(config.max_turns):
+            if len(builder.token_ids) + config.max_new_tokens > config.max_seq_len:
+                break
+            builder.open_assistant()
+            gen = await backend.generate(builder.token_ids, max_new_tokens=config.max_new_tokens)
+            version = min(version, gen.version)
+            builder.add_generated(gen.token_ids, gen.logprobs)
+            ended = bool(gen.token_ids) and gen.token_ids[-1] == backend.eos_id
+            builder.close_assistant(ended)
+            text = tokenizer.decode(gen.token_ids, skip_special_tokens=True).strip()
+            call = parse_tool_call(text, tools)
+            messages.append({"role": "assistant", "content": text})
+            if call is None:
+                agent_messages.append(text)
+                reply = await ep.user_reply(text)
+                if reply is None:
+                    break
+                builder.add_message("user", reply)
+                messages.append({"role": "user", "content": reply})
+                continue
+            result, is_error = await ep.call_tool(*call)
+            builder.add_message("tool", result)
+            messages.append({"role": "tool", "content": result, "is_error": is_error})
+        info = await ep.finish(agent_messages)
+    return Trajectory(
+        env=env.name,
+        task_id=task_id,
+        group=group,
+        token_ids=builder.token_ids,
+        logprobs=builder.logprobs,
+        loss_mask=builder.loss_mask,
+        reward=info.reward,
+        parts=info.parts,
+        user_error=info.user_error,
+        policy_version=version,
+        messages=messages,
+        started_at=started,
+        finished_at=time.time(),
+    )
+
+
+async def rollout_group(
+    env: RolloutEnv,
+    task_id: str,
+    backend: GenerationBackend,
+    tokenizer: TokenizerLike,
+    config: RolloutConfig,
+    n: int,
+    *,
+    group: int = 0,
+) -> list[Trajectory]:
+    """`n` concurrent rollouts of one task (a GRPO group)."""
+    out: list[Trajectory | None] = [None] * n
+
+    async def one(i: int) -> None:
+        out[i] = await rollout(env, task_id, backend, tokenizer, config, group=group)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(n):
+            tg.start_soon(one, i)
+    return [t for t in out if t is not None]
