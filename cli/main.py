@@ -8,11 +8,22 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import typer
 
-from . import demo, harness_commands, report_commands, server_commands, synth_commands, trainer_commands
+from . import (
+    demo,
+    envsynth_commands,
+    harness_commands,
+    import_commands,
+    report_commands,
+    server_commands,
+    synth_commands,
+    trainer_commands,
+)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 server_commands.register(app)
 synth_commands.register(app)
+envsynth_commands.register(app)
+import_commands.register(app)
 report_commands.register(app)
 harness_commands.register(app)
 trainer_commands.register(app)

@@ -2,6 +2,10 @@
 
 Wired into the root app by `register(app)`; torch/transformers are imported only when a command runs,
 so the rest of the CLI works without the `train` extra.
+
+Episodes are played with the evaluation harness's simulated user and scorer by default
+(`--env-kind harness`, `--user scripted|MODEL [--user-api-base URL]`), so rewards and user-error
+masks mean what they mean in `envforge eval`; `--env-kind fleet` is the single-turn env without a user.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ def _opts(model, envs, backend, vllm_url, out, device, temperature, seed, mcp, *
 
     if backend not in ("hf", "vllm"):
         fail("--backend must be hf or vllm")
+    if extra.get("env_kind", "harness") not in ("harness", "fleet"):
+        fail("--env-kind must be harness or fleet")
     if backend == "vllm" and not vllm_url:
         fail("--backend vllm needs --vllm-url")
     return RunOptions(
@@ -59,6 +65,14 @@ def train_cmd(
     seed: int = typer.Option(0, "--seed"),
     mcp: bool = typer.Option(True, "--mcp/--no-mcp", help="Call tools over in-process MCP or directly."),
     save_trajectories: bool = typer.Option(False, "--save-trajectories"),
+    env_kind: str = typer.Option(
+        "harness", "--env-kind", help="harness (simulated user + harness scorer) or fleet (single turn)."
+    ),
+    user: str = typer.Option("scripted", "--user", help="Simulated user: scripted, or a litellm model."),
+    user_api_base: str | None = typer.Option(None, "--user-api-base", help="API base of the user model."),
+    judge: str | None = typer.Option(
+        None, "--judge", help="litellm model judging nl_assertions and user errors (optional)."
+    ),
 ) -> None:
     """Train a policy with asynchronous ERPO on env tasks; writes metrics, checkpoints and plots."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -80,6 +94,10 @@ def train_cmd(
         mcp,
         checkpoint_every=checkpoint_every,
         save_trajectories=save_trajectories,
+        env_kind=env_kind,
+        user=user,
+        user_api_base=user_api_base,
+        judge=judge,
     )
     try:
         config = TrainConfig(
@@ -131,12 +149,34 @@ def collect_cmd(
     temperature: float = typer.Option(1.0, "--temperature"),
     seed: int = typer.Option(0, "--seed"),
     mcp: bool = typer.Option(True, "--mcp/--no-mcp"),
+    env_kind: str = typer.Option(
+        "harness", "--env-kind", help="harness (simulated user + harness scorer) or fleet (single turn)."
+    ),
+    user: str = typer.Option("scripted", "--user", help="Simulated user: scripted, or a litellm model."),
+    user_api_base: str | None = typer.Option(None, "--user-api-base", help="API base of the user model."),
+    judge: str | None = typer.Option(
+        None, "--judge", help="litellm model judging nl_assertions and user errors (optional)."
+    ),
 ) -> None:
     """Collect rollouts only (no updates) and write them to OUT/trajectories.jsonl."""
     from envforge.trainer.rollout import RolloutConfig
     from envforge.trainer.run import run_collection
 
-    opts = _opts(model, envs, backend, vllm_url, out, device, temperature, seed, mcp)
+    opts = _opts(
+        model,
+        envs,
+        backend,
+        vllm_url,
+        out,
+        device,
+        temperature,
+        seed,
+        mcp,
+        env_kind=env_kind,
+        user=user,
+        user_api_base=user_api_base,
+        judge=judge,
+    )
     rc = RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens)
     done = {"n": 0}
 
@@ -144,7 +184,8 @@ def collect_cmd(
         done["n"] += 1
         console.print(
             f"group {done['n']}/{groups}: {trajs[0].env}/{trajs[0].task_id} "
-            f"rewards {[round(t.reward, 2) for t in trajs]}"
+            f"rewards {[round(t.reward, 2) for t in trajs]} "
+            f"user errors {sum(t.user_error for t in trajs)}"
         )
 
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from typing import Any
 
 import litellm
@@ -54,6 +55,16 @@ class LLMConfig(BaseModel):
     """Passed to litellm as is (tests and dry runs): a string, or an exception to raise."""
 
 
+_UNPRICED: set[str] = set()
+"""Models litellm has no price for: looking one up costs ~1 ms per call, and the answer never changes."""
+
+
+def _provider_key_set(model: str) -> bool:
+    """Whether the environment already holds an API key for this model's provider."""
+    provider = model.split("/", 1)[0].upper().replace("-", "_")
+    return bool(os.environ.get(f"{provider}_API_KEY"))
+
+
 def _is_transient(exc: BaseException) -> bool:
     if isinstance(exc, litellm.ContextWindowExceededError):
         return False
@@ -68,10 +79,17 @@ def usage_of(response: Any, model: str) -> Usage:
     usage = getattr(response, "usage", None)
     prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
     completion = int(getattr(usage, "completion_tokens", 0) or 0)
-    try:
-        cost = float(litellm.completion_cost(completion_response=response, model=model) or 0.0)
-    except Exception:  # unknown model / no price: tokens still count
-        cost = 0.0
+    hidden = getattr(response, "_hidden_params", None)
+    if isinstance(hidden, dict):
+        priced = hidden.get("response_cost")
+    else:
+        priced = getattr(hidden, "response_cost", None)
+    cost = float(priced or 0.0)  # litellm prices every response itself; ask again only if it did not
+    if not cost and model not in _UNPRICED:
+        try:
+            cost = float(litellm.completion_cost(completion_response=response, model=model) or 0.0)
+        except Exception:  # unknown model / no price: tokens still count, and we stop asking
+            _UNPRICED.add(model)
     return Usage(calls=1, prompt_tokens=prompt, completion_tokens=completion, cost_usd=cost)
 
 
@@ -144,6 +162,10 @@ async def complete(
         value = getattr(cfg, key)
         if value is not None:
             kwargs[key] = value
+    if cfg.api_base and "api_key" not in kwargs and not _provider_key_set(cfg.model):
+        # Local OpenAI-compatible servers (vLLM, a fake) need no key, but the openai client refuses
+        # to send a request without one: give it a placeholder rather than fail every call.
+        kwargs["api_key"] = "no-key-needed"
     if tools:
         kwargs["tools"] = tools
     try:

@@ -20,18 +20,57 @@ import anyio
 from .dbthreads import WorkerPool, default_pool
 from .errors import EpisodeLimitReached, EpisodeNotFound
 from .loader import Environment
-from .state import State, export_state, state_hash
+from .state import State, export_state, freeze, state_hash
 
 log = logging.getLogger(__name__)
 
 
-def _connector(data: bytes) -> Callable[[], sqlite3.Connection]:
+_WRITES = frozenset({sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE})
+_SCHEMA_CHANGES = frozenset(
+    {
+        sqlite3.SQLITE_CREATE_TABLE,
+        sqlite3.SQLITE_DROP_TABLE,
+        sqlite3.SQLITE_ALTER_TABLE,
+        sqlite3.SQLITE_CREATE_TEMP_TABLE,
+        sqlite3.SQLITE_DROP_TEMP_TABLE,
+    }
+)
+Authorizer = Callable[[int, str | None, str | None, str | None, str | None], int]
+
+
+class WriteTracker:
+    """An SQLite authorizer that records which tables an episode's statements write.
+
+    Exporting an episode then re-reads only those tables and shares the rest with the state it
+    started from. It chains to an optional probe (the synthesiser's footprint measurement), so
+    there is one authorizer per connection and neither silently replaces the other.
+    """
+
+    def __init__(self, tables: frozenset[str]) -> None:
+        self.tables = tables
+        self.written: set[str] = set()
+        self.probe: Authorizer | None = None
+
+    def __call__(
+        self, action: int, arg1: str | None, arg2: str | None, db: str | None, src: str | None
+    ) -> int:
+        if action in _WRITES:
+            self.written.add(arg1 if arg1 in self.tables else "*")
+        elif action in _SCHEMA_CHANGES:
+            self.written.add("*")
+        if self.probe is not None:
+            return self.probe(action, arg1, arg2, db, src)
+        return sqlite3.SQLITE_OK
+
+
+def _connector(data: bytes, tracker: WriteTracker) -> Callable[[], sqlite3.Connection]:
     def connect() -> sqlite3.Connection:
         # Legacy isolation: DML opens a transaction implicitly and plain reads do not, so a read
         # tool costs one thread hop and a write tool's statements share one transaction.
         conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level="DEFERRED")
         conn.deserialize(data)
         conn.execute("PRAGMA foreign_keys = ON")
+        conn.set_authorizer(tracker)
         return conn
 
     return connect
@@ -47,7 +86,10 @@ class Episode:
     created_at: float
     last_used: float
     # fast_acquire: an uncontended acquire must not yield to the event loop (~20 us per call)
+    tracker: WriteTracker
     lock: anyio.Lock = field(default_factory=lambda: anyio.Lock(fast_acquire=True))
+    base_state: State | None = field(default=None, repr=False)
+    """The frozen state the episode started from, when known: unwritten tables are shared with it."""
     closed: bool = False
     calls: int = 0
 
@@ -55,11 +97,31 @@ class Episode:
         self.last_used = time.monotonic()
 
     async def export(self) -> State:
-        """The canonical state (see `state.export_state`), read inside the episode's thread."""
+        """The canonical state (see `state.export_state`), read inside the episode's thread.
+
+        Tables no statement wrote are taken from `base_state` (same objects, already frozen).
+        """
+        only = None
+        if self.base_state is not None and "*" not in self.tracker.written:
+            only = set(self.tracker.written)
         async with self.lock:
-            return await self.conn._execute(
-                export_state, self.conn._conn, self.env.tables, self.env.manifest.volatile_columns
+            fresh = await self.conn._execute(
+                export_state, self.conn._conn, self.env.tables, self.env.manifest.volatile_columns, only
             )
+        if only is None or self.base_state is None:
+            return fresh
+        base = self.base_state
+        return {t.name: fresh[t.name] if t.name in only else base[t.name] for t in self.env.tables}
+
+    async def set_probe(self, probe: Authorizer | None) -> None:
+        """Route every statement's authorizer callbacks also to `probe` (None to stop).
+
+        Re-installing the authorizer expires prepared statements, so statements cached earlier
+        are authorized (and so probed) again.
+        """
+        async with self.lock:
+            self.tracker.probe = probe
+            await self.conn._execute(self.conn._conn.set_authorizer, self.tracker)
 
     async def state_hash(self) -> str:
         return state_hash(await self.export())
@@ -102,9 +164,13 @@ class EpisodeStore:
         episode_id = episode_id or secrets.token_hex(8)
         if episode_id in self._episodes:
             raise ValueError(f"episode {episode_id!r} already exists")
-        conn = await self.pool.connect(_connector(database if database is not None else env.seed_db))
+        tracker = WriteTracker(frozenset(t.name for t in env.tables))
+        conn = await self.pool.connect(_connector(database if database is not None else env.seed_db, tracker))
         now = time.monotonic()
-        episode = Episode(id=episode_id, env=env, conn=conn, created_at=now, last_used=now)
+        base = freeze(env.seed_state()) if database is None else None
+        episode = Episode(
+            id=episode_id, env=env, conn=conn, created_at=now, last_used=now, tracker=tracker, base_state=base
+        )
         self._episodes[episode_id] = episode
         self.created += 1
         return episode

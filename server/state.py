@@ -45,12 +45,17 @@ def read_tables(conn: sqlite3.Connection) -> list[TableInfo]:
 
 
 def export_state(
-    conn: sqlite3.Connection, tables: list[TableInfo], volatile: dict[str, list[str]] | None = None
+    conn: sqlite3.Connection,
+    tables: list[TableInfo],
+    volatile: dict[str, list[str]] | None = None,
+    only: set[str] | None = None,
 ) -> State:
-    """Every table as a list of row dicts, sorted by primary key, volatile columns dropped."""
+    """Every table (or those in `only`) as row dicts sorted by primary key, volatile columns dropped."""
     volatile = volatile or {}
     state: State = {}
     for t in tables:
+        if only is not None and t.name not in only:
+            continue
         dropped = set(volatile.get(t.name, ()))
         cols = [c for c in t.columns if c not in dropped]
         order = ", ".join(quote_ident(c) for c in t.primary_key) if t.primary_key else "rowid"
@@ -60,9 +65,45 @@ def export_state(
     return state
 
 
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+# Canonical JSON of frozen tables, keyed by the identity of their row list (the list is held, so
+# its id cannot be reused). Episodes share the unchanged tables of the state they started from,
+# so a final state's hash re-serialises only the tables the episode wrote.
+_FROZEN_JSON: dict[int, tuple[list[dict[str, Any]], str]] = {}
+
+
+def freeze(state: State) -> State:
+    """Mark `state`'s tables as never to be mutated again, so their JSON can be computed once.
+
+    Returns `state`. Call it only on states nobody changes in place (an env's seed state, a
+    task's initial state); `export_state` results handed to callers are not frozen.
+    """
+    for rows in state.values():
+        if id(rows) not in _FROZEN_JSON:
+            _FROZEN_JSON[id(rows)] = (rows, _dumps(rows))
+    return state
+
+
+def table_json(rows: list[dict[str, Any]]) -> str:
+    """Canonical JSON of one table's rows (cached for frozen tables)."""
+    hit = _FROZEN_JSON.get(id(rows))
+    if hit is not None and hit[0] is rows:
+        return hit[1]
+    return _dumps(rows)
+
+
 def canonical_json(state: State) -> str:
-    """The byte-stable serialisation that hashes are taken over."""
-    return json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """The byte-stable serialisation that hashes are taken over.
+
+    Identical to `json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`,
+    assembled table by table so frozen tables are not serialised again.
+    """
+    if not all(type(t) is str for t in state):
+        return _dumps(state)
+    return "{" + ",".join(_dumps(t) + ":" + table_json(state[t]) for t in sorted(state)) + "}"
 
 
 def state_hash(state: State) -> str:

@@ -123,6 +123,7 @@ class DomainValues:
         self.state = state
         self._cache: dict[str, list[Any]] = {}
         self._values: dict[tuple[Any, ...], list[Any]] = {}
+        self._hits: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
 
     def column(self, ref: str) -> list[Any]:
         if ref not in self._cache:
@@ -162,11 +163,27 @@ class DomainValues:
             if not rows:
                 continue
             bound = [b for b in bindings if b != col and b in rows[0]]
-            hits = [r for r in rows if r.get(col) is not None and all(r.get(b) == bindings[b] for b in bound)]
+            hits = self._matching(ref, col, rows, bound, bindings)
             if hits:
                 out.append((ref, hits, len(bound)))
         best = max((n for _, _, n in out), default=0)
         return [(ref, hits) for ref, hits, n in out if n == best]
+
+    def _matching(
+        self, ref: str, col: str, rows: list[dict[str, Any]], bound: list[str], bindings: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """Rows with `col` set that agree with the bound columns; cached, as walks ask the same again."""
+        try:
+            key: tuple[Any, ...] | None = (ref, *((b, bindings[b]) for b in bound))
+            hash(key)
+        except TypeError:
+            key = None
+        if key is not None and (hits := self._hits.get(key)) is not None:
+            return hits
+        hits = [r for r in rows if r.get(col) is not None and all(r.get(b) == bindings[b] for b in bound)]
+        if key is not None:
+            self._hits[key] = hits
+        return hits
 
     def pick_bound(
         self, rng: random.Random, domain: ParamDomain, bindings: dict[str, Any], key_names: set[str]

@@ -62,9 +62,12 @@ def _authorizer(fp: Footprint):  # type: ignore[no-untyped-def]
 
 
 async def set_authorizer(episode: Episode, fp: Footprint | None) -> None:
-    """Install (or remove, with None) the footprint recorder; this also expires cached statements."""
-    conn = episode.conn
-    await conn._execute(conn._conn.set_authorizer, _authorizer(fp) if fp is not None else None)
+    """Install (or remove, with None) the footprint recorder; this also expires cached statements.
+
+    It rides on the episode's own authorizer (`Episode.set_probe`), which must stay installed:
+    the episode relies on it to know which tables were written.
+    """
+    await episode.set_probe(_authorizer(fp) if fp is not None else None)
 
 
 def parse_result(text: str) -> Any:

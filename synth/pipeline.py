@@ -14,7 +14,7 @@ from typing import Any
 
 from envforge.server import Environment, Fleet
 
-from .context import SynthContext
+from .context import SynthContext, run_inline
 from .graph import build_graph
 from .models import Task, ToolGraph
 from .render import rewrite_scenario
@@ -51,6 +51,7 @@ async def synthesize(
     report = SynthReport()
     started = time.perf_counter()
     fleet = Fleet([env], max_episodes=64)
+    run_inline(fleet)  # one sequential walk at a time: worker threads would only add switches
     try:
         graph = graph or await build_graph(env, fleet)
         ctx = SynthContext.create(env, graph, fleet)

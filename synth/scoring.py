@@ -19,7 +19,7 @@ from typing import Any
 from envforge.server import State
 
 from .models import Checkpoint, Score, Task
-from .statediff import cents_hash, states_match, to_cents
+from .statediff import cents_hash, cents_row, states_match
 
 
 def normalize_text(text: str) -> str:
@@ -36,15 +36,27 @@ def _row_key(row: dict[str, Any], cols: Sequence[str]) -> str:
     return json.dumps([row.get(c) for c in cols])
 
 
+def _lookup(state: State, table: str, key: dict[str, Any]) -> dict[str, Any] | None:
+    """The first row of `table` whose `key` columns hold `key`'s values.
+
+    Values are compared as values (a scan with early exit, no JSON per row); a checkpoint names a
+    handful of rows, so indexing whole tables would cost more than it saves.
+    """
+    rows = state.get(table, [])
+    if len(key) == 1:
+        ((col, want),) = key.items()
+        return next((r for r in rows if r.get(col) == want), None)
+    items = list(key.items())
+    return next((r for r in rows if all(r.get(c) == v for c, v in items)), None)
+
+
 def checkpoint_passed(checkpoint: Checkpoint, state: State) -> bool:
     for check in checkpoint.rows:
-        cols = list(check.key)
-        want = _row_key(check.key, cols)
-        found = next((r for r in state.get(check.table, []) if _row_key(r, cols) == want), None)
+        found = _lookup(state, check.table, check.key)
         if check.row is None:
             if found is not None:
                 return False
-        elif found is None or to_cents(found) != to_cents(check.row):
+        elif found is None or cents_row(found) != cents_row(check.row):
             return False
     return True
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from operator import itemgetter
 from typing import Any
 
-from envforge.server import State, canonical_json
-from envforge.server.state import TableInfo
+from envforge.server import State, canonical_json, state_hash
+from envforge.server.state import TableInfo, table_json
 
 from .models import Row, RowUpdate, StateDiff, TableDiff
 
@@ -24,29 +25,58 @@ def primary_keys(tables: list[TableInfo]) -> dict[str, tuple[str, ...]]:
     return {t.name: t.primary_key for t in tables}
 
 
+def _json_key(key: tuple[Any, ...]) -> tuple[str, ...]:
+    return tuple(json.dumps(v, sort_keys=True) for v in key)
+
+
+def _index(rows: list[Row], pk: tuple[str, ...]) -> dict[tuple[Any, ...], Row]:
+    """Rows by the tuple of their primary-key values (later rows win, as in a dict comprehension)."""
+    try:
+        if len(pk) == 1:
+            (c,) = pk
+            return {(r[c],): r for r in rows}
+        get = itemgetter(*pk)
+        return {get(r): r for r in rows}
+    except KeyError:  # a row lacking a key column: it keys as None, as `row.get` gives
+        return {tuple(r.get(c) for c in pk): r for r in rows}
+
+
 def diff_states(pks: dict[str, tuple[str, ...]], before: State, after: State) -> StateDiff:
-    """Changed rows per table: inserted and deleted rows in full, updates as changed columns."""
+    """Changed rows per table: inserted and deleted rows in full, updates as changed columns.
+
+    Rows are matched on their primary-key values, and a table whose row lists are equal (checked
+    in C) is skipped without indexing. Within a table, inserted, deleted and updated rows are
+    ordered by their keys' JSON text, so the diff (and `tasks.jsonl`) reads the same as ever.
+    """
     out: StateDiff = {}
     for table in sorted(set(before) | set(after)):
+        old_rows = before.get(table, [])
+        new_rows = after.get(table, [])
+        if old_rows == new_rows:
+            continue
         pk = pks[table]
-        old = {_key(r, pk): r for r in before.get(table, [])}
-        new = {_key(r, pk): r for r in after.get(table, [])}
+        try:
+            old = _index(old_rows, pk)
+            new = _index(new_rows, pk)
+        except TypeError:  # an unhashable key value: match on the keys' JSON text instead
+            old = {_key(r, pk): r for r in old_rows}
+            new = {_key(r, pk): r for r in new_rows}
         d = TableDiff()
-        for k in sorted(new.keys() - old.keys()):
+        for k in sorted(new.keys() - old.keys(), key=_json_key):
             d.inserted.append(new[k])
-        for k in sorted(old.keys() - new.keys()):
+        for k in sorted(old.keys() - new.keys(), key=_json_key):
             d.deleted.append(old[k])
-        for k in sorted(old.keys() & new.keys()):
+        changed = [k for k, a in old.items() if k in new and a != new[k]]
+        for k in sorted(changed, key=_json_key):
             a, b = old[k], new[k]
-            if a != b:
-                cols = [c for c in b if a.get(c) != b.get(c)]
-                d.updated.append(
-                    RowUpdate(
-                        key={c: b[c] for c in pk},
-                        before={c: a.get(c) for c in cols},
-                        after={c: b[c] for c in cols},
-                    )
+            cols = [c for c in b if a.get(c) != b.get(c)]
+            d.updated.append(
+                RowUpdate(
+                    key={c: b[c] for c in pk},
+                    before={c: a.get(c) for c in cols},
+                    after={c: b[c] for c in cols},
                 )
+            )
         if d.inserted or d.deleted or d.updated:
             out[table] = d
     return out
@@ -94,8 +124,77 @@ def to_cents(value: Any) -> Any:
     return value
 
 
+_PLAIN = frozenset({str, int, type(None), bool, bytes})
+
+
+def cents_row(row: Any) -> Any:
+    """`to_cents(row)` with one dict comprehension for the flat rows exports hold."""
+    if type(row) is not dict:
+        return to_cents(row)
+    return {
+        k: v if type(v) in _PLAIN else round(v + 0.0, 2) if type(v) is float else to_cents(v)
+        for k, v in row.items()
+    }
+
+
+def cents_rows(rows: Any) -> Any:
+    """`to_cents(rows)` for one table's list of rows."""
+    if type(rows) is not list:
+        return to_cents(rows)
+    return [cents_row(r) for r in rows]
+
+
+def _table_json(rows: Any) -> str:
+    return json.dumps(rows, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+# Raw JSON of a table -> JSON of its cents form. Equal JSON text means equal values (floats
+# round-trip through repr), so the cents form can be reused for any table serialising the same:
+# the tables a task does not touch are converted once per run instead of once per state.
+# Bounded by the characters held (keys and values), not entries: some seed tables are large.
+_CENTS_JSON: dict[str, str] = {}
+_CENTS_JSON_CHARS = [0]
+_CENTS_JSON_LIMIT = 16_000_000
+
+
+def _cents_json(raw: str, rows: Any) -> str:
+    cents = _CENTS_JSON.get(raw)
+    if cents is None:
+        cents = _table_json(cents_rows(rows))
+        size = len(raw) + len(cents)
+        if _CENTS_JSON_CHARS[0] + size > _CENTS_JSON_LIMIT:
+            _CENTS_JSON.clear()
+            _CENTS_JSON_CHARS[0] = 0
+        if size <= _CENTS_JSON_LIMIT:
+            _CENTS_JSON[raw] = cents
+            _CENTS_JSON_CHARS[0] += size
+    return cents
+
+
+def state_hashes(state: State) -> tuple[str, str]:
+    """(`state_hash(state)`, `cents_hash(state)`) from one serialisation of each table.
+
+    The canonical JSON of a dict with sorted keys is its sorted `"key":value` members joined by
+    commas, so both digests are assembled table by table from the same per-table JSON.
+    """
+    if type(state) is not dict or not all(type(t) is str for t in state):
+        return state_hash(state), hashlib.sha256(canonical_json(to_cents(state)).encode()).hexdigest()
+    plain, cents = [], []
+    for table in sorted(state):
+        name = _table_json(table) + ":"
+        rows = state[table]
+        raw = table_json(rows) if type(rows) is list else _table_json(rows)  # frozen tables: cached
+        plain.append(name + raw)
+        cents.append(name + _cents_json(raw, state[table]))
+    return (
+        hashlib.sha256(("{" + ",".join(plain) + "}").encode()).hexdigest(),
+        hashlib.sha256(("{" + ",".join(cents) + "}").encode()).hexdigest(),
+    )
+
+
 def cents_hash(state: State) -> str:
-    return hashlib.sha256(canonical_json(to_cents(state)).encode()).hexdigest()
+    """sha256 of `canonical_json(to_cents(state))` (see `state_hashes`)."""
+    return state_hashes(state)[1]
 
 
 def states_match(a: State, b: State) -> bool:
@@ -104,6 +203,13 @@ def states_match(a: State, b: State) -> bool:
         return False
     for table, rows in a.items():
         other = b[table]
-        if rows != other and (len(rows) != len(other) or to_cents(rows) != to_cents(other)):
+        if rows == other:
+            continue
+        if len(rows) != len(other):
             return False
+        if type(rows) is not list or type(other) is not list:
+            if to_cents(rows) != to_cents(other):
+                return False
+        elif not all(x == y or cents_row(x) == cents_row(y) for x, y in zip(rows, other, strict=True)):
+            return False  # row by row: only rows that differ exactly are rounded
     return True

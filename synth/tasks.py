@@ -17,9 +17,10 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from envforge.server import State, state_hash
+from envforge.server import State
 
 from . import reasoning as R
+from .context import call_key
 from .domains import DomainValues, fillable
 from .footprint import parse_result, scalar_pairs
 from .models import (
@@ -37,7 +38,7 @@ from .models import (
     Task,
 )
 from .render import render_scenario
-from .statediff import cents_hash, diff_states
+from .statediff import diff_states, state_hashes
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,8 @@ class Builder:
     reasoned: bool = False
     episode_id: str = ""
     state: State = field(default_factory=dict)
+    # The episode's state as (initial state, successful write calls...): the key of the call memo.
+    history: tuple[Any, ...] = ("",)
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -98,8 +101,11 @@ class Builder:
         return self.ctx.env
 
     def _usable(self, tool: str) -> bool:
-        spec = self.env.tools[tool]
-        return all(fillable(self.ctx.domains[tool][p]) for p in spec.required)
+        usable = self.ctx._usable.get(tool)
+        if usable is None:
+            spec = self.env.tools[tool]
+            usable = self.ctx._usable[tool] = all(fillable(self.ctx.domains[tool][p]) for p in spec.required)
+        return usable
 
     def _new_id(self) -> str:
         return f"n{len(self.nodes)}"
@@ -159,30 +165,44 @@ class Builder:
         for node in reversed(self.nodes):
             if node.kind != "call" or not node.executed or node.expect_error or node.id not in self.data:
                 continue
-            for e in self.ctx.graph.out_edges(node.call.name):
+            for e in self.ctx.out_edges(node.call.name):
                 if e.target != tool or e.param != param or e.evidence != "name":
                     continue
-                vals = {_json_key(v): v for k, v in scalar_pairs(self.data[node.id]) if k == e.key}
+                vals = self._key_values(node.id, e.key)
                 if len(vals) == 1:
-                    return next(iter(vals.values())), ArgSource(
-                        param=param, source="node", node=node.id, key=e.key
-                    )
+                    return vals[0], ArgSource(param=param, source="node", node=node.id, key=e.key)
         return None
+
+    def _key_values(self, node_id: str, key: str) -> list[Any]:
+        """The distinct values under `key` in a node's result, in JSON-text order (the last seen of equal
+        texts). Computed once per (node, key): results never change once recorded, and every step
+        asks again for every node and edge."""
+        cache: dict[str, dict[str, list[Any]]] = self.__dict__.setdefault("_values_cache", {})
+        by_key = cache.get(node_id)
+        if by_key is None:
+            by_key = cache[node_id] = {}
+            texts: dict[str, dict[str, Any]] = {}
+            for k, v in scalar_pairs(self.data[node_id]):
+                texts.setdefault(k, {})[_json_key(v)] = v
+            for k, vals in texts.items():
+                by_key[k] = [vals[t] for t in sorted(vals)]
+        return by_key.get(key, [])
 
     @property
     def _values(self) -> DomainValues:
         if not hasattr(self, "_dv"):
-            self._dv = DomainValues(self.initial_state)
+            self._dv = self.ctx.domain_values(self.history[0], self.initial_state)
         return self._dv
 
     # ------------------------------------------------------------------ execution
     async def _run(self, call: Call) -> tuple[bool, Any, StateDiff | None, str]:
         """Execute one call; (ok, parsed result, state diff for writes, text)."""
-        res = await self.ctx.fleet.call(self.episode_id, call.name, call.arguments)
+        res = await self.ctx.call(self.episode_id, self.history, call)
         if res.is_error:
             return False, None, None, res.text
         diff = None
         if not self.env.tools[call.name].read_only:
+            self.history = (*self.history, call_key(call))
             tables = self.ctx.write_tables([call.name])
             after = await self.ctx.export_tables(self.episode_id, tables)
             diff = diff_states(self.ctx.pks, {t: self.state[t] for t in tables}, after)
@@ -220,10 +240,10 @@ class Builder:
         if executed:
             self.calls += 1
             self.done_calls.add(_json_key(call.model_dump()))
-            reads = set(self.ctx.graph.tool(call.name).reads)
+            reads = set(self.ctx.tool(call.name).reads)
             for prev in self.nodes[:-1]:
                 if prev.kind == "call" and prev.write and prev.executed and not prev.expect_error:
-                    if reads & set(self.ctx.graph.tool(prev.call.name).writes):
+                    if reads & set(self.ctx.tool(prev.call.name).writes):
                         self._edge(prev.id, node.id, "state", "")
         if data is not None and executed and not refused:
             self.data[node.id] = data
@@ -264,7 +284,7 @@ class Builder:
         starts = sorted(
             t.name
             for t in graph.tools
-            if t.read_only and self._usable(t.name) and t.required and graph.out_edges(t.name)
+            if t.read_only and self._usable(t.name) and t.required and self.ctx.out_edges(t.name)
         )
         if not starts:
             starts = sorted(t.name for t in graph.tools if self._usable(t.name))
@@ -285,13 +305,12 @@ class Builder:
         for node in self.nodes:
             if node.id not in self.data:
                 continue
-            pairs = scalar_pairs(self.data[node.id])
-            for e in self.ctx.graph.out_edges(node.call.name):  # type: ignore[union-attr]
+            for e in self.ctx.out_edges(node.call.name):  # type: ignore[union-attr]
                 if not self._usable(e.target):
                     continue
-                vals = {_json_key(v): v for k, v in pairs if k == e.key}
+                vals = self._key_values(node.id, e.key)
                 if vals:
-                    out.append(_Option(node, e, [vals[k] for k in sorted(vals)]))
+                    out.append(_Option(node, e, list(vals)))
         return out
 
     async def step(self, remaining: int) -> bool:
@@ -302,7 +321,7 @@ class Builder:
         must_write = self.writes == 0 and remaining <= 1
         weights = []
         for o in options:
-            target = self.ctx.graph.tool(o.edge.target)
+            target = self.ctx.tool(o.edge.target)
             w = 1.0 + int(o.node.id[1:]) * 0.5
             if not target.read_only:
                 w *= 3.0 if remaining <= 2 else 1.0
@@ -338,7 +357,7 @@ class Builder:
                 src = ArgSource(param=e.param, source="user")
         if domain.is_list:
             value = [value]
-        target = self.ctx.graph.tool(e.target)
+        target = self.ctx.tool(e.target)
         if (
             not target.read_only
             and not pre
@@ -425,11 +444,11 @@ class Builder:
         alts = sorted(
             {
                 e.target
-                for e in self.ctx.graph.out_edges(o.node.call.name)  # type: ignore[union-attr]
+                for e in self.ctx.out_edges(o.node.call.name)  # type: ignore[union-attr]
                 if e.key == o.edge.key
                 and e.target != o.edge.target
                 and self._usable(e.target)
-                and not self.ctx.graph.tool(e.target).read_only
+                and not self.ctx.tool(e.target).read_only
             }
         )
         if not figures or not alts:
@@ -441,7 +460,7 @@ class Builder:
         alt = self.rng.choice(alts)
         alt_edge = next(
             e
-            for e in self.ctx.graph.out_edges(o.node.call.name)  # type: ignore[union-attr]
+            for e in self.ctx.out_edges(o.node.call.name)  # type: ignore[union-attr]
             if e.key == o.edge.key and e.target == alt
         )
         first_args, first_src = self._fill(o.edge.target, {o.edge.param: (value, src)})
@@ -570,13 +589,16 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tup
                 stalls += 1
                 if stalls >= 3:
                     break
+        # A walk that is rejected anyway is rejected before the full export it would not use.
+        if b.writes == 0:
+            raise BuildFailed("no_write")
+        if b.calls < cfg.min_calls:
+            raise BuildFailed("too_short")
         golden = await ctx.export_tables(episode.id, None)
+        if hasattr(ctx, "note_golden_db"):
+            ctx.note_golden_db(golden, await ctx.fleet.store.get(episode.id).snapshot())
     finally:
         await ctx.fleet.close_episode(episode.id)
-    if b.writes == 0:
-        raise BuildFailed("no_write")
-    if b.calls < cfg.min_calls:
-        raise BuildFailed("too_short")
     if rng.random() < cfg.p_summary or not b.reasoned:
         b._summarise()
     dag = Dag(nodes=b.nodes, edges=b.edges)
@@ -599,7 +621,7 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tup
         t = ctx.graph.tool(n.call.name)  # type: ignore[union-attr]
         tables |= set(t.reads) | set(t.writes)
     scenario = render_scenario(ctx.env.name, dag, b.facts, b.outputs, b.data)
-    golden_cents = cents_hash(golden)
+    golden_hash, golden_cents = state_hashes(golden)
     if golden_cents == initial_cents:
         raise BuildFailed("no_change")
     task = Task(
@@ -609,7 +631,7 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tup
         dag=dag,
         scenario=scenario,
         golden_calls=[n.call for n in executed],  # type: ignore[misc]
-        golden_hash=state_hash(golden),
+        golden_hash=golden_hash,
         golden_cents_hash=golden_cents,
         golden_diff=diff_states(ctx.pks, initial_state, golden),
         required_outputs=list(b.outputs),

@@ -6,19 +6,49 @@ here because they must stay exact inverses: `state_to_tau2_db` is how a run's fi
 scored against τ² (its DB hash), so anything `tau2_db_to_seed` flattens must come back with the
 same values, the same key order and the same list order.
 
-The τ² data itself is never copied into the repository: `import_tau2_env` generates `seed.json`
-and `policy.md` into the env folder from a τ²-bench data folder supplied at import time.
+The τ² data itself is never copied into the repository: `import_tau2_env` generates `seed.json`,
+`policy.md` and `tasks.jsonl` into the env folder from a τ²-bench data folder supplied at import
+time. τ²'s tasks become envforge `Task`s whose golden states come from replaying τ²'s gold actions
+in this env (not from τ²'s files), so the hashes a run is scored against are the env's own.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import hashlib
 import json
 import os
+import re
 import tempfile
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from envforge.server import Environment, Fleet, State, load_env, state_hash
+
+from .context import SynthContext
+from .footprint import Footprint, set_authorizer
+from .graph import build_graph, load_graph
+from .models import (
+    ActionCheck,
+    Call,
+    Checkpoint,
+    Dag,
+    DagEdge,
+    DagNode,
+    Difficulty,
+    Fact,
+    RewardPart,
+    RowCheck,
+    Task,
+    ToolGraph,
+    UserScenario,
+)
+from .statediff import apply_diff, cents_hash, diff_states, primary_keys, to_cents
+from .verify import CHECKS, verify_task
 
 #: τ²'s DB hash of the unmodified retail `db.json` (`RetailDB.model_dump()`, hashed).
 INITIAL_DB_HASH = "b25c9cb211f5efcaee5dd646054a73c4a9f43f4f5acc32c10713cd9f9ac20e9c"
@@ -360,12 +390,474 @@ def _write_if_changed(path: Path, data: bytes) -> None:
         raise
 
 
-def import_tau2_env(src_dir: Path, env_dir: Path) -> None:
-    """Generate `seed.json` and `policy.md` in `env_dir` from τ²-bench's retail data in `src_dir`.
+# --------------------------------------------------------------------------- tasks
 
-    `src_dir` holds `db.json`, `policy.md` and `tools.json` (a folder with a `retail/` subfolder
-    holding them is accepted too). The policy is copied byte for byte: τ² gives it to the agent
-    unchanged. Re-running on the same data leaves both files byte-identical.
+#: τ²'s reward-basis names and the envforge reward parts that judge the same thing.
+REWARD_BASIS = {
+    "DB": "state",
+    "COMMUNICATE": "outputs",
+    "ACTION": "actions",
+    "NL_ASSERTION": "nl_assertions",
+}
+#: Reward parts `score_episode` judges from an end state and the agent's messages alone: `actions`
+#: needs the trajectory and `nl_assertions` an LLM judge, so the self-checks leave them out.
+OFFLINE_PARTS: tuple[RewardPart, ...] = ("state", "outputs", "checkpoints")
+TASK_SOURCE = "tau2"
+#: Generated files, in the order `import_tau2_env` writes them.
+GENERATED = ("seed.json", "policy.md", "tasks.jsonl")
+#: Files the env folder must already hold (tracked in the repository) before tasks can be replayed.
+ENV_CODE = ("env.toml", "schema.sql", "tools.py")
+
+_T = TypeVar("_T")
+
+# Facts a user states about themselves in τ²'s `known_info` (and order ids from the reason for the
+# call): what the user can give the agent when asked. Ordered as they are listed.
+_FACT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("user_id", re.compile(r"\b[a-z]+_[a-z]+_\d{4}\b")),
+    ("email", re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")),
+    ("zip", re.compile(r"(?<![\d#W])\d{5}(?!\d)")),
+    ("order_id", re.compile(r"#W\d{7}\b")),
+)
+_NAME = re.compile(r"(?:\bYou are|\bYou're|\b[Yy]our? name is|\bcalled)\s+([A-Z][a-z]+)(?:\s+([A-Z][a-z]+))?")
+
+
+def _run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run `coro` to completion from sync code, also when an event loop is already running (tests,
+    notebooks): then in a worker thread with its own loop, since the caller's loop cannot be blocked on."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        running = False
+    else:
+        running = True
+    if not running:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _load_tasks_json(tasks_json: Path | list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    if isinstance(tasks_json, Path | str):
+        path = Path(tasks_json)
+        if not path.is_file():
+            raise Tau2ImportError(f"{path}: missing; expected τ²-bench's retail tasks.json")
+        where, data = str(path), _load_json(path)
+    else:
+        where, data = "tasks.json", tasks_json
+    if not isinstance(data, list) or not all(isinstance(t, dict) for t in data):
+        raise Tau2ImportError(f"{where}: expected a JSON list of τ² task objects")
+    return where, data
+
+
+def _load_split_json(split_json: Path | dict[str, list[str]]) -> tuple[str, dict[str, list[str]]]:
+    if isinstance(split_json, Path | str):
+        path = Path(split_json)
+        if not path.is_file():
+            raise Tau2ImportError(f"{path}: missing; expected τ²-bench's retail split_tasks.json")
+        where, data = str(path), _load_json(path)
+    else:
+        where, data = "split_tasks.json", split_json
+    if not isinstance(data, dict) or not all(
+        isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in data.values()
+    ):
+        raise Tau2ImportError(f"{where}: expected an object mapping split names to lists of task ids")
+    return where, data
+
+
+def _facts(instructions: dict[str, Any]) -> list[Fact]:
+    """Identifying values the user knows: names, user ids, emails, zip codes (from `known_info`) and
+    order ids (from `known_info` and `reason_for_call`). Repeats of a kind get "(2)", "(3)", ... ."""
+    known = instructions.get("known_info") or ""
+    found: list[tuple[str, str]] = []
+    name = _NAME.search(known)
+    if name:
+        found.append(("first_name", name.group(1)))
+        if name.group(2):
+            found.append(("last_name", name.group(2)))
+    for kind, pattern in _FACT_PATTERNS:
+        text = known if kind != "order_id" else f"{known}\n{instructions.get('reason_for_call') or ''}"
+        found.extend((kind, m.group(0)) for m in pattern.finditer(text))
+    facts: list[Fact] = []
+    seen: Counter[str] = Counter()
+    for kind, value in found:
+        if any(f.value == value and f.name.split(" (")[0] == kind for f in facts):
+            continue
+        seen[kind] += 1
+        facts.append(Fact(name=kind if seen[kind] == 1 else f"{kind} ({seen[kind]})", value=value))
+    return facts
+
+
+def _instruction_text(instructions: dict[str, Any]) -> str:
+    """τ²'s structured user instructions as one text, section by section in τ²'s order."""
+    sections = [("Domain", instructions.get("domain"))]
+    sections += [
+        ("Reason for call", instructions.get("reason_for_call")),
+        ("Known info", instructions.get("known_info")),
+        ("Unknown info", instructions.get("unknown_info")),
+        ("Task instructions", instructions.get("task_instructions")),
+    ]
+    return "\n".join(
+        f"{title}:\n" + "\n".join(f"\t{line}" for line in str(text).splitlines())
+        for title, text in sections
+        if text is not None
+    )
+
+
+def _scenario(where: str, task_id: str, raw: Any, required_outputs: list[str]) -> UserScenario:
+    if not isinstance(raw, dict):
+        raise Tau2ImportError(f"{where}: task {task_id}: user_scenario must be an object")
+    instructions = raw.get("instructions")
+    if isinstance(instructions, str):
+        text, facts = instructions, []
+    elif isinstance(instructions, dict) and isinstance(instructions.get("reason_for_call"), str):
+        text, facts = _instruction_text(instructions), _facts(instructions)
+    else:
+        raise Tau2ImportError(f"{where}: task {task_id}: user_scenario.instructions has no reason_for_call")
+    return UserScenario(
+        # τ² retail tasks have no persona (null): its user simulator gets none, so none is invented.
+        persona=raw.get("persona") or "",
+        instruction=text,
+        known_facts=facts,
+        must_be_told=list(required_outputs),
+        instruction_source=TASK_SOURCE,
+    )
+
+
+def _call_text(env: Environment, call: Call) -> str:
+    spec = env.tools.get(call.name)
+    desc = spec.description.strip().split("\n")[0].rstrip(".") if spec else call.name
+    args = "; ".join(f"{k}: {json.dumps(v, ensure_ascii=False)}" for k, v in call.arguments.items())
+    return f"{desc} ({args})" if args else desc
+
+
+@dataclass
+class _Parsed:
+    """One τ² task's fields, validated, before its gold actions are replayed."""
+
+    id: str
+    calls: list[Call]
+    action_checks: list[ActionCheck]
+    required_outputs: list[str]
+    nl_assertions: list[str]
+    reward_basis: list[RewardPart]
+    scenario: UserScenario
+    split: list[str]
+
+
+def _parse_task(where: str, raw: dict[str, Any], splits: dict[str, list[str]]) -> _Parsed:
+    task_id = raw.get("id")
+    if not isinstance(task_id, str | int) or isinstance(task_id, bool):
+        raise Tau2ImportError(f"{where}: a task has no string id: {json.dumps(raw)[:120]}")
+    task_id = str(task_id)
+    if raw.get("initial_state") is not None:
+        # No retail task has one; a task-specific initial state would need `Task.setup` built from it.
+        raise Tau2ImportError(f"{where}: task {task_id}: initial_state is not supported by this importer")
+    criteria = raw.get("evaluation_criteria")
+    if not isinstance(criteria, dict):
+        raise Tau2ImportError(f"{where}: task {task_id}: evaluation_criteria missing")
+    calls: list[Call] = []
+    checks: list[ActionCheck] = []
+    for action in criteria.get("actions") or []:
+        if not isinstance(action, dict) or not isinstance(action.get("name"), str):
+            raise Tau2ImportError(f"{where}: task {task_id}: an action has no name")
+        if action.get("requestor", "assistant") != "assistant":
+            raise Tau2ImportError(
+                f"{where}: task {task_id}: action {action.get('action_id')} is the user's "
+                f"({action['requestor']!r}); only assistant actions can be replayed"
+            )
+        arguments = action.get("arguments") or {}
+        if not isinstance(arguments, dict):
+            raise Tau2ImportError(f"{where}: task {task_id}: action {action.get('action_id')} arguments")
+        calls.append(Call(name=action["name"], arguments=arguments))
+        checks.append(
+            ActionCheck(name=action["name"], arguments=arguments, compare_args=action.get("compare_args"))
+        )
+    basis: list[RewardPart] = []
+    for part in criteria.get("reward_basis") or []:
+        if part not in REWARD_BASIS:
+            raise Tau2ImportError(
+                f"{where}: task {task_id}: reward basis {part!r} has no envforge counterpart "
+                f"(supported: {', '.join(REWARD_BASIS)})"
+            )
+        basis.append(REWARD_BASIS[part])  # type: ignore[arg-type]
+    outputs = [str(o) for o in criteria.get("communicate_info") or []]
+    return _Parsed(
+        id=task_id,
+        calls=calls,
+        action_checks=checks,
+        required_outputs=outputs,
+        nl_assertions=[str(a) for a in criteria.get("nl_assertions") or []],
+        reward_basis=basis,
+        scenario=_scenario(where, task_id, raw.get("user_scenario"), outputs),
+        split=[name for name, ids in splits.items() if task_id in ids],
+    )
+
+
+def _diff(pks: dict[str, tuple[str, ...]], before: State, after: State) -> Any:
+    """`diff_states`, given only the rows that differ: the retail state has ~8,000 rows and a gold
+    changes a handful, and `diff_states` serialises every key. Same result, as it reports only
+    differences and orders them by key."""
+    old: State = {}
+    new: State = {}
+    for table in sorted(set(before) | set(after)):
+        a, b = before.get(table, []), after.get(table, [])
+        if a == b:
+            continue
+        pk = pks[table]
+        a_rows = {tuple(r.get(c) for c in pk): r for r in a}
+        b_rows = {tuple(r.get(c) for c in pk): r for r in b}
+        keys = [k for k in a_rows.keys() | b_rows.keys() if a_rows.get(k) != b_rows.get(k)]
+        old[table] = [a_rows[k] for k in keys if k in a_rows]
+        new[table] = [b_rows[k] for k in keys if k in b_rows]
+    return diff_states(pks, old, new)
+
+
+class _Hasher:
+    """`state_hash` and `cents_hash` of states that differ from the initial one in a few tables.
+
+    Both hash canonical JSON, which for a state is the tables' JSON joined in name order, so the
+    initial state's per-table text is reused for unchanged tables. The composition is checked
+    against the real functions on the initial state; if they ever disagree it is not used.
+    """
+
+    def __init__(self, initial: State) -> None:
+        self.initial = initial
+        self.plain = {t: self._json(rows) for t, rows in initial.items()}
+        self.cents = {t: self._json(to_cents(rows)) for t, rows in initial.items()}
+        self.exact = self._compose(initial, self.plain, False) == state_hash(initial) and self._compose(
+            initial, self.cents, True
+        ) == cents_hash(initial)
+
+    @staticmethod
+    def _json(value: Any) -> str:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+    def _compose(self, state: State, cache: dict[str, str], cents: bool) -> str:
+        parts = []
+        for table in sorted(state):
+            rows = state[table]
+            if table in cache and rows == self.initial.get(table):
+                text = cache[table]
+            else:
+                text = self._json(to_cents(rows) if cents else rows)
+            parts.append(f"{self._json(table)}:{text}")
+        return hashlib.sha256(("{" + ",".join(parts) + "}").encode()).hexdigest()
+
+    def hashes(self, state: State) -> tuple[str, str]:
+        if not self.exact:
+            return state_hash(state), cents_hash(state)
+        return self._compose(state, self.plain, False), self._compose(state, self.cents, True)
+
+
+def _context(env: Environment, fleet: Fleet) -> SynthContext:
+    """A synthesis context without a tool graph: replay, partial export and standalone verification
+    need none, and building one would probe every tool (seconds) for nothing."""
+    graph = ToolGraph(env=env.name, tools=[], edges=[], state_edges=[])
+    return SynthContext(env=env, graph=graph, fleet=fleet, pks=primary_keys(env.tables))
+
+
+async def _gold_task(
+    env: Environment, fleet: Fleet, pks: dict[str, tuple[str, ...]], hasher: _Hasher, p: _Parsed
+) -> Task:
+    """Replay the gold actions in a fresh episode: the golden state, per-write checkpoints, difficulty.
+
+    Every call runs under the SQLite authorizer (reset per call, which also expires cached
+    statements so nothing is missed), so the tables a write touched are measured, not assumed.
+    """
+    initial = env.seed_state()
+    episode = await fleet.create_episode(env.name, database=env.seed_db)
+    ctx = _context(env, fleet)
+    nodes: list[DagNode] = []
+    edges: list[DagEdge] = []
+    write_diffs: dict[str, Any] = {}
+    tables: set[str] = set()
+    state = dict(initial)
+    try:
+        for i, call in enumerate(p.calls):
+            fp = Footprint()
+            await set_authorizer(episode, fp)
+            result = await fleet.call(episode.id, call.name, call.arguments)
+            await set_authorizer(episode, None)
+            tables |= set(fp.reads) | set(fp.writes)
+            spec = env.tools.get(call.name)
+            node = DagNode(
+                id=f"n{i}",
+                kind="call",
+                text=_call_text(env, call),
+                call=call,
+                write=spec is not None and not spec.read_only,
+                expect_error=result.is_error,
+            )
+            nodes.append(node)
+            if i:
+                edges.append(DagEdge(source=f"n{i - 1}", target=node.id, kind="control", label="then"))
+            if node.write and not result.is_error:
+                written = sorted(fp.writes)
+                after = await ctx.export_tables(episode.id, written)
+                write_diffs[node.id] = _diff(pks, {t: state[t] for t in written}, after)
+                state.update(after)
+        golden = await episode.export()
+    finally:
+        await fleet.close_episode(episode.id)
+    golden_hash, golden_cents = hasher.hashes(golden)
+    checkpoints = []
+    for node in nodes:
+        if node.id not in write_diffs:
+            continue
+        rows = []
+        for table, d in write_diffs[node.id].items():
+            pk = pks[table]
+            keys = [{c: r[c] for c in pk} for r in d.inserted + d.deleted] + [u.key for u in d.updated]
+            for key in keys:
+                final = next((r for r in golden[table] if all(r.get(c) == v for c, v in key.items())), None)
+                rows.append(RowCheck(table=table, key=key, row=final))
+        checkpoints.append(Checkpoint(node=node.id, tool=node.call.name, rows=rows))  # type: ignore[union-attr]
+    return Task(
+        id=p.id,
+        env=env.name,
+        seed=f"{TASK_SOURCE}:{p.id}",
+        dag=Dag(nodes=nodes, edges=edges),
+        scenario=p.scenario,
+        golden_calls=p.calls,
+        golden_hash=golden_hash,
+        golden_cents_hash=golden_cents,
+        golden_diff=_diff(pks, initial, golden),
+        required_outputs=p.required_outputs,
+        checkpoints=checkpoints,
+        difficulty=Difficulty(
+            calls=len(p.calls),
+            writes=len(write_diffs),
+            reasoning=0,
+            depth=len(nodes),
+            tables=len(tables),
+        ),
+        reward_basis=p.reward_basis,
+        source=TASK_SOURCE,
+        split=p.split,
+        nl_assertions=p.nl_assertions,
+        action_checks=p.action_checks,
+    )
+
+
+async def tau2_tasks_to_envforge_async(
+    tasks_json: Path | list[dict[str, Any]], split_json: Path | dict[str, list[str]], env: Environment
+) -> list[Task]:
+    """The async form of `tau2_tasks_to_envforge` (for callers already inside an event loop)."""
+    where, raw_tasks = _load_tasks_json(tasks_json)
+    split_where, splits = _load_split_json(split_json)
+    parsed = [_parse_task(where, raw, splits) for raw in raw_tasks]
+    ids = [p.id for p in parsed]
+    dupes = sorted(i for i, n in Counter(ids).items() if n > 1)
+    if dupes:
+        raise Tau2ImportError(f"{where}: duplicate task ids {dupes}")
+    unknown = sorted({i for members in splits.values() for i in members} - set(ids))
+    if unknown:
+        raise Tau2ImportError(f"{split_where}: splits name task ids that {where} lacks: {unknown[:10]}")
+    pks = primary_keys(env.tables)
+    fleet = Fleet([env])
+    try:
+        hasher = _Hasher(env.seed_state())
+        return [await _gold_task(env, fleet, pks, hasher, p) for p in parsed]
+    finally:
+        await fleet.aclose()
+
+
+def tau2_tasks_to_envforge(
+    tasks_json: Path | list[dict[str, Any]], split_json: Path | dict[str, list[str]], env: Environment
+) -> list[Task]:
+    """τ²'s tasks (`tasks.json`, a path or its parsed list) as envforge tasks of `env`, in file order.
+
+    Mapping: id, scenario (instructions as text; known facts parsed from them), gold actions as
+    `golden_calls`, a linear DAG of call nodes and `action_checks` (with `compare_args`),
+    `communicate_info` as `required_outputs`, `nl_assertions` kept, the reward basis mapped part by
+    part (`REWARD_BASIS`), and the splits of `split_tasks.json` that list the task. Golden state,
+    diff, checkpoints and difficulty come from replaying the gold actions on a fresh episode;
+    gold calls that return errors are kept (τ² keeps them; its evaluator treats them as no-ops).
+    """
+    return _run_sync(tau2_tasks_to_envforge_async(tasks_json, split_json, env))
+
+
+def offline_view(task: Task) -> Task:
+    """`task` with only the reward parts `score_episode` can judge without a trajectory or an LLM."""
+    return task.model_copy(update={"reward_basis": [p for p in task.reward_basis if p in OFFLINE_PARTS]})
+
+
+@dataclass
+class VerifyReport:
+    """The five self-checks over imported tasks: failures are reported, never used to drop tasks."""
+
+    total: int
+    failures: dict[str, list[str]] = field(default_factory=dict)  # task id -> failed checks
+
+    @property
+    def failed_tasks(self) -> list[str]:
+        return sorted({t for ids in self.failures.values() for t in ids}, key=_id_key)
+
+    def by_check(self) -> dict[str, list[str]]:
+        """Check name -> failing task ids, for every check (empty lists included), in `CHECKS` order."""
+        out: dict[str, list[str]] = {c: [] for c in CHECKS}
+        for task_id, checks in self.failures.items():
+            for c in checks:
+                out[c].append(task_id)
+        return {c: sorted(ids, key=_id_key) for c, ids in out.items()}
+
+
+def _id_key(task_id: str) -> tuple[int, str]:
+    return (int(task_id), "") if task_id.isdigit() else (1 << 30, task_id)
+
+
+async def verify_report_async(
+    env: Environment, tasks: list[Task], *, graph: ToolGraph | None = None
+) -> VerifyReport:
+    """Run `verify.verify_task` on each task's offline view (see `OFFLINE_PARTS`), given the golden
+    state rebuilt from the task's stored diff: the checks then compare states directly instead of
+    hashing ~8,000 rows per replay. The tool graph (for the tables a dropped write can touch) is
+    ENV_DIR/graph.json when present, else measured by probing."""
+    fleet = Fleet([env])
+    report = VerifyReport(total=len(tasks))
+    try:
+        graph = graph or load_graph(env.root) or await build_graph(env, fleet)
+        ctx = SynthContext(env=env, graph=graph, fleet=fleet, pks=primary_keys(env.tables))
+        for task in tasks:
+            golden = golden_end_state(env, task)
+            failed = await verify_task(ctx, offline_view(task), golden_state=golden)
+            if failed:
+                report.failures[task.id] = failed
+    finally:
+        await fleet.aclose()
+    return report
+
+
+def verify_report(env: Environment, tasks: list[Task], *, graph: ToolGraph | None = None) -> VerifyReport:
+    """Which imported tasks fail which self-checks. By design some τ² tasks do: a gold that leaves
+    the DB unchanged fails `not_presatisfied` and `do_nothing` (an agent must simply not write)."""
+    return _run_sync(verify_report_async(env, tasks, graph=graph))
+
+
+#: Why a check fails for τ² tasks, as the summary explains it.
+CHECK_REASONS = {
+    "golden_replay": "replaying the gold actions does not reach the golden state",
+    "do_nothing": "doing nothing already scores 1 (the gold leaves the DB unchanged)",
+    "drop_write": "a successful gold write leaves no trace in the end state (a no-op, or undone later)",
+    "not_presatisfied": "initial state already equals golden (the gold leaves the DB unchanged)",
+    "deterministic": "replaying the gold twice gives different states",
+}
+
+
+def _env_has_code(env_dir: Path) -> bool:
+    return all((env_dir / name).is_file() for name in ENV_CODE)
+
+
+def import_tau2_env(src_dir: Path, env_dir: Path, *, tasks: bool | None = None) -> list[Task] | None:
+    """Generate `seed.json`, `policy.md` and `tasks.jsonl` in `env_dir` from τ²'s retail data.
+
+    `src_dir` holds `db.json`, `policy.md`, `tools.json`, `tasks.json` and `split_tasks.json` (a
+    folder with a `retail/` subfolder holding them is accepted too). The policy is copied byte for
+    byte: τ² gives it to the agent unchanged. Tasks need the env's code to replay their gold, so
+    they are imported when `tasks` is True (missing env files are then an error), or when it is
+    None and `env_dir` holds `env.toml`, `schema.sql` and `tools.py`; with `tasks=False`, or None
+    and a folder without the code, only the data files are generated (and None is returned).
+    Everything is validated before anything is written; re-running leaves the files byte-identical.
     """
     src_dir, env_dir = Path(src_dir), Path(env_dir)
     if not (src_dir / "db.json").exists() and (src_dir / "retail" / "db.json").exists():
@@ -391,5 +883,31 @@ def import_tau2_env(src_dir: Path, env_dir: Path) -> None:
     except UnicodeDecodeError as exc:
         raise Tau2ImportError(f"{policy_path}: not UTF-8 text ({exc})") from exc
     _check_tools(tools_path)
+    with_tasks = _env_has_code(env_dir) if tasks is None else tasks
+    if with_tasks:
+        for name in ENV_CODE:
+            if not (env_dir / name).is_file():
+                raise Tau2ImportError(
+                    f"{env_dir / name}: missing; the env folder must hold the tracked tau2_retail "
+                    f"{', '.join(ENV_CODE)} (copy them from envs/tau2_retail)"
+                )
+        tasks_where, raw_tasks = _load_tasks_json(_source_file(src_dir, "tasks.json"))
+        _, splits = _load_split_json(_source_file(src_dir, "split_tasks.json"))
+        # Parse now, so a bad tasks.json fails before any file is written.
+        for raw in raw_tasks:
+            _parse_task(tasks_where, raw, splits)
     _write_if_changed(env_dir / "seed.json", seed_json_text(seed).encode("utf-8"))
     _write_if_changed(env_dir / "policy.md", policy)
+    if not with_tasks:
+        return None
+    env = load_env(env_dir)
+    imported = tau2_tasks_to_envforge(raw_tasks, splits, env)
+    text = "".join(t.model_dump_json() + "\n" for t in imported)
+    _write_if_changed(env_dir / "tasks.jsonl", text.encode("utf-8"))
+    return imported
+
+
+def golden_end_state(env: Environment, task: Task) -> State:
+    """The task's golden end state rebuilt from its seed, setup and stored golden diff."""
+    pks = primary_keys(env.tables)
+    return apply_diff(pks, apply_diff(pks, env.seed_state(), task.setup), task.golden_diff)

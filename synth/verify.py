@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from envforge.server import State
+from envforge.server import State, state_hash
 
 from .models import Task
 from .scoring import oracle_messages, score_episode
@@ -43,13 +43,27 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
     golden calls are executed twice. Right after synthesis the caller passes the `golden_state`
     its construction run produced (execution one): the replay is compared with it directly, and
     write-dropping replays export only the tables the task's tools can write.
+
+    The golden replay serialises its database just before each write call (a memcpy), so the
+    replay that drops write i starts from that snapshot (the state `calls[:i]` reach) and runs
+    only the write calls after it: a read call cannot change state (the runtime rolls back and
+    refuses one that tries), so skipping them leaves the end state, and the verdict, as it was.
+    When the replay ends on a database byte-identical to the one the golden state was exported
+    from (noted by `build_task`), that export is the replay's export and is not repeated.
     """
     failed: list[str] = []
     database, initial_state, initial_cents = ctx.task_initial(task)
     messages = oracle_messages(task)
     if initial_cents == task.golden_cents_hash:
         failed.append("not_presatisfied")
-    final, h1 = await ctx.replay(database, task.golden_calls, hashed=golden_state is None)
+    drops = write_indices(ctx, task)
+    final, snapshots = await ctx.replay_snapshots(
+        database, task.golden_calls, drops, unless_equal=ctx.golden_db(golden_state)
+    )
+    if final is None:  # the replay ended on the very database the golden state was exported from
+        assert golden_state is not None
+        final = golden_state
+    h1 = state_hash(final) if golden_state is None else ""
     if score_episode(task, final, messages, golden_state=golden_state).reward != 1.0:
         failed.append("golden_replay")
     if score_episode(task, initial_state, [], golden_state=golden_state).reward != 0.0:
@@ -59,9 +73,10 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
     if golden_state is not None:
         tables = ctx.write_tables([c.name for c in task.golden_calls])
         golden_part = {t: golden_state[t] for t in tables}
-    for i in write_indices(ctx, task):
-        calls = task.golden_calls[:i] + task.golden_calls[i + 1 :]
-        dropped, _ = await ctx.replay(database, calls, tables=tables, hashed=False)
+    tools = ctx.env.tools
+    for i in drops:
+        rest = [c for c in task.golden_calls[i + 1 :] if c.name not in tools or not tools[c.name].read_only]
+        dropped, _ = await ctx.replay(snapshots[i], rest, tables=tables, hashed=False)
         if score_episode(task, dropped, messages, golden_state=golden_part).reward >= 1.0:
             failed.append("drop_write")
             break

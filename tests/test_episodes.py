@@ -122,3 +122,30 @@ async def test_episode_creation_is_fast_for_a_megabyte(bank_env):
     assert time.perf_counter() - t0 < 0.05
     assert len((await fleet.export(ep.id))[0]["transfers"]) == 4499
     await fleet.aclose()
+
+
+async def test_export_rereads_only_written_tables_and_stays_exact(bank_env):
+    from envforge.server.state import export_state
+
+    fleet = Fleet([bank_env])
+    ep = await fleet.create_episode("bank")
+
+    async def full() -> dict:
+        return await ep.conn._execute(
+            export_state, ep.conn._conn, bank_env.tables, bank_env.manifest.volatile_columns
+        )
+
+    assert ep.tracker.written == set() and await ep.export() == await full()
+    await fleet.call(ep.id, "freeze_accounts", {"account_ids": ["A-2"]})
+    assert ep.tracker.written == {"accounts"}
+    state = await ep.export()
+    assert state == await full()
+    assert state["customers"] is bank_env.seed_state()["customers"]  # unwritten: shared, not re-read
+    # a probe (the synthesiser's footprint) rides on the tracker without blinding it
+    seen: list[int] = []
+    await ep.set_probe(lambda action, *rest: seen.append(action) or 0)
+    await fleet.call(ep.id, "transfer", {"src": "A-1", "dst": "A-2", "amount": 5})
+    await ep.set_probe(None)
+    assert seen and ep.tracker.written == {"accounts", "transfers"}
+    assert await ep.export() == await full()
+    await fleet.aclose()

@@ -91,7 +91,7 @@ def fuzzed_call(draw: st.DrawFn, input_schema: dict[str, Any]) -> tuple[str, dic
 
 
 @pytest.mark.parametrize(("env_dir", "tool_name"), _CASES, ids=[f"{d.name}.{t}" for d, t in _CASES])
-@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 async def test_fuzzed_calls_fail_cleanly_and_keep_state(
     env_dir: Path, tool_name: str, data: st.DataObject

@@ -33,7 +33,8 @@ def _app() -> typer.Typer:
 def test_train_and_collect_write_outputs(tmp_path: Path) -> None:
     env_dir, model = anyio.run(_setup, tmp_path)
     out = tmp_path / "run"
-    common = ["--model", str(model), "--envs", str(env_dir), "--max-turns", "1", "--max-new-tokens", "1"]
+    common = ["--model", str(model), "--envs", str(env_dir), "--env-kind", "fleet", "--max-turns", "1"]
+    common += ["--max-new-tokens", "1"]
     res = CliRunner().invoke(
         _app(),
         [

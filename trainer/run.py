@@ -1,26 +1,36 @@
 """What `envforge train` and `envforge collect` do, as functions: build the pieces, run, write the outputs.
 
 Outputs of a training run in `out/`: `metrics.jsonl` (one StepMetrics per line), `trajectories.jsonl`
-(optional), `checkpoints/step_<n>/` (HF model + tokenizer) and `plots/`.
+(optional), `checkpoints/step_<n>/` (HF model + tokenizer) and `plots/`. With the harness env (the
+default) `user_errors.jsonl` lists every masked episode with the detector's reason, because a
+`Trajectory` only carries the flag.
+
+`env_kind="harness"` plays episodes with the evaluation harness's simulated user and scorer
+(`HarnessRolloutEnv`); `env_kind="fleet"` keeps the single-turn `FleetRolloutEnv` (the bandit smoke
+tests use it: a one-press task has no user to talk to).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from envforge.harness.llm import LLMConfig
+from envforge.harness.tasks import load_env_tasks
 from envforge.server import Fleet, load_env
 from envforge.synth.pipeline import load_tasks
 
 from .backends import GenerationBackend, HFBackend, VLLMBackend, load_tokenizer
+from .harness_env import HarnessRolloutEnv
 from .learner import Learner, LearnerConfig
 from .loop import StepMetrics, TrainConfig, collect, train
 from .plots import write_plots
-from .rollout import FleetRolloutEnv, RolloutConfig
+from .rollout import FleetRolloutEnv, RolloutConfig, RolloutEnv
 from .trajectory import Trajectory
 
 
@@ -37,17 +47,62 @@ class RunOptions(BaseModel):
     use_mcp: bool = True
     checkpoint_every: int = 0
     save_trajectories: bool = False
+    env_kind: Literal["harness", "fleet"] = "harness"
+    user: str = "scripted"
+    user_api_base: str | None = None
+    judge: str | None = None
 
 
-def build_envs(fleet: Fleet, dirs: Sequence[Path], use_mcp: bool) -> list[FleetRolloutEnv]:
-    envs = []
+def build_envs(
+    fleet: Fleet,
+    dirs: Sequence[Path],
+    use_mcp: bool,
+    *,
+    env_kind: Literal["harness", "fleet"] = "fleet",
+    user: str = "scripted",
+    user_api_base: str | None = None,
+    judge: str | None = None,
+) -> list[RolloutEnv]:
+    envs: list[RolloutEnv] = []
     for d in dirs:
         tasks_file = Path(d) / "tasks.jsonl"
         if not tasks_file.exists():
             raise FileNotFoundError(f"{tasks_file} is missing: synthesize tasks first (envforge synth tasks)")
-        name = load_env(d).name
-        envs.append(FleetRolloutEnv(fleet, name, load_tasks(Path(d)), use_mcp=use_mcp))
+        if env_kind == "harness":
+            user_llm = None if user == "scripted" else LLMConfig(model=user, api_base=user_api_base)
+            envs.append(
+                HarnessRolloutEnv(
+                    fleet,
+                    load_env_tasks(d),
+                    user=user,
+                    user_llm=user_llm,
+                    judge=LLMConfig(model=judge) if judge else None,
+                    use_mcp=use_mcp,
+                )
+            )
+        else:
+            name = load_env(d).name
+            envs.append(FleetRolloutEnv(fleet, name, load_tasks(Path(d)), use_mcp=use_mcp))
     return envs
+
+
+def _build(fleet: Fleet, opts: RunOptions) -> list[RolloutEnv]:
+    return build_envs(
+        fleet,
+        opts.envs,
+        opts.use_mcp,
+        env_kind=opts.env_kind,
+        user=opts.user,
+        user_api_base=opts.user_api_base,
+        judge=opts.judge,
+    )
+
+
+def write_user_errors(envs: Sequence[RolloutEnv], path: Path) -> int:
+    """`path` gets one JSON line per masked harness episode (env, task, reason, user messages)."""
+    rows = [v for e in envs if isinstance(e, HarnessRolloutEnv) for v in e.verdicts if v.user_error]
+    path.write_text("".join(json.dumps(asdict(v)) + "\n" for v in rows))
+    return len(rows)
 
 
 def _load(opts: RunOptions) -> tuple[Any, Any, GenerationBackend]:
@@ -83,7 +138,7 @@ async def run_training(
 ) -> list[StepMetrics]:
     opts.out.mkdir(parents=True, exist_ok=True)
     fleet = Fleet([load_env(d) for d in opts.envs])
-    envs = build_envs(fleet, opts.envs, opts.use_mcp)
+    envs = _build(fleet, opts)
     tok, model, backend = _load(opts)
     learner = Learner(
         model,
@@ -115,6 +170,7 @@ async def run_training(
     finally:
         await backend.aclose()
         await fleet.aclose()
+    write_user_errors(envs, opts.out / "user_errors.jsonl")
     write_plots(metrics_path, opts.out / "plots")
     (opts.out / "run.json").write_text(
         json.dumps(
@@ -140,7 +196,7 @@ async def run_collection(
 ) -> Path:
     opts.out.mkdir(parents=True, exist_ok=True)
     fleet = Fleet([load_env(d) for d in opts.envs])
-    envs = build_envs(fleet, opts.envs, opts.use_mcp)
+    envs = _build(fleet, opts)
     tok, _, backend = _load(opts)
     path = opts.out / "trajectories.jsonl"
     path.write_text("")
@@ -166,4 +222,5 @@ async def run_collection(
     finally:
         await backend.aclose()
         await fleet.aclose()
+    write_user_errors(envs, opts.out / "user_errors.jsonl")
     return path

@@ -1,0 +1,170 @@
+"""Commands for env synthesis from tool documents: `envforge synth env` (one) and `synth envs` (many).
+
+`register(app)` adds both to the existing `synth` sub-app of `synth_commands`, so they sit beside
+`envforge synth tasks`. `--replay` answers from recorded responses instead of a model: that is how
+the bundled synthesized envs are rebuilt offline and byte-for-byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from envforge.synth.envsynth.docs_input import DOC_SUFFIXES, DocsError, ToolDoc, introspect_mcp, load_docs
+from envforge.synth.envsynth.llm import LiteLLMResponder, ReplayResponder, Responder
+from envforge.synth.envsynth.pipeline import SynthSettings, synthesize_env
+from envforge.synth.envsynth.report import GATES, SynthesisReport, read_report
+
+from .common import console, fail
+from .synth_commands import synth_app
+
+
+def _responder(model: str, api_base: str | None, replay: Path | None) -> Responder:
+    return ReplayResponder.from_path(replay) if replay else LiteLLMResponder(model, api_base)
+
+
+async def _read_docs(source: str) -> list[ToolDoc]:
+    if re.match(r"^https?://", source):
+        return await introspect_mcp(source)
+    return load_docs(source)
+
+
+def _env_name(out: Path, name: str | None) -> str:
+    name = name or out.resolve().name
+    if not re.match(r"^[a-z][a-z0-9_]{0,63}$", name):
+        fail(f"env name {name!r} must match [a-z][a-z0-9_]* (pass --name)")
+    return name
+
+
+def _row(report: SynthesisReport) -> list[str]:
+    rates = report.final_gates()
+    cells = ["-" if rates[g] is None else f"{rates[g]:.0%}" for g in GATES]
+    status = "[green]accepted[/]" if report.status == "accepted" else "[red]rejected[/]"
+    return [report.env, status, str(len(report.rounds)), *cells, str(report.tasks), f"{report.seconds:.1f}s"]
+
+
+def _table(title: str) -> Table:
+    table = Table(title=title)
+    for col in ("env", "status", "rounds", *GATES, "verified", "time"):
+        table.add_column(col, justify="left" if col in ("env", "status") else "right")
+    return table
+
+
+def synth_env(
+    docs: str = typer.Argument(..., help="Tool docs: a file, a folder of files, or an MCP server URL."),
+    out: Path = typer.Option(..., "-o", "--out", help="The env folder to write, e.g. envs/library."),
+    model: str = typer.Option("replay", "--model", help="litellm model name, e.g. openai/gpt-4o."),
+    api_base: str | None = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint."),
+    name: str | None = typer.Option(None, "--name", help="Env name (default: the folder's name)."),
+    max_rounds: int = typer.Option(3, "--max-rounds", help="Repair rounds after the first attempt."),
+    min_tasks: int = typer.Option(3, "--min-tasks", help="Verified tasks the tasks gate requires."),
+    replay: Path | None = typer.Option(None, "--replay", help="Recorded responses (responses.json)."),
+) -> None:
+    """Synthesize one env from tool documents; writes it and synthesis.json if every gate passes."""
+    env_name = _env_name(out, name)
+    try:
+        tool_docs = asyncio.run(_read_docs(docs))
+    except (DocsError, OSError, ValueError) as exc:
+        fail(f"cannot read docs: {exc}")
+    settings = SynthSettings(name=env_name, max_rounds=max_rounds, min_tasks=min_tasks, api_base=api_base)
+    report = asyncio.run(
+        synthesize_env(
+            tool_docs, out, _responder(model, api_base, replay), settings, progress=lambda m: console.print(m)
+        )
+    )
+    table = _table(f"{env_name}: {len(tool_docs)} documented tools")
+    table.add_row(*_row(report))
+    console.print(table)
+    if report.status != "accepted":
+        for reason in report.reasons:
+            console.print(f"  [red]{reason}[/]")
+        raise typer.Exit(1)
+
+
+def _doc_sets(docs_dir: Path) -> list[tuple[str, Path]]:
+    """(env name, docs path) per child of DOCS_DIR: a file, a folder of docs, or a folder with docs/."""
+    out = []
+    for child in sorted(docs_dir.iterdir()):
+        if child.is_dir():
+            if (child / "env.toml").exists() and not (child / "docs").is_dir():
+                continue  # an env folder without docs (hand-written): nothing to synthesize from
+            src = child / "docs" if (child / "docs").is_dir() else child
+            if any(p.suffix.lower() in DOC_SUFFIXES for p in src.iterdir()):
+                out.append((child.name, src))
+        elif child.suffix.lower() in DOC_SUFFIXES:
+            out.append((child.stem.split(".")[0], child))
+    return out
+
+
+def synth_envs(
+    docs_dir: Path = typer.Argument(..., help="One doc set per child: a file or a folder (or folder/docs)."),
+    out: Path = typer.Option(Path("envs"), "--out", help="Parent folder of the env folders."),
+    model: str = typer.Option("replay", "--model"),
+    api_base: str | None = typer.Option(None, "--api-base"),
+    concurrency: int = typer.Option(4, "--concurrency", min=1),
+    max_rounds: int = typer.Option(3, "--max-rounds"),
+    min_tasks: int = typer.Option(3, "--min-tasks"),
+    replay_dir: Path | None = typer.Option(None, "--replay-dir", help="DIR/<env>/responses.json per env."),
+    force: bool = typer.Option(False, "--force", help="Redo envs already accepted."),
+) -> None:
+    """Synthesize an env per doc set, N at a time; resumable: envs already accepted are skipped."""
+    if not docs_dir.is_dir():
+        fail(f"{docs_dir} is not a folder")
+    sets = _doc_sets(docs_dir)
+    if not sets:
+        fail(f"no doc sets under {docs_dir}")
+    reports: dict[str, SynthesisReport] = {}
+    skipped: list[str] = []
+    todo = []
+    for name, src in sets:
+        done = read_report(out / name)
+        if done is not None and done.status == "accepted" and not force:
+            reports[name] = done
+            skipped.append(name)
+        else:
+            todo.append((name, src))
+
+    async def run_all(progress: Progress) -> None:
+        task = progress.add_task("synthesizing", total=len(todo))
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(name: str, src: Path) -> None:
+            async with gate:
+                try:
+                    docs = load_docs(src)
+                    responder = _responder(model, api_base, replay_dir / name if replay_dir else None)
+                except (DocsError, OSError, ValueError) as exc:
+                    console.print(f"[red]{name}: cannot start: {exc}[/]")
+                    progress.advance(task)
+                    return
+                settings = SynthSettings(
+                    name=name, max_rounds=max_rounds, min_tasks=min_tasks, api_base=api_base
+                )
+                reports[name] = await synthesize_env(docs, out / name, responder, settings)
+                progress.update(task, description=f"{name}: {reports[name].status}")
+                progress.advance(task)
+
+        await asyncio.gather(*(one(n, s) for n, s in todo))
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console) as progress:
+        asyncio.run(run_all(progress))
+    table = _table(f"{len(sets)} doc sets ({len(skipped)} already accepted, skipped)")
+    for name, _ in sets:
+        if name in reports:
+            table.add_row(*_row(reports[name]))
+    console.print(table)
+    rejected = [n for n, r in reports.items() if r.status != "accepted"]
+    if rejected or len(reports) < len(sets):
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `synth env` and `synth envs` to the `synth` sub-app (`app` is the root, kept for symmetry)."""
+    synth_app.command("env")(synth_env)
+    synth_app.command("envs")(synth_envs)

@@ -1,0 +1,267 @@
+"""Tool documents in four formats, normalised into one `ToolDoc` list.
+
+Accepted inputs: OpenAI function-calling JSON (a list of `{"type": "function", "function": {...}}`
+or bare `{name, description, parameters}`), an MCP `tools/list` result (`{"tools": [...]}` with
+`inputSchema`), an OpenAPI 3 document (JSON, or YAML when pyyaml is installed; one tool per
+operation, named by `operationId`), and markdown (one `## tool_name` section per tool with a
+`Parameters:` bullet list, see `parse_markdown`). A directory is read file by file and merged. The
+pipeline compares the generated env against exactly these docs, so every format must yield the same
+three things: name, description, parameters JSON schema.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+JSON_TYPES = ("string", "integer", "number", "boolean", "array", "object")
+
+
+class DocsError(ValueError):
+    """The documents cannot be read as any supported format, or a tool is ill-formed."""
+
+
+class ToolDoc(BaseModel):
+    """One documented tool: the surface the generated env must implement exactly."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+    @field_validator("name")
+    @classmethod
+    def _valid(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError(f"tool name {v!r} is not a Python identifier")
+        return v
+
+    @property
+    def properties(self) -> dict[str, dict[str, Any]]:
+        return dict(self.parameters.get("properties") or {})
+
+    @property
+    def required(self) -> list[str]:
+        return list(self.parameters.get("required") or [])
+
+
+def _object_schema(schema: dict[str, Any] | None) -> dict[str, Any]:
+    schema = dict(schema or {})
+    schema.setdefault("type", "object")
+    schema.setdefault("properties", {})
+    return schema
+
+
+def parse_openai(data: Any) -> list[ToolDoc]:
+    items = data.get("tools", data.get("functions")) if isinstance(data, dict) else data
+    if not isinstance(items, list):
+        raise DocsError("OpenAI tools must be a JSON list")
+    out = []
+    for item in items:
+        fn = item.get("function", item) if isinstance(item, dict) else None
+        if not isinstance(fn, dict) or "name" not in fn:
+            raise DocsError(f"not an OpenAI function schema: {str(item)[:80]}")
+        out.append(
+            ToolDoc(
+                name=fn["name"],
+                description=fn.get("description", ""),
+                parameters=_object_schema(fn.get("parameters")),
+            )
+        )
+    return out
+
+
+def parse_mcp(data: Any) -> list[ToolDoc]:
+    items = data.get("result", data).get("tools") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        raise DocsError("an MCP tools/list result needs a 'tools' list")
+    return [
+        ToolDoc(
+            name=t["name"],
+            description=t.get("description") or "",
+            parameters=_object_schema(t.get("inputSchema") or t.get("input_schema")),
+        )
+        for t in items
+    ]
+
+
+def _resolve(doc: dict[str, Any], schema: Any, depth: int = 0) -> Any:
+    """Inline local `$ref`s (`#/components/...`), so the tool schema stands alone."""
+    if depth > 20:
+        raise DocsError("OpenAPI $ref nesting is too deep (cyclic?)")
+    if isinstance(schema, dict):
+        if "$ref" in schema and isinstance(schema["$ref"], str) and schema["$ref"].startswith("#/"):
+            node: Any = doc
+            for part in schema["$ref"][2:].split("/"):
+                node = node[part]
+            return _resolve(doc, node, depth + 1)
+        return {k: _resolve(doc, v, depth + 1) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_resolve(doc, v, depth + 1) for v in schema]
+    return schema
+
+
+def parse_openapi(doc: dict[str, Any]) -> list[ToolDoc]:
+    """One tool per operation: path/query parameters and JSON body properties become its parameters."""
+    out = []
+    for path, ops in (doc.get("paths") or {}).items():
+        shared = ops.get("parameters", [])
+        for method, op in ops.items():
+            if method not in ("get", "post", "put", "patch", "delete") or not isinstance(op, dict):
+                continue
+            name = op.get("operationId")
+            if not name:
+                raise DocsError(f"{method.upper()} {path} has no operationId (it names the tool)")
+            props: dict[str, Any] = {}
+            required: list[str] = []
+            for p in [*shared, *op.get("parameters", [])]:
+                p = _resolve(doc, p)
+                schema = dict(p.get("schema") or {"type": "string"})
+                if p.get("description"):
+                    schema["description"] = p["description"]
+                props[p["name"]] = schema
+                if p.get("required"):
+                    required.append(p["name"])
+            body = ((op.get("requestBody") or {}).get("content") or {}).get("application/json")
+            if body:
+                schema = _resolve(doc, body.get("schema") or {})
+                props.update(schema.get("properties") or {})
+                required.extend(schema.get("required") or [])
+            params: dict[str, Any] = {"type": "object", "properties": props}
+            if required:
+                params["required"] = required
+            desc = " ".join(x for x in (op.get("summary"), op.get("description")) if x)
+            out.append(ToolDoc(name=name, description=desc, parameters=params))
+    if not out:
+        raise DocsError("the OpenAPI document has no operations")
+    return out
+
+
+_HEADING = re.compile(r"^##\s+`?([A-Za-z_][A-Za-z0-9_]*)`?\s*$")
+_PARAM = re.compile(
+    r"^\s*[-*]\s+`?(?P<name>[A-Za-z_]\w*)`?\s*\((?P<meta>[^)]*)\)\s*(?::|—|-)?\s*(?P<desc>.*)$"
+)
+_ENUM = re.compile(r"one of\s*:?\s*(?P<vals>.+?)(?:\.\s|\.$|$)", re.IGNORECASE)
+
+
+def parse_markdown(text: str) -> list[ToolDoc]:
+    """Markdown docs: `## tool_name`, a description, then `Parameters:` bullets.
+
+    A bullet reads ``- name (type, required): description``; ``type`` is a JSON type (``array of
+    string`` for lists), ``optional`` may replace ``required``, and ``one of: a, b, c`` in the
+    description makes an enum. Free text outside this shape is kept as description only.
+    """
+    out: list[ToolDoc] = []
+    current: dict[str, Any] | None = None
+    in_params = False
+    for line in text.splitlines():
+        m = _HEADING.match(line)
+        if m:
+            current = {"name": m.group(1), "desc": [], "props": {}, "required": []}
+            out.append(current)  # type: ignore[arg-type]
+            in_params = False
+            continue
+        if current is None:
+            continue
+        if line.strip().lower().rstrip(":") in ("parameters", "**parameters**", "### parameters"):
+            in_params = True
+            continue
+        p = _PARAM.match(line) if in_params else None
+        if p:
+            meta = [x.strip().lower() for x in p.group("meta").split(",")]
+            kind = meta[0] if meta else "string"
+            schema: dict[str, Any]
+            if kind.startswith("array"):
+                item = kind.split("of")[-1].strip() if "of" in kind else "string"
+                schema = {"type": "array", "items": {"type": item if item in JSON_TYPES else "string"}}
+            else:
+                schema = {"type": kind if kind in JSON_TYPES else "string"}
+            desc = p.group("desc").strip()
+            e = _ENUM.search(desc)
+            if e and schema["type"] == "string":
+                schema["enum"] = [v.strip(" `'\"") for v in e.group("vals").split(",") if v.strip(" `'\"")]
+            if desc:
+                schema["description"] = desc
+            current["props"][p.group("name")] = schema
+            if "required" in meta:
+                current["required"].append(p.group("name"))
+        elif not in_params and line.strip():
+            current["desc"].append(line.strip())
+    docs = []
+    for c in out:
+        params: dict[str, Any] = {"type": "object", "properties": c["props"]}  # type: ignore[index]
+        if c["required"]:  # type: ignore[index]
+            params["required"] = c["required"]  # type: ignore[index]
+        docs.append(ToolDoc(name=c["name"], description=" ".join(c["desc"]), parameters=params))  # type: ignore[index]
+    if not docs:
+        raise DocsError("no '## tool_name' sections found in the markdown")
+    return docs
+
+
+def parse_data(data: Any) -> list[ToolDoc]:
+    """Detect the JSON shape: OpenAPI, MCP tools/list, or OpenAI function list."""
+    if isinstance(data, dict) and "openapi" in data:
+        return parse_openapi(data)
+    if isinstance(data, dict) and ("tools" in data or "result" in data) and _looks_mcp(data):
+        return parse_mcp(data)
+    return parse_openai(data)
+
+
+def _looks_mcp(data: dict[str, Any]) -> bool:
+    tools = data.get("result", data).get("tools")
+    return isinstance(tools, list) and all(isinstance(t, dict) and "function" not in t for t in tools)
+
+
+def load_docs_file(path: Path) -> list[ToolDoc]:
+    text = path.read_text(encoding="utf-8")
+    suffix = path.suffix.lower()
+    if suffix in (".md", ".markdown", ".txt"):
+        return parse_markdown(text)
+    if suffix in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError as exc:  # pragma: no cover - pyyaml is optional
+            raise DocsError(f"{path}: YAML needs pyyaml installed") from exc
+        return parse_data(yaml.safe_load(text))
+    try:
+        return parse_data(json.loads(text))
+    except json.JSONDecodeError as exc:
+        raise DocsError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from exc
+
+
+DOC_SUFFIXES = (".json", ".yaml", ".yml", ".md", ".markdown")
+
+
+def load_docs(path: str | Path) -> list[ToolDoc]:
+    """Every tool documented at `path` (a file, or a folder of files merged), names unique."""
+    path = Path(path)
+    files = sorted(p for p in path.iterdir() if p.suffix.lower() in DOC_SUFFIXES) if path.is_dir() else [path]
+    if not files:
+        raise DocsError(f"{path}: no tool documents ({', '.join(DOC_SUFFIXES)})")
+    docs: dict[str, ToolDoc] = {}
+    for f in files:
+        for d in load_docs_file(f):
+            if d.name in docs:
+                raise DocsError(f"{f}: tool {d.name!r} is documented twice")
+            docs[d.name] = d
+    return list(docs.values())
+
+
+async def introspect_mcp(url: Any) -> list[ToolDoc]:
+    """The tools a live MCP server lists (streamable HTTP URL, or an in-process server object)."""
+    from mcp import Client
+
+    async with Client(url) as client:
+        tools = (await client.list_tools()).tools
+    return [
+        ToolDoc(name=t.name, description=t.description or "", parameters=dict(t.input_schema)) for t in tools
+    ]
+
+
+def docs_json(docs: list[ToolDoc]) -> str:
+    """The normalised docs as the model sees them (stable order, compact but readable)."""
+    return json.dumps([d.model_dump() for d in docs], indent=1, ensure_ascii=False)

@@ -1,0 +1,145 @@
+"""Model access for env synthesis: every call goes through `litellm.acompletion`, or a replay of recordings.
+
+A responder answers one prompt of one pipeline stage in one repair round. `LiteLLMResponder` is the
+real path (any litellm model, optional `api_base`); `ReplayResponder` returns recorded answers keyed
+`"<stage>:<round>"`, so the whole pipeline runs offline and deterministically in tests. The first
+line of every system prompt names the stage and round (`envsynth stage=tools round=1 prompt=tools/v1`)
+so that a fake OpenAI-compatible server can serve the same recordings over real HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+STAGE_LINE = re.compile(r"envsynth stage=(?P<stage>\w+) round=(?P<round>\d+)")
+# Stages whose recorded answer carries over to later rounds when none is recorded for that round:
+# the probe agents are re-asked every round, but their proposals rarely need to change.
+CARRY_OVER_STAGES = frozenset({"tester", "checker"})
+
+
+class LLMError(RuntimeError):
+    """The model could not be asked, or no recording exists for the prompt."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+
+
+@dataclass
+class Usage:
+    """Running totals for the synthesis report."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    keys: list[str] = field(default_factory=list)
+
+    def add(self, key: str, reply: Reply) -> None:
+        self.calls += 1
+        self.prompt_tokens += reply.prompt_tokens
+        self.completion_tokens += reply.completion_tokens
+        self.cost += reply.cost
+        self.keys.append(key)
+
+
+class Responder(Protocol):
+    model: str
+
+    async def complete(self, stage: str, round_: int, messages: list[dict[str, str]]) -> Reply: ...
+
+
+class LiteLLMResponder:
+    """Ask a real (or fake OpenAI-compatible) model through litellm."""
+
+    def __init__(self, model: str, api_base: str | None = None, **kwargs: Any) -> None:
+        self.model = model
+        self.api_base = api_base
+        self.kwargs = kwargs
+
+    async def complete(self, stage: str, round_: int, messages: list[dict[str, str]]) -> Reply:
+        import litellm
+
+        kwargs = dict(self.kwargs)
+        if self.api_base:
+            kwargs["api_base"] = self.api_base
+            kwargs.setdefault("api_key", "not-needed")
+        try:
+            resp = await litellm.acompletion(model=self.model, messages=messages, temperature=0, **kwargs)
+        except Exception as exc:
+            raise LLMError(f"{stage}:{round_}: model call failed: {type(exc).__name__}: {exc}") from exc
+        text = resp.choices[0].message.content or ""
+        usage = getattr(resp, "usage", None)
+        try:
+            cost = float(litellm.completion_cost(completion_response=resp) or 0.0)
+        except Exception:  # unknown models (local, fake) have no price
+            cost = 0.0
+        return Reply(
+            text,
+            int(getattr(usage, "prompt_tokens", 0) or 0),
+            int(getattr(usage, "completion_tokens", 0) or 0),
+            cost,
+        )
+
+
+def load_recordings(path: str | Path) -> dict[str, str]:
+    """A recording file: `{"note": ..., "responses": {"stage:round": text | {"file": name}}}`.
+
+    Long answers (code) live next to the JSON in their own files so they stay readable; the files
+    never end in `.py`, so nothing treats hand-written stand-ins for model output as project code.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "responses.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    out: dict[str, str] = {}
+    for key, value in data["responses"].items():
+        if isinstance(value, dict):
+            value = (path.parent / value["file"]).read_text(encoding="utf-8")
+        out[key] = value
+    return out
+
+
+def lookup(recordings: dict[str, str], stage: str, round_: int) -> str:
+    key = f"{stage}:{round_}"
+    if key in recordings:
+        return recordings[key]
+    if stage in CARRY_OVER_STAGES:
+        for r in range(round_ - 1, -1, -1):
+            if f"{stage}:{r}" in recordings:
+                return recordings[f"{stage}:{r}"]
+    raise LLMError(f"no recorded response for {key}")
+
+
+class ReplayResponder:
+    """Answer from recordings keyed by stage and round (no network)."""
+
+    def __init__(self, recordings: dict[str, str], model: str = "replay") -> None:
+        self.recordings = recordings
+        self.model = model
+
+    @classmethod
+    def from_path(cls, path: str | Path) -> ReplayResponder:
+        return cls(load_recordings(path), model=f"replay:{Path(path).name}")
+
+    async def complete(self, stage: str, round_: int, messages: list[dict[str, str]]) -> Reply:
+        text = lookup(self.recordings, stage, round_)
+        prompt_chars = sum(len(m["content"]) for m in messages)
+        return Reply(text, prompt_chars // 4, len(text) // 4, 0.0)
+
+
+_FENCE = re.compile(r"```[A-Za-z0-9_+-]*\n(.*?)```", re.S)
+
+
+def strip_fences(text: str) -> str:
+    """The body of the first fenced block if the answer has one, else the answer as is."""
+    m = _FENCE.search(text)
+    return (m.group(1) if m else text).strip() + "\n"

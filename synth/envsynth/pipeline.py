@@ -1,0 +1,370 @@
+"""Docs -> env: ask the model for each artifact, gate the result, repair with evidence, accept or reject.
+
+Stages: schema -> tools -> seed -> policy. Gates, in order, each stopping the round on failure:
+static (AST allowlist, before anything is imported), load (`load_env`, seed size), probes
+(deterministic, see `probes`), llm_probe (tester proposes calls, checker judges results against the
+docs), tasks (`synth.pipeline.synthesize` yields >= N verified tasks). A failing gate names the
+artifact to blame; that stage is asked again with the evidence, up to `max_rounds` times.
+Everything is built in a staging folder; only an accepted env is copied to the output folder, so a
+rejected or malicious candidate never becomes an env anyone loads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from envforge.server import EnvLoadError, load_env
+from envforge.synth.graph import build_graph, write_graph
+from envforge.synth.pipeline import synthesize, write_tasks
+
+from . import prompts
+from .docs_input import ToolDoc, docs_json
+from .llm import LLMError, Responder, Usage, strip_fences
+from .probes import execute_proposals, probe_env
+from .report import GateResult, RoundRecord, SynthesisReport, write_report
+from .sandbox import SeedRunError, run_seed_generator
+from .static_gate import SEED_IMPORTS, check_python, check_sql
+
+log = logging.getLogger(__name__)
+
+STAGES = ("schema", "tools", "seed", "policy")
+FILES = {"schema": "schema.sql", "tools": "tools.py", "policy": "policy.md"}
+ENV_FILES = ("env.toml", "schema.sql", "seed.json", "tools.py", "policy.md", "graph.json", "tasks.jsonl")
+REJECTED_DIR = "rejected_candidate"
+
+
+class SynthSettings(BaseModel):
+    """Knobs of one env synthesis run."""
+
+    name: str
+    description: str = ""
+    max_rounds: int = Field(3, ge=0, description="Repair rounds after the first attempt.")
+    min_seed_rows: int = 100
+    min_tasks: int = 3
+    task_seed: int = 0
+    task_attempts: int = 200
+    probe_attempts: int = 12
+    api_base: str | None = None
+
+
+Progress = Callable[[str], None]
+
+
+class Candidate:
+    """The artifacts of the current attempt, as the model last wrote them."""
+
+    def __init__(self) -> None:
+        self.text: dict[str, str] = {}
+
+    def seed_is_code(self) -> bool:
+        try:
+            json.loads(self.text["seed"])
+            return False
+        except ValueError:
+            return True
+
+
+def _stage_context(stage: str, docs: list[ToolDoc], cand: Candidate) -> dict[str, str]:
+    ctx = {"Tool documents (JSON)": docs_json(docs)}
+    if stage in ("tools", "seed", "policy", "tester", "checker"):
+        ctx["schema.sql"] = cand.text.get("schema", "")
+    if stage == "policy":
+        ctx["tools.py"] = cand.text.get("tools", "")
+    return ctx
+
+
+async def _ask(
+    responder: Responder,
+    usage: Usage,
+    stage: str,
+    round_: int,
+    context: dict[str, str],
+    evidence: str | None = None,
+) -> str:
+    reply = await responder.complete(stage, round_, prompts.messages(stage, round_, context, evidence))
+    usage.add(f"{stage}:{round_}", reply)
+    return reply.text
+
+
+def _gate(
+    name: str, checks: int, passed: int, problems: list[str], blame: str | list[str] | None, t0: float
+) -> GateResult:
+    blames = [blame] if isinstance(blame, str) else list(blame or [])
+    return GateResult(
+        name=name,
+        passed=not problems and passed == checks,
+        checks=checks,
+        passed_checks=passed,
+        problems=problems[:40],
+        blame=blames if problems or passed != checks else [],
+        seconds=round(time.perf_counter() - t0, 3),
+    )
+
+
+def gate_static(cand: Candidate) -> GateResult:
+    """Parse and allowlist-check everything that will be executed, without executing any of it."""
+    t0 = time.perf_counter()
+    results: list[tuple[str, list[str]]] = [
+        ("schema", [f"schema.sql {v}" for v in check_sql(cand.text["schema"])]),
+        ("tools", [f"tools.py {v}" for v in check_python(cand.text["tools"])]),
+    ]
+    if cand.seed_is_code():
+        found = [f"seed generator {v}" for v in check_python(cand.text["seed"], imports=SEED_IMPORTS)]
+        if not found and "def generate" not in cand.text["seed"]:
+            found.append("seed generator: defines no generate() (and is not JSON)")
+        results.append(("seed", found))
+    problems = [p for _, ps in results for p in ps]
+    blame = [stage for stage, ps in results if ps]
+    return _gate("static", len(results), sum(1 for _, ps in results if not ps), problems, blame, t0)
+
+
+def _toml_str(s: str) -> str:
+    return json.dumps(s, ensure_ascii=False)
+
+
+async def materialise(cand: Candidate, settings: SynthSettings, docs: list[ToolDoc], root: Path) -> None:
+    """Write the candidate env folder (seed generators run in the sandbox to produce seed.json)."""
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    desc = settings.description or f"Synthesized from tool documents: {', '.join(d.name for d in docs)}."
+    (root / "env.toml").write_text(
+        f'name = "{settings.name}"\ndescription = {_toml_str(desc)}\nversion = "0.1.0"\nseed = "seed.json"\n',
+        encoding="utf-8",
+    )
+    for stage, fname in FILES.items():
+        (root / fname).write_text(cand.text[stage], encoding="utf-8")
+    if cand.seed_is_code():
+        rows = await run_seed_generator(cand.text["seed"])
+        (root / "seed.json").write_text(
+            json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+    else:
+        (root / "seed.json").write_text(cand.text["seed"], encoding="utf-8")
+
+
+_FILE_STAGE = {"schema.sql": "schema", "seed.json": "seed", "tools.py": "tools", "policy.md": "policy"}
+
+
+async def gate_load(cand: Candidate, settings: SynthSettings, docs: list[ToolDoc], root: Path) -> GateResult:
+    t0 = time.perf_counter()
+    try:
+        await materialise(cand, settings, docs, root)
+    except SeedRunError as exc:
+        return _gate("load", 3, 0, [f"seed generator: {exc}"], "seed", t0)
+    try:
+        env = load_env(root)
+    except EnvLoadError as exc:
+        problems = [str(p).replace(str(root) + "/", "") for p in exc.problems]
+        blame = _FILE_STAGE.get(exc.problems[0].file.name, "tools")
+        return _gate("load", 3, 1, problems, blame, t0)
+    rows = sum(len(v) for v in env.seed_state().values())
+    problems = (
+        [] if rows >= settings.min_seed_rows else [f"seed has {rows} rows; at least {settings.min_seed_rows}"]
+    )
+    return _gate("load", 3, 3 - len(problems), problems, "seed", t0)
+
+
+def _parse_json_answer(text: str) -> Any:
+    try:
+        return json.loads(strip_fences(text))
+    except ValueError as exc:
+        raise LLMError(f"answer is not JSON: {exc}") from exc
+
+
+async def gate_llm_probe(
+    env: Any, docs: list[ToolDoc], cand: Candidate, responder: Responder, usage: Usage, round_: int
+) -> GateResult:
+    """EnvScaler's dual agent: a tester proposes calls from the docs, a checker judges the results."""
+    t0 = time.perf_counter()
+    state = env.seed_state()
+    sample = {t: rows[:3] for t, rows in state.items()}
+    ctx = _stage_context("tester", docs, cand)
+    ctx["Sample seed rows"] = json.dumps(sample, ensure_ascii=False)
+    try:
+        proposals = _parse_json_answer(await _ask(responder, usage, "tester", round_, ctx))
+        if not isinstance(proposals, list) or not proposals:
+            raise LLMError("tester must answer a non-empty JSON list of calls")
+        executed = await execute_proposals(env, proposals)
+        ctx = _stage_context("checker", docs, cand)
+        ctx["Executed calls"] = json.dumps(
+            [
+                {
+                    "call": i,
+                    "tool": c.tool,
+                    "arguments": c.arguments,
+                    "isError": c.is_error,
+                    "result": c.result,
+                }
+                for i, c in enumerate(executed)
+            ],
+            ensure_ascii=False,
+        )
+        judged = _parse_json_answer(await _ask(responder, usage, "checker", round_, ctx))
+        verdicts = {int(v["call"]): v for v in judged.get("verdicts", [])}
+    except (LLMError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        return _gate("llm_probe", 1, 0, [f"probe agents failed: {exc}"], "tools", t0)
+    problems = []
+    for i, c in enumerate(executed):
+        v = verdicts.get(i)
+        if v is None or not v.get("ok"):
+            why = v.get("reason", "") if v else "no verdict"
+            problems.append(
+                f"call {i} {c.tool}({json.dumps(c.arguments)}) -> {'error' if c.is_error else 'ok'}: "
+                f"{c.result[:160]} | checker: {why}"
+            )
+    return _gate("llm_probe", len(executed), len(executed) - len(problems), problems, "tools", t0)
+
+
+async def gate_tasks(env: Any, settings: SynthSettings, root: Path) -> GateResult:
+    t0 = time.perf_counter()
+    # Task building calls tools with arguments that fail on purpose; the runtime would log each one.
+    runtime_log = logging.getLogger("envforge.server.runtime")
+    level = runtime_log.level
+    runtime_log.setLevel(logging.CRITICAL)
+    try:
+        graph = await build_graph(env)
+        report = await synthesize(
+            env, settings.min_tasks, settings.task_seed, graph=graph, max_attempts=settings.task_attempts
+        )
+    finally:
+        runtime_log.setLevel(level)
+    got = len(report.tasks)
+    if got >= settings.min_tasks:
+        write_graph(graph, root)
+        write_tasks(report.tasks, root)
+        return _gate("tasks", settings.min_tasks, settings.min_tasks, [], None, t0)
+    why = ", ".join(f"{k} x{v}" for k, v in report.discarded.most_common(6))
+    problems = [
+        f"only {got} of {settings.min_tasks} tasks verified in {report.attempts} attempts; discarded: {why}",
+        f"tool graph has {len(graph.edges)} value edges: tools must return the schema's column names "
+        "so one tool's ids visibly feed another's parameters",
+    ]
+    return _gate("tasks", settings.min_tasks, got, problems, "tools", t0)
+
+
+async def run_gates(
+    cand: Candidate,
+    docs: list[ToolDoc],
+    settings: SynthSettings,
+    responder: Responder,
+    usage: Usage,
+    round_: int,
+    root: Path,
+) -> list[GateResult]:
+    """The gates in order; the first failure ends the round (later gates have nothing sound to test)."""
+    gates = [gate_static(cand)]
+    if not gates[-1].passed:
+        return gates  # nothing was written, let alone imported
+    gates.append(await gate_load(cand, settings, docs, root))
+    if not gates[-1].passed:
+        return gates
+    env = load_env(root)
+    t0 = time.perf_counter()
+    probed = await probe_env(env, docs, attempts=settings.probe_attempts)
+    gates.append(_gate("probes", probed.checks, probed.passed, probed.problems, "tools", t0))
+    if not gates[-1].passed:
+        return gates
+    gates.append(await gate_llm_probe(env, docs, cand, responder, usage, round_))
+    if not gates[-1].passed:
+        return gates
+    gates.append(await gate_tasks(env, settings, root))
+    return gates
+
+
+def _evidence(gate: GateResult, cand: Candidate, stage: str) -> str:
+    lines = [f"Gate '{gate.name}' failed ({gate.passed_checks}/{gate.checks} checks passed):"]
+    lines += [f"- {p}" for p in gate.problems]
+    lines.append(f"\nYour previous {stage} answer:\n{cand.text.get(stage, '')}")
+    return "\n".join(lines)
+
+
+async def synthesize_env(
+    docs: list[ToolDoc],
+    out_dir: str | Path,
+    responder: Responder,
+    settings: SynthSettings,
+    *,
+    progress: Progress | None = None,
+) -> SynthesisReport:
+    """Build, gate and repair an env from `docs`; write it to `out_dir` if accepted (report either way)."""
+    out_dir = Path(out_dir)
+    started = time.perf_counter()
+    usage = Usage()
+    say = progress or (lambda _msg: None)
+    report = SynthesisReport(
+        env=settings.name,
+        status="rejected",
+        model=responder.model,
+        api_base=settings.api_base,
+        prompt_versions=dict(prompts.PROMPT_VERSIONS),
+        docs=[d.name for d in docs],
+    )
+    cand = Candidate()
+    with tempfile.TemporaryDirectory(prefix=f"envsynth-{settings.name}-") as tmp:
+        staging = Path(tmp) / settings.name
+        try:
+            for stage in STAGES:
+                say(f"asking for {stage}")
+                cand.text[stage] = strip_fences(
+                    await _ask(responder, usage, stage, 0, _stage_context(stage, docs, cand))
+                )
+            for round_ in range(settings.max_rounds + 1):
+                say(f"round {round_}: gates")
+                gates = await run_gates(cand, docs, settings, responder, usage, round_, staging)
+                record = RoundRecord(round=round_, gates=gates)
+                report.rounds.append(record)
+                failed = next((g for g in gates if not g.passed), None)
+                if failed is None:
+                    report.status = "accepted"
+                    break
+                if round_ == settings.max_rounds:
+                    report.reasons = [f"gate '{failed.name}' still fails after {round_} repair rounds"]
+                    report.reasons += failed.problems[:10]
+                    break
+                record.repaired = failed.blame or ["tools"]
+                say(f"round {round_}: {failed.name} failed, repairing {', '.join(record.repaired)}")
+                for stage in record.repaired:
+                    evidence = _evidence(failed, cand, stage)
+                    context = _stage_context(stage, docs, cand)
+                    answer = await _ask(responder, usage, stage, round_ + 1, context, evidence)
+                    cand.text[stage] = strip_fences(answer)
+        except LLMError as exc:
+            report.reasons = [str(exc)]
+        report.llm_calls = usage.calls
+        report.prompt_tokens = usage.prompt_tokens
+        report.completion_tokens = usage.completion_tokens
+        report.cost_usd = round(usage.cost, 6)
+        report.seconds = round(time.perf_counter() - started, 3)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if report.status == "accepted":
+            env = load_env(staging)
+            report.seed_rows = sum(len(v) for v in env.seed_state().values())
+            report.tasks = sum(1 for _ in (staging / "tasks.jsonl").open(encoding="utf-8"))
+            shutil.rmtree(out_dir / REJECTED_DIR, ignore_errors=True)
+            for name in ENV_FILES:
+                if (staging / name).exists():
+                    shutil.copyfile(staging / name, out_dir / name)
+        else:
+            _keep_rejected(cand, out_dir)
+        write_report(report, out_dir)
+    return report
+
+
+def _keep_rejected(cand: Candidate, out_dir: Path) -> None:
+    """Keep the last candidate as inert text for a person to read: never as an env that could load."""
+    target = out_dir / REJECTED_DIR
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    names = {"schema": "schema.sql.txt", "tools": "tools.py.txt", "seed": "seed.txt", "policy": "policy.md"}
+    for stage, text in cand.text.items():
+        (target / names[stage]).write_text(text, encoding="utf-8")

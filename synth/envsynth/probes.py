@@ -1,0 +1,219 @@
+"""Deterministic probes: the generated env must match its docs and behave like a careful implementation.
+
+Per documented tool: the schema matches the docs (name, parameter names, required, types, enums);
+valid calls built from seed data succeed; missing and wrong-typed arguments and unknown ids are
+refused (`isError`) and change nothing; read tools write nothing and write tools write only the
+tables they declare, measured by SQLite's authorizer (`synth.footprint`) rather than trusted.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from envforge.server import Environment, Fleet
+from envforge.synth.domains import DomainValues, derive_domains, key_columns
+from envforge.synth.footprint import Footprint, set_authorizer
+
+from .docs_input import ToolDoc
+
+UNKNOWN_STR = "UNKNOWN-ID-0000"
+UNKNOWN_INT = 987_654_321
+
+
+@dataclass
+class ProbeOutcome:
+    checks: int = 0
+    passed: int = 0
+    problems: list[str] = field(default_factory=list)
+    valid_args: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def check(self, ok: bool, problem: str) -> None:
+        self.checks += 1
+        if ok:
+            self.passed += 1
+        else:
+            self.problems.append(problem)
+
+
+def _types(schema: dict[str, Any]) -> set[str]:
+    """The non-null JSON types a property admits, looking through anyOf/Optional and enums."""
+    out: set[str] = set()
+    for opt in schema.get("anyOf") or [schema]:
+        t = opt.get("type")
+        if isinstance(t, list):
+            out |= {x for x in t if x != "null"}
+        elif t and t != "null":
+            out.add(t)
+        elif "enum" in opt or "const" in opt:
+            out.add("string")
+    return out
+
+
+def _enum(schema: dict[str, Any]) -> set[Any]:
+    vals: set[Any] = set()
+    for opt in schema.get("anyOf") or [schema]:
+        vals |= set(opt.get("enum") or [])
+        if "const" in opt:
+            vals.add(opt["const"])
+    return vals
+
+
+def schema_problems(doc: ToolDoc, env: Environment) -> list[str]:
+    """How the generated tool's surface differs from its documentation (empty: it matches)."""
+    spec = env.tools.get(doc.name)
+    if spec is None:
+        return [f"tool {doc.name!r} is documented but not implemented (implemented: {sorted(env.tools)})"]
+    out = []
+    want, got = set(doc.properties), set(spec.parameters)
+    if want != got:
+        out.append(f"{doc.name}: parameters {sorted(got)} but the docs say {sorted(want)}")
+    if set(doc.required) != set(spec.required):
+        out.append(f"{doc.name}: required {sorted(spec.required)} but the docs say {sorted(doc.required)}")
+    props = spec.input_schema.get("properties", {})
+    for p in sorted(want & got):
+        dt, gt = _types(doc.properties[p]), _types(props.get(p, {}))
+        if dt and gt and not dt <= gt and not (dt == {"number"} and gt == {"integer", "number"}):
+            out.append(f"{doc.name}.{p}: type {sorted(gt)} but the docs say {sorted(dt)}")
+        de, ge = _enum(doc.properties[p]), _enum(props.get(p, {}))
+        if de and de != ge:
+            got_vals, doc_vals = sorted(map(str, ge)), sorted(map(str, de))
+            out.append(f"{doc.name}.{p}: allowed values {got_vals} but the docs say {doc_vals}")
+    return out
+
+
+def _wrong_value(schema: dict[str, Any]) -> Any:
+    types = _types(schema)
+    return 12345 if types & {"string", "array", "object"} else "not-a-number"
+
+
+async def _state_hash(fleet: Fleet, episode_id: str) -> str:
+    return (await fleet.export(episode_id))[1]
+
+
+async def probe_env(env: Environment, docs: list[ToolDoc], *, attempts: int = 12) -> ProbeOutcome:
+    """Run every deterministic probe; each contributes one check to the gate's pass rate."""
+    out = ProbeOutcome()
+    documented = {d.name for d in docs}
+    for extra in sorted(set(env.tools) - documented):
+        out.check(False, f"tool {extra!r} is not in the docs (implement only the documented tools)")
+    for doc in docs:
+        problems = schema_problems(doc, env)
+        out.check(not problems, "; ".join(problems))
+    domains = derive_domains(env)
+    values = DomainValues(env.seed_state())
+    ids = key_columns(env)
+    fleet = Fleet([env], max_episodes=64)
+    try:
+        for doc in docs:
+            if doc.name in env.tools:
+                await _probe_tool(fleet, env, doc.name, domains[doc.name], values, ids, attempts, out)
+    finally:
+        await fleet.aclose()
+    return out
+
+
+async def _probe_tool(
+    fleet: Fleet,
+    env: Environment,
+    name: str,
+    domains: dict[str, Any],
+    values: DomainValues,
+    ids: set[str],
+    attempts: int,
+    out: ProbeOutcome,
+) -> None:
+    spec = env.tools[name]
+    rng = random.Random(f"envsynth-probe:{env.name}:{name}")
+    required = [p for p in spec.parameters if p in spec.required]
+    episode = await fleet.create_episode(env.name)
+    try:
+        valid: dict[str, Any] | None = None
+        footprint = Footprint()
+        last_error = ""
+        for attempt in range(attempts):
+            order = list(required)
+            rng.shuffle(order)
+            bindings: dict[str, Any] = {}
+            # Alternate entity-consistent arguments (an order with its own customer) with independent
+            # ones: consistency helps ownership checks, but binding every key to one existing row
+            # (a member with a class they already booked) can make every attempt a duplicate.
+            if attempt % 2 == 0:
+                args = {p: values.pick_bound(rng, domains[p], bindings, ids) for p in order}
+            else:
+                args = {p: values.pick(rng, domains[p]) for p in order}
+            await set_authorizer(episode, footprint)
+            res = await fleet.call(episode.id, name, args)
+            await set_authorizer(episode, None)
+            if not res.is_error:
+                valid = args
+                break
+            last_error = res.text
+        out.check(
+            valid is not None, f"{name}: no valid call from seed data succeeded (last: {last_error[:200]})"
+        )
+        if valid is not None:
+            out.valid_args[name] = valid
+        written = set(footprint.writes)
+        if spec.read_only:
+            out.check(not written, f"{name}: a read tool wrote {sorted(written)}")
+        else:
+            out.check(
+                written <= set(spec.writes),
+                f"{name}: wrote {sorted(written)} but declares writes={sorted(spec.writes)}",
+            )
+        # Refusals: each must be an error and leave the state as it was.
+        base = valid or {p: values.pick(rng, domains[p]) for p in required}
+        bad_calls: list[tuple[str, dict[str, Any]]] = []
+        for p in required:
+            bad_calls.append((f"missing '{p}'", {k: v for k, v in base.items() if k != p}))
+        props = spec.input_schema.get("properties", {})
+        for p in spec.parameters:
+            bad_calls.append((f"wrong-typed '{p}'", {**base, p: _wrong_value(props.get(p, {}))}))
+        if valid is not None:
+            for p in required:
+                dom = domains[p]
+                if dom.enum or dom.is_list or not any(c.split(".", 1)[1] in ids for c in dom.columns):
+                    continue
+                unknown = UNKNOWN_INT if dom.type == "integer" else UNKNOWN_STR
+                bad_calls.append((f"unknown id {p}={unknown!r}", {**valid, p: unknown}))
+        for label, args in bad_calls:
+            before = await _state_hash(fleet, episode.id)
+            res = await fleet.call(episode.id, name, args)
+            after = await _state_hash(fleet, episode.id)
+            out.check(
+                res.is_error and before == after,
+                f"{name}: {label} was not refused (got: {res.text[:160]})"
+                if not res.is_error
+                else f"{name}: {label} was refused but changed the state",
+            )
+    finally:
+        await fleet.close_episode(episode.id)
+
+
+@dataclass
+class ExecutedCall:
+    tool: str
+    arguments: dict[str, Any]
+    expect: str
+    is_error: bool
+    result: str
+
+
+async def execute_proposals(env: Environment, proposals: list[dict[str, Any]]) -> list[ExecutedCall]:
+    """Run the tester's calls, each in a fresh episode on the seed state, and keep what came back."""
+    fleet = Fleet([env], max_episodes=64)
+    done = []
+    try:
+        for p in proposals:
+            episode = await fleet.create_episode(env.name)
+            args = p.get("arguments") if isinstance(p.get("arguments"), dict) else {}
+            res = await fleet.call(episode.id, str(p.get("tool", "")), args)
+            await fleet.close_episode(episode.id)
+            done.append(
+                ExecutedCall(str(p.get("tool")), args, str(p.get("expect", "")), res.is_error, res.text[:800])
+            )
+    finally:
+        await fleet.aclose()
+    return done

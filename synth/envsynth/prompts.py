@@ -1,0 +1,91 @@
+"""Prompt templates, one per stage, each versioned so a synthesis report says exactly what was asked.
+
+Bump a stage's version whenever its wording changes: `synthesis.json` records the versions used,
+so two envs can be compared knowing whether they were asked the same thing.
+"""
+
+from __future__ import annotations
+
+PROMPT_VERSIONS: dict[str, str] = {
+    "schema": "schema/v1",
+    "tools": "tools/v1",
+    "seed": "seed/v1",
+    "policy": "policy/v1",
+    "tester": "tester/v1",
+    "checker": "checker/v1",
+    "repair": "repair/v1",
+}
+
+SYSTEM = """envsynth stage={stage} round={round} prompt={version}
+You build executable tool-using environments for the envforge framework. Answer with exactly one
+fenced block and nothing else."""
+
+ENV_FORMAT = """An envforge env is: schema.sql (SQLite DDL; every table has a PRIMARY KEY; CHECKs and
+FOREIGN KEYs encode the domain rules), seed data, policy.md, and tools.py of async functions:
+
+    from envforge.server import ToolError, tool
+
+    @tool                                   # read tool: must change nothing
+    async def get_x(db, x_id: str) -> dict:
+        \"\"\"What it does.
+
+        Args:
+            x_id: The id.
+        \"\"\"
+
+    @tool(writes=["table_a"])               # write tool: may change only the tables it names
+
+The first parameter is `db` (an aiosqlite connection); always bind values with `?`; raise
+ToolError for refusals and unknown ids; return dicts/lists keyed by the schema's column names.
+Allowed imports: __future__, typing, datetime, math, json, re, decimal, collections, itertools,
+functools, dataclasses, enum, string, `from envforge.server import tool, ToolError`,
+`from aiosqlite import Connection`. Nothing else: no file, network, process, eval/exec, dunders."""
+
+STAGE_TASKS: dict[str, str] = {
+    "schema": "Design the state for these tools. Answer with schema.sql in a ```sql block.",
+    "tools": (
+        "Implement EVERY documented tool in tools.py with exactly the documented name, parameter names,"
+        " types and required/optional split, against this schema. Answer in a ```python block."
+    ),
+    "seed": (
+        "Write seed data for this schema: at least 100 rows in all, satisfying every constraint. Answer"
+        " either ```json {table: [rows]}``` or a ```python block defining generate() -> dict[str, list[dict]]"
+        " (deterministic: use random.Random(seed) if you need randomness; imports from the allowlist and"
+        " random only)."
+    ),
+    "policy": (
+        "Write policy.md: the rules an agent using these tools must follow. Answer in a ```markdown block."
+    ),
+    "tester": (
+        "You are the TESTER. Propose calls that check the tools behave as documented, using ids from the"
+        ' sample rows: valid calls and calls that must be refused. Answer ```json [{"tool": ..., '
+        '"arguments": {...}, "expect": "success"|"error", "why": ...}]```.'
+    ),
+    "checker": (
+        "You are the CHECKER. For each executed call judge whether the result agrees with the docs."
+        ' Answer ```json {"verdicts": [{"call": index, "ok": true|false, "reason": ...}]}```.'
+    ),
+}
+
+
+def system(stage: str, round_: int) -> str:
+    version = PROMPT_VERSIONS["repair"] if round_ and stage in ("schema", "tools", "seed", "policy") else None
+    return SYSTEM.format(stage=stage, round=round_, version=version or PROMPT_VERSIONS[stage])
+
+
+def messages(
+    stage: str, round_: int, context: dict[str, str], evidence: str | None = None
+) -> list[dict[str, str]]:
+    """The chat messages for one stage: the task, the context it needs, and (repairs) the evidence."""
+    parts = [STAGE_TASKS[stage], ENV_FORMAT if stage in ("tools", "seed") else ""]
+    for title, body in context.items():
+        parts.append(f"## {title}\n{body}")
+    if evidence is not None:
+        parts.append(
+            "## Your previous answer failed these checks\n"
+            f"{evidence}\nFix every problem and answer with the complete corrected file."
+        )
+    return [
+        {"role": "system", "content": system(stage, round_)},
+        {"role": "user", "content": "\n\n".join(p for p in parts if p)},
+    ]

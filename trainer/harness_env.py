@@ -1,0 +1,230 @@
+"""RL episodes played the way the evaluation harness plays them: simulated user, harness scorer, user errors.
+
+`HarnessRolloutEnv` implements the trainer's `RolloutEnv` protocol on top of `envforge.harness`, so a
+training reward is the number `envforge eval` would report for the same conversation:
+
+- the user is the harness's (`ScriptedUser` by default, an `LLMUser` for a litellm model string), and
+  it opens the conversation with the task's request, answers the policy's messages and ends with the
+  control tokens;
+- the conversation is also kept as harness `Message`s (assistant tool calls included), so
+  `score_trial` computes every reward part it computes for an eval trial (state, outputs,
+  checkpoints, actions, and nl_assertions when a judge model is given);
+- `detect_user_error` (rules, then the judge when given and the reward is below 1) decides whether the
+  simulated user spoiled the trajectory; such a trajectory comes back `user_error=True`, which ERPO
+  turns into advantage 0 and no loss tokens. That is the point of the class: without a real user
+  signal the ERPO mask is never exercised.
+
+Two deliberate differences from an eval trial, both so the mask cannot be gamed by the policy:
+an empty policy message ends the episode as the agent's own stop (the harness would pass it to the
+user, whose stop would then be flagged "ended before the agent said anything" and masked, i.e. an
+empty answer would escape its zero reward); and the scripted user gets a turn budget far above the
+rollout's, so it never runs out of patience mid-question (which the rules also flag as a user error).
+A conversation cut by the rollout's turn cap is scored with status `max_turns` (reward 0), as the
+harness scores a trial cut by its limit. A user model that fails after retries (`InfraError`) is
+nobody's measurement: the trajectory is masked with reason `infra_failure: ...`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from envforge.harness.llm import InfraError, LLMConfig
+from envforge.harness.records import Message, ToolCall
+from envforge.harness.runs import score_trial
+from envforge.harness.tasks import EnvTasks
+from envforge.harness.user_errors import detect_user_error
+from envforge.harness.users import STOP, LLMUser, ScriptedUser, User
+from envforge.server import Fleet
+from envforge.server.client import episode_client
+from envforge.synth.models import Task
+
+from .rollout import RewardInfo
+
+UserFactory = Callable[[Task], User]
+
+
+@dataclass
+class EpisodeVerdict:
+    """What the harness decided about one episode: kept for audit (`user_errors.jsonl`)."""
+
+    env: str
+    task_id: str
+    status: str
+    termination: str
+    reward: float
+    parts: dict[str, float]
+    user_error: bool
+    user_error_reason: str | None
+    user_messages: list[str] = field(default_factory=list)
+
+
+class _HarnessEpisode:
+    """One conversation: forwards tool calls to the episode, user turns to the simulated user."""
+
+    def __init__(
+        self, env: HarnessRolloutEnv, task: Task, user: User, opening: str, episode_id: str, client: Any
+    ) -> None:
+        self.env, self.task, self.user, self.episode_id, self.client = env, task, user, episode_id, client
+        self.messages: list[Message] = [Message(role="user", content=opening, turn=0)]
+        self.turn = 0
+        self.calls = 0
+        self.termination: str | None = None
+        self.infra_error: str | None = None
+        if STOP in opening:
+            self.termination = "user_stop"
+
+    def initial_messages(self) -> list[dict[str, str]]:
+        return [
+            {"role": "system", "content": self.env.system_prompt()},
+            {"role": "user", "content": self.messages[0].content or ""},
+        ]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+        self.calls += 1
+        call = ToolCall(id=f"call_{self.calls}", name=name, arguments=arguments)
+        self.messages.append(Message(role="assistant", tool_calls=[call], turn=self.turn))
+        if self.client is not None:
+            result = await self.client.call_tool(name, arguments)
+        else:
+            result = await self.env.fleet.call(self.episode_id, name, arguments)
+        self.messages.append(
+            Message(
+                role="tool",
+                content=result.text,
+                tool_call_id=call.id,
+                is_error=result.is_error,
+                turn=self.turn,
+            )
+        )
+        return result.text, result.is_error
+
+    async def user_reply(self, assistant_text: str) -> str | None:
+        self.messages.append(Message(role="assistant", content=assistant_text, turn=self.turn))
+        if self.termination is not None:
+            return None
+        if not assistant_text.strip():
+            self.termination = "agent_empty"
+            return None
+        if STOP in assistant_text:
+            self.termination = "agent_stop"
+            return None
+        self.turn += 1
+        try:
+            answer = await self.user.reply(list(self.messages))
+        except InfraError as exc:
+            self.termination, self.infra_error = "infra_failure", f"infra_failure: {exc}"
+            return None
+        self.messages.append(Message(role="user", content=answer.text, turn=self.turn))
+        if answer.stop or answer.transfer:
+            self.termination = "user_stop" if answer.stop else "transfer"
+            return None
+        return answer.text
+
+    async def finish(self, agent_messages: list[str]) -> RewardInfo:
+        status = "completed" if self.termination is not None else "max_turns"
+        if self.infra_error is not None:
+            info = RewardInfo(reward=0.0, user_error=True, user_error_reason=self.infra_error)
+        else:
+            final, _ = await self.env.fleet.export(self.episode_id)
+            judge = self.env.judge
+            ts = await score_trial(self.task, final, self.messages, status=status, judge=judge)
+            try:
+                error, reason, _ = await detect_user_error(
+                    self.task, self.messages, judge if ts.score.reward < 1.0 else None
+                )
+            except InfraError as exc:
+                error, reason = True, f"infra_failure: judge: {exc}"
+            info = RewardInfo(
+                reward=ts.score.reward, parts=ts.parts, user_error=error, user_error_reason=reason
+            )
+        self.env.verdicts.append(
+            EpisodeVerdict(
+                env=self.env.name,
+                task_id=self.task.id,
+                status=status,
+                termination=self.termination or "max_turns",
+                reward=info.reward,
+                parts=info.parts,
+                user_error=info.user_error,
+                user_error_reason=info.user_error_reason,
+                user_messages=[m.content or "" for m in self.messages if m.role == "user"],
+            )
+        )
+        return info
+
+
+class HarnessRolloutEnv:
+    """The tasks of one env folder, played against the harness's simulated user and scored by it.
+
+    `user` is `"scripted"` or a litellm model string (`user_llm` overrides its `LLMConfig`, e.g. to
+    set `api_base`); `make_user` replaces the user entirely (tests use a lying `ScriptedUser`).
+    `judge` enables the nl_assertions part and the LLM user-error judge.
+    """
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        env_tasks: EnvTasks,
+        *,
+        user: str = "scripted",
+        user_llm: LLMConfig | None = None,
+        judge: LLMConfig | None = None,
+        make_user: UserFactory | None = None,
+        user_max_turns: int = 1000,
+        use_mcp: bool = True,
+        task_ids: Sequence[str] | None = None,
+    ) -> None:
+        self.fleet = fleet
+        self.env_tasks = env_tasks
+        self.name = env_tasks.env.name
+        wanted = set(task_ids) if task_ids is not None else None
+        self.tasks = {t.id: t for t in env_tasks.tasks if wanted is None or t.id in wanted}
+        self.user = user
+        self.user_llm = user_llm
+        self.judge = judge
+        self.make_user = make_user
+        self.user_max_turns = user_max_turns
+        self.use_mcp = use_mcp
+        self.verdicts: list[EpisodeVerdict] = []
+
+    def task_ids(self) -> list[str]:
+        return sorted(self.tasks)
+
+    def tool_names(self) -> list[str]:
+        return sorted(self.env_tasks.env.tools)
+
+    def system_prompt(self) -> str:
+        """The env's policy and a one-line signature per tool, in the format `parse_tool_call` reads."""
+        env = self.env_tasks.env
+        tools = "\n".join(
+            f"- {s.name} {json.dumps(s.input_schema.get('properties', {}))}: {s.description.splitlines()[0]}"
+            for s in env.tools.values()
+        )
+        return f"{env.policy.strip()}\n\nTools:\n{tools}\nCall a tool as: name {{json arguments}}"
+
+    def _user(self, task: Task) -> User:
+        if self.make_user is not None:
+            return self.make_user(task)
+        if self.user == "scripted":
+            return ScriptedUser(task, max_turns=self.user_max_turns)
+        return LLMUser(task, self.user_llm or LLMConfig(model=self.user))
+
+    @asynccontextmanager
+    async def episode(self, task_id: str) -> AsyncIterator[_HarnessEpisode]:
+        task = self.tasks[task_id]
+        user = self._user(task)
+        opening = (await user.start()).text
+        state = self.env_tasks.initial_state(task) if task.setup else None
+        ep = await self.fleet.create_episode(self.name, state=state)
+        try:
+            if self.use_mcp:
+                async with episode_client(self.fleet, self.name, ep.id) as client:
+                    yield _HarnessEpisode(self, task, user, opening, ep.id, client)
+            else:
+                yield _HarnessEpisode(self, task, user, opening, ep.id, None)
+        finally:
+            await self.fleet.close_episode(ep.id)
