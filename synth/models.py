@@ -231,3 +231,6 @@ class Score(_Model):
     checkpoints_passed: int
     checkpoints_total: int
     basis: list[RewardPart]
+    not_judged: list[RewardPart] = Field(
+        default_factory=list, description="parts of the basis the scorer could not judge (not in the reward)"
+    )

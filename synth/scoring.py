@@ -89,9 +89,12 @@ def score_episode(
         "outputs": 1.0 if not missing else 0.0,
         "checkpoints": checkpoints,
     }
+    # `actions` and `nl_assertions` need the agent's calls or an LLM judge: the harness scores
+    # them (harness/runs.py); here they are reported as not judged rather than guessed.
     reward = 1.0
     for part in task.reward_basis:
-        reward *= parts[part]
+        if part in parts:
+            reward *= parts[part]
     return Score(
         reward=reward,
         state_match=state_match,
@@ -101,4 +104,5 @@ def score_episode(
         checkpoints_passed=passed,
         checkpoints_total=total,
         basis=list(task.reward_basis),
+        not_judged=[p for p in task.reward_basis if p not in parts],
     )

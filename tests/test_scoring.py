@@ -105,3 +105,13 @@ def test_diffs_round_trip() -> None:
         2
     ]
     assert apply_diff(pks, before, diff) == GOLDEN
+
+
+def test_parts_needing_a_judge_are_reported_not_guessed() -> None:
+    """τ² tasks carry `nl_assertions`: the offline scorer leaves them out of the reward and says so."""
+    task = make_task(basis=["state", "nl_assertions", "actions"])
+    ok = score_episode(task, GOLDEN, [])
+    assert ok.reward == 1.0 and ok.not_judged == ["nl_assertions", "actions"]
+    bad = score_episode(task, _with(1.0), [])
+    assert bad.reward == 0.0 and bad.not_judged == ["nl_assertions", "actions"]
+    assert score_episode(make_task(), GOLDEN, []).not_judged == []
