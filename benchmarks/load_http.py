@@ -31,6 +31,18 @@ async def worker(base: str, control: httpx.AsyncClient, http: httpx2.AsyncClient
     errors = 0
     created = await control.post(f"{base}/control/episodes", json={"env": "retail_orders"})
     episode = created.json()
+    try:
+        errors += await _calls(base, episode, http, calls, i)
+        state = await control.get(f"{base}/control/episodes/{episode['episode_id']}/state")
+        errors += state.status_code != 200
+    finally:  # free the episode even when the client failed: the test is that nothing leaks
+        closed = await control.delete(f"{base}/control/episodes/{episode['episode_id']}")
+        errors += closed.status_code != 200
+    return errors
+
+
+async def _calls(base: str, episode: dict, http: httpx2.AsyncClient, calls: int, i: int) -> int:
+    errors = 0
     async with Client(streamable_http_client(base + episode["mcp_path"], http_client=http)) as client:
         for n in range(calls):
             if n == calls - 1:
@@ -46,10 +58,6 @@ async def worker(base: str, control: httpx.AsyncClient, http: httpx2.AsyncClient
             )
             result = await client.call_tool(name, args)
             errors += bool(result.is_error)
-    state = await control.get(f"{base}/control/episodes/{episode['episode_id']}/state")
-    errors += state.status_code != 200
-    closed = await control.delete(f"{base}/control/episodes/{episode['episode_id']}")
-    errors += closed.status_code != 200
     return errors
 
 

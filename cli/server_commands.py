@@ -63,7 +63,9 @@ def serve(
     for env in envs:
         console.print(f"[green]serving[/] {env.name}: http://{host}:{port}/envs/{env.name}/mcp")
     console.print(f"control plane: http://{host}:{port}/control/episodes")
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    # A fleet keeps many clients on pooled connections that can sit idle between an agent's turns;
+    # uvicorn's 5 s keep-alive would close them under the client and fail its next request.
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_keep_alive=120)
 
 
 def inspect(

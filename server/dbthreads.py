@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -102,4 +103,14 @@ class PooledConnection(aiosqlite.Connection):
         return future
 
 
-default_pool = WorkerPool()
+def _default_size() -> int:
+    """Threads for SQLite work: ENVFORGE_SQLITE_THREADS, else 1.
+
+    Tool queries are short, so one thread that drains its queue back to back beats several that
+    hand the GIL to each other (measured on 2 cores: docs/benchmarks.md). Raise it for envs with
+    heavy queries on machines with more cores.
+    """
+    return max(1, int(os.environ.get("ENVFORGE_SQLITE_THREADS", "1")))
+
+
+default_pool = WorkerPool(_default_size())

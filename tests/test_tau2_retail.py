@@ -10,6 +10,7 @@ fresh episode of it.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -344,3 +345,36 @@ def test_import_rejects_invalid_tools_json(tmp_path: Path) -> None:
     (src / "tools.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(Tau2ImportError, match=r"tools\.json: invalid JSON"):
         import_tau2_env(src, tmp_path)
+
+
+def test_cli_replay_exports_tau2_shape(tau2_env: Environment, tmp_path: Path) -> None:
+    """`envforge replay --export tau2 --json`: outputs as τ² printed them and the final db in τ²'s shape."""
+    import subprocess
+    import sys
+
+    gold = json.loads((RETAIL / "gold_replays_train.jsonl").read_text().splitlines()[1])
+    actions = tmp_path / "actions.json"
+    actions.write_text(
+        json.dumps([{"name": a["name"], "arguments": a["arguments"]} for a in gold["actions"]])
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "envforge.cli",
+            "replay",
+            str(tau2_env.root),
+            "--actions",
+            str(actions),
+            "--json",
+            "--export",
+            "tau2",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        check=True,
+    )
+    out = json.loads(proc.stdout)
+    assert out["outputs"] == gold["outputs"] and out["errors"] == gold["output_is_error"]
+    assert tau2_db_hash(out["tau2_db"]) == gold["final_db_hash"]
