@@ -29,6 +29,9 @@ def evaluate(
     resume: Annotated[bool, typer.Option(help="Continue the run in --out: skip done trials.")] = False,
     tasks: Annotated[str | None, typer.Option(help="Comma-separated task ids to run.")] = None,
     server: Annotated[str | None, typer.Option(help="Base URL of a running `envforge serve`.")] = None,
+    token: Annotated[
+        str | None, typer.Option(envvar="ENVFORGE_TOKEN", help="Bearer token of that server's control plane.")
+    ] = None,
     seed: Annotated[int, typer.Option(help="Run seed (random agent, trial seeds).")] = 0,
     temperature: Annotated[float | None, typer.Option(help="Agent model temperature.")] = None,
     user_temperature: Annotated[float | None, typer.Option(help="User model temperature.")] = None,
@@ -59,6 +62,7 @@ def evaluate(
         seed=seed,
         limits=Limits(max_turns=max_turns, max_tool_errors=max_tool_errors, trial_timeout_s=timeout),
         server=server,
+        server_token=token,
         task_ids=[t.strip() for t in tasks.split(",") if t.strip()] if tasks else None,
     )
     for d in env_dirs:

@@ -12,8 +12,8 @@ import pytest
 from envforge.harness.agents import OracleAgent
 from envforge.harness.llm import LLMConfig
 from envforge.harness.metrics import summarize
-from envforge.harness.orchestrator import EvalConfig, RunExists, run_eval
-from envforge.harness.records import Message
+from envforge.harness.orchestrator import EvalConfig, Limits, RunExists, run_eval
+from envforge.harness.records import Message, ToolCall
 from envforge.harness.runs import RunConfigMismatch, RunDir, rescore, score_trial
 from envforge.harness.tasks import load_env_tasks
 from envforge.harness.user_errors import detect_user_error, rule_user_error
@@ -214,3 +214,41 @@ async def test_actions_and_nl_assertions_parts() -> None:
     wrong = [m.model_copy(update={"tool_calls": []}) for m in messages]
     assert (await score_trial(task, final, wrong, status="completed")).parts["actions"] == 0.0
     assert (await score_trial(task, final, messages, status="max_turns")).score.reward == 0.0
+
+
+class SlowAgent:
+    """Thinks for longer than the trial's wall-clock limit."""
+
+    async def respond(self, messages, tools, client):
+        await anyio.sleep(5)
+        return Message(role="assistant", content="done")
+
+
+class FumblingAgent:
+    """Calls a tool that does not exist, over and over."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    async def respond(self, messages, tools, client):
+        self.n += 1
+        call = ToolCall(id=f"c{self.n}", name="no_such_tool", arguments={})
+        return Message(role="assistant", tool_calls=[call])
+
+
+@pytest.mark.parametrize(
+    ("make", "limits", "status"),
+    [
+        (SlowAgent, Limits(trial_timeout_s=0.3), "timeout"),
+        (FumblingAgent, Limits(max_tool_errors=3, max_steps=50), "max_errors"),
+    ],
+)
+async def test_trial_limits_end_trials_with_their_own_status_and_zero_reward(tmp_path, make, limits, status):
+    ids = first_ids(RETAIL, 1)
+    config = EvalConfig(agent="oracle", task_ids=ids, trials=1, concurrency=1, limits=limits)
+    _, records = await run_eval([RETAIL], config, tmp_path / "run", make_agent=lambda task, seed: make())
+    assert [(r.status, r.reward) for r in records] == [(status, 0.0)]
+    if status == "max_errors":
+        errors = [m for m in records[0].messages if m.role == "tool" and m.is_error]
+        assert len(errors) == limits.max_tool_errors + 1  # that many are tolerated; the next one ends it
+        assert "Tool 'no_such_tool' not found" in errors[0].content
