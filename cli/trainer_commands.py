@@ -11,11 +11,23 @@ masks mean what they mean in `envforge eval`; `--env-kind fleet` is the single-t
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import anyio
 import typer
 
 from .common import console, fail
+
+# Options shared by `train` and `collect` (one definition, one help text).
+EnvKindOption = Annotated[
+    str, typer.Option("--env-kind", help="harness (simulated user + harness scorer) or fleet (single turn).")
+]
+UserOption = Annotated[str, typer.Option("--user", help="Simulated user: scripted, or a litellm model.")]
+UserApiBaseOption = Annotated[str | None, typer.Option("--user-api-base", help="API base of the user model.")]
+JudgeOption = Annotated[
+    str | None,
+    typer.Option("--judge", help="litellm model judging nl_assertions and user errors (optional)."),
+]
 
 
 def _opts(model, envs, backend, vllm_url, out, device, temperature, seed, mcp, **extra):
@@ -65,14 +77,10 @@ def train_cmd(
     seed: int = typer.Option(0, "--seed"),
     mcp: bool = typer.Option(True, "--mcp/--no-mcp", help="Call tools over in-process MCP or directly."),
     save_trajectories: bool = typer.Option(False, "--save-trajectories"),
-    env_kind: str = typer.Option(
-        "harness", "--env-kind", help="harness (simulated user + harness scorer) or fleet (single turn)."
-    ),
-    user: str = typer.Option("scripted", "--user", help="Simulated user: scripted, or a litellm model."),
-    user_api_base: str | None = typer.Option(None, "--user-api-base", help="API base of the user model."),
-    judge: str | None = typer.Option(
-        None, "--judge", help="litellm model judging nl_assertions and user errors (optional)."
-    ),
+    env_kind: EnvKindOption = "harness",
+    user: UserOption = "scripted",
+    user_api_base: UserApiBaseOption = None,
+    judge: JudgeOption = None,
 ) -> None:
     """Train a policy with asynchronous ERPO on env tasks; writes metrics, checkpoints and plots."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -149,14 +157,10 @@ def collect_cmd(
     temperature: float = typer.Option(1.0, "--temperature"),
     seed: int = typer.Option(0, "--seed"),
     mcp: bool = typer.Option(True, "--mcp/--no-mcp"),
-    env_kind: str = typer.Option(
-        "harness", "--env-kind", help="harness (simulated user + harness scorer) or fleet (single turn)."
-    ),
-    user: str = typer.Option("scripted", "--user", help="Simulated user: scripted, or a litellm model."),
-    user_api_base: str | None = typer.Option(None, "--user-api-base", help="API base of the user model."),
-    judge: str | None = typer.Option(
-        None, "--judge", help="litellm model judging nl_assertions and user errors (optional)."
-    ),
+    env_kind: EnvKindOption = "harness",
+    user: UserOption = "scripted",
+    user_api_base: UserApiBaseOption = None,
+    judge: JudgeOption = None,
 ) -> None:
     """Collect rollouts only (no updates) and write them to OUT/trajectories.jsonl."""
     from envforge.trainer.rollout import RolloutConfig

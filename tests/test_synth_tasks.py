@@ -209,8 +209,7 @@ def test_cli_synth_check_and_score(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", BUNDLED)
 async def test_bundled_env_ships_verified_tasks(name: str) -> None:
     root = REPO / "envs" / name
-    if not (root / "tasks.jsonl").exists():
-        pytest.skip(f"{name} has no tasks.jsonl yet")
+    assert (root / "tasks.jsonl").exists(), f"{name} must ship its tasks.jsonl"
     env = load_env(root)
     tasks = load_tasks(root)
     assert len(tasks) >= 50
