@@ -21,6 +21,14 @@ def evaluate(
     judge: Annotated[
         str | None, typer.Option(help="Model judging nl_assertions and user errors (default: none).")
     ] = None,
+    judge_api_base: Annotated[str | None, typer.Option(help="API base of the judge's model.")] = None,
+    llm_transport: Annotated[
+        str,
+        typer.Option(
+            help="auto: OpenAI-compatible servers given an API base are called directly over HTTP, "
+            "others through litellm | http | litellm (every model through litellm)."
+        ),
+    ] = "auto",
     trials: Annotated[int, typer.Option(min=1, help="Trials per task (k of pass^k).")] = 1,
     concurrency: Annotated[int, typer.Option(min=1, help="Trials run at once.")] = 4,
     out: Annotated[Path, typer.Option(help="Run directory (manifest.json + trials.jsonl).")] = Path(
@@ -47,16 +55,23 @@ def evaluate(
     from envforge.harness.orchestrator import EvalConfig, Limits, RunExists, run_eval
     from envforge.harness.runs import RunConfigMismatch
 
+    if llm_transport not in ("auto", "http", "litellm"):
+        fail(f"--llm-transport must be auto, http or litellm, not {llm_transport!r}")
+
+    def llm(model: str, api_base: str | None, temperature: float | None = None) -> LLMConfig:
+        try:
+            cfg = LLMConfig(model=model, api_base=api_base, temperature=temperature, transport=llm_transport)
+            cfg.uses_http()  # a forced `http` transport that cannot apply is an error now, not mid-run
+        except ValueError as exc:
+            fail(str(exc))
+        return cfg
+
     config = EvalConfig(
         agent=agent,
         user=user,
-        agent_llm=LLMConfig(model=agent, api_base=agent_api_base, temperature=temperature)
-        if agent not in ("oracle", "noop", "random")
-        else None,
-        user_llm=LLMConfig(model=user, api_base=user_api_base, temperature=user_temperature)
-        if user != "scripted"
-        else None,
-        judge_llm=LLMConfig(model=judge) if judge else None,
+        agent_llm=None if agent in ("oracle", "noop", "random") else llm(agent, agent_api_base, temperature),
+        user_llm=llm(user, user_api_base, user_temperature) if user != "scripted" else None,
+        judge_llm=llm(judge, judge_api_base) if judge else None,
         trials=trials,
         concurrency=concurrency,
         seed=seed,

@@ -3,8 +3,13 @@
 One place decides what a transient failure is (rate limit, 5xx, timeout, dropped connection)
 and retries it with exponential backoff; what still fails becomes `InfraError`, which the
 orchestrator records as `infra_failure` (excluded from pass^k, re-run by `--resume`). A context
-window overflow is the model's own limit, not the infrastructure's, so it passes through as
-litellm's `ContextWindowExceededError`. Tokens and cost are read from each response, per role.
+window overflow is the model's own limit, not the infrastructure's, so it becomes
+`ContextOverflow`. Tokens and cost are read from each response, per role.
+
+Two routes reach a model: OpenAI-compatible servers named by an api base (`openai/...` or
+`hosted_vllm/...` with `api_base`) are called directly over HTTP (`openai_http`), which is ~10×
+cheaper per call than going through litellm; everything else, and `mock_response`, goes through
+litellm. litellm itself is imported on first use: it takes seconds to import.
 """
 
 from __future__ import annotations
@@ -12,25 +17,36 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-import litellm
 from pydantic import BaseModel, ConfigDict
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from .openai_http import (
+    PROVIDERS,
+    ContextOverflow,
+    ProviderError,
+    TransientHTTPError,
+    chat_completion,
+    http_sessions,
+    token_prices,
+    wire_model,
+)
 from .records import Message, ToolCall, Usage
 
-litellm.suppress_debug_info = True
+if TYPE_CHECKING:
+    import litellm
+
 log = logging.getLogger(__name__)
 
-TRANSIENT: tuple[type[BaseException], ...] = (
-    litellm.RateLimitError,
-    litellm.InternalServerError,
-    litellm.ServiceUnavailableError,
-    litellm.APIConnectionError,
-    litellm.Timeout,
-    litellm.BadGatewayError,
-)
+__all__ = ["ContextOverflow", "InfraError", "LLMConfig", "complete", "http_sessions"]
+
+
+def _litellm() -> litellm:  # type: ignore[valid-type]
+    import litellm
+
+    litellm.suppress_debug_info = True
+    return litellm
 
 
 class InfraError(RuntimeError):
@@ -53,6 +69,16 @@ class LLMConfig(BaseModel):
     backoff_max_s: float = 30.0
     mock_response: Any = None
     """Passed to litellm as is (tests and dry runs): a string, or an exception to raise."""
+    transport: Literal["auto", "http", "litellm"] = "auto"
+    """`auto`: direct HTTP for OpenAI-compatible servers with an api base, litellm otherwise."""
+
+    def uses_http(self) -> bool:
+        if self.transport == "litellm" or self.mock_response is not None:
+            return False
+        openai_like = self.model.split("/", 1)[0] in PROVIDERS and self.api_base is not None
+        if self.transport == "http" and not openai_like:
+            raise ValueError(f"transport 'http' needs openai/ or hosted_vllm/ and an api base: {self.model}")
+        return openai_like
 
 
 _UNPRICED: set[str] = set()
@@ -66,9 +92,22 @@ def _provider_key_set(model: str) -> bool:
 
 
 def _is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, litellm.ContextWindowExceededError):
+    if isinstance(exc, ContextOverflow | ProviderError):
         return False
-    if isinstance(exc, TRANSIENT):
+    if isinstance(exc, TransientHTTPError):
+        return True
+    lm = _litellm()
+    transient = (
+        lm.RateLimitError,
+        lm.InternalServerError,
+        lm.ServiceUnavailableError,
+        lm.APIConnectionError,
+        lm.Timeout,
+        lm.BadGatewayError,
+    )
+    if isinstance(exc, lm.ContextWindowExceededError):
+        return False
+    if isinstance(exc, transient):
         return True
     status = getattr(exc, "status_code", None)
     return isinstance(status, int) and (status == 429 or status >= 500)
@@ -87,7 +126,7 @@ def usage_of(response: Any, model: str) -> Usage:
     cost = float(priced or 0.0)  # litellm prices every response itself; ask again only if it did not
     if not cost and model not in _UNPRICED:
         try:
-            cost = float(litellm.completion_cost(completion_response=response, model=model) or 0.0)
+            cost = float(_litellm().completion_cost(completion_response=response, model=model) or 0.0)
         except Exception:  # unknown model / no price: tokens still count, and we stop asking
             _UNPRICED.add(model)
     return Usage(calls=1, prompt_tokens=prompt, completion_tokens=completion, cost_usd=cost)
@@ -143,19 +182,58 @@ def from_openai(message: Any) -> Message:
     return Message(role="assistant", content=getattr(message, "content", None), tool_calls=calls)
 
 
-async def complete(
-    cfg: LLMConfig, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None, **extra: Any
-) -> tuple[Message, Usage]:
-    """One chat completion with retries; returns the assistant message and its usage.
+def _usage_from_json(body: dict[str, Any], model: str) -> Usage:
+    usage = body.get("usage") or {}
+    prompt = int(usage.get("prompt_tokens") or 0)
+    completion = int(usage.get("completion_tokens") or 0)
+    per_in, per_out = token_prices(model)
+    cost = prompt * per_in + completion * per_out
+    return Usage(calls=1, prompt_tokens=prompt, completion_tokens=completion, cost_usd=cost)
 
-    Raises `InfraError` once retries are spent on transient errors (or on any other provider
-    error), and lets `litellm.ContextWindowExceededError` through.
-    """
+
+def _message_from_json(body: dict[str, Any]) -> Message:
+    try:
+        message = body["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ProviderError(f"response has no choices[0].message: {json.dumps(body)[:300]}") from exc
+    calls = [
+        ToolCall(
+            id=c.get("id") or f"call_{i}",
+            name=c["function"]["name"],
+            arguments=_parse_arguments(c["function"].get("arguments")),
+        )
+        for i, c in enumerate(message.get("tool_calls") or [])
+    ]
+    return Message(role="assistant", content=message.get("content"), tool_calls=calls)
+
+
+async def _complete_http(
+    cfg: LLMConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, extra: dict[str, Any]
+) -> tuple[Message, Usage]:
+    body: dict[str, Any] = {"model": wire_model(cfg.model), "messages": messages, **extra}
+    if cfg.temperature is not None:
+        body["temperature"] = cfg.temperature
+    if cfg.max_tokens is not None:
+        body["max_tokens"] = cfg.max_tokens
+    if tools:
+        body["tools"] = tools
+    api_key = cfg.api_key or os.environ.get(f"{cfg.model.split('/', 1)[0].upper()}_API_KEY")
+    assert cfg.api_base is not None  # uses_http() checked it
+    response = await chat_completion(
+        api_base=cfg.api_base, api_key=api_key, body=body, timeout_s=cfg.timeout_s
+    )
+    return _message_from_json(response), _usage_from_json(response, cfg.model)
+
+
+async def _complete_litellm(
+    cfg: LLMConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, extra: dict[str, Any]
+) -> tuple[Message, Usage]:
+    lm = _litellm()
     kwargs: dict[str, Any] = {
         "model": cfg.model,
         "messages": messages,
         "timeout": cfg.timeout_s,
-        "max_retries": 0,  # the provider SDK's own retries off: ours below are the only ones
+        "max_retries": 0,  # the provider SDK's own retries off: ours in `complete` are the only ones
         **extra,
     }
     for key in ("api_base", "api_key", "temperature", "max_tokens", "mock_response"):
@@ -169,6 +247,22 @@ async def complete(
     if tools:
         kwargs["tools"] = tools
     try:
+        response = await lm.acompletion(**kwargs)
+    except lm.ContextWindowExceededError as exc:
+        raise ContextOverflow(str(exc)) from exc
+    return from_openai(response.choices[0].message), usage_of(response, cfg.model)
+
+
+async def complete(
+    cfg: LLMConfig, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None, **extra: Any
+) -> tuple[Message, Usage]:
+    """One chat completion with retries; returns the assistant message and its usage.
+
+    Raises `InfraError` once retries are spent on transient errors (or on any other provider
+    error), and `ContextOverflow` (never retried) when the prompt does not fit the model.
+    """
+    route = _complete_http if cfg.uses_http() else _complete_litellm
+    try:
         async for attempt in AsyncRetrying(
             stop=stop_after_attempt(cfg.retries + 1),
             wait=wait_exponential(multiplier=cfg.backoff_s, max=cfg.backoff_max_s),
@@ -176,9 +270,9 @@ async def complete(
             reraise=True,
         ):
             with attempt:
-                response = await litellm.acompletion(**kwargs)
-    except litellm.ContextWindowExceededError:
+                return await route(cfg, messages, tools, extra)
+    except ContextOverflow:
         raise
     except Exception as exc:
         raise InfraError(f"{cfg.model}: {type(exc).__name__}: {exc}") from exc
-    return from_openai(response.choices[0].message), usage_of(response, cfg.model)
+    raise AssertionError("unreachable: tenacity either returns or raises")

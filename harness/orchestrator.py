@@ -25,7 +25,6 @@ from typing import Any, Protocol
 
 import anyio
 import httpx
-import litellm
 from pydantic import BaseModel, ConfigDict, Field
 
 from envforge.server import Fleet, State, state_hash
@@ -33,7 +32,7 @@ from envforge.server.client import EpisodeClient, episode_client, http_episode_c
 from envforge.synth.models import Task
 
 from .agents import BUILTIN_AGENTS, Agent, as_reply, build_agent, openai_tools
-from .llm import InfraError, LLMConfig, add_usage
+from .llm import ContextOverflow, InfraError, LLMConfig, add_usage, http_sessions
 from .records import Message, RunManifest, TrialRecord, Usage
 from .runs import RunDir, check_resumable, dump_diff, records_for, score_trial, trial_key
 from .tasks import EnvTasks, load_env_tasks
@@ -160,7 +159,7 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 def _classify(exc: BaseException) -> tuple[str, str]:
     leaves = _leaves(exc)
     for leaf in leaves:
-        if isinstance(leaf, litellm.ContextWindowExceededError):
+        if isinstance(leaf, ContextOverflow):
             return "context_overflow", f"context window exceeded: {leaf}"
     leaf = next((e for e in leaves if isinstance(e, InfraError)), leaves[0])
     return "infra_failure", f"{type(leaf).__name__}: {leaf}"
@@ -300,13 +299,14 @@ async def run_trial(
     if final is not None and status != "infra_failure":
         try:
             ts = await score_trial(task, final, messages, status=status, judge=config.judge_llm)
+            # `record.usage`, not `usage`: the record was validated from a copy of that dict.
             if ts.judge_usage:
-                add_usage(usage, "judge", ts.judge_usage)
+                add_usage(record.usage, "judge", ts.judge_usage)
             user_error, reason, judge_usage = await detect_user_error(
                 task, messages, config.judge_llm if ts.score.reward < 1.0 else None
             )
             if judge_usage:
-                add_usage(usage, "judge", judge_usage)
+                add_usage(record.usage, "judge", judge_usage)
         except InfraError as exc:
             record.status, record.error = "infra_failure", f"judge: {exc}"
         else:
@@ -423,7 +423,7 @@ async def run_eval(
         on_start(total, total - len(jobs))
     limiter = anyio.CapacityLimiter(max(1, config.concurrency))
 
-    async with open_backend(config, envs) as backend:
+    async with http_sessions(), open_backend(config, envs) as backend:
 
         async def one(job: TrialJob) -> None:
             async with limiter:

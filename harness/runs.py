@@ -25,7 +25,7 @@ from envforge.server import State
 from envforge.synth.models import ActionCheck, Score, TableDiff, Task
 from envforge.synth.scoring import score_episode
 
-from .llm import LLMConfig, complete
+from .llm import LLMConfig, complete, http_sessions
 from .records import Message, RunManifest, TrialRecord, Usage
 from .tasks import EnvTasks, load_env_tasks
 
@@ -124,32 +124,33 @@ def actions_matched(checks: list[ActionCheck], messages: list[Message]) -> bool:
     return True
 
 
-NL_PROMPT = """You judge a customer-service conversation against assertions about it.
-
-Conversation:
-{conversation}
-
-Assertions:
-{assertions}
-
-For each assertion, in order, say whether the conversation satisfies it.
-Answer with JSON only: {{"met": [true|false, ...]}}"""
+NL_SYSTEM = """You judge whether a customer-service conversation meets a list of expected outcomes.
+Judge only from what the conversation shows; an outcome that is not clearly met is not met.
+Answer with JSON only, one result per expected outcome, in the order given:
+{"results": [{"expectedOutcome": "<the outcome>", "reasoning": "<one sentence>", "metExpectation": true}]}"""
+"""The judge's contract is τ²-bench's (`expectedOutcomes` in, `results[].metExpectation` out), so a
+judge model or a grader prompt tuned for τ² works here unchanged."""
 
 
 async def judge_nl_assertions(
     assertions: list[str], messages: list[Message], cfg: LLMConfig
 ) -> tuple[float, Usage]:
+    """1.0 when the judge finds every assertion met, else 0.0 (an answer it cannot parse fails)."""
     conversation = "\n".join(f"{m.role}: {m.content}" for m in messages if m.content and m.role != "tool")
-    prompt = NL_PROMPT.format(
-        conversation=conversation, assertions="\n".join(f"{i + 1}. {a}" for i, a in enumerate(assertions))
+    prompt = f"conversation:\n{conversation}\n\nexpectedOutcomes:\n{json.dumps(assertions)}"
+    message, usage = await complete(
+        cfg, [{"role": "system", "content": NL_SYSTEM}, {"role": "user", "content": prompt}]
     )
-    message, usage = await complete(cfg, [{"role": "user", "content": prompt}])
     match = re.search(r"\{.*\}", message.content or "", re.S)
     try:
-        met = json.loads(match.group(0)).get("met", []) if match else []
+        results = json.loads(match.group(0)).get("results", []) if match else []
     except (ValueError, AttributeError):
-        met = []
-    ok = isinstance(met, list) and len(met) == len(assertions) and all(v is True for v in met)
+        results = []
+    ok = (
+        isinstance(results, list)
+        and len(results) == len(assertions)
+        and all(isinstance(r, dict) and r.get("metExpectation") is True for r in results)
+    )
     return (1.0 if ok else 0.0), usage
 
 
@@ -211,6 +212,13 @@ async def rescore(
     for d in manifest.env_dirs:
         et = load_env_tasks(d)
         envs[et.env.name] = et
+    async with http_sessions():
+        return await _rescore(rd, envs, judge, write)
+
+
+async def _rescore(
+    rd: RunDir, envs: dict[str, EnvTasks], judge: LLMConfig | None, write: bool
+) -> list[TrialRecord]:
     out: list[TrialRecord] = []
     for rec in rd.latest().values():
         if rec.final_diff is None or rec.env not in envs:

@@ -206,10 +206,12 @@ async def test_actions_and_nl_assertions_parts() -> None:
     unjudged = await score_trial(task, final, messages, status="completed")
     assert unjudged.score.reward == 1.0 and unjudged.not_judged == ["nl_assertions"]
     assert unjudged.parts == {"state": 1.0, "outputs": 1.0, "actions": 1.0}
-    yes = LLMConfig(model="openai/judge", mock_response='{"met": [true]}')
+    met = '{"results": [{"expectedOutcome": "x", "reasoning": "seen", "metExpectation": %s}]}'
+    yes = LLMConfig(model="openai/judge", mock_response=met % "true")
     judged = await score_trial(task, final, messages, status="completed", judge=yes)
     assert judged.score.reward == 1.0 and judged.parts["nl_assertions"] == 1.0 and not judged.not_judged
-    no = LLMConfig(model="openai/judge", mock_response='{"met": [false]}')
+    assert judged.judge_usage is not None and judged.judge_usage.calls == 1
+    no = LLMConfig(model="openai/judge", mock_response=met % "false")
     assert (await score_trial(task, final, messages, status="completed", judge=no)).score.reward == 0.0
     wrong = [m.model_copy(update={"tool_calls": []}) for m in messages]
     assert (await score_trial(task, final, wrong, status="completed")).parts["actions"] == 0.0

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -48,6 +50,7 @@ class FakeOpenAI:
     def __init__(self, brain: Brain) -> None:
         self.brain = brain
         self.requests: list[dict[str, Any]] = []
+        self.user_agents: list[str] = []
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -60,6 +63,7 @@ class FakeOpenAI:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
                 fake.requests.append(body)
+                fake.user_agents.append(self.headers.get("user-agent", ""))
                 status, payload = fake.brain(body)
                 data = json.dumps(payload).encode()
                 head = (
@@ -112,14 +116,32 @@ def scripted_brain(task: Task) -> Brain:
     return brain
 
 
-def llm_config(task: Task, url: str, *, agent_model: str = "openai/fake-agent", **kw: Any) -> EvalConfig:
+def llm_config(
+    task: Task, url: str, transport: str, *, agent_model: str = "openai/fake-agent", **kw: Any
+) -> EvalConfig:
     return EvalConfig(
         agent=agent_model,
         user="openai/fake-user",
-        agent_llm=LLMConfig(model=agent_model, api_base=url, api_key="x", backoff_s=0.01, **kw),
-        user_llm=LLMConfig(model="openai/fake-user", api_base=url, api_key="x", temperature=0.5),
+        agent_llm=LLMConfig(
+            model=agent_model, api_base=url, api_key="x", backoff_s=0.01, transport=transport, **kw
+        ),
+        user_llm=LLMConfig(
+            model="openai/fake-user", api_base=url, api_key="x", temperature=0.5, transport=transport
+        ),
         task_ids=[task.id],
     )
+
+
+@pytest.fixture(params=["http", "litellm"])
+def transport(request: pytest.FixtureRequest) -> str:
+    """Both routes to an OpenAI-compatible server must behave the same: direct HTTP and litellm."""
+    return request.param
+
+
+def assert_route(fake: FakeOpenAI, transport: str) -> None:
+    """The requests really took the route asked for (our own HTTP client, or litellm's)."""
+    ours = [ua == "envforge-harness" for ua in fake.user_agents]
+    assert ours and set(ours) == {transport == "http"}, fake.user_agents
 
 
 @pytest.fixture(scope="module")
@@ -128,11 +150,14 @@ def task() -> Task:
 
 
 @pytest.mark.parametrize("agent_model", ["openai/fake-agent", "hosted_vllm/fake-agent"])
-async def test_llm_agent_and_llm_user_over_http(task: Task, tmp_path: Path, agent_model: str) -> None:
+async def test_llm_agent_and_llm_user_over_http(
+    task: Task, tmp_path: Path, agent_model: str, transport: str
+) -> None:
     with FakeOpenAI(scripted_brain(task)) as fake:
         manifest, (rec,) = await run_eval(
-            [RETAIL], llm_config(task, fake.url, agent_model=agent_model), tmp_path
+            [RETAIL], llm_config(task, fake.url, transport, agent_model=agent_model), tmp_path
         )
+    assert_route(fake, transport)
     assert rec.status == "completed" and rec.termination == "user_stop" and rec.reward == 1.0
     assert manifest.agent_api_base == fake.url and manifest.user_temperature == 0.5
     agent_requests = [r for r in fake.requests if r["model"] == "fake-agent"]
@@ -145,7 +170,7 @@ async def test_llm_agent_and_llm_user_over_http(task: Task, tmp_path: Path, agen
     assert rec.usage["user"].completion_tokens == 7 * 2 and rec.usage["user"].cost_usd == 0.0
 
 
-async def test_rate_limit_is_retried(task: Task, tmp_path: Path) -> None:
+async def test_rate_limit_is_retried(task: Task, tmp_path: Path, transport: str) -> None:
     inner = scripted_brain(task)
     calls = {"n": 0}
 
@@ -157,12 +182,34 @@ async def test_rate_limit_is_retried(task: Task, tmp_path: Path) -> None:
         return inner(body)
 
     with FakeOpenAI(brain) as fake:
-        _, (rec,) = await run_eval([RETAIL], llm_config(task, fake.url), tmp_path)
+        _, (rec,) = await run_eval([RETAIL], llm_config(task, fake.url, transport), tmp_path)
+    assert_route(fake, transport)
     assert rec.status == "completed" and rec.reward == 1.0
     assert calls["n"] == len(task.golden_calls) + 2  # one extra: the retried 429
 
 
-async def test_persistent_5xx_is_infra_failure_then_resume_reruns_it(task: Task, tmp_path: Path) -> None:
+async def test_timeout_is_retried(task: Task, tmp_path: Path, transport: str) -> None:
+    inner = scripted_brain(task)
+    calls = {"n": 0}
+
+    def brain(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if body["model"] == "fake-agent":
+            calls["n"] += 1
+            if calls["n"] == 1:
+                time.sleep(1.5)  # past the agent's 0.5 s timeout: the answer comes too late
+        return inner(body)
+
+    with FakeOpenAI(brain) as fake:
+        config = llm_config(task, fake.url, transport, timeout_s=0.5)
+        _, (rec,) = await run_eval([RETAIL], config, tmp_path)
+    assert_route(fake, transport)
+    assert rec.status == "completed" and rec.reward == 1.0
+    assert calls["n"] == len(task.golden_calls) + 2  # one extra: the call that timed out
+
+
+async def test_persistent_5xx_is_infra_failure_then_resume_reruns_it(
+    task: Task, tmp_path: Path, transport: str
+) -> None:
     healthy = scripted_brain(task)
     broken = {"on": True}
 
@@ -172,7 +219,7 @@ async def test_persistent_5xx_is_infra_failure_then_resume_reruns_it(task: Task,
         return healthy(body)
 
     with FakeOpenAI(brain) as fake:
-        config = llm_config(task, fake.url, retries=2)
+        config = llm_config(task, fake.url, transport, retries=2)
         manifest, (rec,) = await run_eval([RETAIL], config, tmp_path)
         assert len([r for r in fake.requests if r["model"] == "fake-agent"]) == 3  # 1 + 2 retries
         assert rec.status == "infra_failure" and "boom" in (rec.error or "") and rec.score is None
@@ -184,7 +231,7 @@ async def test_persistent_5xx_is_infra_failure_then_resume_reruns_it(task: Task,
     assert [r.status for r in RunDir(tmp_path).read_records()] == ["infra_failure", "completed"]
 
 
-async def test_context_overflow_is_its_own_status(task: Task, tmp_path: Path) -> None:
+async def test_context_overflow_is_its_own_status(task: Task, tmp_path: Path, transport: str) -> None:
     def brain(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if body["model"] == "fake-agent":
             error = {
@@ -197,7 +244,8 @@ async def test_context_overflow_is_its_own_status(task: Task, tmp_path: Path) ->
         return scripted_brain(task)(body)
 
     with FakeOpenAI(brain) as fake:
-        _, (rec,) = await run_eval([RETAIL], llm_config(task, fake.url), tmp_path)
+        _, (rec,) = await run_eval([RETAIL], llm_config(task, fake.url, transport), tmp_path)
+    assert_route(fake, transport)
     assert rec.status == "context_overflow" and rec.reward == 0.0 and rec.score is not None
     assert len(fake.requests) == 2  # user's opening + one agent call: no retries of an overflow
 
@@ -207,3 +255,36 @@ async def test_llm_agent_with_mock_response() -> None:
     reply = await agent.respond([], [], None)  # type: ignore[arg-type]
     assert reply.message.content == "Hello there." and not reply.message.tool_calls
     assert reply.usage.calls == 1 and reply.usage.completion_tokens > 0
+
+
+async def test_nl_assertions_are_judged_over_http_and_counted(task: Task, tmp_path: Path) -> None:
+    """A judged run: τ²'s judge contract on the wire, the verdict in the reward, its tokens on the record."""
+    env_dir = tmp_path / "env"
+    shutil.copytree(RETAIL, env_dir)
+    judged = task.model_copy(
+        update={
+            "nl_assertions": ["The agent confirms the change."],
+            "reward_basis": [*task.reward_basis, "nl_assertions"],
+        }
+    )
+    (env_dir / "tasks.jsonl").write_text(judged.model_dump_json() + "\n")
+    verdicts = iter([True, False])
+
+    def brain(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        system, prompt = body["messages"][0]["content"], body["messages"][-1]["content"]
+        if "metExpectation" not in system:  # the user-error judge: no error found
+            return 200, completion('{"user_error": false, "reason": ""}')
+        outcomes = json.loads(prompt.split("expectedOutcomes:\n", 1)[1])
+        met = next(verdicts)
+        results = [{"expectedOutcome": o, "reasoning": "r", "metExpectation": met} for o in outcomes]
+        return 200, completion(json.dumps({"results": results}))
+
+    with FakeOpenAI(brain) as fake:
+        judge = LLMConfig(model="openai/fake-judge", api_base=fake.url)
+        config = EvalConfig(agent="oracle", user="scripted", judge_llm=judge, trials=2, concurrency=1)
+        _, records = await run_eval([env_dir], config, tmp_path / "run")
+    assert [r.parts["nl_assertions"] for r in records] == [1.0, 0.0]
+    assert [r.reward for r in records] == [1.0, 0.0]
+    judge_calls = [r.usage["judge"].calls for r in records]
+    assert judge_calls[0] == 1 and judge_calls[1] >= 1  # the failed trial may also ask about user error
+    assert all(r.usage["judge"].prompt_tokens == 11 * r.usage["judge"].calls for r in records)
