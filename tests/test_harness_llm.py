@@ -288,3 +288,35 @@ async def test_nl_assertions_are_judged_over_http_and_counted(task: Task, tmp_pa
     judge_calls = [r.usage["judge"].calls for r in records]
     assert judge_calls[0] == 1 and judge_calls[1] >= 1  # the failed trial may also ask about user error
     assert all(r.usage["judge"].prompt_tokens == 11 * r.usage["judge"].calls for r in records)
+
+
+@pytest.mark.parametrize(
+    ("ending", "termination"), [("user_transfer", "transfer"), ("agent_stop", "agent_stop")]
+)
+async def test_transfer_and_agent_stop_end_the_conversation(
+    task: Task, tmp_path: Path, ending: str, termination: str
+) -> None:
+    """Either side may end a trial: the user asks for a human, or the agent says `###STOP###`."""
+    inner = scripted_brain(task)
+
+    def brain(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        status, payload = inner(body)
+        message = payload["choices"][0]["message"]
+        if ending == "user_transfer" and body["model"] == "fake-user" and len(body["messages"]) > 2:
+            message["content"] = "Please put me through to a person. ###TRANSFER###"
+        if ending == "agent_stop" and body["model"] == "fake-agent" and not message.get("tool_calls"):
+            message["content"] += " ###STOP###"
+        return status, payload
+
+    with FakeOpenAI(brain) as fake:
+        _, (rec,) = await run_eval([RETAIL], llm_config(task, fake.url, "http"), tmp_path)
+    assert rec.status == "completed" and rec.termination == termination
+    assert rec.reward == 1.0  # the golden calls were made before the conversation ended: scored as usual
+    users = [m for m in rec.messages if m.role == "user"]
+    if termination == "agent_stop":
+        assert len(users) == 1 and "###STOP###" in (
+            rec.messages[-1].content or ""
+        )  # the user was not asked again
+    else:
+        assert "###TRANSFER###" in (users[-1].content or "") and rec.messages[-1].role == "user"
+    assert len([r for r in fake.requests if r["model"] == "fake-user"]) == len(users)
