@@ -12,7 +12,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 $(VENV)/.stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[dev,train]"
+	$(BIN)/python -m pip install -q -e ".[dev,train,ray]"
 	touch $@
 
 setup: $(VENV)/.stamp

@@ -6,6 +6,10 @@ so the rest of the CLI works without the `train` extra.
 Episodes are played with the evaluation harness's simulated user and scorer by default
 (`--env-kind harness`, `--user scripted|MODEL [--user-api-base URL]`), so rewards and user-error
 masks mean what they mean in `envforge eval`; `--env-kind fleet` is the single-turn env without a user.
+
+`--ray-workers N` plays the episodes on N Ray actors (the `ray` extra) instead of in this process,
+on a local Ray instance or the cluster at `--ray-address`; `--fleet-url` runs the episodes on an
+`envforge serve` fleet instead of an in-process one.
 """
 
 from __future__ import annotations
@@ -28,6 +32,21 @@ JudgeOption = Annotated[
     str | None,
     typer.Option("--judge", help="litellm model judging nl_assertions and user errors (optional)."),
 ]
+RayWorkersOption = Annotated[
+    int,
+    typer.Option(
+        "--ray-workers",
+        help="Play episodes on N Ray actors (each builds its own envs and backend); 0: in this process.",
+    ),
+]
+RayAddressOption = Annotated[
+    str | None,
+    typer.Option("--ray-address", help="Ray cluster to join (default: start a local Ray instance)."),
+]
+FleetUrlOption = Annotated[
+    str | None,
+    typer.Option("--fleet-url", help="Run episodes on this `envforge serve` fleet instead of in-process."),
+]
 
 
 def _opts(model, envs, backend, vllm_url, out, device, temperature, seed, mcp, **extra):
@@ -39,6 +58,10 @@ def _opts(model, envs, backend, vllm_url, out, device, temperature, seed, mcp, *
         fail("--env-kind must be harness or fleet")
     if backend == "vllm" and not vllm_url:
         fail("--backend vllm needs --vllm-url")
+    if extra.get("ray_workers", 0) < 0:
+        fail("--ray-workers must be >= 0")
+    if extra.get("ray_address") and not extra.get("ray_workers"):
+        fail("--ray-address needs --ray-workers N")
     return RunOptions(
         model=model,
         envs=envs,
@@ -70,7 +93,9 @@ def train_cmd(
     advantage: str = typer.Option("erpo", "--advantage", help="erpo or grpo"),
     max_turns: int = typer.Option(8, "--max-turns"),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens"),
-    collectors: int = typer.Option(2, "--collectors", help="Task groups collected concurrently."),
+    collectors: int = typer.Option(
+        2, "--collectors", help="Task groups collected concurrently (per worker with --ray-workers)."
+    ),
     checkpoint_every: int = typer.Option(0, "--checkpoint-every", help="0: only the last step."),
     device: str = typer.Option("cpu", "--device"),
     temperature: float = typer.Option(1.0, "--temperature"),
@@ -81,6 +106,9 @@ def train_cmd(
     user: UserOption = "scripted",
     user_api_base: UserApiBaseOption = None,
     judge: JudgeOption = None,
+    ray_workers: RayWorkersOption = 0,
+    ray_address: RayAddressOption = None,
+    fleet_url: FleetUrlOption = None,
 ) -> None:
     """Train a policy with asynchronous ERPO on env tasks; writes metrics, checkpoints and plots."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -106,6 +134,9 @@ def train_cmd(
         user=user,
         user_api_base=user_api_base,
         judge=judge,
+        ray_workers=ray_workers,
+        ray_address=ray_address,
+        fleet_url=fleet_url,
     )
     try:
         config = TrainConfig(
@@ -134,7 +165,7 @@ def train_cmd(
 
         try:
             metrics = anyio.run(lambda: run_training(opts, config, learner_config, progress=progress))
-        except (ValueError, FileNotFoundError) as exc:
+        except (ValueError, FileNotFoundError, ImportError, TimeoutError) as exc:
             fail(str(exc))
     console.print(
         f"done: {len(metrics)} steps, reward {metrics[0].reward_mean:.3f} -> {metrics[-1].reward_mean:.3f}; "
@@ -151,7 +182,9 @@ def collect_cmd(
     rollouts_per_task: int = typer.Option(4, "--rollouts-per-task"),
     max_turns: int = typer.Option(8, "--max-turns"),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens"),
-    concurrency: int = typer.Option(2, "--concurrency"),
+    concurrency: int = typer.Option(
+        2, "--concurrency", help="Task groups collected concurrently (per worker with --ray-workers)."
+    ),
     out: Path = typer.Option(..., "--out"),
     device: str = typer.Option("cpu", "--device"),
     temperature: float = typer.Option(1.0, "--temperature"),
@@ -161,6 +194,9 @@ def collect_cmd(
     user: UserOption = "scripted",
     user_api_base: UserApiBaseOption = None,
     judge: JudgeOption = None,
+    ray_workers: RayWorkersOption = 0,
+    ray_address: RayAddressOption = None,
+    fleet_url: FleetUrlOption = None,
 ) -> None:
     """Collect rollouts only (no updates) and write them to OUT/trajectories.jsonl."""
     from envforge.trainer.rollout import RolloutConfig
@@ -180,6 +216,9 @@ def collect_cmd(
         user=user,
         user_api_base=user_api_base,
         judge=judge,
+        ray_workers=ray_workers,
+        ray_address=ray_address,
+        fleet_url=fleet_url,
     )
     rc = RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens)
     done = {"n": 0}
@@ -203,7 +242,7 @@ def collect_cmd(
                 progress=progress,
             )
         )
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, ImportError, TimeoutError) as exc:
         fail(str(exc))
     console.print(f"wrote {path}")
 

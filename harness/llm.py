@@ -27,6 +27,7 @@ from .openai_http import (
     ContextOverflow,
     ProviderError,
     TransientHTTPError,
+    aclose_http_sessions,
     chat_completion,
     http_sessions,
     token_prices,
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ContextOverflow", "InfraError", "LLMConfig", "complete", "http_sessions"]
+__all__ = ["ContextOverflow", "InfraError", "LLMConfig", "aclose_http_sessions", "complete", "http_sessions"]
 
 
 def _litellm() -> litellm:  # type: ignore[valid-type]

@@ -116,14 +116,19 @@ class _Sessions:
 _SESSIONS = _Sessions()
 
 
+async def aclose_http_sessions() -> None:
+    """Close the pooled sessions this event loop opened (the next call opens new ones)."""
+    with anyio.CancelScope(shield=True):
+        await _SESSIONS.aclose()
+
+
 @asynccontextmanager
 async def http_sessions() -> AsyncIterator[None]:
     """Scope for a run: the pooled sessions opened inside are closed on the way out."""
     try:
         yield
     finally:
-        with anyio.CancelScope(shield=True):
-            await _SESSIONS.aclose()
+        await aclose_http_sessions()
 
 
 def _error_message(status: int, text: str) -> str:

@@ -154,7 +154,7 @@ async def test_scripted_user_trajectories_carry_harness_rewards() -> None:
         assert len(t.token_ids) == len(t.loss_mask) == len(t.logprobs)
         assert 0 < sum(t.loss_mask) < len(t.token_ids)
         assert set(t.parts) == {"state", "outputs"}
-        assert t.user_error is False
+        assert t.user_error is False and t.user_error_reason is None
     for task_id in TASK_IDS:
         group = sorted((t.reward, t.parts["state"]) for t in trajs if t.task_id == task_id)
         assert group == [(0.0, 0.0), (1.0, 1.0)], group
@@ -175,6 +175,16 @@ async def test_lying_user_is_masked_and_gets_no_loss() -> None:
     lied, env, _ = await _collect(liar, tok)
     assert len(lied) == 4 and all(t.user_error for t in lied)
     assert all(v.user_error_reason and "contradicting the known" in v.user_error_reason for v in env.verdicts)
+    # the reason travels on the trajectory itself: the harness detector's string for that episode
+    for t in lied:
+        said = [m["content"] for m in t.messages if m["role"] == "user"]
+        (verdict,) = {  # the verdict also has the user's closing message, which the policy never saw
+            v.user_error_reason
+            for v in env.verdicts
+            if v.task_id == t.task_id and v.user_messages[: len(said)] == said
+        }
+        assert t.user_error_reason == verdict
+        assert t.user_error_reason.startswith("user message ") and "contradicting the known" in verdict
     assert all(sum(t.loss_mask) > 0 for t in lied)  # policy tokens exist; the mask comes from the flag
     honest, _, _ = await _collect(None, tok)
 
@@ -242,6 +252,7 @@ def test_envforge_collect_writes_harness_trajectories(tmp_path: Path) -> None:
         assert len(r["token_ids"]) == len(r["loss_mask"]) > 0 and 1 <= sum(r["loss_mask"]) <= 8
         assert set(r["parts"]) == {"state", "outputs"}  # the harness scorer's parts for this basis
         assert r["reward"] == 0.0 and isinstance(r["user_error"], bool)
+        assert (r["user_error_reason"] is not None) == r["user_error"]
         assert r["messages"][1]["role"] == "user" and r["messages"][1]["content"].startswith("I need help")
     masked = [json.loads(line) for line in (out / "user_errors.jsonl").read_text().splitlines()]
     assert len(masked) == sum(r["user_error"] for r in rows)

@@ -233,6 +233,7 @@ async def rollout(
         reward=info.reward,
         parts=info.parts,
         user_error=info.user_error,
+        user_error_reason=info.user_error_reason,
         policy_version=version,
         messages=messages,
         started_at=started,

@@ -2,17 +2,22 @@
 
 Outputs of a training run in `out/`: `metrics.jsonl` (one StepMetrics per line), `trajectories.jsonl`
 (optional), `checkpoints/step_<n>/` (HF model + tokenizer) and `plots/`. With the harness env (the
-default) `user_errors.jsonl` lists every masked episode with the detector's reason, because a
-`Trajectory` only carries the flag.
+default) `user_errors.jsonl` lists every masked episode with the detector's verdict (the reason is
+also on each `Trajectory`; the file adds termination and the user's messages).
 
 `env_kind="harness"` plays episodes with the evaluation harness's simulated user and scorer
 (`HarnessRolloutEnv`); `env_kind="fleet"` keeps the single-turn `FleetRolloutEnv` (the bandit smoke
 tests use it: a one-press task has no user to talk to).
+
+`fleet_url` plays episodes on a running `envforge serve` instead of an in-process fleet;
+`ray_workers > 0` plays them on that many Ray actors (`ray_workers.RayWorkers`), on a local Ray
+instance started here unless `ray_address` names a cluster.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -20,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from envforge.harness.llm import LLMConfig
+from envforge.harness.llm import LLMConfig, http_sessions
 from envforge.harness.tasks import load_env_tasks
 from envforge.server import Fleet, load_env
 from envforge.synth.pipeline import load_tasks
@@ -51,6 +56,9 @@ class RunOptions(BaseModel):
     user: str = "scripted"
     user_api_base: str | None = None
     judge: str | None = None
+    fleet_url: str | None = None
+    ray_workers: int = 0
+    ray_address: str | None = None
 
 
 def build_envs(
@@ -86,6 +94,16 @@ def build_envs(
     return envs
 
 
+def _fleet(opts: RunOptions) -> Any:
+    """The in-process fleet, or a `RemoteFleet` (same surface) when episodes run on a server."""
+    loaded = [load_env(d) for d in opts.envs]
+    if opts.fleet_url:
+        from .remote_fleet import RemoteFleet
+
+        return RemoteFleet(opts.fleet_url, loaded)
+    return Fleet(loaded)
+
+
 def _build(fleet: Fleet, opts: RunOptions) -> list[RolloutEnv]:
     return build_envs(
         fleet,
@@ -98,23 +116,33 @@ def _build(fleet: Fleet, opts: RunOptions) -> list[RolloutEnv]:
     )
 
 
-def write_user_errors(envs: Sequence[RolloutEnv], path: Path) -> int:
-    """`path` gets one JSON line per masked harness episode (env, task, reason, user messages)."""
-    rows = [v for e in envs if isinstance(e, HarnessRolloutEnv) for v in e.verdicts if v.user_error]
-    path.write_text("".join(json.dumps(asdict(v)) + "\n" for v in rows))
+def write_user_errors(envs: Sequence[RolloutEnv], path: Path, verdicts: Sequence[dict[str, Any]] = ()) -> int:
+    """`path` gets one JSON line per masked harness episode (env, task, reason, user messages).
+
+    `verdicts` adds episodes played elsewhere (Ray workers report theirs as dicts).
+    """
+    rows = [asdict(v) for e in envs if isinstance(e, HarnessRolloutEnv) for v in e.verdicts]
+    rows = [v for v in [*rows, *verdicts] if v["user_error"]]
+    path.write_text("".join(json.dumps(v) + "\n" for v in rows))
     return len(rows)
 
 
-def _load(opts: RunOptions) -> tuple[Any, Any, GenerationBackend]:
+def _load(opts: RunOptions, *, training: bool = True) -> tuple[Any, Any, GenerationBackend | None]:
+    """Tokenizer, model (None when nothing on the driver needs it) and the driver's backend."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(opts.seed)
     tok = load_tokenizer(opts.model)
-    model = AutoModelForCausalLM.from_pretrained(str(opts.model)).to(opts.device)
+    local_hf = opts.backend == "hf" and not opts.ray_workers
+    model = None
+    if training or local_hf:
+        model = AutoModelForCausalLM.from_pretrained(str(opts.model)).to(opts.device)
     eos = tok.eos_token_id
-    backend: GenerationBackend
-    if opts.backend == "hf":
+    backend: GenerationBackend | None
+    if opts.backend == "hf" and opts.ray_workers:
+        backend = None  # the actors sample; the driver only trains
+    elif opts.backend == "hf":
         backend = HFBackend(model, eos_id=eos, temperature=opts.temperature, seed=opts.seed)
     else:
         if not opts.vllm_url:
@@ -129,6 +157,44 @@ def _load(opts: RunOptions) -> tuple[Any, Any, GenerationBackend]:
     return tok, model, backend
 
 
+class _Ray:
+    """Ray workers for one run: started (with a local Ray instance if needed) and torn down here."""
+
+    def __init__(self, opts: RunOptions, driver_backend: GenerationBackend | None, per_worker: int) -> None:
+        self.opts, self.driver_backend, self.per_worker = opts, driver_backend, per_worker
+        self.workers: Any = None
+        self.started_ray = False
+
+    async def __aenter__(self) -> Any:
+        if self.opts.ray_workers < 1:
+            return None
+        from .ray_workers import RayWorkers, WorkerSpec, init_ray
+
+        cpus = max(self.opts.ray_workers, os.cpu_count() or 1)
+        self.started_ray = init_ray(self.opts.ray_address, num_cpus=cpus)
+        try:
+            self.workers = await RayWorkers.start(
+                WorkerSpec.from_options(self.opts),
+                self.opts.ray_workers,
+                driver_backend=self.driver_backend,
+                groups_per_worker=self.per_worker,
+            )
+        except BaseException:
+            await self.__aexit__()
+            raise
+        return self.workers
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            if self.workers is not None:
+                await self.workers.aclose()
+        finally:
+            if self.started_ray:
+                import ray
+
+                ray.shutdown()
+
+
 async def run_training(
     opts: RunOptions,
     config: TrainConfig,
@@ -137,7 +203,7 @@ async def run_training(
     progress: Callable[[StepMetrics], Any] | None = None,
 ) -> list[StepMetrics]:
     opts.out.mkdir(parents=True, exist_ok=True)
-    fleet = Fleet([load_env(d) for d in opts.envs])
+    fleet = _fleet(opts)
     envs = _build(fleet, opts)
     tok, model, backend = _load(opts)
     learner = Learner(
@@ -165,12 +231,17 @@ async def run_training(
         if progress is not None:
             progress(m)
 
+    verdicts: list[dict[str, Any]] = []
     try:
-        metrics = await train(envs, backend, learner, tok, config, on_step=on_step)
+        async with http_sessions(), _Ray(opts, backend, config.collectors) as workers:
+            metrics = await train(envs, backend, learner, tok, config, on_step=on_step, source=workers)
+            if workers is not None:
+                verdicts = await workers.verdicts()
     finally:
-        await backend.aclose()
+        if backend is not None:
+            await backend.aclose()
         await fleet.aclose()
-    write_user_errors(envs, opts.out / "user_errors.jsonl")
+    write_user_errors(envs, opts.out / "user_errors.jsonl", verdicts)
     write_plots(metrics_path, opts.out / "plots")
     (opts.out / "run.json").write_text(
         json.dumps(
@@ -195,9 +266,9 @@ async def run_collection(
     progress: Callable[[list[Trajectory]], Any] | None = None,
 ) -> Path:
     opts.out.mkdir(parents=True, exist_ok=True)
-    fleet = Fleet([load_env(d) for d in opts.envs])
+    fleet = _fleet(opts)
     envs = _build(fleet, opts)
-    tok, _, backend = _load(opts)
+    tok, _, backend = _load(opts, training=False)
     path = opts.out / "trajectories.jsonl"
     path.write_text("")
 
@@ -207,20 +278,26 @@ async def run_collection(
         if progress is not None:
             progress(trajs)
 
+    verdicts: list[dict[str, Any]] = []
     try:
-        await collect(
-            envs,
-            backend,
-            tok,
-            groups=groups,
-            rollouts_per_task=rollouts_per_task,
-            rollout_config=rollout_config,
-            concurrency=concurrency,
-            seed=opts.seed,
-            on_group=on_group,
-        )
+        async with http_sessions(), _Ray(opts, backend, concurrency) as workers:
+            await collect(
+                envs,
+                backend,
+                tok,
+                groups=groups,
+                rollouts_per_task=rollouts_per_task,
+                rollout_config=rollout_config,
+                concurrency=concurrency,
+                seed=opts.seed,
+                on_group=on_group,
+                source=workers,
+            )
+            if workers is not None:
+                verdicts = await workers.verdicts()
     finally:
-        await backend.aclose()
+        if backend is not None:
+            await backend.aclose()
         await fleet.aclose()
-    write_user_errors(envs, opts.out / "user_errors.jsonl")
+    write_user_errors(envs, opts.out / "user_errors.jsonl", verdicts)
     return path

@@ -31,7 +31,8 @@ class Trajectory(BaseModel):
 
     `logprobs[k]` is the sampling logprob of `token_ids[k]` where `loss_mask[k] == 1` (policy tokens),
     0.0 elsewhere. `user_error` trajectories stay in the data (they are counted and logged) but carry
-    no loss.
+    no loss; `user_error_reason` says why the detector masked it, so a trajectory file (e.g. from
+    `envforge collect`) can be audited on its own.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -45,6 +46,7 @@ class Trajectory(BaseModel):
     reward: float = 0.0
     parts: dict[str, float] = Field(default_factory=dict)
     user_error: bool = False
+    user_error_reason: str | None = None
     policy_version: int = Field(description="the oldest weights version that generated any of its tokens")
     messages: list[dict[str, Any]] = Field(default_factory=list, description="the chat, for reading")
     started_at: float = 0.0

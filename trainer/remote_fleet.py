@@ -1,0 +1,73 @@
+"""A fleet behind `envforge serve`, with the surface of the in-process `Fleet` that rollout envs use.
+
+Rollout workers on other machines (Ray actors, see `ray_workers.py`) need not run the environments
+themselves: with a fleet URL, episodes live on the server and tools execute there. The env
+definitions are still loaded from local env dirs, because the rollout envs read them for the system
+prompt, task setup and scoring; only episode operations go over the network: the control plane for
+create/export/close (the harness's `HTTPBackend`, which also turns network failures into
+`InfraError`) and streamable-HTTP MCP for tool calls, bound to the episode like any agent's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from envforge.harness.orchestrator import HTTPBackend
+from envforge.server import Environment, State, ToolResult, state_hash
+from envforge.server.client import http_episode_client
+
+
+@dataclass
+class RemoteEpisode:
+    id: str
+
+
+@dataclass
+class RemoteMCP:
+    """What `episode_client(fleet, env, id)` reads from `fleet.mcp(env)`: mcp's `Client` takes a URL.
+
+    The per-env endpoint serves any episode named in the request's `_meta`, which `EpisodeClient`
+    always sends.
+    """
+
+    server: str
+
+
+class RemoteFleet:
+    """`env`, `mcp`, `create_episode`, `call`, `export`, `close_episode` and `aclose`, over HTTP."""
+
+    def __init__(self, base_url: str, envs: Iterable[Environment], *, token: str | None = None) -> None:
+        self.base = base_url.rstrip("/")
+        self.envs = {e.name: e for e in envs}
+        self.http = HTTPBackend(self.base, token)
+
+    def env(self, name: str) -> Environment:
+        try:
+            return self.envs[name]
+        except KeyError:
+            raise KeyError(f"unknown env {name!r}; loaded here: {sorted(self.envs)}") from None
+
+    def mcp(self, env_name: str) -> RemoteMCP:
+        self.env(env_name)
+        return RemoteMCP(f"{self.base}/envs/{env_name}/mcp")
+
+    async def create_episode(self, env_name: str, *, state: State | None = None) -> RemoteEpisode:
+        self.env(env_name)
+        return RemoteEpisode(await self.http.create(env_name, state))
+
+    async def call(self, episode_id: str, tool: str, arguments: dict[str, Any] | None = None) -> ToolResult:
+        """One tool call on its own MCP session (the rollout envs' `use_mcp=False` path)."""
+        async with http_episode_client(self.base + self.http.paths[episode_id], episode_id) as client:
+            return await client.call_tool(tool, arguments or {})
+
+    async def export(self, episode_id: str) -> tuple[State, str]:
+        state = await self.http.export(episode_id)
+        return state, state_hash(state)
+
+    async def close_episode(self, episode_id: str) -> None:
+        await self.http.close(episode_id)
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
