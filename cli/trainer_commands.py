@@ -14,6 +14,7 @@ on a local Ray instance or the cluster at `--ray-address`; `--fleet-url` runs th
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -157,6 +158,7 @@ def train_cmd(
         TextColumn("{task.completed}/{task.total} {task.fields[info]}"),
         TimeRemainingColumn(),
         console=console,
+        disable=os.environ.get("RANK", "0") != "0",  # under torchrun only rank 0 shows progress
     ) as bar:
         task = bar.add_task("train", total=steps, info="")
 
@@ -167,6 +169,8 @@ def train_cmd(
             metrics = anyio.run(lambda: run_training(opts, config, learner_config, progress=progress))
         except (ValueError, FileNotFoundError, ImportError, TimeoutError) as exc:
             fail(str(exc))
+    if not metrics:  # a torchrun rank other than 0: it only followed rank 0's updates
+        return
     console.print(
         f"done: {len(metrics)} steps, reward {metrics[0].reward_mean:.3f} -> {metrics[-1].reward_mean:.3f}; "
         f"outputs in {out}"

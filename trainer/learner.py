@@ -5,6 +5,10 @@ which advantage each token gets, and how the mean is taken: the mean is over the
 kept trajectories only (user-error trajectories have an all-zero mask and add nothing to the token
 count). `old_logprobs` are the sampling logprobs stored with each trajectory (the behaviour policy),
 so samples that are one version stale are corrected by the clipped ratio.
+
+Under `torchrun` the same step runs data-parallel (see `distributed.py`): rank 0 broadcasts the
+batch, each rank takes a shard of the kept trajectories, and one all-reduce of the gradients makes
+the update equal to the single-process one.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .distributed import DataParallel
 from .erpo import AdvantageKind, Baseline, erpo_advantages
 from .trajectory import Trajectory
 
@@ -72,14 +77,26 @@ def token_logprobs(model: Any, input_ids: Any, attention_mask: Any, temperature:
 
 
 class Learner:
-    """Owns the trained model and its optimizer; `step` is synchronous (run it in a worker thread)."""
+    """Owns the trained model and its optimizer; `step` is synchronous (run it in a worker thread).
 
-    def __init__(self, model: Any, config: LearnerConfig | None = None, *, pad_id: int = 0) -> None:
+    With `dp` (several ranks under torchrun), rank 0 calls `step` and finally `close`; every other
+    rank calls `follow`, which runs the same steps on the batches rank 0 broadcasts.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        config: LearnerConfig | None = None,
+        *,
+        pad_id: int = 0,
+        dp: DataParallel | None = None,
+    ) -> None:
         import torch
 
         self.model = model
         self.config = config or LearnerConfig()
         self.pad_id = pad_id
+        self.dp = dp
         self.device = next(model.parameters()).device
         self.version = 0
         self.optimizer = torch.optim.AdamW(
@@ -99,23 +116,49 @@ class Learner:
         )
 
     def step(self, trajs: Sequence[Trajectory]) -> StepResult:
+        """One update on `trajs` (on rank 0 under torchrun: the followers get the batch first)."""
+        if self.dp is not None:
+            if not self.dp.is_leader:
+                raise RuntimeError("only rank 0 calls Learner.step; the other ranks call follow()")
+            self.dp.broadcast(list(trajs))
+        return self._step(trajs)
+
+    def follow(self) -> int:
+        """A follower rank: run rank 0's steps until it calls `close`; returns the steps taken."""
+        if self.dp is None or self.dp.is_leader:
+            raise RuntimeError("follow() is for ranks other than 0 under torchrun")
+        steps = 0
+        while (batch := self.dp.broadcast()) is not None:
+            self._step(batch)
+            steps += 1
+        return steps
+
+    def close(self) -> None:
+        """Rank 0: release the followers (each `follow()` returns)."""
+        if self.dp is not None and self.dp.is_leader:
+            self.dp.broadcast(None)
+
+    def _step(self, trajs: Sequence[Trajectory]) -> StepResult:
         import torch
 
         c = self.config
         adv = self.advantages(trajs)
         kept = [(t, a) for t, a in zip(trajs, adv, strict=True) if not t.user_error]
-        n_tokens = sum(sum(t.loss_mask) for t, _ in kept)
+        n_tokens = sum(sum(t.loss_mask) for t, _ in kept)  # over the whole batch, on every rank
+        # Per token, the advantage the loss applies: read back from the tensors for this rank's rows
+        # below; the other ranks' rows (data-parallel) get the same product computed here.
+        token_adv = [
+            [a * m * (not t.user_error) for m in t.loss_mask] for t, a in zip(trajs, adv, strict=True)
+        ]
+        index = {id(t): i for i, t in enumerate(trajs)}
+        local = self.dp.shard(kept) if self.dp is not None else kept
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         total_loss = 0.0
         n_clipped = 0.0
         ratio_sum = 0.0
-        token_adv: list[list[float]] = []
-        for t in trajs:
-            token_adv.append([0.0] * len(t.token_ids))
-        index = {id(t): i for i, t in enumerate(trajs)}
-        for start in range(0, len(kept), c.micro_batch):
-            chunk = kept[start : start + c.micro_batch]
+        for start in range(0, len(local), c.micro_batch):
+            chunk = local[start : start + c.micro_batch]
             width = max(len(t.token_ids) for t, _ in chunk)
             ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
             attn = torch.zeros((len(chunk), width), dtype=torch.long)
@@ -140,6 +183,11 @@ class Learner:
             total_loss += float(loss.detach())
             n_clipped += float(clipped.detach())
             ratio_sum += float(ratios.detach())
+        if self.dp is not None:
+            self.dp.all_reduce_grads([p for p in self.model.parameters() if p.requires_grad])
+            total_loss, n_clipped, ratio_sum = self.dp.all_reduce_sums(
+                [total_loss, n_clipped, ratio_sum], self.device
+            )
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm))
         if n_tokens:
             self.optimizer.step()

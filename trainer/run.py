@@ -23,6 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
+import anyio
 from pydantic import BaseModel
 
 from envforge.harness.llm import LLMConfig, http_sessions
@@ -31,6 +32,7 @@ from envforge.server import Fleet, load_env
 from envforge.synth.pipeline import load_tasks
 
 from .backends import GenerationBackend, HFBackend, VLLMBackend, load_tokenizer
+from .distributed import DataParallel, init_from_env, rank_device, shutdown
 from .harness_env import HarnessRolloutEnv
 from .learner import Learner, LearnerConfig
 from .loop import StepMetrics, TrainConfig, collect, train
@@ -202,15 +204,63 @@ async def run_training(
     *,
     progress: Callable[[StepMetrics], Any] | None = None,
 ) -> list[StepMetrics]:
+    dp = init_from_env(opts.device)
+    if dp is not None:
+        opts = opts.model_copy(update={"device": rank_device(opts.device, dp)})
+        if not dp.is_leader:
+            try:
+                await anyio.to_thread.run_sync(_follow, opts, learner_config, dp)
+            finally:
+                shutdown()
+            return []
+    try:
+        return await _train_leader(opts, config, learner_config, dp, progress)
+    finally:
+        if dp is not None:
+            shutdown()
+
+
+def _follow(opts: RunOptions, learner_config: LearnerConfig, dp: DataParallel) -> None:
+    """A torchrun rank other than 0: the same model and optimizer, stepping on rank 0's batches.
+
+    It writes `ranks/rank<N>.json` (steps taken, final weights version and checksum) so a run can
+    show that every rank ended with rank 0's weights.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(opts.seed)
+    model = AutoModelForCausalLM.from_pretrained(str(opts.model)).to(opts.device)
+    tok = load_tokenizer(opts.model)
+    learner = Learner(model, _learner_config(opts, learner_config), pad_id=tok.pad_token_id or 0, dp=dp)
+    steps = learner.follow()
+    _write_rank(opts.out, dp.rank, steps, model)
+
+
+def _write_rank(out: Path, rank: int, steps: int, model: Any) -> None:
+    from .ray_workers import state_checksum
+
+    (out / "ranks").mkdir(parents=True, exist_ok=True)
+    row = {"rank": rank, "steps": steps, "checksum": state_checksum(model.state_dict())}
+    (out / "ranks" / f"rank{rank}.json").write_text(json.dumps(row) + "\n")
+
+
+def _learner_config(opts: RunOptions, learner_config: LearnerConfig) -> LearnerConfig:
+    return learner_config.model_copy(update={"temperature": opts.temperature})
+
+
+async def _train_leader(
+    opts: RunOptions,
+    config: TrainConfig,
+    learner_config: LearnerConfig,
+    dp: DataParallel | None,
+    progress: Callable[[StepMetrics], Any] | None,
+) -> list[StepMetrics]:
     opts.out.mkdir(parents=True, exist_ok=True)
     fleet = _fleet(opts)
     envs = _build(fleet, opts)
     tok, model, backend = _load(opts)
-    learner = Learner(
-        model,
-        learner_config.model_copy(update={"temperature": opts.temperature}),
-        pad_id=tok.pad_token_id or 0,
-    )
+    learner = Learner(model, _learner_config(opts, learner_config), pad_id=tok.pad_token_id or 0, dp=dp)
     metrics_path = opts.out / "metrics.jsonl"
     metrics_path.write_text("")
     traj_path = opts.out / "trajectories.jsonl"
@@ -238,9 +288,12 @@ async def run_training(
             if workers is not None:
                 verdicts = await workers.verdicts()
     finally:
+        learner.close()  # releases the other torchrun ranks (a no-op in a single process)
         if backend is not None:
             await backend.aclose()
         await fleet.aclose()
+    if dp is not None:
+        _write_rank(opts.out, dp.rank, len(metrics), model)
     write_user_errors(envs, opts.out / "user_errors.jsonl", verdicts)
     write_plots(metrics_path, opts.out / "plots")
     (opts.out / "run.json").write_text(
