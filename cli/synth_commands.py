@@ -92,7 +92,7 @@ def _bucket(calls: int) -> str:
 
 
 def check_cmd(env_dir: Path = typer.Argument(..., help="The env folder.")) -> None:
-    """Run the five self-checks on every task of ENV_DIR/tasks.jsonl; exit 1 if any fails."""
+    """Run the self-checks on every task of ENV_DIR/tasks.jsonl; exit 1 if any fails."""
     _quiet()
     (env,) = load_envs([env_dir])
     if not (env_dir / "tasks.jsonl").exists():

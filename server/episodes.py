@@ -63,7 +63,10 @@ class WriteTracker:
         return sqlite3.SQLITE_OK
 
 
-def _connector(data: bytes, tracker: WriteTracker) -> Callable[[], sqlite3.Connection]:
+def episode_connector(data: bytes, tracker: WriteTracker) -> Callable[[], sqlite3.Connection]:
+    """How every episode's connection is opened (public so task synthesis opens its scratch
+    databases exactly the same way: same isolation, foreign keys and write tracking)."""
+
     def connect() -> sqlite3.Connection:
         # Legacy isolation: DML opens a transaction implicitly and plain reads do not, so a read
         # tool costs one thread hop and a write tool's statements share one transaction.
@@ -165,7 +168,8 @@ class EpisodeStore:
         if episode_id in self._episodes:
             raise ValueError(f"episode {episode_id!r} already exists")
         tracker = WriteTracker(frozenset(t.name for t in env.tables))
-        conn = await self.pool.connect(_connector(database if database is not None else env.seed_db, tracker))
+        data = database if database is not None else env.seed_db
+        conn = await self.pool.connect(episode_connector(data, tracker))
         now = time.monotonic()
         base = freeze(env.seed_state()) if database is None else None
         episode = Episode(

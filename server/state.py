@@ -56,13 +56,21 @@ def export_state(
     for t in tables:
         if only is not None and t.name not in only:
             continue
-        dropped = set(volatile.get(t.name, ()))
-        cols = [c for c in t.columns if c not in dropped]
-        order = ", ".join(quote_ident(c) for c in t.primary_key) if t.primary_key else "rowid"
-        select = ", ".join(quote_ident(c) for c in cols)
-        rows = conn.execute(f"SELECT {select} FROM {quote_ident(t.name)} ORDER BY {order}").fetchall()
-        state[t.name] = [dict(zip(cols, r, strict=True)) for r in rows]
+        cols, sql = table_query(t, volatile)
+        state[t.name] = [dict(zip(cols, r, strict=True)) for r in conn.execute(sql).fetchall()]
     return state
+
+
+def table_query(t: TableInfo, volatile: dict[str, list[str]] | None = None) -> tuple[list[str], str]:
+    """The exported columns of one table and the SELECT that reads them in export order.
+
+    The SELECT's rows, zipped with the columns, are `export_state`'s rows for the table.
+    """
+    dropped = set((volatile or {}).get(t.name, ()))
+    cols = [c for c in t.columns if c not in dropped]
+    order = ", ".join(quote_ident(c) for c in t.primary_key) if t.primary_key else "rowid"
+    select = ", ".join(quote_ident(c) for c in cols)
+    return cols, f"SELECT {select} FROM {quote_ident(t.name)} ORDER BY {order}"
 
 
 def _dumps(value: Any) -> str:

@@ -1,90 +1,48 @@
 """What synthesis, verification and scoring share about one env: graph, domains, states, replay.
 
 Episodes are always created from serialised bytes (the seed database, or a task's initial state
-built once), and calls go straight to `Fleet.call`, with no MCP framing: this is the hot path of
-synthesis and self-verification.
+built once), on pooled connections outside the fleet's store (`inline.py`), and calls go
+straight to `runtime.execute`, with no MCP framing: this is the hot path of synthesis and
+self-verification.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiosqlite
-
-from envforge.server import Environment, Fleet, State, ToolResult, state_hash
-from envforge.server.state import export_state
+from envforge.server import Environment, Episode, Fleet, State, ToolResult, execute, state_hash
+from envforge.server.state import export_state, freeze
 
 from .domains import DomainValues, derive_domains, key_columns
-from .models import Call, GraphEdge, ParamDomain, Task, ToolGraph, ToolNode
-from .statediff import apply_diff, cents_hash, primary_keys
+from .footprint import parse_result
+from .hashing import StateHasher, loose_columns, same_row
+from .inline import ScratchPool, run_inline
+from .mirror import Mirror, TableReader, table_readers
+from .models import Call, GraphEdge, ParamDomain, Row, StateDiff, Task, ToolGraph, ToolNode
+from .setup import SetupPlanner
+from .statediff import apply_diff, cents_hash, cents_row, json_key, primary_keys, states_match
+
+__all__ = ["SynthContext", "call_key", "run_inline", "setup_key"]
 
 # Memoised tool results kept per context before the memo is dropped and refilled (bounds memory).
 MEMO_LIMIT = 50_000
+# Task-specific initial states (seed plus setup rows) kept besides the seed's.
+SETUP_STATES_KEPT = 8
 
 
-class InlineConnection(aiosqlite.Connection):
-    """An `aiosqlite.Connection` that runs its SQLite work directly on the calling thread.
-
-    Synthesis is one sequential coroutine per env, so handing every statement to a worker thread
-    buys no parallelism and costs two thread switches per statement (about half the time of a
-    tool call). Tools still see the `aiosqlite.Connection` API and run the same SQL in the same
-    order, so their results are the same.
-    """
-
-    def __init__(self, connector: Callable[[], sqlite3.Connection]) -> None:
-        # aiosqlite's __init__ creates a thread object we never start; set its fields directly.
-        self._running = True
-        self._connection: sqlite3.Connection | None = None
-        self._connector = connector
-        self._iter_chunk_size = 64
-
-    def __del__(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-
-    def __await__(self) -> Any:
-        return self._connect().__await__()
-
-    async def _connect(self) -> InlineConnection:
-        if self._connection is None:
-            self._connection = self._connector()
-        return self
-
-    async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if not self._running or not self._connection:
-            raise ValueError("Connection closed")
-        return fn(*args, **kwargs)
-
-    def stop(self) -> None:  # type: ignore[override]
-        self._running = False
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
-
-    async def close(self) -> None:
-        self.stop()
-
-
-class InlinePool:
-    """Stands in for the episode store's `WorkerPool`: connections that run on the caller's thread."""
-
-    async def connect(self, connector: Callable[[], sqlite3.Connection]) -> aiosqlite.Connection:
-        return await InlineConnection(connector)
-
-
-def run_inline(fleet: Fleet) -> None:
-    """Make `fleet`'s new episodes execute SQL on the event loop's thread (single-core synthesis)."""
-    fleet.store.pool = InlinePool()  # type: ignore[assignment]
+def setup_key(setup: StateDiff) -> str:
+    """The name of the initial state `setup` makes of the seed ("" for the seed itself)."""
+    if not setup:
+        return ""
+    return json.dumps({t: d.model_dump(mode="json") for t, d in setup.items()}, sort_keys=True)
 
 
 def call_key(call: Call) -> str | None:
     """The identity of a call for memoisation (None when its arguments are not plain JSON)."""
     try:
-        return call.name + "\0" + json.dumps(call.arguments, sort_keys=True)
+        return call.name + "\0" + json_key(call.arguments)
     except (TypeError, ValueError):
         return None
 
@@ -103,8 +61,20 @@ class SynthContext:
     _values: dict[str, DomainValues] = field(default_factory=dict)
     _write_tables: dict[tuple[str, ...], list[str]] = field(default_factory=dict)
     _memo: dict[tuple[Any, ...], ToolResult] = field(default_factory=dict)
+    _tried: dict[tuple[Any, ...], bool] = field(default_factory=dict)  # `try_instead` verdicts
+    _parsed: dict[int, tuple[ToolResult, Any]] = field(default_factory=dict)
     _usable: dict[str, bool] = field(default_factory=dict)
+    _keyed_by: dict[str, list[str]] = field(default_factory=dict)
+    _parameters: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
+    _name_keys: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
     _golden_db: tuple[State, bytes] | None = None
+    _scratch: ScratchPool | None = None
+    _loose: dict[str, tuple[str, ...]] | None = None
+    _hasher: StateHasher | None = None
+    _readers: dict[str, TableReader] | None = None
+    _golden_mirror: Mirror | None = None
+    _setups: SetupPlanner | None = None
+    _tuples: dict[str, tuple[State, dict[str, Any]]] = field(default_factory=dict)
 
     @classmethod
     def create(cls, env: Environment, graph: ToolGraph, fleet: Fleet) -> SynthContext:
@@ -132,28 +102,158 @@ class SynthContext:
             edges = self._out_edges[source] = self.graph.out_edges(source)
         return edges
 
+    def name_keys(self, source: str, target: str, param: str) -> list[str]:
+        """Keys of `source`'s results that name `target`'s `param` (name-evidence edges, in order)."""
+        keys = self._name_keys.get((source, target, param))
+        if keys is None:
+            keys = self._name_keys[(source, target, param)] = [
+                e.key
+                for e in self.out_edges(source)
+                if e.target == target and e.param == param and e.evidence == "name"
+            ]
+        return keys
+
+    def parameters(self, tool: str) -> tuple[list[str], list[str]]:
+        """A tool's parameters, and its required ones, in signature order."""
+        hit = self._parameters.get(tool)
+        if hit is None:
+            spec = self.env.tools[tool]
+            hit = self._parameters[tool] = (
+                list(spec.parameters),
+                [p for p in spec.parameters if p in spec.required],
+            )
+        return hit
+
+    def keyed_by(self, column: str) -> list[str]:
+        """The tables whose primary key is `column` alone, in schema order."""
+        tables = self._keyed_by.get(column)
+        if tables is None:
+            tables = self._keyed_by[column] = [t.name for t in self.env.tables if t.primary_key == (column,)]
+        return tables
+
     def domain_values(self, setup_key: str, state: State) -> DomainValues:
-        """Candidate parameter values drawn from an initial state, shared by every task built on it."""
+        """Candidate parameter values drawn from an initial state, shared by every task built on it
+        (the seed's for good, a setup state's while it is the latest)."""
         dv = self._values.get(setup_key)
         if dv is None or dv.state is not state:
+            if setup_key:
+                self._values = {k: v for k, v in self._values.items() if not k}
             dv = self._values[setup_key] = DomainValues(state)
         return dv
 
     # ------------------------------------------------------------------ states
-    def initial(self, setup_key: str, setup: Any) -> tuple[bytes, State, str]:
-        """(database bytes, canonical state, cents hash) of the seed with `setup` applied (cached)."""
-        if setup_key not in self._initial:
-            seed = self.env.seed_state()
-            if not setup:
-                self._initial[setup_key] = (self.env.seed_db, seed, cents_hash(seed))
-            else:
-                state = apply_diff(self.pks, seed, setup)
-                self._initial[setup_key] = (self.env.database_from_state(state), state, cents_hash(state))
-        return self._initial[setup_key]
+    def initial(
+        self, setup_key: str, setup: Any, *, database: bytes | None = None
+    ) -> tuple[bytes, State, str]:
+        """(database bytes, canonical state, cents hash) of the seed with `setup` applied (cached).
+        `database`, when the caller has one, holds that state (else it is built from the state).
+
+        The seed state is frozen (nothing mutates it), and a setup state shares the seed's lists
+        for the tables its setup leaves alone, so states derived from either hash those tables
+        from cached JSON. Setup states are many and used briefly (one per task that has one):
+        only the latest few are kept.
+        """
+        hit = self._initial.get(setup_key)
+        if hit is not None:
+            return hit
+        seed = freeze(self.env.seed_state())
+        if not setup:
+            hit = (self.env.seed_db, seed, cents_hash(seed))
+        else:
+            state = apply_diff(self.pks, seed, setup)
+            for t, rows in state.items():  # the seed's lists and rows wherever they are unchanged
+                state[t] = seed[t] if t not in setup else self._seed_rows(t, rows)
+            database = database if database is not None else self.env.database_from_state(state)
+            hit = (database, state, self.hasher.hashes(state)[1])
+            setups = [k for k in self._initial if k]
+            for k in setups[: max(0, len(setups) - SETUP_STATES_KEPT + 1)]:
+                del self._initial[k]
+        self._initial[setup_key] = hit
+        return hit
+
+    def _seed_rows(self, table: str, rows: list[Row]) -> list[Row]:
+        """`rows` with each row that is the same as the seed's row with its key replaced by that row."""
+        pk = self.pks[table]
+        if not pk:
+            return rows
+        loose = self.loose.get(table, ())
+        try:
+            seed = {tuple(r[c] for c in pk): r for r in self.env.seed_state()[table]}
+            found = [seed.get(tuple(r[c] for c in pk)) for r in rows]
+        except (KeyError, TypeError):
+            return rows
+        return [s if s is not None and same_row(s, r, loose) else r for s, r in zip(found, rows, strict=True)]
+
+    @property
+    def loose(self) -> dict[str, tuple[str, ...]]:
+        """Per table, the columns whose equal values may still serialise differently (`hashing.py`)."""
+        if self._loose is None:
+            self._loose = loose_columns(self.env)
+        return self._loose
+
+    @property
+    def readers(self) -> dict[str, TableReader]:
+        if self._readers is None:
+            self._readers = table_readers(self.env, self.loose)
+        return self._readers
+
+    def mirror(self, setup_key: str, initial: State) -> Mirror:
+        """A fresh `Mirror` of `initial` (the state named `setup_key`), for one walk."""
+        readers = self.readers
+        cache = self._tuples.get(setup_key)
+        if cache is None or cache[0] is not initial:
+            self._tuples = {k: v for k, v in self._tuples.items() if not k}  # the seed's, and this one's
+            cache = self._tuples[setup_key] = (initial, {})
+        tables = cache[1]
+
+        def initial_rows(table: str) -> tuple[list[tuple[Any, ...]], dict[tuple[Any, ...], Row]]:
+            hit = tables.get(table)
+            if hit is None:
+                rows = initial[table]
+                seed = self.env.seed_state()
+                if setup_key and rows is seed[table]:
+                    hit = self._seed_tuples(table)
+                else:
+                    # A setup state holds the seed's own row objects where rows are unchanged.
+                    by_id = self._seed_tuples(table)[2] if setup_key else {}
+                    tuples = [by_id.get(id(r)) or readers[table].tuples([r])[0] for r in rows]
+                    hit = (tuples, dict(zip(tuples, rows, strict=True)), {})
+                tables[table] = hit
+            return hit[0], hit[1]
+
+        return Mirror(readers, initial, initial_rows)
+
+    def _seed_tuples(
+        self, table: str
+    ) -> tuple[list[tuple[Any, ...]], dict[tuple[Any, ...], Row], dict[int, tuple[Any, ...]]]:
+        """The seed's rows of `table` as tuples, by tuple, and each row's tuple by the row's id."""
+        seed = self._tuples.setdefault("", (self.env.seed_state(), {}))[1]
+        hit = seed.get(table)
+        if hit is None or not hit[2]:
+            rows = self.env.seed_state()[table]
+            tuples = hit[0] if hit is not None else self.readers[table].tuples(rows)
+            by_id = {id(r): t for r, t in zip(rows, tuples, strict=True)}
+            hit = seed[table] = (tuples, dict(zip(tuples, rows, strict=True)), by_id)
+        return hit
+
+    @property
+    def hasher(self) -> StateHasher:
+        """State hashes that reuse the seed's row texts for unchanged rows (`hashing.py`)."""
+        if self._hasher is None:
+            self._hasher = StateHasher(freeze(self.env.seed_state()), self.pks, self.loose)
+        return self._hasher
 
     def task_initial(self, task: Task) -> tuple[bytes, State, str]:
-        key = json.dumps({t: d.model_dump(mode="json") for t, d in task.setup.items()}, sort_keys=True)
-        return self.initial(key, task.setup)
+        return self.initial(setup_key(task.setup), task.setup)
+
+    @property
+    def setups(self) -> SetupPlanner:
+        """Fresh-entity setups for this env (`setup.py`), planned once."""
+        if self._setups is None:
+            if self._scratch is None:
+                self._scratch = ScratchPool(self.env)
+            self._setups = SetupPlanner(self.env, self.domains, self._scratch)
+        return self._setups
 
     def write_tables(self, tools: list[str]) -> list[str]:
         """Tables any of `tools` may change: declared `writes` plus those measured by the authorizer."""
@@ -168,9 +268,10 @@ class SynthContext:
         self._write_tables[key] = sorted(out)
         return sorted(out)
 
-    async def export_tables(self, episode_id: str, tables: list[str] | None) -> State:
+    async def export_tables(self, episode: str | Episode, tables: list[str] | None) -> State:
         """The canonical export of some tables only (all when None): cheap state for write diffs."""
-        episode = self.fleet.store.get(episode_id)
+        if isinstance(episode, str):
+            episode = self.fleet.store.get(episode)
         if tables is None:
             return await episode.export()
         infos = [t for t in self.env.tables if t.name in tables]
@@ -179,9 +280,11 @@ class SynthContext:
                 export_state, episode.conn._conn, infos, self.env.manifest.volatile_columns
             )
 
-    def note_golden_db(self, golden: State, database: bytes) -> None:
-        """Remember the serialised database whose export is `golden` (only the latest task's)."""
+    def note_golden_db(self, golden: State, database: bytes, mirror: Mirror | None = None) -> None:
+        """Remember the serialised database whose export is `golden` (only the latest task's), and
+        the `Mirror` that holds `golden` (its rows as tuples)."""
         self._golden_db = (golden, database)
+        self._golden_mirror = mirror
 
     def golden_db(self, golden: State | None) -> bytes | None:
         """The database noted for exactly this `golden` object, if any."""
@@ -189,8 +292,26 @@ class SynthContext:
             return None
         return self._golden_db[1]
 
+    # ------------------------------------------------------------------ scratch episodes
+    async def open_episode(self, database: bytes) -> Episode:
+        """A private episode on `database` for a walk or a replay, on a reused connection (`inline.py`)."""
+        if self._scratch is None:
+            self._scratch = ScratchPool(self.env)
+        return self._scratch.open(database)
+
+    async def close_episode(self, episode: Episode) -> None:
+        assert self._scratch is not None
+        self._scratch.close(episode)
+
+    def close(self) -> None:
+        """Close the pooled connections (the fleet's episodes are the fleet's to close)."""
+        if self._scratch is not None:
+            self._scratch.close_all()
+
     # ------------------------------------------------------------------ calls
-    async def call(self, episode_id: str, history: tuple[Any, ...], call: Call) -> ToolResult:
+    async def call(
+        self, episode: Episode, history: tuple[Any, ...], call: Call, key: str | None = None
+    ) -> ToolResult:
         """`Fleet.call`, answered from memory when executing it could not change the episode.
 
         `history` names the episode's state: its initial state and the successful writes made
@@ -200,31 +321,129 @@ class SynthContext:
         history gives the same result without running; walks retry the same refused writes and
         lookups many times. A call that changed state is always executed for real.
         """
-        ck = call_key(call)
-        key = (history, ck)
+        ck = key if key is not None else call_key(call)
         if ck is not None:
-            hit = self._memo.get(key)
+            hit = self._memo.get((history, ck))
             if hit is not None:
                 return hit
-        res = await self.fleet.call(episode_id, call.name, call.arguments)
+        res = await execute(episode, call.name, call.arguments)
         if ck is not None and (res.is_error or self.env.tools[call.name].read_only):
-            if len(self._memo) >= MEMO_LIMIT:
-                self._memo.clear()
-            self._memo[key] = res
+            self._remember((history, ck), res)
         return res
+
+    def _remember(self, key: tuple[Any, ...], res: ToolResult) -> None:
+        if len(self._memo) >= MEMO_LIMIT:
+            self._memo.clear()
+            self._tried.clear()
+            self._parsed.clear()
+        self._memo[key] = res
+
+    def parsed(self, res: ToolResult) -> Any:
+        """`parse_result(res.text)`, parsed once per remembered result (walks only read the data)."""
+        hit = self._parsed.get(id(res))
+        if hit is not None and hit[0] is res:
+            return hit[1]
+        data = parse_result(res.text)
+        if len(self._parsed) >= MEMO_LIMIT:
+            self._parsed.clear()
+        self._parsed[id(res)] = (res, data)
+        return data
 
     async def replay(
         self, database: bytes, calls: list[Call], *, tables: list[str] | None = None, hashed: bool = True
     ) -> tuple[State, str]:
         """Run `calls` in a fresh episode on `database`; the exported end state (of `tables`) and its hash."""
-        episode = await self.fleet.create_episode(self.env.name, database=database)
+        episode = await self.open_episode(database)
         try:
             for call in calls:
-                await self.fleet.call(episode.id, call.name, call.arguments)
-            state = await self.export_tables(episode.id, tables)
+                await execute(episode, call.name, call.arguments)
+            state = await self.export_tables(episode, tables)
         finally:
-            await self.fleet.close_episode(episode.id)
+            await self.close_episode(episode)
         return state, state_hash(state) if hashed else ""
+
+    async def replay_differs(
+        self, database: bytes, calls: list[Call], golden: State, tables: list[str]
+    ) -> bool:
+        """Whether replaying `calls` on `database` ends with one of `tables` unlike `golden`'s (to cents).
+
+        Tables are read and compared one at a time, in the order given, and the first difference
+        ends the check: when a replay is expected to differ (a dropped write), the tables that
+        write touches are usually the only ones read. Where the golden state's `Mirror` has a
+        table as tuples, the table is read as tuples too and only rows that differ exactly
+        become dicts, to be compared to cents as `states_match` compares them.
+        """
+        episode = await self.open_episode(database)
+        try:
+            for call in calls:
+                await execute(episode, call.name, call.arguments)
+            for t in tables:
+                want = None
+                if self._golden_mirror is not None and self.golden_db(golden) is not None:
+                    want = self._golden_mirror.tuples_of(t)
+                if want is None:
+                    part = await self.export_tables(episode, [t])
+                    if not states_match(part, {t: golden[t]}):
+                        return True
+                elif _tuples_differ(
+                    self.readers[t], await _read_tuples(episode, self.readers[t]), want, golden[t]
+                ):
+                    return True
+        finally:
+            await self.close_episode(episode)
+        return False
+
+    def tried(self, history: tuple[Any, ...], key: str) -> bool | None:
+        """`try_instead`'s verdict for a call on the episode state `history` names, if known: a call
+        that failed there (`call`'s memo) fails again."""
+        verdict = self._tried.get((history, key))
+        if verdict is None and (hit := self._memo.get((history, key))) is not None and hit.is_error:
+            verdict = False
+        return verdict
+
+    async def try_instead(
+        self,
+        database: bytes,
+        call: Call,
+        *,
+        refused: bool = False,
+        history: tuple[Any, ...] | None = None,
+        key: str | None = None,
+    ) -> bool:
+        """Whether `call`, run on `database`, is refused (when `refused`) or succeeds and changes it.
+
+        The tables its statements wrote are compared with a second copy of `database`. Given the
+        `history` that names `database`'s state (see `call`) and the call's `key`, the verdict is
+        kept for `tried`, and a failure also goes to `call`'s memo.
+        """
+        episode = await self.open_episode(database)
+        try:
+            episode.conn.take_written()  # type: ignore[attr-defined]
+            res = await execute(episode, call.name, call.arguments)
+            written = episode.conn.take_written()  # type: ignore[attr-defined]
+            if res.is_error and history is not None and key is not None:
+                self._remember((history, key), res)
+            if refused or res.is_error:
+                verdict = refused and res.is_error
+            elif "*" in written:
+                verdict = await self.export_tables(episode, None) != (await self.replay(database, []))[0]
+            else:
+                verdict = False
+                if written:
+                    other = await self.open_episode(database)
+                    try:
+                        for t in sorted(written):
+                            reader = self.readers[t]
+                            if await _read_tuples(episode, reader) != await _read_tuples(other, reader):
+                                verdict = True
+                                break
+                    finally:
+                        await self.close_episode(other)
+        finally:
+            await self.close_episode(episode)
+        if history is not None and key is not None:
+            self._tried[(history, key)] = verdict
+        return verdict
 
     async def replay_snapshots(
         self, database: bytes, calls: list[Call], at: list[int], *, unless_equal: bytes | None = None
@@ -238,16 +457,36 @@ class SynthContext:
         """
         wanted = set(at)
         snapshots: dict[int, bytes] = {}
-        episode = await self.fleet.create_episode(self.env.name, database=database)
+        episode = await self.open_episode(database)
         try:
             for i, call in enumerate(calls):
                 if i in wanted:
                     snapshots[i] = await episode.snapshot()
-                await self.fleet.call(episode.id, call.name, call.arguments)
+                await execute(episode, call.name, call.arguments)
             if unless_equal is not None and await episode.snapshot() == unless_equal:
                 state = None
             else:
                 state = await episode.export()
         finally:
-            await self.fleet.close_episode(episode.id)
+            await self.close_episode(episode)
         return state, snapshots
+
+
+async def _read_tuples(episode: Episode, reader: TableReader) -> list[tuple[Any, ...]]:
+    async with episode.lock:
+        return await episode.conn._execute(lambda: episode.conn._conn.execute(reader.sql).fetchall())
+
+
+def _tuples_differ(
+    reader: TableReader, got: list[tuple[Any, ...]], want: list[tuple[Any, ...]], rows: list[Row]
+) -> bool:
+    """`not states_match` for one table: `got` (read as tuples) against `want`, the tuples of `rows`."""
+    if got == want:
+        return False
+    if len(got) != len(want):
+        return True
+    cols = reader.cols
+    return any(
+        a != b and cents_row(dict(zip(cols, a, strict=True))) != cents_row(row)
+        for a, b, row in zip(got, want, rows, strict=True)
+    )

@@ -124,6 +124,35 @@ class DomainValues:
         self._cache: dict[str, list[Any]] = {}
         self._values: dict[tuple[Any, ...], list[Any]] = {}
         self._hits: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        self._fitting: dict[tuple[int, str], tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
+        self._key_items: dict[int, tuple[dict[str, Any], list[tuple[str, Any]]]] = {}
+        self._found: dict[tuple[Any, ...], tuple[ParamDomain, list[tuple[str, list[dict[str, Any]]]]]] = {}
+        # (table, column) -> value -> the rows holding it, in table order
+        self._by_value: dict[tuple[str, str], dict[Any, list[dict[str, Any]]]] = {}
+
+    def key_items(self, row: dict[str, Any], key_names: set[str]) -> list[tuple[str, Any]]:
+        """The (column, value) pairs of `row` whose column is an entity key, in column order."""
+        hit = self._key_items.get(id(row))
+        if hit is None or hit[0] is not row:
+            hit = self._key_items[id(row)] = (row, [(k, v) for k, v in row.items() if k in key_names])
+        return hit[1]
+
+    def rows_with(self, table: str, column: str, value: Any) -> list[dict[str, Any]]:
+        """The rows of `table` whose `column` equals `value` (`==`), in table order (indexed once)."""
+        index = self._by_value.get((table, column))
+        if index is None:
+            index = self._by_value[(table, column)] = {}
+            try:
+                for r in self.state.get(table, []):
+                    index.setdefault(r.get(column), []).append(r)
+            except TypeError:  # an unhashable value in the column: no index
+                index = self._by_value[(table, column)] = {_UNINDEXED: []}
+        if _UNINDEXED in index:
+            return [r for r in self.state.get(table, []) if r.get(column) == value]
+        try:
+            return index.get(value, [])
+        except TypeError:  # an unhashable value equals no hashable one
+            return [r for r in self.state.get(table, []) if r.get(column) == value]
 
     def column(self, ref: str) -> list[Any]:
         if ref not in self._cache:
@@ -155,7 +184,28 @@ class DomainValues:
     def rows_for(
         self, domain: ParamDomain, bindings: dict[str, Any]
     ) -> list[tuple[str, list[dict[str, Any]]]]:
-        """Per domain column, the rows agreeing with every already-bound key column in that table."""
+        """Per domain column, the rows agreeing with every already-bound key column in that table.
+
+        Walks ask again with the same bindings many times: answers are kept per domain and
+        bindings (when the bound values are hashable).
+        """
+        try:
+            key: tuple[Any, ...] | None = (id(domain), *bindings.items())
+            hit = self._found.get(key)  # type: ignore[arg-type]
+        except TypeError:
+            key, hit = None, None
+        if hit is not None and hit[0] is domain:
+            return hit[1]
+        found = self._rows_for(domain, bindings)
+        if key is not None:
+            if len(self._found) >= 50_000:
+                self._found.clear()
+            self._found[key] = (domain, found)
+        return found
+
+    def _rows_for(
+        self, domain: ParamDomain, bindings: dict[str, Any]
+    ) -> list[tuple[str, list[dict[str, Any]]]]:
         out: list[tuple[str, list[dict[str, Any]], int]] = []
         for ref in domain.columns:
             table, col = ref.split(".", 1)
@@ -180,7 +230,10 @@ class DomainValues:
             key = None
         if key is not None and (hits := self._hits.get(key)) is not None:
             return hits
-        hits = [r for r in rows if r.get(col) is not None and all(r.get(b) == bindings[b] for b in bound)]
+        candidates = self.rows_with(ref.split(".", 1)[0], bound[0], bindings[bound[0]]) if bound else rows
+        hits = [
+            r for r in candidates if r.get(col) is not None and all(r.get(b) == bindings[b] for b in bound)
+        ]
         if key is not None:
             self._hits[key] = hits
         return hits
@@ -201,7 +254,15 @@ class DomainValues:
             return self.pick(rng, domain)
         ref, rows = found[rng.randrange(len(found))]
         col = ref.split(".", 1)[1]
-        fitting = [r for r in rows if type_fits(domain.type, r[col])]
+        fkey = (id(rows), domain.type)
+        hit = self._fitting.get(fkey)
+        if hit is not None and hit[0] is rows:
+            fitting = hit[1]
+        else:
+            fitting = [r for r in rows if type_fits(domain.type, r[col])]
+            if len(self._fitting) >= 10_000:
+                self._fitting.clear()
+            self._fitting[fkey] = (rows, fitting)
         if not fitting:
             return self.pick(rng, domain)
         if domain.is_list:
@@ -210,8 +271,8 @@ class DomainValues:
             chosen = [rng.choice(fitting)]
         base = domain.param[:-1] if domain.is_list and domain.param.endswith("s") else domain.param
         bindings[base] = chosen[0][col]
-        for k, v in chosen[0].items():
-            if k in key_names and k not in bindings:
+        for k, v in self.key_items(chosen[0], key_names):
+            if k not in bindings:
                 bindings[k] = v
         values = [r[col] for r in chosen]
         return values if domain.is_list else values[0]
@@ -225,6 +286,9 @@ class DomainValues:
             return rng.choice(vals)
         value = free_value(rng, domain.type)
         return [value] if domain.is_list else value
+
+
+_UNINDEXED = object()
 
 
 def fillable(domain: ParamDomain) -> bool:

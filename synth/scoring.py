@@ -106,3 +106,28 @@ def score_episode(
         basis=list(task.reward_basis),
         not_judged=[p for p in task.reward_basis if p not in parts],
     )
+
+
+def reward_of(
+    task: Task, final_state: State, agent_messages: Sequence[str], *, golden_state: State | None = None
+) -> float:
+    """`score_episode(...).reward`, computing only the parts the task's reward basis names.
+
+    Self-verification asks for rewards only, several times per task; the parts are computed as
+    `score_episode` computes them and multiplied in the same order, so the float is the same.
+    """
+    reward = 1.0
+    for part in task.reward_basis:
+        if part == "state":
+            if golden_state is not None:
+                match = states_match(final_state, golden_state)
+            else:
+                match = cents_hash(final_state) == task.golden_cents_hash
+            reward *= 1.0 if match else 0.0
+        elif part == "outputs":
+            reward *= 0.0 if outputs_missing(task.required_outputs, agent_messages) else 1.0
+        elif part == "checkpoints":
+            total = len(task.checkpoints)
+            passed = sum(checkpoint_passed(c, final_state) for c in task.checkpoints)
+            reward *= 1.0 if total == 0 else passed / total
+    return reward

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from json.encoder import c_make_encoder, encode_basestring, encode_basestring_ascii  # type: ignore[attr-defined]
 from operator import itemgetter
 from typing import Any
 
@@ -17,8 +18,30 @@ from envforge.server.state import TableInfo, table_json
 from .models import Row, RowUpdate, StateDiff, TableDiff
 
 
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")
+
+
+# `json.dumps` builds an encoder per call; these are built once, with `json.dumps`'s C encoder and
+# the settings of the calls they replace, so their text is `json.dumps`'s (no circular-reference
+# check: the values are parsed JSON and exported rows).
+if c_make_encoder is not None:
+    _SORTED = c_make_encoder(None, _not_json, encode_basestring_ascii, None, ": ", ", ", True, False, True)
+    _CANONICAL = c_make_encoder(None, _not_json, encode_basestring, None, ":", ",", True, False, False)
+else:  # no C accelerator: the plain calls
+    _SORTED = lambda v, _: json.dumps(v, sort_keys=True)  # noqa: E731
+    _CANONICAL = lambda v, _: json.dumps(  # noqa: E731
+        v, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def json_key(value: Any) -> str:
+    """`json.dumps(value, sort_keys=True)`: a value's identity as text (keys, memo keys)."""
+    return "".join(_SORTED(value, 0))
+
+
 def _key(row: Row, pk: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(json.dumps(row.get(c), sort_keys=True) for c in pk)
+    return tuple(json_key(row.get(c)) for c in pk)
 
 
 def primary_keys(tables: list[TableInfo]) -> dict[str, tuple[str, ...]]:
@@ -26,10 +49,10 @@ def primary_keys(tables: list[TableInfo]) -> dict[str, tuple[str, ...]]:
 
 
 def _json_key(key: tuple[Any, ...]) -> tuple[str, ...]:
-    return tuple(json.dumps(v, sort_keys=True) for v in key)
+    return tuple(json_key(v) for v in key)
 
 
-def _index(rows: list[Row], pk: tuple[str, ...]) -> dict[tuple[Any, ...], Row]:
+def index_rows(rows: list[Row], pk: tuple[str, ...]) -> dict[tuple[Any, ...], Row]:
     """Rows by the tuple of their primary-key values (later rows win, as in a dict comprehension)."""
     try:
         if len(pk) == 1:
@@ -56,30 +79,40 @@ def diff_states(pks: dict[str, tuple[str, ...]], before: State, after: State) ->
             continue
         pk = pks[table]
         try:
-            old = _index(old_rows, pk)
-            new = _index(new_rows, pk)
+            old = index_rows(old_rows, pk)
+            new = index_rows(new_rows, pk)
         except TypeError:  # an unhashable key value: match on the keys' JSON text instead
             old = {_key(r, pk): r for r in old_rows}
             new = {_key(r, pk): r for r in new_rows}
-        d = TableDiff()
-        for k in sorted(new.keys() - old.keys(), key=_json_key):
-            d.inserted.append(new[k])
-        for k in sorted(old.keys() - new.keys(), key=_json_key):
-            d.deleted.append(old[k])
-        changed = [k for k, a in old.items() if k in new and a != new[k]]
-        for k in sorted(changed, key=_json_key):
-            a, b = old[k], new[k]
-            cols = [c for c in b if a.get(c) != b.get(c)]
-            d.updated.append(
-                RowUpdate(
-                    key={c: b[c] for c in pk},
-                    before={c: a.get(c) for c in cols},
-                    after={c: b[c] for c in cols},
-                )
-            )
-        if d.inserted or d.deleted or d.updated:
+        d = index_diff(pk, old, new)
+        if d is not None:
             out[table] = d
     return out
+
+
+def index_diff(pk: tuple[str, ...], old: dict[Any, Row], new: dict[Any, Row]) -> TableDiff | None:
+    """One table's diff from its rows indexed by key, before and after (None: no change).
+
+    The indexes may leave out rows that are the same before and after (the diff does not list
+    them anyway), which is how `mirror.py` diffs only the rows it saw change.
+    """
+    d = TableDiff()
+    for k in sorted(new.keys() - old.keys(), key=_json_key):
+        d.inserted.append(new[k])
+    for k in sorted(old.keys() - new.keys(), key=_json_key):
+        d.deleted.append(old[k])
+    changed = [k for k, a in old.items() if k in new and a != new[k]]
+    for k in sorted(changed, key=_json_key):
+        a, b = old[k], new[k]
+        cols = [c for c in b if a.get(c) != b.get(c)]
+        d.updated.append(
+            RowUpdate(
+                key={c: b[c] for c in pk},
+                before={c: a.get(c) for c in cols},
+                after={c: b[c] for c in cols},
+            )
+        )
+    return d if d.inserted or d.deleted or d.updated else None
 
 
 def apply_diff(pks: dict[str, tuple[str, ...]], state: State, diff: StateDiff) -> State:
@@ -145,7 +178,8 @@ def cents_rows(rows: Any) -> Any:
 
 
 def _table_json(rows: Any) -> str:
-    return json.dumps(rows, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """`json.dumps(rows, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)`."""
+    return "".join(_CANONICAL(rows, 0))
 
 
 # Raw JSON of a table -> JSON of its cents form. Equal JSON text means equal values (floats

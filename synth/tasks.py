@@ -15,14 +15,15 @@ import json
 import math
 import random
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 from envforge.server import State
 
 from . import reasoning as R
-from .context import call_key
+from .context import call_key, setup_key
 from .domains import DomainValues, fillable
-from .footprint import parse_result, scalar_pairs
+from .footprint import scalar_pairs
 from .models import (
     ArgSource,
     Call,
@@ -33,12 +34,14 @@ from .models import (
     Difficulty,
     Fact,
     GraphEdge,
+    Row,
     RowCheck,
     StateDiff,
     Task,
 )
 from .render import render_scenario
-from .statediff import diff_states, state_hashes
+from .setup import Fresh
+from .statediff import json_key
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,9 @@ class SynthConfig:
     p_summary: float = 0.4
     p_refusal: float = 0.05
     tries_per_step: int = 8
+    # Share of tasks whose initial state adds a fresh entity to the seed (`setup.py`); drawn from a
+    # stream of its own, so a task without one is built exactly as it would be with p_setup=0.
+    p_setup: float = 0.2
 
 
 class BuildFailed(Exception):
@@ -61,7 +67,7 @@ class BuildFailed(Exception):
 
 
 def _json_key(v: Any) -> str:
-    return json.dumps(v, sort_keys=True)
+    return json_key(v)
 
 
 @dataclass
@@ -71,6 +77,8 @@ class _Option:
     node: DagNode
     edge: GraphEdge
     values: list[Any]
+    weight: float = 1.0  # before the step's adjustments: later nodes are likelier sources
+    writes: bool = False  # whether the target tool writes
 
 
 @dataclass
@@ -90,8 +98,16 @@ class Builder:
     writes: int = 0
     refusals: int = 0
     reasoned: bool = False
-    episode_id: str = ""
-    state: State = field(default_factory=dict)
+    episode: Any = None  # the walk's Episode
+    stale: set[str] = field(default_factory=set)
+    fresh: Fresh | None = None  # the entity a setup added, for the walk to act on
+    _last_key: tuple[Call, str] | None = None
+    _by_id: dict[str, DagNode] = field(default_factory=dict)  # call nodes
+    _node_options: dict[str, list[_Option]] = field(default_factory=dict)
+    _fed: dict[tuple[str, str], Any] = field(default_factory=dict)  # `_from_results` answers
+    _figures: dict[str, list[str]] = field(default_factory=dict)  # numeric keys of a node's result
+    _alts: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)  # branch alternatives
+    _reasonings: dict[tuple[str, str], list[tuple[Any, ...]]] = field(default_factory=dict)
     # The episode's state as (initial state, successful write calls...): the key of the call memo.
     history: tuple[Any, ...] = ("",)
 
@@ -106,6 +122,20 @@ class Builder:
             spec = self.env.tools[tool]
             usable = self.ctx._usable[tool] = all(fillable(self.ctx.domains[tool][p]) for p in spec.required)
         return usable
+
+    def _key(self, call: Call) -> str:
+        """The call's identity (`context.call_key`), for the memo, the history and `done_calls`.
+
+        The builder asks for the same call's key several times in a row: the last one is kept.
+        """
+        last = self._last_key
+        if last is not None and last[0] is call:
+            return last[1]
+        key = call_key(call)
+        if key is None:  # arguments that are not plain JSON
+            key = _json_key(call.model_dump())
+        self._last_key = (call, key)
+        return key
 
     def _new_id(self) -> str:
         return f"n{len(self.nodes)}"
@@ -124,7 +154,7 @@ class Builder:
         self, tool: str, fixed: dict[str, tuple[Any, ArgSource]]
     ) -> tuple[dict[str, Any], list[ArgSource]]:
         """Arguments for `tool`: the fixed ones, then earlier results by name, then user facts."""
-        spec = self.env.tools[tool]
+        parameters, required = self.ctx.parameters(tool)
         args: dict[str, Any] = {}
         sources: dict[str, ArgSource] = {}
         bindings: dict[str, Any] = {}
@@ -133,7 +163,7 @@ class Builder:
             base = p[:-1] if isinstance(value, list) and p.endswith("s") else p
             bindings[base] = value[0] if isinstance(value, list) and value else value
             self._bind_row(bindings, base)
-        todo = [p for p in spec.parameters if p in spec.required and p not in fixed]
+        todo = [p for p in required if p not in fixed]
         for p in todo:
             fed = self._from_results(tool, p)
             if fed is not None:
@@ -141,36 +171,41 @@ class Builder:
                 bindings.setdefault(p, fed[0])
         rest = [p for p in todo if p not in args]
         self.rng.shuffle(rest)
+        domains = self.ctx.domains[tool]
+        values = self._values
         for p in rest:
-            args[p] = self._values.pick_bound(
-                self.rng, self.ctx.domains[tool][p], bindings, self.ctx.key_names
-            )
-            sources[p] = ArgSource(param=p, source="user")
-        order = [p for p in spec.parameters if p in args]
+            args[p] = values.pick_bound(self.rng, domains[p], bindings, self.ctx.key_names)
+            sources[p] = _user(p)
+        order = [p for p in parameters if p in args]
         return {p: args[p] for p in order}, [sources[p] for p in order]
 
     def _bind_row(self, bindings: dict[str, Any], column: str) -> None:
         """Bind the key columns of the one row whose primary key `column` equals the bound value."""
-        for t in self.env.tables:
-            if t.primary_key == (column,):
-                row = next(
-                    (r for r in self.initial_state.get(t.name, []) if r.get(column) == bindings[column]), None
-                )
-                for k, v in (row or {}).items():
-                    if k in self.ctx.key_names:
-                        bindings.setdefault(k, v)
+        values = self._values
+        for table in self.ctx.keyed_by(column):
+            rows = values.rows_with(table, column, bindings[column])
+            if rows:
+                for k, v in values.key_items(rows[0], self.ctx.key_names):
+                    bindings.setdefault(k, v)
 
     def _from_results(self, tool: str, param: str) -> tuple[Any, ArgSource] | None:
-        """A unique value for `param` in the latest result whose graph edge names it."""
-        for node in reversed(self.nodes):
-            if node.kind != "call" or not node.executed or node.expect_error or node.id not in self.data:
-                continue
-            for e in self.ctx.out_edges(node.call.name):
-                if e.target != tool or e.param != param or e.evidence != "name":
-                    continue
-                vals = self._key_values(node.id, e.key)
+        """A unique value for `param` in the latest result whose graph edge names it.
+
+        The answer changes only when a result is recorded, so it is kept until then.
+        """
+        key = (tool, param)
+        if key not in self._fed:
+            self._fed[key] = self._find_result(tool, param)
+        return self._fed[key]
+
+    def _find_result(self, tool: str, param: str) -> tuple[Any, ArgSource] | None:
+        # `data` holds exactly the executed, not refused call nodes that returned JSON, in order.
+        for node_id in reversed(self.data):
+            node = self._by_id[node_id]
+            for key in self.ctx.name_keys(node.call.name, tool, param):  # type: ignore[union-attr]
+                vals = self._key_values(node_id, key)
                 if len(vals) == 1:
-                    return vals[0], ArgSource(param=param, source="node", node=node.id, key=e.key)
+                    return vals[0], ArgSource(param=param, source="node", node=node_id, key=key)
         return None
 
     def _key_values(self, node_id: str, key: str) -> list[Any]:
@@ -197,17 +232,38 @@ class Builder:
     # ------------------------------------------------------------------ execution
     async def _run(self, call: Call) -> tuple[bool, Any, StateDiff | None, str]:
         """Execute one call; (ok, parsed result, state diff for writes, text)."""
-        res = await self.ctx.call(self.episode_id, self.history, call)
+        key = self._key(call)
+        res = await self.ctx.call(self.episode, self.history, call, key)
+        written = self.episode.conn.take_written()
         if res.is_error:
             return False, None, None, res.text
         diff = None
         if not self.env.tools[call.name].read_only:
-            self.history = (*self.history, call_key(call))
+            self.history = (*self.history, key)
+            # The diff covers the tool's write tables; of those, a call can change only the ones
+            # its statements were authorized to write (`written`): the rest are not re-read.
             tables = self.ctx.write_tables([call.name])
-            after = await self.ctx.export_tables(self.episode_id, tables)
-            diff = diff_states(self.ctx.pks, {t: self.state[t] for t in tables}, after)
-            self.state.update(after)
-        return True, parse_result(res.text), diff, res.text
+            if "*" not in written:
+                tables = [t for t in tables if t in written]
+            updated = self.episode.conn.taken_columns
+            if updated is not None and self.stale:  # a stale table may have changed anywhere
+                updated = {t: cols for t, cols in updated.items() if t not in self.stale}
+            diff = await self.mirror.refresh(self.episode, tables, updated)
+            # `mirror.state` is the golden state at the end, without a full export: a table is
+            # current if it was re-read after the last call that changed it. A call changes only
+            # tables its statements were authorized to write, so those not re-read here are
+            # stale until they are (at the end, if not before).
+            self.stale |= written
+            self.stale.difference_update(tables)
+        return True, self.ctx.parsed(res), diff, res.text
+
+    async def golden_state(self) -> State:
+        """The episode's state now: `mirror.state` with every possibly stale table re-read."""
+        stale = self.stale
+        tables = [t.name for t in self.env.tables if "*" in stale or t.name in stale]
+        await self.mirror.refresh(self.episode, tables)
+        self.stale = set()
+        return self.mirror.state
 
     def _record_call(
         self,
@@ -232,6 +288,7 @@ class Builder:
         )
         node.text = self._call_text(node)
         self.nodes.append(node)
+        self._by_id[node.id] = node
         for s in sources:
             if s.source == "node" and s.node is not None:
                 self._edge(s.node, node.id, "data", f"{s.key}→{s.param}")
@@ -239,7 +296,7 @@ class Builder:
                 self._add_fact(s.param, call.arguments[s.param], node.id)
         if executed:
             self.calls += 1
-            self.done_calls.add(_json_key(call.model_dump()))
+            self.done_calls.add(self._key(call))
             reads = set(self.ctx.tool(call.name).reads)
             for prev in self.nodes[:-1]:
                 if prev.kind == "call" and prev.write and prev.executed and not prev.expect_error:
@@ -247,6 +304,7 @@ class Builder:
                         self._edge(prev.id, node.id, "state", "")
         if data is not None and executed and not refused:
             self.data[node.id] = data
+            self._fed.clear()
         if diff:
             self.write_diffs[node.id] = diff
             self.writes += 1
@@ -290,9 +348,16 @@ class Builder:
             starts = sorted(t.name for t in graph.tools if self._usable(t.name))
         if not starts:
             raise BuildFailed("no_usable_tools")
-        tool = self.rng.choice(starts)
+        fixed: dict[str, tuple[Any, ArgSource]] = {}
+        aimed = self._aimed_starts(starts)
+        if aimed:  # a setup's fresh entity: the walk starts from it
+            tool, param = self.rng.choice(aimed)
+            value = self.fresh.value
+            fixed = {param: ([value] if self.ctx.domains[tool][param].is_list else value, _user(param))}
+        else:
+            tool = self.rng.choice(starts)
         for _ in range(self.cfg.tries_per_step):
-            args, sources = self._fill(tool, {})
+            args, sources = self._fill(tool, fixed)
             call = Call(name=tool, arguments=args)
             ok, data, diff, _ = await self._run(call)
             if ok and (diff is None or diff):
@@ -300,17 +365,51 @@ class Builder:
                 return
         raise BuildFailed("start_failed")
 
+    def _aimed_starts(self, starts: list[str]) -> list[tuple[str, str]]:
+        """(tool, parameter) pairs that take the fresh entity's key: the start tools first, else
+        any usable tool (none without a fresh entity)."""
+        if self.fresh is None:
+            return []
+        ref = f"{self.fresh.table}.{self.fresh.column}"
+        for tools in (starts, sorted(t.name for t in self.ctx.graph.tools if self._usable(t.name))):
+            aimed = [
+                (tool, p)
+                for tool in tools
+                for p in sorted(self.env.tools[tool].required)
+                if ref in self.ctx.domains[tool][p].columns
+            ]
+            if aimed:
+                return aimed
+        return []
+
+    def acts_on_fresh(self) -> bool:
+        """Whether a successful write call takes the fresh entity's key (the setup is then used)."""
+        value = self.fresh.value if self.fresh else None
+        for n in self.nodes:
+            if n.kind == "call" and n.write and n.executed and not n.expect_error and n.call is not None:
+                for v in n.call.arguments.values():
+                    if v == value or (isinstance(v, list) and value in v):
+                        return True
+        return False
+
     def _options(self) -> list[_Option]:
+        """Every way to extend the DAG, in node order. A node's options never change once it has
+        a result (its edges and values are fixed), so they are listed once per node."""
         out = []
-        for node in self.nodes:
-            if node.id not in self.data:
-                continue
-            for e in self.ctx.out_edges(node.call.name):  # type: ignore[union-attr]
-                if not self._usable(e.target):
-                    continue
-                vals = self._key_values(node.id, e.key)
-                if vals:
-                    out.append(_Option(node, e, list(vals)))
+        for node_id in self.data:
+            options = self._node_options.get(node_id)
+            if options is None:
+                node = self._by_id[node_id]
+                options = self._node_options[node_id] = []
+                for e in self.ctx.out_edges(node.call.name):  # type: ignore[union-attr]
+                    if not self._usable(e.target):
+                        continue
+                    vals = self._key_values(node_id, e.key)
+                    if vals:
+                        weight = 1.0 + int(node_id[1:]) * 0.5
+                        writes = not self.ctx.tool(e.target).read_only
+                        options.append(_Option(node, e, list(vals), weight, writes))
+            out.extend(options)
         return out
 
     async def step(self, remaining: int) -> bool:
@@ -319,19 +418,20 @@ class Builder:
         if not options:
             return False
         must_write = self.writes == 0 and remaining <= 1
-        weights = []
-        for o in options:
-            target = self.ctx.tool(o.edge.target)
-            w = 1.0 + int(o.node.id[1:]) * 0.5
-            if not target.read_only:
-                w *= 3.0 if remaining <= 2 else 1.0
-            elif must_write:
-                w = 0.0
-            weights.append(w)
+        boost = 3.0 if remaining <= 2 else 1.0
+        weights = [o.weight * boost if o.writes else 0.0 if must_write else o.weight for o in options]
+        if self.fresh is not None and not self.acts_on_fresh():
+            # A setup's fresh entity is there to be acted on: writes that can take it come first.
+            fresh = self.fresh.value
+            weights = [
+                w * 10.0 if o.writes and fresh in o.values else w
+                for o, w in zip(options, weights, strict=True)
+            ]
         if not any(weights):
             return False
+        cum_weights = list(accumulate(weights))  # what `choices(weights=...)` computes each time
         for _ in range(self.cfg.tries_per_step):
-            option = self.rng.choices(options, weights=weights)[0]
+            option = self.rng.choices(options, cum_weights=cum_weights)[0]
             if await self._try_option(option):
                 return True
         return False
@@ -354,7 +454,7 @@ class Builder:
                 src = ArgSource(param=e.param, source="node", node=reason.id, key=e.key)
             else:
                 value = self.rng.choice(o.values)
-                src = ArgSource(param=e.param, source="user")
+                src = _user(e.param)
         if domain.is_list:
             value = [value]
         target = self.ctx.tool(e.target)
@@ -367,7 +467,7 @@ class Builder:
             return branched
         args, sources = self._fill(e.target, {e.param: (value, src)})
         call = Call(name=e.target, arguments=args)
-        if _json_key(call.model_dump()) in self.done_calls:
+        if self._key(call) in self.done_calls:
             return False
         ok, data, diff, _ = await self._run(call)
         refuse = (
@@ -392,22 +492,24 @@ class Builder:
     def _select_reasoning(self, o: _Option) -> tuple[DagNode, Any] | None:
         """argmax/argmin/filter over a list in the source result that carries the edge's key."""
         e = o.edge
-        cands = []
-        for path, items in R.collections(self.data[o.node.id]):
-            if not all(e.key in it for it in items):
-                continue
-            for f in R.numeric_fields(items):
-                if f == e.key:
+        cands = self._reasonings.get((o.node.id, e.key))
+        if cands is None:  # the candidates depend on the node's result and the key only
+            cands = self._reasonings[(o.node.id, e.key)] = []
+            for path, items in R.collections(self.data[o.node.id]):
+                if not all(e.key in it for it in items):
                     continue
-                for op in ("argmax", "argmin"):
-                    v = R.extreme(items, f, e.key, op)
-                    if v is not None:
-                        cands.append((op, path, f, None, v))
-            for f in R.text_fields(items):
-                if f == e.key:
-                    continue
-                for eq in R.unique_matches(items, f):
-                    cands.append(("filter", path, f, eq, R.filter_select(items, f, eq, e.key)))
+                for f in R.numeric_fields(items):
+                    if f == e.key:
+                        continue
+                    for op in ("argmax", "argmin"):
+                        v = R.extreme(items, f, e.key, op)
+                        if v is not None:
+                            cands.append((op, path, f, None, v))
+                for f in R.text_fields(items):
+                    if f == e.key:
+                        continue
+                    for eq in R.unique_matches(items, f):
+                        cands.append(("filter", path, f, eq, R.filter_select(items, f, eq, e.key)))
         if not cands:
             return None
         op, path, f, eq, v = self.rng.choice(cands)
@@ -440,17 +542,23 @@ class Builder:
     async def _try_branch(self, o: _Option, value: Any, src: ArgSource) -> bool:
         """'If <figure> is above/below T then write A else write B': both calls built, one executed."""
         data = self.data[o.node.id]
-        figures = sorted(k for k, v in (data.items() if isinstance(data, dict) else []) if R.is_number(v))
-        alts = sorted(
-            {
-                e.target
-                for e in self.ctx.out_edges(o.node.call.name)  # type: ignore[union-attr]
-                if e.key == o.edge.key
-                and e.target != o.edge.target
-                and self._usable(e.target)
-                and not self.ctx.tool(e.target).read_only
-            }
-        )
+        figures = self._figures.get(o.node.id)
+        if figures is None:
+            items = data.items() if isinstance(data, dict) else []
+            figures = self._figures[o.node.id] = sorted(k for k, v in items if R.is_number(v))
+        source = o.node.call.name  # type: ignore[union-attr]
+        alts = self._alts.get((source, o.edge.key, o.edge.target))
+        if alts is None:
+            alts = self._alts[(source, o.edge.key, o.edge.target)] = sorted(
+                {
+                    e.target
+                    for e in self.ctx.out_edges(source)
+                    if e.key == o.edge.key
+                    and e.target != o.edge.target
+                    and self._usable(e.target)
+                    and not self.ctx.tool(e.target).read_only
+                }
+            )
         if not figures or not alts:
             return False
         fig = self.rng.choice(figures)
@@ -465,11 +573,13 @@ class Builder:
         )
         first_args, first_src = self._fill(o.edge.target, {o.edge.param: (value, src)})
         alt_src = src.model_copy(update={"param": alt_edge.param})
-        alt_value = (
-            [o.values[0]]
-            if self.ctx.domains[alt][alt_edge.param].is_list and not isinstance(value, list)
-            else value
-        )
+        alt_list = self.ctx.domains[alt][alt_edge.param].is_list
+        if alt_list and not isinstance(value, list):
+            alt_value = [o.values[0]]
+        elif not alt_list and isinstance(value, list) and value:
+            alt_value = value[0]  # a list parameter's value, for a single-valued one
+        else:
+            alt_value = value
         second_args, second_src = self._fill(alt, {alt_edge.param: (alt_value, alt_src)})
         then_call = Call(name=o.edge.target, arguments=first_args)
         else_call = Call(name=alt, arguments=second_args)
@@ -481,8 +591,19 @@ class Builder:
         threshold = (above if want_true else below) if comparator == ">" else (below if want_true else above)
         if not ((x > threshold) if comparator == ">" else (x < threshold)) == want_true:
             return False
-        run = then_call if take_then else else_call
-        if _json_key(run.model_dump()) in self.done_calls:
+        run, untaken = (then_call, else_call) if take_then else (else_call, then_call)
+        if self._key(run) in self.done_calls:
+            return False
+        # The call not taken must be one that would have worked here (what `verify` checks as
+        # `untaken_branch`): tried on a copy of the episode, before the branch is taken.
+        if self.ctx.tried(self.history, self._key(run)) is False:
+            return False  # `run` failed here before: `_run` would say so from memory
+        key = self._key(untaken)
+        works = self.ctx.tried(self.history, key)
+        if works is None:
+            snapshot = await self.episode.snapshot()
+            works = await self.ctx.try_instead(snapshot, untaken, history=self.history, key=key)
+        if not works:
             return False
         ok, result, diff, _ = await self._run(run)
         if not ok or not diff:
@@ -562,6 +683,37 @@ class Builder:
         self.reasoned = True
 
 
+class _RowFinder:
+    """The first row whose key columns equal a key's values (`==`): a scan, in C for one-column keys."""
+
+    def __init__(self, rows: list[Row]) -> None:
+        self.rows = rows
+        self.columns: dict[str, list[Any]] = {}
+
+    def __call__(self, key: Row) -> Row | None:
+        if len(key) == 1:
+            ((col, want),) = key.items()
+            values = self.columns.get(col)
+            if values is None:
+                values = self.columns[col] = [r.get(col) for r in self.rows]
+            try:
+                return self.rows[values.index(want)]
+            except ValueError:
+                return None
+        return next((r for r in self.rows if all(r.get(c) == v for c, v in key.items())), None)
+
+
+_USER: dict[str, ArgSource] = {}
+
+
+def _user(param: str) -> ArgSource:
+    """`ArgSource(param=param, source="user")`, one per name (sources are never changed in place)."""
+    src = _USER.get(param)
+    if src is None:
+        src = _USER[param] = ArgSource(param=param, source="user")
+    return src
+
+
 def dag_depth(dag: Dag) -> int:
     """Nodes on the longest path (the DAG's nodes are stored in topological order)."""
     depth: dict[str, int] = {}
@@ -576,11 +728,22 @@ def dag_depth(dag: Dag) -> int:
 async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tuple[Task, State]:
     """Build and execute one task: (task, golden state). Raises `BuildFailed` when the walk cannot finish."""
     rng = random.Random(seed)
-    database, initial_state, initial_cents = ctx.initial("", {})
-    b = Builder(ctx=ctx, rng=rng, cfg=cfg, initial_state=initial_state, state=dict(initial_state))
+    setup = None
+    setup_rng = random.Random(f"{seed}:setup")
+    if setup_rng.random() < cfg.p_setup and ctx.setups.tables:
+        setup = ctx.setups.fresh_entity(setup_rng)
+        if setup is None:
+            raise BuildFailed("setup_rejected")
+    key = setup_key(setup.diff if setup else {})
+    database, initial_state, initial_cents = ctx.initial(
+        key, setup.diff if setup else {}, database=setup.database if setup else None
+    )
+    b = Builder(ctx=ctx, rng=rng, cfg=cfg, initial_state=initial_state, history=(key,))
+    b.fresh = setup.fresh if setup else None
     target = rng.randint(cfg.min_calls, cfg.max_calls)
-    episode = await ctx.fleet.create_episode(ctx.env.name, database=database)
-    b.episode_id = episode.id
+    episode = await ctx.open_episode(database)
+    b.episode = episode
+    b.mirror = ctx.mirror(key, initial_state)
     try:
         await b.start()
         stalls = 0
@@ -594,15 +757,17 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tup
             raise BuildFailed("no_write")
         if b.calls < cfg.min_calls:
             raise BuildFailed("too_short")
-        golden = await ctx.export_tables(episode.id, None)
-        if hasattr(ctx, "note_golden_db"):
-            ctx.note_golden_db(golden, await ctx.fleet.store.get(episode.id).snapshot())
+        if b.fresh is not None and not b.acts_on_fresh():
+            raise BuildFailed("setup_unused")
+        golden = await b.golden_state()
+        ctx.note_golden_db(golden, await episode.snapshot(), b.mirror)
     finally:
-        await ctx.fleet.close_episode(episode.id)
+        await ctx.close_episode(episode)
     if rng.random() < cfg.p_summary or not b.reasoned:
         b._summarise()
     dag = Dag(nodes=b.nodes, edges=b.edges)
     checkpoints = []
+    finders: dict[str, _RowFinder] = {}
     for node in b.nodes:
         diff = b.write_diffs.get(node.id)
         if not diff:
@@ -611,9 +776,9 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tup
         for table, d in diff.items():
             pk = ctx.pks[table]
             keys = [{c: r[c] for c in pk} for r in d.inserted + d.deleted] + [u.key for u in d.updated]
+            find = finders.get(table) or finders.setdefault(table, _RowFinder(golden[table]))
             for key in keys:
-                final = next((r for r in golden[table] if all(r.get(c) == v for c, v in key.items())), None)
-                rows.append(RowCheck(table=table, key=key, row=final))
+                rows.append(RowCheck(table=table, key=key, row=find(key)))
         checkpoints.append(Checkpoint(node=node.id, tool=node.call.name, rows=rows))  # type: ignore[union-attr]
     executed = [n for n in b.nodes if n.kind == "call" and n.executed]
     tables = set()
@@ -621,7 +786,7 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tup
         t = ctx.graph.tool(n.call.name)  # type: ignore[union-attr]
         tables |= set(t.reads) | set(t.writes)
     scenario = render_scenario(ctx.env.name, dag, b.facts, b.outputs, b.data)
-    golden_hash, golden_cents = state_hashes(golden)
+    golden_hash, golden_cents = ctx.hasher.hashes(golden)
     if golden_cents == initial_cents:
         raise BuildFailed("no_change")
     task = Task(
@@ -629,11 +794,12 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tup
         env=ctx.env.name,
         seed=seed,
         dag=dag,
+        setup=setup.diff if setup else {},
         scenario=scenario,
         golden_calls=[n.call for n in executed],  # type: ignore[misc]
         golden_hash=golden_hash,
         golden_cents_hash=golden_cents,
-        golden_diff=diff_states(ctx.pks, initial_state, golden),
+        golden_diff=b.mirror.diff_from_initial(),
         required_outputs=list(b.outputs),
         checkpoints=checkpoints,
         difficulty=Difficulty(

@@ -1,10 +1,16 @@
-"""Self-verification: the five checks every shipped task passes, each catching a kind of bad task.
+"""Self-verification: the checks every shipped task passes, each catching a kind of bad task.
 
 1. golden_replay     replaying the golden calls scores 1.0 (the golden state is reachable);
 2. do_nothing        an agent that does nothing scores 0 (the task asks for something);
 3. drop_write        dropping any single successful write call scores < 1 (every write matters);
 4. not_presatisfied  the initial state is not already the golden state;
-5. deterministic     executing the golden calls twice gives the same state hash.
+5. deterministic     executing the golden calls twice gives the same state hash;
+6. untaken_branch    each branch's call not taken would have done what the DAG says had the
+                     branch gone the other way: run in the state the branch is decided in (the
+                     initial state plus the golden calls before it), it succeeds and changes the
+                     state (or, marked to be refused, is refused). A task with no branch passes.
+
+All run from the task's initial state: the seed with the task's setup rows applied.
 """
 
 from __future__ import annotations
@@ -14,10 +20,10 @@ from typing import Any
 
 from envforge.server import State, state_hash
 
-from .models import Task
-from .scoring import oracle_messages, score_episode
+from .models import DagNode, Task
+from .scoring import oracle_messages, reward_of
 
-CHECKS = ("golden_replay", "do_nothing", "drop_write", "not_presatisfied", "deterministic")
+CHECKS = ("golden_replay", "do_nothing", "drop_write", "not_presatisfied", "deterministic", "untaken_branch")
 
 
 def write_indices(ctx: Any, task: Task) -> list[int]:
@@ -34,6 +40,27 @@ def write_indices(ctx: Any, task: Task) -> list[int]:
         and not ctx.env.tools[c.name].read_only
         and json.dumps(c.model_dump(), sort_keys=True) not in refused
     ]
+
+
+def untaken_calls(task: Task) -> list[tuple[int | None, DagNode]]:
+    """Per branch node, the position in `golden_calls` of the call it took (None when the calls do
+    not hold it there) and the call node it did not take."""
+    executed = [n for n in task.dag.nodes if n.kind == "call" and n.executed]
+    position = {n.id: i for i, n in enumerate(executed)}
+    out: list[tuple[int | None, DagNode]] = []
+    for b in task.dag.nodes:
+        if b.op != "branch" or b.then_node is None or b.else_node is None:
+            continue
+        taken, untaken = (b.then_node, b.else_node) if b.value else (b.else_node, b.then_node)
+        i = position.get(taken)
+        if i is not None and (i >= len(task.golden_calls) or task.golden_calls[i] != executed[i].call):
+            i = None
+        node = next((n for n in task.dag.nodes if n.id == untaken), None)
+        if node is None or node.call is None:
+            out.append((None, b))  # nothing to run: the branch cannot be shown to work
+        else:
+            out.append((i, node))
+    return out
 
 
 async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None) -> list[str]:
@@ -57,16 +84,18 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
     if initial_cents == task.golden_cents_hash:
         failed.append("not_presatisfied")
     drops = write_indices(ctx, task)
+    branches = untaken_calls(task)
+    at = sorted(set(drops) | {i for i, _ in branches if i is not None})
     final, snapshots = await ctx.replay_snapshots(
-        database, task.golden_calls, drops, unless_equal=ctx.golden_db(golden_state)
+        database, task.golden_calls, at, unless_equal=ctx.golden_db(golden_state)
     )
     if final is None:  # the replay ended on the very database the golden state was exported from
         assert golden_state is not None
         final = golden_state
     h1 = state_hash(final) if golden_state is None else ""
-    if score_episode(task, final, messages, golden_state=golden_state).reward != 1.0:
+    if reward_of(task, final, messages, golden_state=golden_state) != 1.0:
         failed.append("golden_replay")
-    if score_episode(task, initial_state, [], golden_state=golden_state).reward != 0.0:
+    if reward_of(task, initial_state, [], golden_state=golden_state) != 0.0:
         failed.append("do_nothing")
     tables = None
     golden_part = None
@@ -76,9 +105,24 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
     tools = ctx.env.tools
     for i in drops:
         rest = [c for c in task.golden_calls[i + 1 :] if c.name not in tools or not tools[c.name].read_only]
+        if tables is not None and golden_state is not None and "state" in task.reward_basis:
+            # A state part of 0 makes the reward 0 whatever the other parts: one table unlike the
+            # golden one settles it. The dropped write's own tables are the likeliest to differ,
+            # and the smaller ones are cheaper to read: those come first.
+            first = ctx.write_tables([task.golden_calls[i].name])
+            order = sorted(tables, key=lambda t: (t not in first, len(golden_state[t]), t))
+            if await ctx.replay_differs(snapshots[i], rest, golden_state, order):
+                continue
         dropped, _ = await ctx.replay(snapshots[i], rest, tables=tables, hashed=False)
-        if score_episode(task, dropped, messages, golden_state=golden_part).reward >= 1.0:
+        if reward_of(task, dropped, messages, golden_state=golden_part) >= 1.0:
             failed.append("drop_write")
+            break
+    for i, node in branches:
+        if i is None or node.call is None:
+            failed.append("untaken_branch")
+            break
+        if not await ctx.try_instead(snapshots[i], node.call, refused=node.expect_error):
+            failed.append("untaken_branch")
             break
     if golden_state is not None:
         if final != golden_state:

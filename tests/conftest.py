@@ -40,6 +40,19 @@ def bundled_envs() -> list[Environment]:
     return [load_env(d) for d in bundled_env_dirs()]
 
 
+@pytest.fixture(scope="session")
+def retail_orders() -> Environment:
+    return load_env(REPO / "envs" / "retail_orders")
+
+
+@pytest.fixture(scope="session")
+def unlucky_shop(tmp_path_factory: pytest.TempPathFactory) -> Environment:
+    """The shop env of `test_synth_graph` without its lucky seed row: tasks there must be earned."""
+    from test_synth_graph import write_shop_env
+
+    return load_env(write_shop_env(tmp_path_factory.mktemp("unlucky") / "shop", lucky=False))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -19,7 +19,7 @@ from envforge.synth.graph import build_graph
 from envforge.synth.models import Call, Task
 from envforge.synth.pipeline import load_tasks, synthesize, tasks_jsonl
 from envforge.synth.render import rewrite_scenario
-from envforge.synth.statediff import cents_hash
+from envforge.synth.statediff import cents_hash, diff_states
 from envforge.synth.tasks import SynthConfig
 from envforge.synth.verify import verify_task
 
@@ -70,14 +70,17 @@ async def test_synthesized_tasks_pass_every_check_standalone(
         assert [n.call for n in executed] == task.golden_calls
         assert task.difficulty.calls == len(task.golden_calls) >= 2
         assert len(task.checkpoints) == task.difficulty.writes >= 1
-        assert task.golden_diff and task.setup == {}
+        assert task.golden_diff
+        _, initial, _ = ctx.task_initial(task)
+        assert (initial == ctx.env.seed_state()) == (not task.setup)
 
 
 async def test_golden_state_is_the_executed_end_state(ctx: SynthContext, shop_tasks: list[Task]) -> None:
-    task = shop_tasks[0]
-    database, _, _ = ctx.task_initial(task)
-    _, digest = await ctx.replay(database, task.golden_calls)
-    assert digest == task.golden_hash
+    for task in shop_tasks:
+        database, initial, _ = ctx.task_initial(task)
+        final, digest = await ctx.replay(database, task.golden_calls)
+        assert digest == task.golden_hash
+        assert task.golden_diff == diff_states(ctx.pks, initial, final)
 
 
 async def test_same_seed_same_bytes_other_seed_other_bytes(shop: Environment, shop_tasks: list[Task]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -25,14 +24,10 @@ from envforge.trainer.ray_workers import state_checksum
 from envforge.trainer.tiny import build_tiny_model
 from envforge.trainer.trajectory import Trajectory
 
+from conftest import free_port
+
 CONFIG = LearnerConfig(lr=1e-2, micro_batch=2, weight_decay=0.01)
 STEPS = 2  # the second step runs off-policy (ratio != 1), so clipping is exercised too
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rank_main(rank: int, world: int, port: int, model_dir: str, batch: str, out: str) -> None:

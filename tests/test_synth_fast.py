@@ -1,0 +1,222 @@
+"""The shortcuts that make synthesis fast give what the long ways give, on real SQLite.
+
+Reused connections (`inline.py`), the walk's state mirror (`mirror.py`), hashes from row texts
+(`hashing.py`), rewards computed part by part, table-by-table replay comparison and the JSON
+helpers: each is compared with the plain computation it replaces.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from envforge.server import Environment, Fleet, execute, load_env
+from envforge.server.state import export_state
+from envforge.synth.context import SynthContext
+from envforge.synth.graph import build_graph
+from envforge.synth.hashing import StateHasher, loose_columns, same_row
+from envforge.synth.inline import ScratchPool
+from envforge.synth.pipeline import load_tasks, synthesize
+from envforge.synth.scoring import oracle_messages, reward_of, score_episode
+from envforge.synth.statediff import (
+    _table_json,
+    diff_states,
+    json_key,
+    primary_keys,
+    state_hashes,
+    states_match,
+)
+from envforge.synth.tasks import BuildFailed, SynthConfig, build_task
+from envforge.synth.verify import write_indices
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+async def _export(env: Environment, episode) -> dict:  # type: ignore[no-untyped-def]
+    return export_state(episode.conn._conn, env.tables, env.manifest.volatile_columns)
+
+
+async def test_reused_connections_start_clean_and_still_track_writes(unlucky_shop: Environment) -> None:
+    pool = ScratchPool(unlucky_shop, size=1)
+    first = pool.open(unlucky_shop.seed_db)
+    res = await execute(first, "cancel_order", {"order_id": "O-1"})
+    assert not res.is_error
+    assert first.conn.take_written() == {"orders", "customers"} <= first.tracker.written
+    raw = first.conn._conn
+    pool.close(first)
+    second = pool.open(unlucky_shop.seed_db)
+    assert second.conn._conn is raw  # the same connection, with its statements prepared
+    # but the seed's rows, not the last ones
+    assert await _export(unlucky_shop, second) == unlucky_shop.seed_state()
+    # The statement comes from the cache, so SQLite does not authorize it again: its writes are
+    # still recorded, from what its text was seen to write before.
+    assert not (await execute(second, "cancel_order", {"order_id": "O-1"})).is_error
+    assert second.conn.take_written() == {"orders", "customers"} <= second.tracker.written
+    assert (await execute(second, "get_order", {"order_id": "O-1"})).is_error is False
+    assert second.conn.take_written() == set()
+    pool.close(second)
+    pool.close_all()
+
+
+async def test_mirror_diffs_and_state_are_the_exports(retail_orders: Environment) -> None:
+    """Replay bundled tasks' calls; after every write the mirror's diff is `diff_states` of full
+    exports and its state is the export, rows for rows."""
+    fleet = Fleet([retail_orders])
+    try:
+        ctx = SynthContext.create(retail_orders, await build_graph(retail_orders, fleet), fleet)
+        pks = primary_keys(retail_orders.tables)
+        checked = columns_only = 0
+        for task in load_tasks(REPO / "envs" / "retail_orders")[:25]:
+            database, initial, _ = ctx.task_initial(task)
+            episode = await ctx.open_episode(database)
+            mirror = ctx.mirror("", initial)
+            before = await _export(retail_orders, episode)
+            for n, call in enumerate(task.golden_calls):
+                res = await execute(episode, call.name, call.arguments)
+                written = episode.conn.take_written()
+                if res.is_error or retail_orders.tools[call.name].read_only:
+                    continue
+                tables = sorted(t for t in written if t != "*")
+                # Every other write reads only the columns its statements update, as walks do.
+                updated = episode.conn.taken_columns if n % 2 else None
+                diff = await mirror.refresh(episode, tables, updated)
+                after = await _export(retail_orders, episode)
+                assert diff == diff_states(pks, {t: before[t] for t in tables}, {t: after[t] for t in tables})
+                assert mirror.state == after and state_hashes(mirror.state) == state_hashes(after)
+                before = after
+                checked += 1
+                columns_only += sum(1 for t in tables if updated and "" not in updated.get(t, {""}))
+            assert mirror.diff_from_initial() == diff_states(pks, initial, before)
+            await ctx.close_episode(episode)
+        assert checked >= 25 and columns_only >= 10  # tables read by their updated columns only
+    finally:
+        await fleet.aclose()
+
+
+def _loose_env(root: Path) -> Environment:
+    """An env with an untyped column, where SQLite keeps 1 and 1.0 apart (they hash apart too)."""
+    root.mkdir(parents=True)
+    (root / "env.toml").write_text('name = "loose"\ndescription = "Untyped values."\n')
+    (root / "policy.md").write_text("None.\n")
+    (root / "schema.sql").write_text(
+        "CREATE TABLE items (item_id TEXT PRIMARY KEY, amount, price REAL NOT NULL, note TEXT);\n"
+    )
+    rows = [{"item_id": f"I-{i}", "amount": 1, "price": 2.5, "note": "x"} for i in range(5)]
+    (root / "seed.json").write_text(json.dumps({"items": rows}))
+    (root / "tools.py").write_text(
+        textwrap.dedent(
+            """
+            from envforge.server import tool
+
+            @tool
+            async def get_item(db, item_id: str) -> dict:
+                \"\"\"Get an item.
+
+                Args:
+                    item_id: The item.
+                \"\"\"
+                async with db.execute("SELECT * FROM items WHERE item_id = ?", (item_id,)) as cur:
+                    row = await cur.fetchone()
+                return {"item_id": row[0]}
+            """
+        )
+    )
+    return load_env(root)
+
+
+def test_state_hasher_gives_state_hashes_and_tells_1_from_1_0(
+    tmp_path: Path, retail_orders: Environment
+) -> None:
+    seed = retail_orders.seed_state()
+    pks = primary_keys(retail_orders.tables)
+    hasher = StateHasher(seed, pks, loose_columns(retail_orders))
+    changed = dict(seed)
+    changed["orders"] = [dict(r, status="cancelled") if i == 3 else r for i, r in enumerate(seed["orders"])]
+    changed["payments"] = [dict(r) for r in seed["payments"]] + [
+        dict(seed["payments"][0], payment_id="PAY-9999")
+    ]
+    changed["variants"] = [dict(r, price=r["price"] + 0.001) for r in seed["variants"]]  # cents-equal floats
+    for state in (seed, changed, {t: [dict(r) for r in rows] for t, rows in seed.items()}):
+        assert hasher.hashes(state) == state_hashes(state)
+
+    env = _loose_env(tmp_path / "loose")
+    base = env.seed_state()
+    assert loose_columns(env) == {"items": ("amount",)}
+    hasher = StateHasher(base, primary_keys(env.tables), loose_columns(env))
+    row = base["items"][0]
+    as_float = dict(row, amount=1.0)
+    assert as_float == row and not same_row(as_float, row, ("amount",))
+    state = {"items": [as_float, *base["items"][1:]]}
+    assert hasher.hashes(state) == state_hashes(state) != state_hashes(base)
+
+
+async def test_reward_of_and_replay_differs_match_the_full_computations(unlucky_shop: Environment) -> None:
+    fleet = Fleet([unlucky_shop])
+    try:
+        graph = await build_graph(unlucky_shop, fleet)
+        ctx = SynthContext.create(unlucky_shop, graph, fleet)
+        report = await synthesize(unlucky_shop, 10, 3, SynthConfig(min_calls=2, max_calls=6), graph=graph)
+        tools = unlucky_shop.tools
+        compared = 0
+        for task in report.tasks:
+            database, initial, _ = ctx.task_initial(task)
+            golden, _ = await ctx.replay(database, task.golden_calls, hashed=False)
+            said = oracle_messages(task)
+            for basis in (["state", "outputs"], ["checkpoints"], ["state", "checkpoints", "outputs"]):
+                t = task.model_copy(update={"reward_basis": basis})
+                for state, messages in ((golden, said), (initial, said), (golden, []), (initial, [])):
+                    for given in (None, golden):
+                        full = score_episode(t, state, messages, golden_state=given).reward
+                        assert reward_of(t, state, messages, golden_state=given) == full
+            for i in write_indices(ctx, task):
+                calls = task.golden_calls[:i] + [
+                    c for c in task.golden_calls[i + 1 :] if not tools[c.name].read_only
+                ]
+                tables = sorted(golden)
+                differs = await ctx.replay_differs(database, calls, golden, tables)
+                dropped, _ = await ctx.replay(database, calls, hashed=False)
+                assert differs == (not states_match(dropped, golden))
+                compared += 1
+        assert compared >= 10
+        # Right after a build the golden state's mirror holds its tables as tuples, and replays
+        # are compared with those (only rows that differ become dicts).
+        for k in range(8):
+            try:
+                task, golden = await build_task(ctx, f"t{k}", f"3:{k}", SynthConfig(min_calls=2, max_calls=6))
+            except BuildFailed:
+                continue
+            database, _, _ = ctx.task_initial(task)
+            assert ctx.golden_db(golden) is not None
+            for i in write_indices(ctx, task):
+                calls = task.golden_calls[:i] + task.golden_calls[i + 1 :]
+                for tables in (sorted(golden), sorted(golden, reverse=True)):
+                    differs = await ctx.replay_differs(database, calls, golden, tables)
+                    dropped, _ = await ctx.replay(database, calls, hashed=False)
+                    assert differs == (not states_match(dropped, golden))
+                compared += 1
+        assert compared >= 15
+    finally:
+        await fleet.aclose()
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json)
+def test_json_helpers_write_what_json_dumps_writes(value: object) -> None:
+    assert json_key(value) == json.dumps(value, sort_keys=True)
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    assert _table_json(value) == canonical
+    assert json_key([value, float("inf")]) == json.dumps([value, float("inf")], sort_keys=True)
+    with pytest.raises(ValueError):
+        _table_json([value, float("inf")])  # as json.dumps(..., allow_nan=False) refuses it
