@@ -19,6 +19,19 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 BANK_DIR = FIXTURES / "bank"
 SHARED = REPO.parent / "shared"
+TAU2_RETAIL = SHARED / "tau2" / "retail"
+
+
+def tau2_data_missing(marker_file: str) -> bool:
+    """Whether τ²-bench's retail data (read from ../shared, never copied into the repo) is absent.
+
+    Outside CI its tests are skipped then, for a checkout without ../shared beside it; under CI
+    (`CI` set) the data must be there, so they run and fail loudly instead of skipping.
+    """
+    return not (TAU2_RETAIL / marker_file).is_file() and not os.environ.get("CI")
+
+
+TAU2_NO_DATA = f"τ²-bench reference data (outside the repo, not copyable into it) not found at {TAU2_RETAIL}"
 
 
 def bundled_env_dirs() -> list[Path]:

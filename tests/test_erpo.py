@@ -82,7 +82,8 @@ def test_grpo_variant_uses_group_std() -> None:
 
 
 def test_matches_torch_std_and_masked_stats() -> None:
-    torch = pytest.importorskip("torch")
+    import torch  # installed by `make` (the train extra): missing it is a failure, not a skip
+
     rewards = [0.3, 0.9, 0.1, 0.4, 0.8]
     assert unbiased_std(rewards) == pytest.approx(float(torch.tensor(rewards).std()))
     stats = env_batch_stats([1.0, 0.0, 5.0], ["a", "a", "b"], ["t", "t", "u"], [False, False, True])

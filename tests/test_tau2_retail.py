@@ -29,13 +29,14 @@ from envforge.synth.tau2 import (
     tau2_db_to_seed,
 )
 
+from conftest import TAU2_NO_DATA, TAU2_RETAIL, tau2_data_missing
+
 REPO = Path(__file__).resolve().parents[1]
 ENV_SRC = REPO / "envs" / "tau2_retail"
 TRACKED = ("env.toml", "schema.sql", "tools.py")
-RETAIL = REPO.parent / "shared" / "tau2" / "retail"
-NO_DATA = f"τ²-bench reference data not found at {RETAIL}"
+RETAIL = TAU2_RETAIL
 
-pytestmark = pytest.mark.skipif(not (RETAIL / "db.json").is_file(), reason=NO_DATA)
+pytestmark = pytest.mark.skipif(tau2_data_missing("db.json"), reason=TAU2_NO_DATA)
 
 
 def _jsonl(name: str) -> list[dict[str, Any]]:
@@ -51,7 +52,9 @@ EDGE_CASES = _jsonl("edge_case_outputs.jsonl")
 
 def _params(rows: list[dict[str, Any]], key: str) -> list[Any]:
     if not rows:
-        return [pytest.param(None, marks=pytest.mark.skip(reason=NO_DATA))]
+        if tau2_data_missing("db.json"):
+            return [pytest.param(None, marks=pytest.mark.skip(reason=TAU2_NO_DATA))]
+        raise FileNotFoundError(f"{RETAIL} has no rows to parametrize by {key!r}")
     return [pytest.param(row, id=str(row[key])) for row in rows]
 
 

@@ -35,17 +35,18 @@ from envforge.synth.tau2 import (
     verify_report,
 )
 
+from conftest import TAU2_NO_DATA, TAU2_RETAIL, tau2_data_missing
+
 REPO = Path(__file__).resolve().parents[1]
 ENV_SRC = REPO / "envs" / "tau2_retail"
 TRACKED = ("env.toml", "schema.sql", "tools.py")
-RETAIL = REPO.parent / "shared" / "tau2" / "retail"
-NO_DATA = f"τ²-bench reference data not found at {RETAIL}"
+RETAIL = TAU2_RETAIL
 DATA_FILES = ("db.json", "policy.md", "tools.json", "tasks.json", "split_tasks.json")
 GENERATED = ("seed.json", "policy.md", "tasks.jsonl")
 #: The README's "gold leaves the DB unchanged" list.
 UNCHANGED = ["10", "12", "24", "25", "50", "57", "62", "65", "67", "68", "105"]
 
-pytestmark = pytest.mark.skipif(not (RETAIL / "tasks.json").is_file(), reason=NO_DATA)
+pytestmark = pytest.mark.skipif(tau2_data_missing("tasks.json"), reason=TAU2_NO_DATA)
 
 
 def _read(name: str) -> Any:

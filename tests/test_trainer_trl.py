@@ -27,8 +27,6 @@ import pytest
 
 from envforge.trainer.erpo import erpo_advantages, unbiased_std
 
-pytest.importorskip("trl")
-
 G = 4
 EPS = 1e-6
 # (env, task) -> rewards of its G generations; None marks a user-error (masked) trajectory.
