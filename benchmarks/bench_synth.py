@@ -1,30 +1,54 @@
 """Synthesized-and-verified tasks per second per bundled env, on one core (one event loop).
 
 Usage: .venv/bin/python benchmarks/bench_synth.py [N] [RUNS]   (defaults: N=100 tasks, RUNS=3)
+
 The graph is built once per env first and not timed: it is a per-env cost, not a per-task one.
-Each run synthesizes N tasks with seed 12345 afresh (a new context: nothing carries over). The
-rate is per CPU second of this process (`process_time`), which is what to compare on a shared
-machine where other jobs stretch the wall clock; as they also slow the CPU itself (a shared host
-steals cycles), the best of RUNS is printed with the spread.
+Each run synthesizes N tasks with seed 12345 afresh (a new context: nothing carries over), once
+steered (the default: walks weigh their choices by what worked in earlier attempts, `outcomes.py`)
+and once unsteered (`SynthConfig(steer=False)`), the baseline, alternating, so that both see the
+same machine. The rate is per CPU second of this process (`process_time`), which is what to
+compare on a shared machine where other jobs stretch the wall clock; as they also slow the CPU
+itself (a shared host steals cycles), the best of RUNS is printed with the median, and the ratio
+of the two medians.
+
+Besides speed, per mode: tool calls tried and failed per verified task, and how the shipped
+tasks' successful write calls spread over the env's write tools (how many tools, and the entropy
+of the spread in bits): steering must not buy its speed by narrowing the tasks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from envforge.server import EnvLoadError, load_env
+from envforge.server import Environment, EnvLoadError, load_env
 from envforge.synth.graph import build_graph
-from envforge.synth.pipeline import synthesize
+from envforge.synth.pipeline import SynthReport, synthesize
+from envforge.synth.tasks import SynthConfig
 
 ENVS = ("retail_orders", "flight_booking", "it_tickets")
+MODES = {"steered": SynthConfig(), "unsteered": SynthConfig(steer=False)}
+
+
+def write_spread(env: Environment, report: SynthReport) -> tuple[int, float]:
+    """(write tools used, entropy in bits) of the successful write calls in the report's tasks."""
+    counts = Counter(
+        n.call.name
+        for t in report.tasks
+        for n in t.dag.nodes
+        if n.call is not None and n.write and n.executed and not n.expect_error
+    )
+    total = sum(counts.values())
+    return len(counts), -sum(c / total * math.log2(c / total) for c in counts.values()) if total else 0.0
 
 
 async def main(n: int, runs: int) -> None:
@@ -39,18 +63,29 @@ async def main(n: int, runs: int) -> None:
         t0 = time.perf_counter()
         graph = await build_graph(env)
         graph_s = time.perf_counter() - t0
-        rates = []
+        rates: dict[str, list[float]] = {mode: [] for mode in MODES}
+        reports: dict[str, SynthReport] = {}
         for _ in range(runs):
-            cpu0 = time.process_time()
-            report = await synthesize(env, n, 12345, graph=graph)
-            cpu = time.process_time() - cpu0
-            rates.append(len(report.tasks) / cpu if cpu else 0.0)
-        print(
-            f"{name:16s} {len(report.tasks):4d} tasks / {report.attempts:4d} attempts"
-            f"  -> best {max(rates):6.1f} verified tasks per CPU-s"
-            f"  (median {statistics.median(rates):6.1f}, worst {min(rates):6.1f}; {runs} runs)"
-            f"  (graph {graph_s:.2f}s)"
-        )
+            for mode, cfg in MODES.items():
+                cpu0 = time.process_time()
+                report = await synthesize(env, n, 12345, cfg, graph=graph)
+                cpu = time.process_time() - cpu0
+                rates[mode].append(len(report.tasks) / cpu if cpu else 0.0)
+                reports[mode] = report
+        print(f"{name} (graph {graph_s:.2f}s)")
+        for mode in MODES:
+            report = reports[mode]
+            done = max(1, len(report.tasks))
+            tools, bits = write_spread(env, report)
+            print(
+                f"  {mode:9s} {len(report.tasks):4d} tasks / {report.attempts:4d} attempts"
+                f"  best {max(rates[mode]):6.1f}  median {statistics.median(rates[mode]):6.1f}"
+                f"  verified tasks per CPU-s;  calls tried {report.calls_tried / done:5.1f},"
+                f" failed {report.calls_failed / done:5.1f} per task;"
+                f"  writes over {tools} tools, {bits:.2f} bits"
+            )
+        ratio = statistics.median(rates["steered"]) / statistics.median(rates["unsteered"])
+        print(f"  steered / unsteered (medians): {ratio:.2f}x")
 
 
 if __name__ == "__main__":

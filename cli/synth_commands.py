@@ -56,13 +56,16 @@ def synth_tasks(
     llm_model: str | None = typer.Option(
         None, "--llm", "--llm-model", help="Rewrite instructions through litellm with this model."
     ),
+    steer: bool = typer.Option(
+        True, "--steer/--no-steer", help="Weigh walks' choices by what worked in earlier attempts."
+    ),
 ) -> None:
     """Synthesize N self-verified tasks into ENV_DIR/tasks.jsonl (same seed: same bytes)."""
     _quiet()
     if min_calls < 1 or max_calls < min_calls:
         fail("need 1 <= --min-calls <= --max-calls")
     (env,) = load_envs([env_dir])
-    cfg = SynthConfig(min_calls=min_calls, max_calls=max_calls)
+    cfg = SynthConfig(min_calls=min_calls, max_calls=max_calls, steer=steer)
 
     async def run() -> Any:
         fleet = Fleet([env])
@@ -79,6 +82,7 @@ def synth_tasks(
         f"{len(report.tasks)} tasks from {report.attempts} attempts in {report.seconds:.2f}s "
         f"({report.rate:.1f}/s) -> {path}"
     )
+    console.print(f"  tool calls tried {report.calls_tried}, failed {report.calls_failed}")
     for reason, count in sorted(report.discarded.items()):
         console.print(f"  discarded {count:4d}  {reason}")
     if llm_model:

@@ -15,12 +15,13 @@ from typing import Any
 from envforge.server import Environment, Episode, Fleet, State, ToolResult, execute, state_hash
 from envforge.server.state import export_state, freeze
 
-from .domains import DomainValues, derive_domains, key_columns
+from .domains import DomainValues, derive_domains, fillable, key_columns
 from .footprint import parse_result
 from .hashing import StateHasher, loose_columns, same_row
 from .inline import ScratchPool, run_inline
 from .mirror import Mirror, TableReader, table_readers
 from .models import Call, GraphEdge, ParamDomain, Row, StateDiff, Task, ToolGraph, ToolNode
+from .outcomes import Outcomes
 from .setup import SetupPlanner
 from .statediff import apply_diff, cents_hash, cents_row, json_key, primary_keys, states_match
 
@@ -47,6 +48,18 @@ def call_key(call: Call) -> str | None:
         return None
 
 
+@dataclass(frozen=True)
+class PlannedEdge:
+    """A graph edge as walks use it: the target parameter's domain, `kind` (what decides which
+    values the domain accepts), whether the target writes, and the edge as `Outcomes` tallies it."""
+
+    edge: GraphEdge
+    domain: ParamDomain
+    kind: tuple[Any, ...]
+    writes: bool
+    feeds: tuple[str, str, str, str]
+
+
 @dataclass
 class SynthContext:
     env: Environment
@@ -64,7 +77,9 @@ class SynthContext:
     _tried: dict[tuple[Any, ...], bool] = field(default_factory=dict)  # `try_instead` verdicts
     _parsed: dict[int, tuple[ToolResult, Any]] = field(default_factory=dict)
     _usable: dict[str, bool] = field(default_factory=dict)
+    _edge_plans: dict[str, list[PlannedEdge]] = field(default_factory=dict)
     _keyed_by: dict[str, list[str]] = field(default_factory=dict)
+    _names_entity: dict[int, tuple[ParamDomain, bool]] = field(default_factory=dict)
     _parameters: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
     _name_keys: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
     _golden_db: tuple[State, bytes] | None = None
@@ -75,6 +90,8 @@ class SynthContext:
     _golden_mirror: Mirror | None = None
     _setups: SetupPlanner | None = None
     _tuples: dict[str, tuple[State, dict[str, Any]]] = field(default_factory=dict)
+    # Which calls have worked so far in this run, for walks to weigh their choices by.
+    outcomes: Outcomes = field(default_factory=Outcomes)
 
     @classmethod
     def create(cls, env: Environment, graph: ToolGraph, fleet: Fleet) -> SynthContext:
@@ -102,6 +119,33 @@ class SynthContext:
             edges = self._out_edges[source] = self.graph.out_edges(source)
         return edges
 
+    def usable(self, tool: str) -> bool:
+        """Whether synthesis can fill every required parameter of `tool` (`domains.fillable`)."""
+        usable = self._usable.get(tool)
+        if usable is None:
+            spec = self.env.tools[tool]
+            usable = self._usable[tool] = all(fillable(self.domains[tool][p]) for p in spec.required)
+        return usable
+
+    def edge_plan(self, source: str) -> list[PlannedEdge]:
+        """`source`'s out-edges into usable tools, each with what walks need to know of it."""
+        plan = self._edge_plans.get(source)
+        if plan is None:
+            plan = self._edge_plans[source] = []
+            for e in self.out_edges(source):
+                if self.usable(e.target):
+                    domain = self.domains[e.target][e.param]
+                    plan.append(
+                        PlannedEdge(
+                            edge=e,
+                            domain=domain,
+                            kind=(domain.type, tuple(domain.enum)),
+                            writes=not self.tool(e.target).read_only,
+                            feeds=(source, e.key, e.target, e.param),
+                        )
+                    )
+        return plan
+
     def name_keys(self, source: str, target: str, param: str) -> list[str]:
         """Keys of `source`'s results that name `target`'s `param` (name-evidence edges, in order)."""
         keys = self._name_keys.get((source, target, param))
@@ -123,6 +167,17 @@ class SynthContext:
                 [p for p in spec.parameters if p in spec.required],
             )
         return hit
+
+    def names_entity(self, domain: ParamDomain) -> bool:
+        """Whether the parameter takes an entity's key (a primary- or foreign-key column's values)."""
+        hit = self._names_entity.get(id(domain))
+        if hit is None or hit[0] is not domain:
+            keys = self.key_names
+            hit = self._names_entity[id(domain)] = (
+                domain,
+                any(ref.split(".", 1)[1] in keys for ref in domain.columns),
+            )
+        return hit[1]
 
     def keyed_by(self, column: str) -> list[str]:
         """The tables whose primary key is `column` alone, in schema order."""

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import json
 import random
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from envforge.server import Environment, State
 from envforge.server.loader import open_database
 from envforge.server.state import quote_ident
 
 from .models import ParamDomain
+
+T = TypeVar("T")
 
 FREE_TEXT = (
     "customer request",
@@ -114,6 +117,18 @@ def type_fits(kind: str, value: Any) -> bool:
     if kind == "boolean":
         return isinstance(value, bool)
     return True
+
+
+def accepts(domain: ParamDomain, value: Any) -> bool:
+    """Whether `value` (one item, for a list parameter) passes the tool's argument validation as far
+    as the schema tells: a listed value where the schema lists them, else the right JSON type.
+
+    A value carried over from an earlier result (a reservation's `status`, an item's id for a list
+    of ids) must be checked: the runtime would refuse it before the tool even ran.
+    """
+    if domain.enum:
+        return any(value == e and type(value) is type(e) for e in domain.enum)
+    return type_fits(domain.type, value)
 
 
 class DomainValues:
@@ -239,16 +254,22 @@ class DomainValues:
         return hits
 
     def pick_bound(
-        self, rng: random.Random, domain: ParamDomain, bindings: dict[str, Any], key_names: set[str]
+        self,
+        rng: random.Random,
+        domain: ParamDomain,
+        bindings: dict[str, Any],
+        key_names: set[str],
+        weigh: Weigh | None = None,
     ) -> Any:
         """A value consistent with `bindings` (entity keys chosen so far); binds the chosen row's keys.
 
         Choosing `order_id` binds that order's `customer_id`, so a later `customer_id` (or a
         `payment_method_id` owned by that customer) is drawn from the same entity: tools that check
-        ownership then succeed instead of refusing random combinations.
+        ownership then succeed instead of refusing random combinations. `weigh(param, value)`, when
+        given, makes values likelier in proportion to it (see `weighted_choice`).
         """
         if domain.enum or domain.type not in ("string", "integer", "number"):
-            return self.pick(rng, domain)
+            return self.pick(rng, domain, weigh)
         found = self.rows_for(domain, bindings)
         if not found:
             return self.pick(rng, domain)
@@ -267,6 +288,9 @@ class DomainValues:
             return self.pick(rng, domain)
         if domain.is_list:
             chosen = rng.sample(fitting, k=min(len(fitting), rng.randint(1, 2)))
+        elif weigh is not None:
+            param = domain.param
+            chosen = [weighted_choice(rng, fitting, lambda r: weigh(param, r[col]))]
         else:
             chosen = [rng.choice(fitting)]
         base = domain.param[:-1] if domain.is_list and domain.param.endswith("s") else domain.param
@@ -277,18 +301,44 @@ class DomainValues:
         values = [r[col] for r in chosen]
         return values if domain.is_list else values[0]
 
-    def pick(self, rng: random.Random, domain: ParamDomain) -> Any:
+    def pick(self, rng: random.Random, domain: ParamDomain, weigh: Weigh | None = None) -> Any:
         """A value for the parameter: from its domain where it has one, else a plain one of its type."""
         vals = self.values(domain)
         if vals:
             if domain.is_list:
                 return rng.sample(vals, k=min(len(vals), rng.randint(1, 2)))
+            if weigh is not None:
+                param = domain.param
+                return weighted_choice(rng, vals, lambda v: weigh(param, v))
             return rng.choice(vals)
         value = free_value(rng, domain.type)
         return [value] if domain.is_list else value
 
 
 _UNINDEXED = object()
+
+# How a walk rates a candidate value of a parameter, in (0, 1]: `outcomes.Outcomes` keeps the tally.
+Weigh = Callable[[str, Any], float]
+
+# Beyond this many items `weighted_choice` samples by rejection instead of weighing every item.
+WEIGH_ALL_UP_TO = 32
+
+
+def weighted_choice(rng: random.Random, items: Sequence[T], weight: Callable[[T], float]) -> T:
+    """An item drawn with probability proportional to `weight(item)` (each in (0, 1]).
+
+    Up to `WEIGH_ALL_UP_TO` items every item is weighed (a failed try costs far more than a
+    weight). Among more, by rejection: draw uniformly and keep the item with probability
+    `weight(item)`, for at most 64 draws, so that a pick among many rows weighs a few.
+    """
+    if len(items) <= WEIGH_ALL_UP_TO:
+        return rng.choices(items, weights=[weight(item) for item in items])[0]
+    item = rng.choice(items)
+    for _ in range(63):
+        if rng.random() < weight(item):
+            return item
+        item = rng.choice(items)
+    return item
 
 
 def fillable(domain: ParamDomain) -> bool:

@@ -1,7 +1,8 @@
 """Synthesis end to end: graph, build attempts, self-verification, and `tasks.jsonl` I/O.
 
-Attempt k of a run with seed S uses `random.Random("S:k")`, and nothing else varies (no clocks,
-no episode ids in the output), so the same seed writes a byte-identical `tasks.jsonl`.
+Attempt k of a run with seed S uses `random.Random("S:k")` and what attempts 0..k-1 learned about
+which calls work (`outcomes.py`); nothing else varies (no clocks, no episode ids in the output), so
+the same seed writes a byte-identical `tasks.jsonl`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from envforge.server import Environment, Fleet
 from .context import SynthContext, run_inline
 from .graph import build_graph
 from .models import Task, ToolGraph
+from .outcomes import Outcomes
 from .render import rewrite_scenario
 from .tasks import BuildFailed, SynthConfig, build_task
 from .verify import verify_task
@@ -33,6 +35,8 @@ class SynthReport:
     discarded: Counter[str] = field(default_factory=Counter)
     rewrites_rejected: int = 0
     seconds: float = 0.0
+    calls_tried: int = 0  # tool calls walks made (answered from memory or not)
+    calls_failed: int = 0  # of those, refused or changing nothing
 
     @property
     def rate(self) -> float:
@@ -69,6 +73,8 @@ async def synthesize(
     try:
         graph = graph or await build_graph(env, fleet)
         ctx = SynthContext.create(env, graph, fleet)
+        ctx.outcomes = Outcomes(learn=cfg.steer)
+        write_tools = sorted(t.name for t in graph.tools if not t.read_only)
         budget = max_attempts if max_attempts is not None else max(50, n * 30)
         k = 0
         while len(report.tasks) < n and k < budget:
@@ -92,7 +98,12 @@ async def synthesize(
                     report.rewrites_rejected += 1
                 task = task.model_copy(update={"scenario": scenario})
             report.tasks.append(task)
+            ctx.outcomes.record_task(
+                write_tools,
+                [n.call.name for n in task.dag.nodes if n.write and n.executed and not n.expect_error],  # type: ignore[union-attr]
+            )
         report.attempts = k
+        report.calls_tried, report.calls_failed = ctx.outcomes.calls, ctx.outcomes.failed
     finally:
         gc.set_threshold(*gc_threshold)
         if froze:

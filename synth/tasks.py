@@ -14,15 +14,17 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from itertools import accumulate
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 from envforge.server import State
 
 from . import reasoning as R
 from .context import call_key, setup_key
-from .domains import DomainValues, fillable
+from .domains import DomainValues, accepts, weighted_choice
 from .footprint import scalar_pairs
 from .models import (
     ArgSource,
@@ -39,6 +41,7 @@ from .models import (
     StateDiff,
     Task,
 )
+from .outcomes import value_key
 from .render import render_scenario
 from .setup import Fresh
 from .statediff import json_key
@@ -54,8 +57,17 @@ class SynthConfig:
     p_refusal: float = 0.05
     tries_per_step: int = 8
     # Share of tasks whose initial state adds a fresh entity to the seed (`setup.py`); drawn from a
-    # stream of its own, so a task without one is built exactly as it would be with p_setup=0.
+    # stream of its own, so that without steering a task without one is built exactly as it would
+    # be with p_setup=0.
     p_setup: float = 0.2
+    # Walks weigh their choices by what has worked in earlier attempts of the run (`outcomes.py`):
+    # far fewer failed tries, at the price of attempts depending on the attempts before them.
+    steer: bool = True
+
+
+# Steps in which every try failed that a walk survives, before and after its first write.
+STALLS_BEFORE_WRITE = 1
+STALLS_AFTER_WRITE = 3
 
 
 class BuildFailed(Exception):
@@ -70,6 +82,11 @@ def _json_key(v: Any) -> str:
     return json_key(v)
 
 
+def _scalar_text(v: Any) -> str:
+    """`json_key(v)` for a scalar, with strings (most values) encoded directly."""
+    return encode_basestring_ascii(v) if type(v) is str else json_key(v)
+
+
 @dataclass
 class _Option:
     """A way to extend the DAG: feed `edge.param` of `edge.target` from node `node`'s result."""
@@ -79,6 +96,15 @@ class _Option:
     values: list[Any]
     weight: float = 1.0  # before the step's adjustments: later nodes are likelier sources
     writes: bool = False  # whether the target tool writes
+    feeds: tuple[str, str, str, str] = ("", "", "", "")  # the edge as `Outcomes` tallies it
+    # `Outcomes.values` key of the option's value when it has only one (the call is then fixed but
+    # for the other arguments, and how that value did matters): None with several.
+    value_key: Hashable | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.values) == 1:
+            e = self.edge
+            self.value_key = value_key(e.target, not self.writes, e.param, self.values[0])
 
 
 @dataclass
@@ -104,10 +130,11 @@ class Builder:
     _last_key: tuple[Call, str] | None = None
     _by_id: dict[str, DagNode] = field(default_factory=dict)  # call nodes
     _node_options: dict[str, list[_Option]] = field(default_factory=dict)
+    _fitting: dict[tuple[Any, ...], list[Any]] = field(default_factory=dict)  # per node, key, domain kind
     _fed: dict[tuple[str, str], Any] = field(default_factory=dict)  # `_from_results` answers
     _figures: dict[str, list[str]] = field(default_factory=dict)  # numeric keys of a node's result
     _alts: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)  # branch alternatives
-    _reasonings: dict[tuple[str, str], list[tuple[Any, ...]]] = field(default_factory=dict)
+    _reasonings: dict[tuple[Any, ...], list[tuple[Any, ...]]] = field(default_factory=dict)
     # The episode's state as (initial state, successful write calls...): the key of the call memo.
     history: tuple[Any, ...] = ("",)
 
@@ -117,11 +144,7 @@ class Builder:
         return self.ctx.env
 
     def _usable(self, tool: str) -> bool:
-        usable = self.ctx._usable.get(tool)
-        if usable is None:
-            spec = self.env.tools[tool]
-            usable = self.ctx._usable[tool] = all(fillable(self.ctx.domains[tool][p]) for p in spec.required)
-        return usable
+        return self.ctx.usable(tool)
 
     def _key(self, call: Call) -> str:
         """The call's identity (`context.call_key`), for the memo, the history and `done_calls`.
@@ -168,13 +191,18 @@ class Builder:
             fed = self._from_results(tool, p)
             if fed is not None:
                 args[p], sources[p] = fed
-                bindings.setdefault(p, fed[0])
+                value = fed[0]
+                if isinstance(value, list):  # a list parameter: its one item names the entity
+                    p = p[:-1] if p.endswith("s") else p
+                    value = value[0]
+                bindings.setdefault(p, value)
         rest = [p for p in todo if p not in args]
         self.rng.shuffle(rest)
         domains = self.ctx.domains[tool]
         values = self._values
+        weigh = self.ctx.outcomes.weigh_for_writes
         for p in rest:
-            args[p] = values.pick_bound(self.rng, domains[p], bindings, self.ctx.key_names)
+            args[p] = values.pick_bound(self.rng, domains[p], bindings, self.ctx.key_names, weigh)
             sources[p] = _user(p)
         order = [p for p in parameters if p in args]
         return {p: args[p] for p in order}, [sources[p] for p in order]
@@ -200,12 +228,18 @@ class Builder:
 
     def _find_result(self, tool: str, param: str) -> tuple[Any, ArgSource] | None:
         # `data` holds exactly the executed, not refused call nodes that returned JSON, in order.
+        domain = self.ctx.domains[tool][param]
+        if not self.ctx.tool(tool).read_only and not self.ctx.names_entity(domain):
+            # An attribute an earlier result shows (a ticket's priority, a reservation's cabin) is
+            # the entity's current value: a write given it back changes nothing or is refused.
+            return None
         for node_id in reversed(self.data):
             node = self._by_id[node_id]
             for key in self.ctx.name_keys(node.call.name, tool, param):  # type: ignore[union-attr]
                 vals = self._key_values(node_id, key)
-                if len(vals) == 1:
-                    return vals[0], ArgSource(param=param, source="node", node=node_id, key=key)
+                if len(vals) == 1 and accepts(domain, vals[0]):
+                    value = [vals[0]] if domain.is_list else vals[0]
+                    return value, ArgSource(param=param, source="node", node=node_id, key=key)
         return None
 
     def _key_values(self, node_id: str, key: str) -> list[Any]:
@@ -218,7 +252,7 @@ class Builder:
             by_key = cache[node_id] = {}
             texts: dict[str, dict[str, Any]] = {}
             for k, v in scalar_pairs(self.data[node_id]):
-                texts.setdefault(k, {})[_json_key(v)] = v
+                texts.setdefault(k, {})[_scalar_text(v)] = v
             for k, vals in texts.items():
                 by_key[k] = [vals[t] for t in sorted(vals)]
         return by_key.get(key, [])
@@ -235,10 +269,12 @@ class Builder:
         key = self._key(call)
         res = await self.ctx.call(self.episode, self.history, call, key)
         written = self.episode.conn.take_written()
+        read_only = self.env.tools[call.name].read_only
         if res.is_error:
+            self.ctx.outcomes.record(call.name, read_only, call.arguments, False, res.text)
             return False, None, None, res.text
         diff = None
-        if not self.env.tools[call.name].read_only:
+        if not read_only:
             self.history = (*self.history, key)
             # The diff covers the tool's write tables; of those, a call can change only the ones
             # its statements were authorized to write (`written`): the rest are not re-read.
@@ -255,6 +291,8 @@ class Builder:
             # stale until they are (at the end, if not before).
             self.stale |= written
             self.stale.difference_update(tables)
+        # A write that changed nothing is of no use to a walk: it counts as a failure.
+        self.ctx.outcomes.record(call.name, read_only, call.arguments, diff is None or bool(diff))
         return True, self.ctx.parsed(res), diff, res.text
 
     async def golden_state(self) -> State:
@@ -355,7 +393,7 @@ class Builder:
             value = self.fresh.value
             fixed = {param: ([value] if self.ctx.domains[tool][param].is_list else value, _user(param))}
         else:
-            tool = self.rng.choice(starts)
+            tool = weighted_choice(self.rng, starts, self.ctx.outcomes.starts.weight)
         for _ in range(self.cfg.tries_per_step):
             args, sources = self._fill(tool, fixed)
             call = Call(name=tool, arguments=args)
@@ -401,14 +439,20 @@ class Builder:
             if options is None:
                 node = self._by_id[node_id]
                 options = self._node_options[node_id] = []
-                for e in self.ctx.out_edges(node.call.name):  # type: ignore[union-attr]
-                    if not self._usable(e.target):
-                        continue
-                    vals = self._key_values(node_id, e.key)
+                weight = 1.0 + int(node_id[1:]) * 0.5
+                fitting = self._fitting
+                for planned in self.ctx.edge_plan(node.call.name):  # type: ignore[union-attr]
+                    kind = (node_id, planned.edge.key, planned.kind)
+                    vals = fitting.get(kind)
+                    if vals is None:
+                        domain = planned.domain
+                        vals = fitting[kind] = [
+                            v for v in self._key_values(node_id, planned.edge.key) if accepts(domain, v)
+                        ]
                     if vals:
-                        weight = 1.0 + int(node_id[1:]) * 0.5
-                        writes = not self.ctx.tool(e.target).read_only
-                        options.append(_Option(node, e, list(vals), weight, writes))
+                        options.append(
+                            _Option(node, planned.edge, vals, weight, planned.writes, planned.feeds)
+                        )
             out.extend(options)
         return out
 
@@ -420,6 +464,16 @@ class Builder:
         must_write = self.writes == 0 and remaining <= 1
         boost = 3.0 if remaining <= 2 else 1.0
         weights = [o.weight * boost if o.writes else 0.0 if must_write else o.weight for o in options]
+        # How likely each option's call is to work, from this run's outcomes (its edge's success
+        # rate, and how its value has done where it has one value), and how much its tool is
+        # wanted for coverage (`outcomes.Outcomes.record_task`).
+        outcomes = self.ctx.outcomes
+        edge_w, value_w = outcomes.edges.weights.get, outcomes.values.weights.get
+        cover_w = outcomes.coverage.get
+        weights = [
+            w * edge_w(o.feeds, 1.0) * value_w(o.value_key, 1.0) * cover_w(o.edge.target, 1.0) if w else 0.0
+            for o, w in zip(options, weights, strict=True)
+        ]
         if self.fresh is not None and not self.acts_on_fresh():
             # A setup's fresh entity is there to be acted on: writes that can take it come first.
             fresh = self.fresh.value
@@ -453,7 +507,7 @@ class Builder:
                 pre.append(reason)
                 src = ArgSource(param=e.param, source="node", node=reason.id, key=e.key)
             else:
-                value = self.rng.choice(o.values)
+                value = self._pick_value(o)
                 src = _user(e.param)
         if domain.is_list:
             value = [value]
@@ -470,6 +524,7 @@ class Builder:
         if self._key(call) in self.done_calls:
             return False
         ok, data, diff, _ = await self._run(call)
+        self.ctx.outcomes.record_edge(o.feeds, ok and (diff is None or bool(diff)))
         refuse = (
             not ok and not target.read_only and self.refusals == 0 and self.rng.random() < self.cfg.p_refusal
         )
@@ -480,6 +535,13 @@ class Builder:
         self._commit_reasoning(pre)
         self._record_call(call, sources, data, diff, refused=refuse)
         return True
+
+    def _pick_value(self, o: _Option) -> Any:
+        """One of the option's values, those that have worked for calls like this one likelier."""
+        target = o.edge.target
+        read_only = self.ctx.tool(target).read_only
+        weigh = self.ctx.outcomes.value_weight
+        return weighted_choice(self.rng, o.values, lambda v: weigh(target, read_only, o.edge.param, v))
 
     def _commit_reasoning(self, pre: list[DagNode]) -> None:
         for r in pre:
@@ -492,9 +554,11 @@ class Builder:
     def _select_reasoning(self, o: _Option) -> tuple[DagNode, Any] | None:
         """argmax/argmin/filter over a list in the source result that carries the edge's key."""
         e = o.edge
-        cands = self._reasonings.get((o.node.id, e.key))
-        if cands is None:  # the candidates depend on the node's result and the key only
-            cands = self._reasonings[(o.node.id, e.key)] = []
+        domain = self.ctx.domains[e.target][e.param]
+        kind = (o.node.id, e.key, domain.type, tuple(domain.enum))
+        cands = self._reasonings.get(kind)
+        if cands is None:  # the candidates depend on the node's result, the key and the domain only
+            cands = self._reasonings[kind] = []
             for path, items in R.collections(self.data[o.node.id]):
                 if not all(e.key in it for it in items):
                     continue
@@ -508,8 +572,11 @@ class Builder:
                 for f in R.text_fields(items):
                     if f == e.key:
                         continue
+                    # A value held by one item only selects that item (what `R.filter_select` finds).
+                    by_value = {it[f]: it for it in items}
                     for eq in R.unique_matches(items, f):
-                        cands.append(("filter", path, f, eq, R.filter_select(items, f, eq, e.key)))
+                        cands.append(("filter", path, f, eq, by_value[eq][e.key]))
+            cands[:] = [c for c in cands if accepts(domain, c[4])]
         if not cands:
             return None
         op, path, f, eq, v = self.rng.choice(cands)
@@ -644,21 +711,22 @@ class Builder:
 
     def _summarise(self) -> None:
         """A closing count or sum over a listed result that the agent must tell the user."""
-        cands = []
+        cands = []  # the figure itself is computed for the one chosen
         for node in self.nodes:
             if node.id not in self.data or node.write:
                 continue
             for path, items in R.collections(self.data[node.id]):
                 for f in R.numeric_fields(items):
-                    cands.append(("sum", node.id, path, f, None, R.total(items, f)))
+                    cands.append(("sum", node.id, path, f, None, items))
                 for f in R.text_fields(items):
                     values = sorted({it[f] for it in items})
                     if 1 < len(values) < len(items):
                         for eq in values:
-                            cands.append(("count", node.id, path, f, eq, R.count_where(items, f, eq)))
+                            cands.append(("count", node.id, path, f, eq, items))
         if not cands:
             return
-        op, source, path, f, eq, value = self.rng.choice(cands)
+        op, source, path, f, eq, items = self.rng.choice(cands)
+        value = R.total(items, f) if op == "sum" else R.count_where(items, f, eq)
         ref = self._step_ref(source)
         if op == "sum":
             text = f"Add up the {f} of the items listed in the result of {ref} and tell the user the total"
@@ -750,8 +818,12 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tup
         while b.calls < target or (b.writes == 0 and b.calls < cfg.max_calls):
             if not await b.step(target - b.calls):
                 stalls += 1
-                if stalls >= 3:
+                # A walk that has written is a task already and may try harder to grow; one that
+                # could not extend itself before writing seldom writes later (it is discarded).
+                if stalls >= (STALLS_AFTER_WRITE if b.writes else STALLS_BEFORE_WRITE):
                     break
+        if b.nodes:
+            ctx.outcomes.record_walk(b.nodes[0].call.name, b.writes > 0)  # type: ignore[union-attr]
         # A walk that is rejected anyway is rejected before the full export it would not use.
         if b.writes == 0:
             raise BuildFailed("no_write")

@@ -90,12 +90,17 @@ async def test_setup_tasks_act_on_a_fresh_entity_from_a_schema_valid_state(
 
 async def test_setups_come_from_the_task_seed_and_leave_other_tasks_alone(unlucky_shop: Environment) -> None:
     graph = await build_graph(unlucky_shop)
-    cfg = SynthConfig(min_calls=2, max_calls=5, p_setup=0.5)
+    steered = SynthConfig(min_calls=2, max_calls=5, p_setup=0.5)
+    first = await synthesize(unlucky_shop, 12, 4, steered, graph=graph)
+    again = await synthesize(unlucky_shop, 12, 4, steered, graph=graph)
+    assert tasks_jsonl(again.tasks) == tasks_jsonl(first.tasks)
+    assert any(t.setup for t in first.tasks)
+    # Steered walks learn from the attempts before them, setups included; unsteered, a task
+    # without a setup is exactly the task that a run without setups builds.
+    cfg = SynthConfig(min_calls=2, max_calls=5, p_setup=0.5, steer=False)
     with_setups = await synthesize(unlucky_shop, 12, 4, cfg, graph=graph)
-    again = await synthesize(unlucky_shop, 12, 4, cfg, graph=graph)
-    assert tasks_jsonl(again.tasks) == tasks_jsonl(with_setups.tasks)
     assert any(t.setup for t in with_setups.tasks)
-    no_setup = SynthConfig(min_calls=2, max_calls=5, p_setup=0.0)
+    no_setup = SynthConfig(min_calls=2, max_calls=5, p_setup=0.0, steer=False)
     without = await synthesize(unlucky_shop, 30, 4, no_setup, graph=graph)
     by_id = {t.id: t for t in without.tasks}
     plain = [t for t in with_setups.tasks if not t.setup]
