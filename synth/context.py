@@ -404,13 +404,21 @@ class SynthContext:
         self._parsed[id(res)] = (res, data)
         return data
 
+    def reads_only(self, call: Call) -> bool:
+        """Whether `call` is to a read-only tool of the env: replays that compare states skip it."""
+        spec = self.env.tools.get(call.name)
+        return spec is not None and spec.read_only
+
     async def replay(
         self, database: bytes, calls: list[Call], *, tables: list[str] | None = None, hashed: bool = True
     ) -> tuple[State, str]:
-        """Run `calls` in a fresh episode on `database`; the exported end state (of `tables`) and its hash."""
+        """Run `calls` (reads skipped, as in `replay_snapshots`) in a fresh episode on `database`; the
+        exported end state (of `tables`) and its hash."""
         episode = await self.open_episode(database)
         try:
             for call in calls:
+                if self.reads_only(call):
+                    continue
                 await execute(episode, call.name, call.arguments)
             state = await self.export_tables(episode, tables)
         finally:
@@ -505,6 +513,9 @@ class SynthContext:
     ) -> tuple[State | None, dict[int, bytes]]:
         """`replay` (full export, unhashed), also serialising the database just before each call in `at`.
 
+        Read calls are skipped: they cannot change the state (the runtime refuses, and rolls back,
+        a read tool that tries), and only the state is compared.
+
         A snapshot taken before call i is exactly the state a fresh replay of `calls[:i]` reaches,
         so replays that differ from this one only from call i on can start there. When the end
         database is byte for byte `unless_equal`, its export would be that database's export:
@@ -517,6 +528,8 @@ class SynthContext:
             for i, call in enumerate(calls):
                 if i in wanted:
                     snapshots[i] = await episode.snapshot()
+                if self.reads_only(call):
+                    continue
                 await execute(episode, call.name, call.arguments)
             if unless_equal is not None and await episode.snapshot() == unless_equal:
                 state = None

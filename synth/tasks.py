@@ -752,11 +752,13 @@ class Builder:
 
 
 class _RowFinder:
-    """The first row whose key columns equal a key's values (`==`): a scan, in C for one-column keys."""
+    """The first row whose key columns equal a key's values (`==`): a scan, in C, for one-column
+    keys; an index per column set for the others."""
 
     def __init__(self, rows: list[Row]) -> None:
         self.rows = rows
         self.columns: dict[str, list[Any]] = {}
+        self.indexes: dict[tuple[str, ...], dict[tuple[Any, ...], Row] | None] = {}
 
     def __call__(self, key: Row) -> Row | None:
         if len(key) == 1:
@@ -768,7 +770,23 @@ class _RowFinder:
                 return self.rows[values.index(want)]
             except ValueError:
                 return None
-        return next((r for r in self.rows if all(r.get(c) == v for c, v in key.items())), None)
+        cols = tuple(key)
+        if cols not in self.indexes:  # the first row of each key, as the scan would find it
+            index: dict[tuple[Any, ...], Row] | None = {}
+            for r in reversed(self.rows):
+                try:
+                    index[tuple(r.get(c) for c in cols)] = r  # type: ignore[index]
+                except TypeError:  # an unhashable value: scan instead
+                    index = None
+                    break
+            self.indexes[cols] = index
+        index = self.indexes[cols]
+        if index is None:
+            return next((r for r in self.rows if all(r.get(c) == v for c, v in key.items())), None)
+        try:
+            return index.get(tuple(key.values()))
+        except TypeError:
+            return None
 
 
 _USER: dict[str, ArgSource] = {}
