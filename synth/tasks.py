@@ -252,9 +252,12 @@ class Builder:
             by_key = cache[node_id] = {}
             texts: dict[str, dict[str, Any]] = {}
             for k, v in scalar_pairs(self.data[node_id]):
-                texts.setdefault(k, {})[_scalar_text(v)] = v
+                vals = texts.get(k)
+                if vals is None:
+                    vals = texts[k] = {}
+                vals[_scalar_text(v)] = v
             for k, vals in texts.items():
-                by_key[k] = [vals[t] for t in sorted(vals)]
+                by_key[k] = list(vals.values()) if len(vals) == 1 else [vals[t] for t in sorted(vals)]
         return by_key.get(key, [])
 
     @property
