@@ -123,6 +123,16 @@ async def test_steering_cuts_failed_calls_and_keeps_the_bytes() -> None:
     assert steered.calls_failed < 0.75 * plain.calls_failed, (steered.calls_failed, plain.calls_failed)
 
 
+async def test_a_longer_run_starts_with_the_shorter_runs_tasks() -> None:
+    """Steering learns from the attempts before, never from how many tasks were asked for: the
+    first tasks of a run are the same whatever its length (so `--n` can grow a task file)."""
+    env = load_env(REPO / "envs" / "retail_orders")
+    graph = await build_graph(env)
+    short = await synthesize(env, 12, 5, SynthConfig(), graph=graph)
+    long = await synthesize(env, 30, 5, SynthConfig(), graph=graph)
+    assert tasks_jsonl(long.tasks[:12]) == tasks_jsonl(short.tasks)
+
+
 class _Refusals(SynthContext):
     """The real context, also keeping the text of every refused call (walks see only a verdict)."""
 
