@@ -18,6 +18,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from itertools import accumulate
 from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
+from operator import itemgetter
 from typing import Any
 
 from envforge.server import State
@@ -756,32 +757,41 @@ class Builder:
 
 class _RowFinder:
     """The first row whose key columns equal a key's values (`==`): a scan, in C, for one-column
-    keys; an index per column set for the others."""
+    keys; an index per column set for the others. Given the rows as the tuples a `Mirror` holds
+    (aligned with them), a column's values are taken from the tuples, in C."""
 
-    def __init__(self, rows: list[Row]) -> None:
+    def __init__(self, rows: list[Row], tuples: list[tuple[Any, ...]] | None = None, cols: Any = ()) -> None:
         self.rows = rows
+        self.tuples = tuples
+        self.at = {c: i for i, c in enumerate(cols)}
         self.columns: dict[str, list[Any]] = {}
         self.indexes: dict[tuple[str, ...], dict[tuple[Any, ...], Row] | None] = {}
+
+    def _column(self, col: str) -> list[Any]:
+        values = self.columns.get(col)
+        if values is None:
+            if self.tuples is not None and col in self.at:
+                values = list(map(itemgetter(self.at[col]), self.tuples))
+            else:
+                values = [r.get(col) for r in self.rows]
+            self.columns[col] = values
+        return values
 
     def __call__(self, key: Row) -> Row | None:
         if len(key) == 1:
             ((col, want),) = key.items()
-            values = self.columns.get(col)
-            if values is None:
-                values = self.columns[col] = [r.get(col) for r in self.rows]
             try:
-                return self.rows[values.index(want)]
+                return self.rows[self._column(col).index(want)]
             except ValueError:
                 return None
         cols = tuple(key)
         if cols not in self.indexes:  # the first row of each key, as the scan would find it
-            index: dict[tuple[Any, ...], Row] | None = {}
-            for r in reversed(self.rows):
-                try:
-                    index[tuple(r.get(c) for c in cols)] = r  # type: ignore[index]
-                except TypeError:  # an unhashable value: scan instead
-                    index = None
-                    break
+            keys = list(zip(*(self._column(c) for c in cols), strict=True))
+            index: dict[tuple[Any, ...], Row] | None
+            try:
+                index = dict(zip(reversed(keys), reversed(self.rows), strict=True))
+            except TypeError:  # an unhashable value: scan instead
+                index = None
             self.indexes[cols] = index
         index = self.indexes[cols]
         if index is None:
@@ -869,7 +879,10 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tup
         for table, d in diff.items():
             pk = ctx.pks[table]
             keys = [{c: r[c] for c in pk} for r in d.inserted + d.deleted] + [u.key for u in d.updated]
-            find = finders.get(table) or finders.setdefault(table, _RowFinder(golden[table]))
+            find = finders.get(table)
+            if find is None:
+                tuples = b.mirror.tuples_of(table)
+                find = finders[table] = _RowFinder(golden[table], tuples, ctx.readers[table].cols)
             for key in keys:
                 rows.append(RowCheck(table=table, key=key, row=find(key)))
         checkpoints.append(Checkpoint(node=node.id, tool=node.call.name, rows=rows))  # type: ignore[union-attr]
