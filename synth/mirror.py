@@ -44,6 +44,9 @@ class TableReader:
         where = " AND ".join(f"{quote_ident(c)} = ?" for c in self.pk)
         self.by_key = f"{self.sql[: self.sql.index(' ORDER BY ')]} WHERE {where}" if self.pk else ""
         self._projections: dict[tuple[int, ...], str] = {}
+        # For row lists many walks start from (the seed's): whether a key holds NULL, and the
+        # projections of some columns, computed once per list (held by identity, a few at a time).
+        self._shared: dict[tuple[int, tuple[int, ...]], tuple[list[tuple[Any, ...]], Any]] = {}
 
     def projection(self, idx: tuple[int, ...]) -> str:
         """The SELECT of some columns only (by position), rows in export order."""
@@ -57,10 +60,30 @@ class TableReader:
         cols = self.cols
         return [tuple(r.get(c) for c in cols) for r in rows]
 
+    def shared(self, tuples: list[tuple[Any, ...]], idx: tuple[int, ...]) -> Any:
+        """`null_key(tuples)` (for `idx` empty) or the projection of `tuples` on the columns at
+        `idx`, remembered for this very list: the initial rows of every walk on the same state."""
+        hit = self._shared.get((id(tuples), idx))
+        if hit is None or hit[0] is not tuples:
+            if len(self._shared) >= SHARED_KEPT:
+                self._shared.clear()
+            value = self.null_key(tuples) if not idx else project(tuples, idx)
+            hit = self._shared[(id(tuples), idx)] = (tuples, value)
+        return hit[1]
+
     def null_key(self, tuples: Iterable[tuple[Any, ...]]) -> bool:
         """Whether a row's primary key holds NULL (SQLite allows it, and so repeated keys)."""
         keys = map(self.key_of, tuples)  # type: ignore[arg-type]
         return None in (chain.from_iterable(keys) if len(self.pk) > 1 else keys)
+
+
+# Row lists per table whose `TableReader.shared` answers are kept (the seed's, and setup states').
+SHARED_KEPT = 32
+
+
+def project(tuples: list[tuple[Any, ...]], idx: tuple[int, ...]) -> list[tuple[Any, ...]]:
+    """Each tuple's values at positions `idx`, as tuples."""
+    return list(zip(*(map(itemgetter(i), tuples) for i in idx), strict=True))
 
 
 def table_readers(env: Environment, loose: dict[str, tuple[str, ...]]) -> dict[str, TableReader]:
@@ -88,6 +111,8 @@ class Mirror:
         self._tuples: dict[str, list[tuple[Any, ...]]] = {}
         self._rows: dict[str, dict[tuple[Any, ...], Row]] = {}
         self._pending: set[str] = set()  # tables whose row list is yet to be rebuilt from `_rows`
+        # Per table: the tuples last read by some columns only, those columns, and that projection.
+        self._projected: dict[str, tuple[list[tuple[Any, ...]], tuple[int, ...], list[Any]]] = {}
         self._slow: set[str] = set()  # tables that have (had) a NULL key: exported in full
 
     @property
@@ -134,9 +159,10 @@ class Mirror:
         reader = self.readers[table]
         if "" in updated or not reader.fast or table in self._slow or set(reader.pk) & updated:
             return False
-        if table not in self._tuples:
+        initial = table not in self._tuples
+        if initial:
             old_t, rows = self._initial_rows(table)
-            if reader.null_key(old_t):
+            if reader.shared(old_t, ()):
                 return False
             self._tuples[table], self._rows[table] = old_t, dict(rows)
         old_t = self._tuples[table]
@@ -144,10 +170,16 @@ class Mirror:
         if not idx:
             return None  # only columns the export leaves out (volatile ones)
         new_p = raw.execute(reader.projection(idx)).fetchall()
-        old_p = list(zip(*(map(itemgetter(i), old_t) for i in idx), strict=True))
+        # The rows as read last time, projected: kept from that read, or from the initial rows.
+        last = self._projected.get(table)
+        if last is not None and last[0] is old_t and last[1] == idx:
+            old_p = last[2]
+        else:
+            old_p = reader.shared(old_t, idx) if initial else project(old_t, idx)
         if len(new_p) != len(old_p):
             return False
         if new_p == old_p:
+            self._projected[table] = (old_t, idx, new_p)
             return None
         by_tuple = self._rows[table]
         new_t = list(old_t)
@@ -166,6 +198,7 @@ class Mirror:
             added.append(row)
             new_t[i] = fresh
         self._tuples[table] = new_t
+        self._projected[table] = (new_t, idx, new_p)
         self._pending.add(table)
         return index_diff(reader.pk, index_rows(gone, reader.pk), index_rows(added, reader.pk))
 
@@ -175,7 +208,7 @@ class Mirror:
             old_t = self._tuples.get(table)
             if old_t is None:
                 old_t, rows = self._initial_rows(table)
-                if reader.null_key(old_t):
+                if reader.shared(old_t, ()):
                     self._slow.add(table)
                 else:
                     self._tuples[table], self._rows[table] = old_t, dict(rows)
