@@ -22,6 +22,7 @@ from .inline import ScratchPool, run_inline
 from .mirror import Mirror, TableReader, table_readers
 from .models import Call, GraphEdge, ParamDomain, Row, StateDiff, Task, ToolGraph, ToolNode
 from .outcomes import Outcomes
+from .results import ResultReadings
 from .setup import SetupPlanner
 from .statediff import apply_diff, cents_hash, cents_row, json_key, primary_keys, states_match
 
@@ -90,6 +91,8 @@ class SynthContext:
     _golden_mirror: Mirror | None = None
     _setups: SetupPlanner | None = None
     _tuples: dict[str, tuple[State, dict[str, Any]]] = field(default_factory=dict)
+    # What walks read off each parsed result (`results.py`): memoised reads share their objects.
+    readings: ResultReadings = field(default_factory=ResultReadings)
     # Which calls have worked so far in this run, for walks to weigh their choices by.
     outcomes: Outcomes = field(default_factory=Outcomes)
 

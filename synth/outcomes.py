@@ -78,6 +78,20 @@ def value_key(tool: str, read_only: bool, param: str, value: Any) -> Hashable | 
     return None if key is None else (tool if read_only else "", param, key)
 
 
+def argument_items(arguments: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(parameter, value) for every scalar argument, a list parameter's items one by one."""
+    return [
+        (param, item)
+        for param, value in arguments.items()
+        for item in (value if isinstance(value, list) else (value,))
+    ]
+
+
+def named_in(error: str, items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The items whose text value a refusal names ("reservation R-5011 is flown"): what it blames."""
+    return [(p, v) for p, v in items if type(v) is str and len(v) >= MENTION_MIN and v in error]
+
+
 class Outcomes:
     """Success tallies of tool calls during one synthesis run."""
 
@@ -104,14 +118,9 @@ class Outcomes:
         self.calls += 1
         self.failed += not ok
         scope = tool if read_only else ""
-        items = [
-            (param, item)
-            for param, value in arguments.items()
-            for item in (value if isinstance(value, list) else (value,))
-        ]
+        items = argument_items(arguments)
         if error:
-            named = [(p, v) for p, v in items if type(v) is str and len(v) >= MENTION_MIN and v in error]
-            items = named or items
+            items = named_in(error, items) or items
         for param, item in items:
             key = _value_key(item)
             if key is not None:

@@ -121,6 +121,9 @@ class SetupPlanner:
             if len(t.primary_key) == 1
         }
         self.tables = self._entity_tables(domains, set(owners))
+        # (table, template's position in the seed) -> its setup, or None where it broke a
+        # constraint: a run draws from a few recent rows per table, so most draws repeat one.
+        self._made: dict[tuple[str, int], Setup | None] = {}
 
     def _key(self, table: str, row: Row) -> tuple[Any, ...]:
         return tuple(row.get(c) for c in self.pks[table])
@@ -151,18 +154,27 @@ class SetupPlanner:
         pending order, an open ticket, a confirmed reservation), as a fresh entity would be.
         """
         for table in rng.sample(self.tables, len(self.tables)):
-            recent = self.seed[table][-RECENT:]
-            for template in rng.sample(recent, min(TEMPLATES_PER_TABLE, len(recent))):
-                clone = self._clone(table, template)
-                if clone is None:
-                    continue
-                done = _insert(self.env, self.pks, self.pool, clone[0])
-                if done is not None:
-                    diff, database = done
-                    return Setup(
-                        diff=diff, database=database, fresh=Fresh(table, self.pks[table][0], clone[1])
-                    )
+            rows = self.seed[table]
+            recent = range(max(0, len(rows) - RECENT), len(rows))
+            for at in rng.sample(recent, min(TEMPLATES_PER_TABLE, len(recent))):
+                key = (table, at)
+                if key not in self._made:
+                    self._made[key] = self._copy(table, rows[at])
+                setup = self._made[key]
+                if setup is not None:
+                    return setup
         return None
+
+    def _copy(self, table: str, template: Row) -> Setup | None:
+        """The setup adding a copy of `template` (None when the copy breaks a constraint)."""
+        clone = self._clone(table, template)
+        if clone is None:
+            return None
+        done = _insert(self.env, self.pks, self.pool, clone[0])
+        if done is None:
+            return None
+        diff, database = done
+        return Setup(diff=diff, database=database, fresh=Fresh(table, self.pks[table][0], clone[1]))
 
     def _clone(self, table: str, template: Row) -> tuple[list[tuple[str, Row]], Any] | None:
         """The template row and the rows it owns (transitively), copied under new keys, every

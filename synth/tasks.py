@@ -17,7 +17,6 @@ import random
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from itertools import accumulate
-from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from operator import itemgetter
 from typing import Any
 
@@ -26,7 +25,6 @@ from envforge.server import State
 from . import reasoning as R
 from .context import call_key, setup_key
 from .domains import DomainValues, accepts, weighted_choice
-from .footprint import scalar_pairs
 from .models import (
     ArgSource,
     Call,
@@ -42,7 +40,6 @@ from .models import (
     StateDiff,
     Task,
 )
-from .outcomes import value_key
 from .render import render_scenario
 from .setup import Fresh
 from .statediff import json_key
@@ -83,29 +80,19 @@ def _json_key(v: Any) -> str:
     return json_key(v)
 
 
-def _scalar_text(v: Any) -> str:
-    """`json_key(v)` for a scalar, with strings (most values) encoded directly."""
-    return encode_basestring_ascii(v) if type(v) is str else json_key(v)
-
-
-@dataclass
+@dataclass(slots=True)
 class _Option:
     """A way to extend the DAG: feed `edge.param` of `edge.target` from node `node`'s result."""
 
     node: DagNode
     edge: GraphEdge
     values: list[Any]
-    weight: float = 1.0  # before the step's adjustments: later nodes are likelier sources
-    writes: bool = False  # whether the target tool writes
-    feeds: tuple[str, str, str, str] = ("", "", "", "")  # the edge as `Outcomes` tallies it
+    weight: float  # before the step's adjustments: later nodes are likelier sources
+    writes: bool  # whether the target tool writes
+    feeds: tuple[str, str, str, str]  # the edge as `Outcomes` tallies it
     # `Outcomes.values` key of the option's value when it has only one (the call is then fixed but
     # for the other arguments, and how that value did matters): None with several.
-    value_key: Hashable | None = None
-
-    def __post_init__(self) -> None:
-        if len(self.values) == 1:
-            e = self.edge
-            self.value_key = value_key(e.target, not self.writes, e.param, self.values[0])
+    value_key: Hashable | None
 
 
 @dataclass
@@ -131,7 +118,6 @@ class Builder:
     _last_key: tuple[Call, str] | None = None
     _by_id: dict[str, DagNode] = field(default_factory=dict)  # call nodes
     _node_options: dict[str, list[_Option]] = field(default_factory=dict)
-    _fitting: dict[tuple[Any, ...], list[Any]] = field(default_factory=dict)  # per node, key, domain kind
     _fed: dict[tuple[str, str], Any] = field(default_factory=dict)  # `_from_results` answers
     _figures: dict[str, list[str]] = field(default_factory=dict)  # numeric keys of a node's result
     _alts: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)  # branch alternatives
@@ -244,22 +230,9 @@ class Builder:
         return None
 
     def _key_values(self, node_id: str, key: str) -> list[Any]:
-        """The distinct values under `key` in a node's result, in JSON-text order (the last seen of equal
-        texts). Computed once per (node, key): results never change once recorded, and every step
-        asks again for every node and edge."""
-        cache: dict[str, dict[str, list[Any]]] = self.__dict__.setdefault("_values_cache", {})
-        by_key = cache.get(node_id)
-        if by_key is None:
-            by_key = cache[node_id] = {}
-            texts: dict[str, dict[str, Any]] = {}
-            for k, v in scalar_pairs(self.data[node_id]):
-                vals = texts.get(k)
-                if vals is None:
-                    vals = texts[k] = {}
-                vals[_scalar_text(v)] = v
-            for k, vals in texts.items():
-                by_key[k] = list(vals.values()) if len(vals) == 1 else [vals[t] for t in sorted(vals)]
-        return by_key.get(key, [])
+        """The distinct values under `key` in a node's result, in JSON-text order (the last seen of
+        equal texts): `results.key_values`, kept per result object."""
+        return self.ctx.readings.values(self.data[node_id]).get(key, [])
 
     @property
     def _values(self) -> DomainValues:
@@ -442,21 +415,14 @@ class Builder:
             options = self._node_options.get(node_id)
             if options is None:
                 node = self._by_id[node_id]
-                options = self._node_options[node_id] = []
+                tool = node.call.name  # type: ignore[union-attr]
                 weight = 1.0 + int(node_id[1:]) * 0.5
-                fitting = self._fitting
-                for planned in self.ctx.edge_plan(node.call.name):  # type: ignore[union-attr]
-                    kind = (node_id, planned.edge.key, planned.kind)
-                    vals = fitting.get(kind)
-                    if vals is None:
-                        domain = planned.domain
-                        vals = fitting[kind] = [
-                            v for v in self._key_values(node_id, planned.edge.key) if accepts(domain, v)
-                        ]
-                    if vals:
-                        options.append(
-                            _Option(node, planned.edge, vals, weight, planned.writes, planned.feeds)
-                        )
+                options = self._node_options[node_id] = [
+                    _Option(node, planned.edge, vals, weight, planned.writes, planned.feeds, single)
+                    for planned, vals, single in self.ctx.readings.extensions(
+                        tool, self.data[node_id], self.ctx.edge_plan(tool)
+                    )
+                ]
             out.extend(options)
         return out
 

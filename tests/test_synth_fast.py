@@ -63,6 +63,26 @@ async def test_reused_connections_start_clean_and_still_track_writes(unlucky_sho
     pool.close_all()
 
 
+async def test_connections_left_altered_are_closed_not_reused(unlucky_shop: Environment) -> None:
+    """`deserialize` resets the database, not the connection: one left with foreign keys off or
+    objects in its temp schema must not serve the next episode."""
+    pool = ScratchPool(unlucky_shop, size=2)
+    clean = pool.open(unlucky_shop.seed_db)
+    raw = clean.conn._conn
+    pool.close(clean)
+    for leftover in ("PRAGMA foreign_keys = OFF", "CREATE TEMP TABLE left_behind (x)"):
+        episode = pool.open(unlucky_shop.seed_db)
+        assert episode.conn._conn is raw  # the clean one, reused
+        raw.execute(leftover)
+        pool.close(episode)
+        again = pool.open(unlucky_shop.seed_db)
+        assert again.conn._conn is not raw
+        assert again.conn._conn.execute("PRAGMA foreign_keys").fetchone() == (1,)
+        raw = again.conn._conn
+        pool.close(again)
+    pool.close_all()
+
+
 async def test_mirror_diffs_and_state_are_the_exports(retail_orders: Environment) -> None:
     """Replay bundled tasks' calls; after every write the mirror's diff is `diff_states` of full
     exports and its state is the export, rows for rows."""

@@ -163,10 +163,18 @@ async def _release_seats(db: aiosqlite.Connection, flight_id: str, cabin: str, n
 
 
 async def _next_id(db: aiosqlite.Connection, table: str, column: str, prefix: str) -> str:
-    """The next id in a table's sequence (`table`/`column` are constants, never agent input)."""
-    rows = await db.execute_fetchall(f"SELECT {column} FROM {table}")
-    numbers = [int(r[0].split("-", 1)[1]) for r in rows if str(r[0]).startswith(prefix)]
-    return f"{prefix}{max(numbers, default=0) + 1}"
+    """The next id in a table's sequence (`table`/`column` are constants, never agent input).
+
+    The highest number among ids spelled `prefix` + digits, found by SQLite (GLOB, unlike LIKE,
+    is case-sensitive), so an id costs one statement, not a read of the whole table. The pattern
+    is part of the SQL text: a bound GLOB pattern would have SQLite re-plan the statement on
+    every run.
+    """
+    rows = await db.execute_fetchall(
+        f"SELECT MAX(CAST(substr({column}, {len(prefix) + 1}) AS INTEGER)) FROM {table} "
+        f"WHERE {column} GLOB '{prefix}[0-9]*'"
+    )
+    return f"{prefix}{(rows[0][0] or 0) + 1}"
 
 
 async def _record_payment(
@@ -299,6 +307,14 @@ async def _cancellation_quote(
     db: aiosqlite.Connection, member_id: str, reservation_id: str
 ) -> dict[str, Any]:
     """What cancelling would refund, after every precondition of cancel_reservation is checked."""
+    return (await _cancellation(db, member_id, reservation_id))[0]
+
+
+async def _cancellation(
+    db: aiosqlite.Connection, member_id: str, reservation_id: str
+) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """(`_cancellation_quote`, the reservation row, its passenger count): the cancellation itself
+    needs the row and the count too, and need not read them again."""
     res = await _owned_reservation(db, member_id, reservation_id)
     if res["status"] != "confirmed":
         raise ToolError(
@@ -323,7 +339,7 @@ async def _cancellation_quote(
         if back > 0:
             source = "card" if payment_method_id else "travel_credit"
             refunds.append({"source": source, "payment_method_id": payment_method_id, "amount": back})
-    return {
+    quote = {
         "reservation_id": reservation_id,
         "member_id": member_id,
         "flight_status": flight["status"],
@@ -332,6 +348,7 @@ async def _cancellation_quote(
         "refund_total": round(total - fee, 2),
         "refunds": refunds,
     }
+    return quote, res, n
 
 
 # ---------------------------------------------------------------------------------------------
@@ -547,9 +564,7 @@ async def cancel_reservation(db: aiosqlite.Connection, member_id: str, reservati
         member_id: The member who owns the reservation.
         reservation_id: The reservation to cancel, such as 'R-5001'.
     """
-    quote = await _cancellation_quote(db, member_id, reservation_id)
-    res = await _owned_reservation(db, member_id, reservation_id)
-    n = len(await _passengers(db, reservation_id))
+    quote, res, n = await _cancellation(db, member_id, reservation_id)
     await db.execute(
         "UPDATE reservations SET status = 'cancelled' WHERE reservation_id = ?", (reservation_id,)
     )
