@@ -84,3 +84,12 @@ CREATE TABLE payments (
     CHECK ((source = 'card') = (payment_method_id IS NOT NULL)),
     CHECK (kind <> 'compensation' OR source = 'travel_credit')
 );
+
+-- Lookups by owner: a member's cards and reservations, a reservation's passengers and payments,
+-- the flights on a route and date. The tables are small, but tools make these lookups on every
+-- call, and without an index each one reads the whole table.
+CREATE INDEX payment_methods_by_member ON payment_methods (member_id);
+CREATE INDEX reservations_by_member ON reservations (member_id);
+CREATE INDEX passengers_by_reservation ON passengers (reservation_id);
+CREATE INDEX payments_by_reservation ON payments (reservation_id);
+CREATE INDEX flights_by_route ON flights (origin, destination, departure_date);

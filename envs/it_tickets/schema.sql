@@ -90,3 +90,12 @@ CREATE TABLE ticket_comments (
     is_internal INTEGER NOT NULL DEFAULT 0 CHECK (is_internal IN (0, 1)),
     created_at  TEXT NOT NULL
 );
+
+-- Lookups by owner: an employee's assets, licenses and tickets (requested or assigned), a
+-- ticket's comments. The tables are small, but tools make these lookups on every call, and
+-- without an index each one reads the whole table.
+CREATE INDEX assets_by_holder ON assets (assigned_to);
+CREATE INDEX license_assignments_by_employee ON license_assignments (employee_id);
+CREATE INDEX tickets_by_requester ON tickets (requester_id);
+CREATE INDEX tickets_by_assignee ON tickets (assignee_id);
+CREATE INDEX ticket_comments_by_ticket ON ticket_comments (ticket_id);

@@ -114,3 +114,14 @@ CREATE TABLE payments (
     return_id         TEXT REFERENCES returns (return_id),
     CHECK (kind = 'refund' OR return_id IS NULL)
 );
+
+-- Lookups by owner: a customer's addresses, cards and orders; an order's items, returns and
+-- payments; a product's variants. The tables are small, but tools make these lookups on every
+-- call, and without an index each one reads the whole table.
+CREATE INDEX addresses_by_customer ON addresses (customer_id);
+CREATE INDEX payment_methods_by_customer ON payment_methods (customer_id);
+CREATE INDEX orders_by_customer ON orders (customer_id);
+CREATE INDEX order_items_by_order ON order_items (order_id);
+CREATE INDEX returns_by_order ON returns (order_id);
+CREATE INDEX payments_by_order ON payments (order_id);
+CREATE INDEX variants_by_product ON variants (product_id);
