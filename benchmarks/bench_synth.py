@@ -8,9 +8,14 @@ steered (the default: walks weigh their choices by what worked in earlier attemp
 and once unsteered (`SynthConfig(steer=False)`), the baseline, alternating, so that both see the
 same machine. The rate is per CPU second of this process (`process_time`), which is what to
 compare on a shared machine where other jobs stretch the wall clock; as they also slow the CPU
-itself (a shared host steals cycles), the best of RUNS is printed with the median, and the
-steered/unsteered ratio is the median of each round's ratio (the two runs of a round are
-adjacent in time).
+itself (a shared host steals cycles, and its speed swings from minute to minute), rounds go
+through the envs in turn (a slow minute then falls on all of them, not on whichever env was
+running), the best of RUNS is printed with the median, and the steered/unsteered ratio is the
+median of each round's ratio (the two runs of a round are adjacent in time).
+
+Each round also times a fixed reference workload (JSON and SQLite work of the kind synthesis
+does, nothing of envforge's): how long it took, against the fastest of the run, shows how fast the
+host was while that round ran.
 
 Besides speed, per mode: tool calls tried and failed per verified task, and how the shipped
 tasks' successful write calls spread over the env's write tools (how many tools, and the entropy
@@ -20,9 +25,11 @@ of the spread in bits): steering must not buy its speed by narrowing the tasks.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import os
+import sqlite3
 import statistics
 import sys
 import time
@@ -33,6 +40,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from envforge.server import Environment, EnvLoadError, load_env
 from envforge.synth.graph import build_graph
+from envforge.synth.models import ToolGraph
 from envforge.synth.pipeline import SynthReport, synthesize
 from envforge.synth.tasks import SynthConfig
 
@@ -52,9 +60,25 @@ def write_spread(env: Environment, report: SynthReport) -> tuple[int, float]:
     return len(counts), -sum(c / total * math.log2(c / total) for c in counts.values()) if total else 0.0
 
 
+def reference_workload() -> float:
+    """CPU seconds of a fixed mix of JSON and SQLite work (about 30 ms on a quiet core)."""
+    started = time.process_time()
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE t (id TEXT PRIMARY KEY, owner TEXT, amount REAL, status TEXT)")
+    rows = [(f"R-{i}", f"M-{i % 37}", i * 1.25, ("open", "closed")[i % 2]) for i in range(200)]
+    conn.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", rows)
+    for i in range(400):
+        found = conn.execute("SELECT * FROM t WHERE owner = ? ORDER BY id", (f"M-{i % 37}",)).fetchall()
+        text = json.dumps([dict(zip(("id", "owner", "amount", "status"), r, strict=True)) for r in found])
+        json.loads(text)
+    conn.close()
+    return time.process_time() - started
+
+
 async def main(n: int, runs: int) -> None:
     logging.getLogger("envforge.server.runtime").setLevel(logging.CRITICAL)
     root = Path(__file__).resolve().parents[1] / "envs"
+    envs: dict[str, tuple[Environment, ToolGraph, float]] = {}
     for name in ENVS:
         try:
             env = load_env(root / name)
@@ -63,32 +87,42 @@ async def main(n: int, runs: int) -> None:
             continue
         t0 = time.perf_counter()
         graph = await build_graph(env)
-        graph_s = time.perf_counter() - t0
-        rates: dict[str, list[float]] = {mode: [] for mode in MODES}
-        reports: dict[str, SynthReport] = {}
-        for r in range(runs):
+        envs[name] = (env, graph, time.perf_counter() - t0)
+    rates = {name: {mode: [] for mode in MODES} for name in envs}
+    reports: dict[str, dict[str, SynthReport]] = {name: {} for name in envs}
+    reference: list[float] = []
+    for r in range(runs):
+        reference.append(reference_workload())
+        for name, (env, graph, _) in envs.items():
             order = list(MODES) if r % 2 == 0 else list(reversed(MODES))  # neither always goes first
             for mode in order:
                 cpu0 = time.process_time()
                 report = await synthesize(env, n, 12345, MODES[mode], graph=graph)
                 cpu = time.process_time() - cpu0
-                rates[mode].append(len(report.tasks) / cpu if cpu else 0.0)
-                reports[mode] = report
+                rates[name][mode].append(len(report.tasks) / cpu if cpu else 0.0)
+                reports[name][mode] = report
+    fastest = min(reference)
+    print(
+        f"host: reference workload {1000 * fastest:.1f} ms at its fastest; per round, x slower: "
+        + ", ".join(f"{ref / fastest:.2f}" for ref in reference)
+    )
+    for name, (env, _, graph_s) in envs.items():
         print(f"{name} (graph {graph_s:.2f}s)")
         for mode in MODES:
-            report = reports[mode]
+            report = reports[name][mode]
             done = max(1, len(report.tasks))
             tools, bits = write_spread(env, report)
             print(
                 f"  {mode:9s} {len(report.tasks):4d} tasks / {report.attempts:4d} attempts"
-                f"  best {max(rates[mode]):6.1f}  median {statistics.median(rates[mode]):6.1f}"
+                f"  best {max(rates[name][mode]):6.1f}  median {statistics.median(rates[name][mode]):6.1f}"
                 f"  verified tasks per CPU-s;  calls tried {report.calls_tried / done:5.1f},"
                 f" failed {report.calls_failed / done:5.1f} per task;"
                 f"  writes over {tools} tools, {bits:.2f} bits"
             )
         # Each round's two runs are adjacent in time: their ratio is what the host's swings
         # disturb least.
-        ratios = [a / b for a, b in zip(rates["steered"], rates["unsteered"], strict=True) if b]
+        pairs = zip(rates[name]["steered"], rates[name]["unsteered"], strict=True)
+        ratios = [a / b for a, b in pairs if b]
         print(f"  steered / unsteered, median of the {runs} rounds' ratios: {statistics.median(ratios):.2f}x")
 
 
