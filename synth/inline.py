@@ -164,6 +164,10 @@ class ScratchConnection(InlineConnection):
         self.taken_columns: dict[str, set[str]] | None = None
 
     async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self._run(fn, *args, **kwargs)
+
+    def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`_execute`'s work, called directly where a coroutine hop would only add overhead."""
         if not self._running or not self._connection:
             raise ValueError("Connection closed")
         seen = self.pooled.authorizer
@@ -206,8 +210,12 @@ class ScratchConnection(InlineConnection):
     @contextmanager
     async def execute(self, sql: str, parameters: Iterable[Any] | None = None) -> aiosqlite.Cursor:
         """`aiosqlite.Connection.execute`, with a cursor that fetches without the `_execute` hop."""
-        cursor = await self._execute(self._conn.execute, sql, [] if parameters is None else parameters)
+        cursor = self._run(self._conn.execute, sql, [] if parameters is None else parameters)
         return _InlineCursor(self, cursor)
+
+    async def execute_fetchall(self, sql: str, parameters: Iterable[Any] | None = None) -> Iterable[Any]:
+        """`aiosqlite.Connection.execute_fetchall`, without the `_execute` hop."""
+        return self._run(self._execute_fetchall, sql, [] if parameters is None else parameters)
 
     def take_written(self) -> set[str]:
         """Tables written (or, for failed calls, about to be) since the last take; resets.
