@@ -9,6 +9,7 @@ self-verification.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,7 @@ from .footprint import parse_result
 from .hashing import StateHasher, loose_columns, same_row
 from .inline import ScratchPool, run_inline
 from .mirror import Mirror, TableReader, table_readers
-from .models import Call, GraphEdge, ParamDomain, Row, StateDiff, Task, ToolGraph, ToolNode
+from .models import Call, GraphEdge, ParamDomain, Row, RowCheck, StateDiff, Task, ToolGraph, ToolNode
 from .outcomes import Outcomes
 from .results import ResultReadings
 from .setup import SetupPlanner
@@ -429,20 +430,40 @@ class SynthContext:
         return state, state_hash(state) if hashed else ""
 
     async def replay_differs(
-        self, database: bytes, calls: list[Call], golden: State, tables: list[str]
+        self,
+        database: bytes,
+        calls: list[Call],
+        golden: State,
+        tables: list[str],
+        *,
+        rows: Sequence[RowCheck] = (),
     ) -> bool:
         """Whether replaying `calls` on `database` ends with one of `tables` unlike `golden`'s (to cents).
 
-        Tables are read and compared one at a time, in the order given, and the first difference
-        ends the check: when a replay is expected to differ (a dropped write), the tables that
-        write touches are usually the only ones read. Where the golden state's `Mirror` has a
-        table as tuples, the table is read as tuples too and only rows that differ exactly
-        become dicts, to be compared to cents as `states_match` compares them.
+        `rows`, golden rows by key (a dropped write's checkpoint: the rows it changed), are looked
+        up first: one that the replay does not hold as `golden` does (to cents) settles it in a
+        few reads. Otherwise tables are read and compared one at a time, in the order given, and
+        the first difference ends the check: when a replay is expected to differ (a dropped
+        write), the tables that write touches are usually the only ones read. Where the golden
+        state's `Mirror` has a table as tuples, the table is read as tuples too and only rows that
+        differ exactly become dicts, to be compared to cents as `states_match` compares them.
         """
         episode = await self.open_episode(database)
         try:
             for call in calls:
                 await execute(episode, call.name, call.arguments)
+            raw = episode.conn._conn
+            for check in rows:
+                reader = self.readers[check.table]
+                if not reader.by_key or set(check.key) != set(reader.pk):
+                    continue
+                found = raw.execute(reader.by_key, [check.key[c] for c in reader.pk]).fetchone()
+                if (found is None) != (check.row is None):
+                    return True
+                if found is not None and check.row is not None:
+                    row = dict(zip(reader.cols, found, strict=True))
+                    if row != check.row and cents_row(row) != cents_row(check.row):
+                        return True
             for t in tables:
                 want = None
                 if self._golden_mirror is not None and self.golden_db(golden) is not None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from envforge.server import State, state_hash
 
-from .models import DagNode, Task
+from .models import DagNode, RowCheck, Task
 from .scoring import oracle_messages, reward_of
 
 CHECKS = ("golden_replay", "do_nothing", "drop_write", "not_presatisfied", "deterministic", "untaken_branch")
@@ -63,6 +63,16 @@ def untaken_calls(task: Task) -> list[tuple[int | None, DagNode]]:
     return out
 
 
+def _checkpoint_rows(task: Task) -> dict[int, list[RowCheck]]:
+    """Per position in `golden_calls`, the golden rows its call's checkpoint names (the rows that
+    write changed): where a replay without that write differs from the golden state, it is
+    likeliest to differ there."""
+    executed = [n for n in task.dag.nodes if n.kind == "call" and n.executed]
+    calls = task.golden_calls
+    at = {n.id: i for i, n in enumerate(executed) if i < len(calls) and calls[i] == n.call}
+    return {at[c.node]: c.rows for c in task.checkpoints if c.node in at}
+
+
 async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None) -> list[str]:
     """The names of the checks `task` fails (empty: it passes).
 
@@ -103,6 +113,7 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
         tables = ctx.write_tables([c.name for c in task.golden_calls])
         golden_part = {t: golden_state[t] for t in tables}
     tools = ctx.env.tools
+    changed = _checkpoint_rows(task)
     for i in drops:
         rest = [c for c in task.golden_calls[i + 1 :] if c.name not in tools or not tools[c.name].read_only]
         if tables is not None and golden_state is not None and "state" in task.reward_basis:
@@ -111,7 +122,7 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
             # and the smaller ones are cheaper to read: those come first.
             first = ctx.write_tables([task.golden_calls[i].name])
             order = sorted(tables, key=lambda t: (t not in first, len(golden_state[t]), t))
-            if await ctx.replay_differs(snapshots[i], rest, golden_state, order):
+            if await ctx.replay_differs(snapshots[i], rest, golden_state, order, rows=changed.get(i, [])):
                 continue
         dropped, _ = await ctx.replay(snapshots[i], rest, tables=tables, hashed=False)
         if reward_of(task, dropped, messages, golden_state=golden_part) >= 1.0:
