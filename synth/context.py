@@ -9,7 +9,7 @@ self-verification.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -496,10 +496,13 @@ class SynthContext:
         refused: bool = False,
         history: tuple[Any, ...] | None = None,
         key: str | None = None,
+        before: Callable[[str], list[tuple[Any, ...]] | None] | None = None,
     ) -> bool:
         """Whether `call`, run on `database`, is refused (when `refused`) or succeeds and changes it.
 
-        The tables its statements wrote are compared with a second copy of `database`. Given the
+        The tables its statements wrote are compared with those of `database`: as `before(table)`
+        gives them, read as `Mirror` tuples, where the caller holds them (a walk's mirror of the
+        episode `database` is a snapshot of), else from a second copy of `database`. Given the
         `history` that names `database`'s state (see `call`) and the call's `key`, the verdict is
         kept for `tried`, and a failure also goes to `call`'s memo.
         """
@@ -516,17 +519,21 @@ class SynthContext:
                 verdict = await self.export_tables(episode, None) != (await self.replay(database, []))[0]
             else:
                 verdict = False
-                if written:
-                    other = await self.open_episode(database)
-                    try:
-                        # The first table that differs settles it: the smaller ones are read first.
-                        seed = self.env.seed_state()
-                        for t in sorted(written, key=lambda t: (len(seed.get(t, ())), t)):
-                            reader = self.readers[t]
-                            if await _read_tuples(episode, reader) != await _read_tuples(other, reader):
-                                verdict = True
-                                break
-                    finally:
+                other = None
+                try:
+                    # The first table that differs settles it: the smaller ones are read first.
+                    seed = self.env.seed_state()
+                    for t in sorted(written, key=lambda t: (len(seed.get(t, ())), t)):
+                        reader = self.readers[t]
+                        was = before(t) if before is not None else None
+                        if was is None:
+                            other = other or await self.open_episode(database)
+                            was = await _read_tuples(other, reader)
+                        if await _read_tuples(episode, reader) != was:
+                            verdict = True
+                            break
+                finally:
+                    if other is not None:
                         await self.close_episode(other)
         finally:
             await self.close_episode(episode)

@@ -272,6 +272,12 @@ class Builder:
         self.ctx.outcomes.record(call.name, read_only, call.arguments, diff is None or bool(diff))
         return True, self.ctx.parsed(res), diff, res.text
 
+    def _current_tuples(self, table: str) -> list[tuple[Any, ...]] | None:
+        """The episode's rows of `table` now, as the mirror holds them (None: not held, or stale)."""
+        if "*" in self.stale or table in self.stale:
+            return None
+        return self.mirror.tuples_of(table)
+
     async def golden_state(self) -> State:
         """The episode's state now: `mirror.state` with every possibly stale table re-read."""
         stale = self.stale
@@ -639,7 +645,9 @@ class Builder:
         works = self.ctx.tried(self.history, key)
         if works is None:
             snapshot = await self.episode.snapshot()
-            works = await self.ctx.try_instead(snapshot, untaken, history=self.history, key=key)
+            works = await self.ctx.try_instead(
+                snapshot, untaken, history=self.history, key=key, before=self._current_tuples
+            )
         if not works:
             return False
         ok, result, diff, _ = await self._run(run)

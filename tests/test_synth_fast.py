@@ -83,6 +83,36 @@ async def test_connections_left_altered_are_closed_not_reused(unlucky_shop: Envi
     pool.close_all()
 
 
+async def test_try_instead_compares_with_the_tuples_the_caller_holds(retail_orders: Environment) -> None:
+    """A walk's mirror stands in for a second copy of the database: same verdicts, one episode."""
+    fleet = Fleet([retail_orders])
+    try:
+        ctx = SynthContext.create(retail_orders, await build_graph(retail_orders, fleet), fleet)
+        database, initial, _ = ctx.initial("", {})
+        mirror = ctx.mirror("", initial)
+        calls = {
+            json.dumps(c.model_dump(), sort_keys=True): c
+            for t in load_tasks(REPO / "envs" / "retail_orders")
+            for c in t.golden_calls
+            if not retail_orders.tools[c.name].read_only
+        }
+        def opened() -> int:  # scratch episodes opened so far
+            return ctx._scratch._opened if ctx._scratch is not None else 0
+
+        verdicts = []
+        for call in calls.values():
+            start = opened()
+            plain = await ctx.try_instead(database, call)
+            with_copy = opened() - start
+            assert await ctx.try_instead(database, call, before=mirror.tuples_of) == plain
+            assert opened() - start - with_copy == 1
+            verdicts.append((plain, with_copy))
+        # calls that changed the state were compared with a second copy, or with the mirror
+        assert (True, 2) in verdicts and (False, 1) in verdicts
+    finally:
+        await fleet.aclose()
+
+
 async def test_mirror_diffs_and_state_are_the_exports(retail_orders: Environment) -> None:
     """Replay bundled tasks' calls; after every write the mirror's diff is `diff_states` of full
     exports and its state is the export, rows for rows."""
