@@ -63,7 +63,7 @@ def untaken_calls(task: Task) -> list[tuple[int | None, DagNode]]:
     return out
 
 
-def _checkpoint_rows(task: Task) -> dict[int, list[RowCheck]]:
+def checkpoint_rows(task: Task) -> dict[int, list[RowCheck]]:
     """Per position in `golden_calls`, the golden rows its call's checkpoint names (the rows that
     write changed): where a replay without that write differs from the golden state, it is
     likeliest to differ there."""
@@ -113,7 +113,7 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
         tables = ctx.write_tables([c.name for c in task.golden_calls])
         golden_part = {t: golden_state[t] for t in tables}
     tools = ctx.env.tools
-    changed = _checkpoint_rows(task)
+    changed = checkpoint_rows(task)
     for i in drops:
         rest = [c for c in task.golden_calls[i + 1 :] if c.name not in tools or not tools[c.name].read_only]
         if tables is not None and golden_state is not None and "state" in task.reward_basis:

@@ -32,7 +32,7 @@ from envforge.synth.statediff import (
     states_match,
 )
 from envforge.synth.tasks import BuildFailed, SynthConfig, build_task
-from envforge.synth.verify import _checkpoint_rows, write_indices
+from envforge.synth.verify import checkpoint_rows, write_indices
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -223,7 +223,7 @@ async def test_reward_of_and_replay_differs_match_the_full_computations(unlucky_
                     for given in (None, golden):
                         full = score_episode(t, state, messages, golden_state=given).reward
                         assert reward_of(t, state, messages, golden_state=given) == full
-            changed = _checkpoint_rows(task)
+            changed = checkpoint_rows(task)
             for rows in changed.values():  # the full replay holds every golden row
                 assert not await ctx.replay_differs(database, task.golden_calls, golden, [], rows=rows)
             for i in write_indices(ctx, task):
