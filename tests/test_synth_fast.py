@@ -96,6 +96,7 @@ async def test_try_instead_compares_with_the_tuples_the_caller_holds(retail_orde
             for c in t.golden_calls
             if not retail_orders.tools[c.name].read_only
         }
+
         def opened() -> int:  # scratch episodes opened so far
             return ctx._scratch._opened if ctx._scratch is not None else 0
 
