@@ -51,6 +51,10 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+# `json.dumps(value, default=_json_default)` builds an encoder per call; one is enough.
+_ENCODER = json.JSONEncoder(default=_json_default)
+
+
 def render_result(value: Any) -> str:
     """Strings pass through unchanged; scalars become `str(x)`; anything else JSON (key order kept)."""
     if isinstance(value, str):
@@ -59,7 +63,7 @@ def render_result(value: Any) -> str:
         return str(value)
     if isinstance(value, BaseModel):
         value = value.model_dump()
-    return json.dumps(value, default=_json_default)
+    return _ENCODER.encode(value)
 
 
 def _measure(value: Any, path: str, budget: list[int]) -> str | None:

@@ -94,7 +94,14 @@ async def _flight(db: aiosqlite.Connection, flight_id: str) -> dict[str, Any]:
 
 async def _owned_reservation(db: aiosqlite.Connection, member_id: str, reservation_id: str) -> dict[str, Any]:
     """The reservation row, after checking that the member exists and owns it."""
-    await _member(db, member_id)
+    return (await _member_and_reservation(db, member_id, reservation_id))[1]
+
+
+async def _member_and_reservation(
+    db: aiosqlite.Connection, member_id: str, reservation_id: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(member row, reservation row), after checking that the member exists and owns it."""
+    member = await _member(db, member_id)
     res = await _one(
         db,
         "SELECT reservation_id, member_id, flight_id, cabin, fare_per_passenger, status, booked_on "
@@ -104,7 +111,7 @@ async def _owned_reservation(db: aiosqlite.Connection, member_id: str, reservati
     )
     if res["member_id"] != member_id:
         raise ToolError(f"reservation {reservation_id} does not belong to member {member_id}")
-    return res
+    return member, res
 
 
 def _require_active(member: dict[str, Any]) -> None:
@@ -315,7 +322,7 @@ async def _cancellation(
 ) -> tuple[dict[str, Any], dict[str, Any], int]:
     """(`_cancellation_quote`, the reservation row, its passenger count): the cancellation itself
     needs the row and the count too, and need not read them again."""
-    res = await _owned_reservation(db, member_id, reservation_id)
+    member, res = await _member_and_reservation(db, member_id, reservation_id)
     if res["status"] != "confirmed":
         raise ToolError(
             f"reservation {reservation_id} is {res['status']}; only confirmed reservations can be cancelled"
@@ -324,7 +331,6 @@ async def _cancellation(
     airline_cancelled = flight["status"] == "cancelled"
     if not airline_cancelled:
         _require_open(flight)
-    member = await _member(db, member_id)
     n = len(await _passengers(db, reservation_id))
     fee_each = 0.0 if airline_cancelled else CANCEL_FEE[res["cabin"]][member["tier"]]
     paid = await _paid_by_source(db, reservation_id)
@@ -608,8 +614,7 @@ async def change_flight(
         payment_method_id: The member's card for any amount due not paid with travel credit.
         travel_credit_amount: How much of the member's travel credit to use (0 for none).
     """
-    res = await _owned_reservation(db, member_id, reservation_id)
-    member = await _member(db, member_id)
+    member, res = await _member_and_reservation(db, member_id, reservation_id)
     _require_active(member)
     if res["status"] != "confirmed":
         raise ToolError(
@@ -670,8 +675,7 @@ async def upgrade_cabin(
         payment_method_id: The member's card for the amount not paid with travel credit.
         travel_credit_amount: How much of the member's travel credit to use (0 for none).
     """
-    res = await _owned_reservation(db, member_id, reservation_id)
-    member = await _member(db, member_id)
+    member, res = await _member_and_reservation(db, member_id, reservation_id)
     _require_active(member)
     if res["status"] != "confirmed":
         raise ToolError(
@@ -713,8 +717,7 @@ async def add_checked_bags(
         payment_method_id: The member's card for any fee not paid with travel credit.
         travel_credit_amount: How much of the member's travel credit to use (0 for none).
     """
-    res = await _owned_reservation(db, member_id, reservation_id)
-    member = await _member(db, member_id)
+    member, res = await _member_and_reservation(db, member_id, reservation_id)
     _require_active(member)
     if res["status"] not in ("confirmed", "checked_in"):
         raise ToolError(f"reservation {reservation_id} is {res['status']}; bags can no longer be added")
