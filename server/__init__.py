@@ -1,8 +1,9 @@
 """envforge.server: the environment runtime, episodes, and MCP serving.
 
-Env authors need only `tool` and `ToolError`; the harness and tests use `Fleet`.
+Env authors need only `tool`, `ToolError` and `Db`; the harness and tests use `Fleet`.
 """
 
+from .db import Db
 from .episodes import Episode, EpisodeStore
 from .errors import EnvLoadError, EpisodeLimitReached, EpisodeNotFound, LoadProblem, ToolError
 from .fleet import Fleet
@@ -14,6 +15,7 @@ from .tooldef import ToolSpec, tool
 
 __all__ = [
     "EPISODE_META_KEY",
+    "Db",
     "EnvLoadError",
     "Environment",
     "Episode",

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from .db import Db
 from .episodes import Episode
 from .errors import ToolError
 from .loader import Environment
@@ -156,7 +157,7 @@ async def execute(episode: Episode, name: str, arguments: Any) -> ToolResult:
         conn = episode.conn
         changes_before = conn.total_changes
         try:
-            value = await spec.fn(conn, **kwargs)
+            value = await spec.fn(Db(conn), **kwargs)
         except ToolError as exc:
             await _rollback(conn)
             return _error(str(exc))
