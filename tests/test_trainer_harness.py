@@ -264,7 +264,7 @@ def test_envforge_collect_writes_harness_trajectories(tmp_path: Path) -> None:
 def test_llm_user_spec_builds_llm_user() -> None:
     """`--user MODEL --user-api-base URL` reaches the env as an LLMUser with that config."""
     from envforge.harness.users import LLMUser
-    from envforge.trainer.run import build_envs
+    from envforge.trainer.envs import build_envs
 
     fleet = Fleet([load_env_tasks(RETAIL, TASK_IDS).env])
     (env,) = build_envs(

@@ -28,11 +28,11 @@ from envforge.server import Fleet, load_env
 from envforge.server.http_app import build_app
 from envforge.trainer.backends import VLLMBackend, load_tokenizer
 from envforge.trainer.bandit import bandit_corpus, bandit_tasks, write_bandit_env
+from envforge.trainer.envs import build_envs
 from envforge.trainer.learner import Learner, LearnerConfig, token_logprobs
 from envforge.trainer.loop import StepMetrics, TrainConfig, collect, job_stream, train
 from envforge.trainer.ray_workers import BackendSpec, EnvSpec, RayWorkers, WorkerSpec, state_checksum
 from envforge.trainer.rollout import RolloutConfig, RolloutEnv
-from envforge.trainer.run import build_envs
 from envforge.trainer.tiny import build_tiny_model
 from envforge.trainer.trajectory import SequenceBuilder, Trajectory
 

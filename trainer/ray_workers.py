@@ -59,7 +59,7 @@ class BackendSpec(BaseModel):
 
 
 class EnvSpec(BaseModel):
-    """Which envs an actor plays and how (the fields `run.build_envs` takes)."""
+    """Which envs an actor plays and how (the fields `envs.build_envs` takes)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -134,8 +134,8 @@ class RolloutWorker:
         from envforge.server import Fleet, load_env
 
         from .backends import HFBackend, VLLMBackend, load_tokenizer
+        from .envs import build_envs
         from .remote_fleet import RemoteFleet
-        from .run import build_envs
 
         b, e = self.spec.backend, self.spec.env
         torch.set_num_threads(b.torch_threads)

@@ -26,18 +26,17 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel
 
-from envforge.harness.llm import LLMConfig, http_sessions
-from envforge.harness.tasks import load_env_tasks
+from envforge.harness.llm import http_sessions
 from envforge.server import Fleet, load_env
-from envforge.synth.pipeline import load_tasks
 
 from .backends import GenerationBackend, HFBackend, VLLMBackend, load_tokenizer
 from .distributed import DataParallel, init_from_env, rank_device, shutdown
+from .envs import build_envs
 from .harness_env import HarnessRolloutEnv
 from .learner import Learner, LearnerConfig
 from .loop import StepMetrics, TrainConfig, collect, train
 from .plots import write_plots
-from .rollout import FleetRolloutEnv, RolloutConfig, RolloutEnv
+from .rollout import RolloutConfig, RolloutEnv
 from .trajectory import Trajectory
 
 
@@ -61,39 +60,6 @@ class RunOptions(BaseModel):
     fleet_url: str | None = None
     ray_workers: int = 0
     ray_address: str | None = None
-
-
-def build_envs(
-    fleet: Fleet,
-    dirs: Sequence[Path],
-    use_mcp: bool,
-    *,
-    env_kind: Literal["harness", "fleet"] = "fleet",
-    user: str = "scripted",
-    user_api_base: str | None = None,
-    judge: str | None = None,
-) -> list[RolloutEnv]:
-    envs: list[RolloutEnv] = []
-    for d in dirs:
-        tasks_file = Path(d) / "tasks.jsonl"
-        if not tasks_file.exists():
-            raise FileNotFoundError(f"{tasks_file} is missing: synthesize tasks first (envforge synth tasks)")
-        if env_kind == "harness":
-            user_llm = None if user == "scripted" else LLMConfig(model=user, api_base=user_api_base)
-            envs.append(
-                HarnessRolloutEnv(
-                    fleet,
-                    load_env_tasks(d),
-                    user=user,
-                    user_llm=user_llm,
-                    judge=LLMConfig(model=judge) if judge else None,
-                    use_mcp=use_mcp,
-                )
-            )
-        else:
-            name = load_env(d).name
-            envs.append(FleetRolloutEnv(fleet, name, load_tasks(Path(d)), use_mcp=use_mcp))
-    return envs
 
 
 def _fleet(opts: RunOptions) -> Any:
