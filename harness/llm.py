@@ -147,6 +147,15 @@ _UNPRICED: set[str] = set()
 """Models litellm has no price for: looking one up costs ~1 ms per call, and the answer never changes."""
 
 
+def routable_model(model: str) -> bool:
+    """Whether litellm knows which provider serves `model` (as it must, to call it at all)."""
+    try:
+        _litellm().get_llm_provider(model)
+    except Exception:
+        return False
+    return True
+
+
 def _provider_key_set(model: str) -> bool:
     """Whether the environment already holds an API key for this model's provider."""
     provider = model.split("/", 1)[0].upper().replace("-", "_")
