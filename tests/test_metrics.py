@@ -251,3 +251,25 @@ def test_print_summary_table() -> None:
     text = console.export_text()
     for needle in ("bank", "shop", "overall", "pass^1", "pass^4", "0.667", "[0."):
         assert needle in text
+
+
+@pytest.mark.parametrize(
+    ("status", "fault", "counted"),
+    [
+        ("completed", "none", True),
+        ("timeout", "agent", True),
+        ("context_overflow", "agent", True),
+        ("max_errors", "agent", True),
+        ("infra_failure", "infra", False),
+    ],
+)
+def test_records_written_before_fault_existed_still_read(
+    tmp_path: Path, status: str, fault: str, counted: bool
+) -> None:
+    """An older trials.jsonl line has a status and no `fault`: whose side it was comes from the status."""
+    old = json.loads(rec("shop", "a", 0, 0.0, status=status).model_dump_json())
+    del old["fault"], old["env_errors"]
+    run = write_run(tmp_path / "run", [], tail=json.dumps(old) + "\n")
+    _, (read,) = read_run(run)
+    assert (read.fault, read.counted) == (fault, counted)
+    assert summarize([read], 4)["overall"]["n_trials"] == int(counted)
