@@ -11,7 +11,6 @@ environment's (an env bug: left out of pass^k and reported, not re-run — it wo
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -212,7 +211,7 @@ _RECORD_START = '{"run_id"'
 
 
 def _parse(line: str) -> TrialRecord:
-    return TrialRecord.model_validate(json.loads(line))
+    return TrialRecord.model_validate_json(line)
 
 
 def read_trials(path: Path | str) -> TrialsRead:
@@ -262,5 +261,7 @@ def _key_in(line: str) -> str | None:
 def _reason(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
         first = exc.errors()[0]
+        if first["type"] == "json_invalid":
+            return f"not valid JSON ({first['msg']})"
         return f"not a trial record ({'.'.join(map(str, first['loc'])) or 'record'}: {first['msg']})"
     return f"not valid JSON ({exc})"
