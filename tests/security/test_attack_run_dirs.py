@@ -30,14 +30,13 @@ RETAIL = REPO / "envs" / "retail_orders"
 ENV = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "NO_COLOR": "1", "COLUMNS": "300"}
 
 
-def envforge(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+def envforge(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "envforge.cli", *args],
         capture_output=True,
         text=True,
         env=ENV,
-        timeout=300,
-        **kw,
+        timeout=timeout,
     )
 
 
@@ -73,18 +72,23 @@ def keys_in(run: Path) -> Counter[str]:
 STATUSES = {"completed", "infra_failure", "context_overflow", "timeout", "max_turns", "max_errors"}
 
 
-class SlowModel:
-    """An OpenAI-compatible model on 127.0.0.1 that answers "Done." after `delay` seconds."""
+class GatedModel:
+    """An OpenAI-compatible model on 127.0.0.1 that answers "Done.": the first `free` calls at once,
+    later ones only once `gate` is set — so a run using it stays busy for as long as a test needs."""
 
-    def __init__(self, delay: float) -> None:
-        delay_s = delay
+    def __init__(self, free: int) -> None:
+        self.gate = threading.Event()
+        calls = {"n": 0}
+        gate = self.gate
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("content-length", 0)))
-                time.sleep(delay_s)
+                calls["n"] += 1
+                if calls["n"] > free:
+                    gate.wait(60)
                 message = {"role": "assistant", "content": "Done."}
                 body = {
                     "id": "x",
@@ -115,9 +119,10 @@ class SlowModel:
 
 
 @pytest.fixture
-def slow_model() -> Iterator[SlowModel]:
-    model = SlowModel(0.4)
+def gated_model() -> Iterator[GatedModel]:
+    model = GatedModel(free=2)
     yield model
+    model.gate.set()
     model.close()
 
 
@@ -130,24 +135,28 @@ def wait_for_records(run: Path, n: int, proc: subprocess.Popen[str], limit_s: fl
 
 
 def test_second_resume_on_a_run_in_use_refuses_and_no_trial_runs_twice(
-    tmp_path: Path, slow_model: SlowModel
+    tmp_path: Path, gated_model: GatedModel
 ) -> None:
     """Found: two `--resume` at once ran 16 of 24 trials twice. The second must refuse (exit 2)."""
     run = tmp_path / "run"
-    args = ["eval", str(RETAIL), "--agent", "openai/slow", "--agent-api-base", slow_model.url]
+    args = ["eval", str(RETAIL), "--agent", "openai/gated", "--agent-api-base", gated_model.url]
     args += ["--tasks", ids(12), "--trials", "2", "--concurrency", "1", "--out", str(run)]
     first = spawn(*args)
     try:
-        wait_for_records(run, 1, first)
-        second = envforge(*args, "--resume")
+        wait_for_records(run, 2, first)  # the first run now waits on the model: it holds the directory
+        try:
+            second = envforge(*args, "--resume", timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the second resume ran trials beside the first: {dict(keys_in(run))}")
         assert second.returncode == 2, f"the second resume ran: {dict(keys_in(run))}"
-        assert first.poll() is None, "the first run ended before the attack: make the model slower"
+        assert first.poll() is None
         assert "in use" in " ".join(second.stderr.split())
         assert len(second.stderr.strip().splitlines()) <= 3  # a short message, no traceback
         assert "Traceback" not in second.stderr
         # The owner dies the hard way: the OS drops its lock, and a resume finishes the run.
         first.send_signal(signal.SIGKILL)
         first.wait(30)
+        gated_model.gate.set()
     finally:
         if first.poll() is None:
             first.kill()
