@@ -188,11 +188,12 @@ ENV_ERROR_META = "envforge/error"
 
 
 def is_env_error(result: Any) -> bool:
-    """Whether a tool result says the env itself failed (not the agent's call)."""
-    if getattr(result, "env_error", False):
+    """Whether a tool result says the env itself failed (not the agent's call): its kind is
+    `env_error` (the runtime's `ToolResult.kind`, carried over MCP in `_meta["envforge/error"]`)."""
+    if getattr(result, "kind", None) == "env_error" or getattr(result, "env_error", False):
         return True
     meta = getattr(result, "meta", None)
-    return isinstance(meta, dict) and ENV_ERROR_META in meta
+    return isinstance(meta, dict) and meta.get(ENV_ERROR_META) == "env_error"
 
 
 def _call_problem(call: Any, tool_names: set[str]) -> str | None:
