@@ -1,7 +1,15 @@
-"""`envforge eval`: the evaluation harness's command (`register(app)` adds it to the root app)."""
+"""`envforge eval` and `envforge rescore`: the evaluation harness's commands.
+
+Exit codes of `eval`: 0 when the run finished with at most `--max-infra-failures` infra failures;
+1 when it had more (their first reasons are printed on stderr, so a run that could not reach its
+model or its env server never looks like a result); 2 when nothing was run — bad input (an
+unknown agent or task id), a run directory in use by another process, or a `--resume` whose
+manifest is missing or does not match.
+"""
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Annotated
 
@@ -46,17 +54,25 @@ def evaluate(
     max_turns: Annotated[int, typer.Option(help="Most user/agent exchanges per trial.")] = 30,
     max_tool_errors: Annotated[int, typer.Option(help="Most failed tool calls per trial.")] = 10,
     timeout: Annotated[float, typer.Option(help="Wall-clock seconds per trial.")] = 600.0,
+    max_infra_failures: Annotated[
+        int,
+        typer.Option(
+            min=0, help="Infra failures tolerated before eval exits 1 (they are re-run by --resume)."
+        ),
+    ] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="End with one JSON summary on stdout.")] = False,
 ) -> None:
     """Evaluate an agent on env tasks with a simulated user; prints pass^1..pass^k per env."""
     # Imported here: litellm takes seconds to import, and `serve` or `inspect` must not pay for it.
+    from envforge.harness.agents import BUILTIN_AGENTS
     from envforge.harness.llm import LLMConfig
     from envforge.harness.metrics import print_summary, summarize
-    from envforge.harness.orchestrator import EvalConfig, Limits, RunExists, run_eval
-    from envforge.harness.runs import RunConfigMismatch
+    from envforge.harness.orchestrator import EvalConfig, Limits, RunExists, UnknownTasks, run_eval
+    from envforge.harness.runs import RunConfigMismatch, RunLocked
 
     if llm_transport not in ("auto", "http", "litellm"):
         fail(f"--llm-transport must be auto, http or litellm, not {llm_transport!r}")
+    check_agent_name(agent, BUILTIN_AGENTS)
 
     def llm(model: str, api_base: str | None, temperature: float | None = None) -> LLMConfig:
         try:
@@ -69,7 +85,7 @@ def evaluate(
     config = EvalConfig(
         agent=agent,
         user=user,
-        agent_llm=None if agent in ("oracle", "noop", "random") else llm(agent, agent_api_base, temperature),
+        agent_llm=None if agent in BUILTIN_AGENTS else llm(agent, agent_api_base, temperature),
         user_llm=llm(user, user_api_base, user_temperature) if user != "scripted" else None,
         judge_llm=llm(judge, judge_api_base) if judge else None,
         trials=trials,
@@ -99,17 +115,58 @@ def evaluate(
         def on_record(record: object) -> None:
             progress.advance(bar)
 
+        def on_notice(message: str) -> None:
+            console.print(f"[yellow]warning:[/] {message}")
+
         try:
             manifest, records = anyio.run(
-                lambda: run_eval(env_dirs, config, out, resume=resume, on_start=on_start, on_record=on_record)
+                lambda: run_eval(
+                    env_dirs,
+                    config,
+                    out,
+                    resume=resume,
+                    on_start=on_start,
+                    on_record=on_record,
+                    on_notice=on_notice,
+                )
             )
-        except (RunExists, RunConfigMismatch, FileNotFoundError) as exc:
+        except (RunExists, RunConfigMismatch, RunLocked, UnknownTasks, FileNotFoundError) as exc:
             fail(str(exc))
     summary = summarize(records, manifest.trials)
     print_summary(summary, console)
     console.print(f"run directory: {out}")
     if json_out:
         print_json(summary)
+    infra = [r for r in records if r.fault == "infra"]
+    if infra:
+        console.print(
+            f"[bold red]{len(infra)} of {len(records)} trial(s) failed for infra reasons[/] "
+            "(--resume runs them again):"
+        )
+        for r in infra[:INFRA_REASONS_SHOWN]:
+            console.print(f"  {r.trial_key}: {r.error}", markup=False, highlight=False)
+    if len(infra) > max_infra_failures:
+        raise typer.Exit(1)
+
+
+INFRA_REASONS_SHOWN = 3
+
+
+def check_agent_name(agent: str, builtins: tuple[str, ...]) -> None:
+    """Fail fast on an `--agent` that is neither a built-in nor a model string litellm can route:
+    a typo like `oracl` would otherwise turn every trial into an infra failure."""
+    if agent in builtins or "/" in agent:
+        return
+    from envforge.harness.llm import routable_model
+
+    if routable_model(agent):
+        return
+    close = difflib.get_close_matches(agent, builtins, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    fail(
+        f"unknown agent {agent!r}{hint}: not a built-in ({', '.join(builtins)}) "
+        "and not a model string (use provider/model, e.g. openai/gpt-4o)"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -2,9 +2,13 @@
 
 One place decides what a transient failure is (rate limit, 5xx, timeout, dropped connection)
 and retries it with exponential backoff; what still fails becomes `InfraError`, which the
-orchestrator records as `infra_failure` (excluded from pass^k, re-run by `--resume`). A context
-window overflow is the model's own limit, not the infrastructure's, so it becomes
-`ContextOverflow`. Tokens and cost are read from each response, per role.
+orchestrator records as `infra_failure` (excluded from pass^k, re-run by `--resume`). Two
+endings are the model's own, not the infrastructure's: a context window overflow
+(`ContextOverflow`) and an answer that is not a usable message — content that is not text, a
+tool call without a function name (`MalformedOutput`). Neither is retried. Tokens and cost are
+read from each response, per role. While a call is waiting on a model server it is counted in
+`model_waits()`, so a trial whose wall-clock limit interrupts that wait is charged to the
+server, not to the agent.
 
 Two routes reach a model: OpenAI-compatible servers named by an api base (`openai/...` or
 `hosted_vllm/...` with `api_base`) are called directly over HTTP (`openai_http`), which is ~10×
@@ -17,8 +21,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+import anyio
 from pydantic import BaseModel, ConfigDict
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
@@ -40,7 +49,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ContextOverflow", "InfraError", "LLMConfig", "aclose_http_sessions", "complete", "http_sessions"]
+__all__ = [
+    "ContextOverflow",
+    "InfraError",
+    "LLMConfig",
+    "MalformedOutput",
+    "ModelWaits",
+    "aclose_http_sessions",
+    "complete",
+    "http_sessions",
+    "model_waits",
+]
 
 
 def _litellm() -> litellm:  # type: ignore[valid-type]
@@ -52,6 +71,48 @@ def _litellm() -> litellm:  # type: ignore[valid-type]
 
 class InfraError(RuntimeError):
     """A model call (or the env server) failed for reasons outside the agent: not the agent's fault."""
+
+
+class MalformedOutput(RuntimeError):
+    """The model answered, but not with a usable message: the agent's fault, never retried."""
+
+
+@dataclass
+class ModelWaits:
+    """Model calls of one trial: how many are in flight, and how many a cancellation interrupted."""
+
+    in_flight: int = 0
+    interrupted: int = 0
+
+
+_WAITS: ContextVar[ModelWaits | None] = ContextVar("envforge_model_waits", default=None)
+
+
+@contextmanager
+def model_waits() -> Iterator[ModelWaits]:
+    """Count, for the block's duration, the model calls made from it (and from tasks it starts)."""
+    waits = ModelWaits()
+    token = _WAITS.set(waits)
+    try:
+        yield waits
+    finally:
+        _WAITS.reset(token)
+
+
+@contextmanager
+def _waiting() -> Iterator[None]:
+    waits = _WAITS.get()
+    if waits is not None:
+        waits.in_flight += 1
+    try:
+        yield
+    except anyio.get_cancelled_exc_class():
+        if waits is not None:
+            waits.interrupted += 1
+        raise
+    finally:
+        if waits is not None:
+            waits.in_flight -= 1
 
 
 class LLMConfig(BaseModel):
@@ -86,6 +147,15 @@ _UNPRICED: set[str] = set()
 """Models litellm has no price for: looking one up costs ~1 ms per call, and the answer never changes."""
 
 
+def routable_model(model: str) -> bool:
+    """Whether litellm knows which provider serves `model` (as it must, to call it at all)."""
+    try:
+        _litellm().get_llm_provider(model)
+    except Exception:
+        return False
+    return True
+
+
 def _provider_key_set(model: str) -> bool:
     """Whether the environment already holds an API key for this model's provider."""
     provider = model.split("/", 1)[0].upper().replace("-", "_")
@@ -93,7 +163,7 @@ def _provider_key_set(model: str) -> bool:
 
 
 def _is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, ContextOverflow | ProviderError):
+    if isinstance(exc, ContextOverflow | ProviderError | MalformedOutput):
         return False
     if isinstance(exc, TransientHTTPError):
         return True
@@ -172,15 +242,29 @@ def _parse_arguments(raw: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"__unparsed__": value}
 
 
+def _text(content: Any) -> str | None:
+    if content is not None and not isinstance(content, str):
+        raise MalformedOutput(f"message content is not text: {type(content).__name__} {str(content)[:120]}")
+    return content
+
+
+def _tool_call(i: int, call_id: Any, function: Any) -> ToolCall:
+    """One tool call of a response; arguments that are not a JSON object stay `{"__unparsed__": ...}`
+    so the conversation can tell the agent, but a call without a function name is unusable."""
+    name = function.get("name") if isinstance(function, dict) else getattr(function, "name", None)
+    if not isinstance(name, str) or not name:
+        raise MalformedOutput(f"tool call {i} has no function name: {str(function)[:120]}")
+    raw = function.get("arguments") if isinstance(function, dict) else getattr(function, "arguments", None)
+    return ToolCall(id=str(call_id or f"call_{i}"), name=name, arguments=_parse_arguments(raw))
+
+
 def from_openai(message: Any) -> Message:
     """litellm's response message as our `Message` (tool-call arguments parsed from JSON)."""
     calls = [
-        ToolCall(
-            id=c.id or f"call_{i}", name=c.function.name, arguments=_parse_arguments(c.function.arguments)
-        )
+        _tool_call(i, getattr(c, "id", None), getattr(c, "function", None))
         for i, c in enumerate(getattr(message, "tool_calls", None) or [])
     ]
-    return Message(role="assistant", content=getattr(message, "content", None), tool_calls=calls)
+    return Message(role="assistant", content=_text(getattr(message, "content", None)), tool_calls=calls)
 
 
 def _usage_from_json(body: dict[str, Any], model: str) -> Usage:
@@ -197,15 +281,15 @@ def _message_from_json(body: dict[str, Any]) -> Message:
         message = body["choices"][0]["message"]
     except (KeyError, IndexError, TypeError) as exc:
         raise ProviderError(f"response has no choices[0].message: {json.dumps(body)[:300]}") from exc
+    if not isinstance(message, dict):
+        raise MalformedOutput(f"choices[0].message is not an object: {str(message)[:120]}")
     calls = [
-        ToolCall(
-            id=c.get("id") or f"call_{i}",
-            name=c["function"]["name"],
-            arguments=_parse_arguments(c["function"].get("arguments")),
+        _tool_call(
+            i, c.get("id") if isinstance(c, dict) else None, c.get("function") if isinstance(c, dict) else c
         )
         for i, c in enumerate(message.get("tool_calls") or [])
     ]
-    return Message(role="assistant", content=message.get("content"), tool_calls=calls)
+    return Message(role="assistant", content=_text(message.get("content")), tool_calls=calls)
 
 
 async def _complete_http(
@@ -260,19 +344,22 @@ async def complete(
     """One chat completion with retries; returns the assistant message and its usage.
 
     Raises `InfraError` once retries are spent on transient errors (or on any other provider
-    error), and `ContextOverflow` (never retried) when the prompt does not fit the model.
+    error), and — never retried — `ContextOverflow` when the prompt does not fit the model and
+    `MalformedOutput` when the answer is not a usable message. Backoff counts as waiting on the
+    model server, like the calls themselves.
     """
     route = _complete_http if cfg.uses_http() else _complete_litellm
     try:
-        async for attempt in AsyncRetrying(
-            stop=stop_after_attempt(cfg.retries + 1),
-            wait=wait_exponential(multiplier=cfg.backoff_s, max=cfg.backoff_max_s),
-            retry=retry_if_exception(_is_transient),
-            reraise=True,
-        ):
-            with attempt:
-                return await route(cfg, messages, tools, extra)
-    except ContextOverflow:
+        with _waiting():
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(cfg.retries + 1),
+                wait=wait_exponential(multiplier=cfg.backoff_s, max=cfg.backoff_max_s),
+                retry=retry_if_exception(_is_transient),
+                reraise=True,
+            ):
+                with attempt:
+                    return await route(cfg, messages, tools, extra)
+    except (ContextOverflow, MalformedOutput):
         raise
     except Exception as exc:
         raise InfraError(f"{cfg.model}: {type(exc).__name__}: {exc}") from exc

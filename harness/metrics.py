@@ -2,9 +2,11 @@
 
 Definitions (kept here so the report, the CLI and the trainer agree on one meaning):
 
-- A trial is *counted* unless its status is `infra_failure`: those are re-run by `--resume`, so
-  counting them would charge the agent for our crash. Every other status (`context_overflow`,
-  `timeout`, `max_turns`, ...) is an attempt the agent made and counts, with whatever reward it got.
+- A trial is *counted* when its ending is on the agent's side or nobody's (`records.Fault`:
+  `none`, `agent`). Infra failures are re-run by `--resume`, so counting them would charge the
+  agent for our crash; env failures are the env's bug. Every agent-side ending
+  (`context_overflow`, `malformed_output`, `timeout`, `max_turns`, ...) is an attempt the agent
+  made and counts, with whatever reward it got (0 for a premature ending).
 - A trial *succeeds* when its reward is 1.0 (>= 1 - 1e-6, float noise from products of parts).
 - pass^k is τ-bench's: for a task with n counted trials and c successes, C(c, k) / C(n, k), i.e. the
   chance that k trials drawn without replacement all succeed; averaged over the tasks with n >= k.
@@ -18,7 +20,6 @@ Definitions (kept here so the report, the CLI and the trainer agree on one meani
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import warnings
@@ -29,7 +30,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .records import RunManifest, TrialRecord, Usage
+from .records import Fault, RunManifest, TrialRecord, Usage, read_trials
 
 MANIFEST_FILE = "manifest.json"
 TRIALS_FILE = "trials.jsonl"
@@ -43,11 +44,11 @@ BUCKET_RULE = "by tool calls of the golden path: easy <= 2, medium 3-4, hard >= 
 
 
 class RunReadError(ValueError):
-    """A run directory that cannot be read: missing manifest, or a corrupt line that is not the last."""
+    """A run directory that cannot be read: missing, or without a readable manifest."""
 
 
 class TruncatedRecordWarning(UserWarning):
-    """The last line of trials.jsonl is cut off (a crash mid-write); it is ignored."""
+    """Lines of trials.jsonl that hold no readable record (torn by a crash, or corrupt); skipped."""
 
 
 # --------------------------------------------------------------------------- reading
@@ -61,63 +62,12 @@ def latest(records: Iterable[TrialRecord]) -> list[TrialRecord]:
     return sorted(by_key.values(), key=lambda r: (r.env, r.task_id, r.trial, r.trial_key))
 
 
-def _recover_appended(line: str) -> Any:
-    """A torn line with a whole record appended to it (the writer appends `json + "\n"` and does not
-    start a fresh line after a crash): the record that starts last on the line, or None."""
-    start = line.rfind('{"run_id"')
-    if start <= 0:
-        return None
-    try:
-        return json.loads(line[start:])
-    except json.JSONDecodeError:
-        return None
-
-
-def read_trials(path: Path) -> list[TrialRecord]:
-    """Every record of a trials.jsonl in file order; a broken final line is skipped with a warning.
-
-    Only the final line may be broken: that is what a crash mid-write leaves (or, after a resume, a
-    torn prefix glued to the next record, which is recovered). A broken line anywhere else means the
-    file was damaged some other way, and silently dropping trials would skew pass^k.
-    """
-    if not path.exists():
-        return []
-    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
-    while lines and not lines[-1].strip():
-        lines.pop()
-    records = []
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            data = _recover_appended(line)
-            if data is not None:
-                warnings.warn(
-                    f"{path}:{lineno}: torn record followed by an appended one (crash, then resume); "
-                    "kept the appended record",
-                    TruncatedRecordWarning,
-                    stacklevel=2,
-                )
-            elif lineno == len(lines):
-                warnings.warn(
-                    f"{path}:{lineno}: ignoring truncated last line (crash mid-write?): {exc}",
-                    TruncatedRecordWarning,
-                    stacklevel=2,
-                )
-                continue
-            else:
-                raise RunReadError(f"{path}:{lineno}: not valid JSON: {exc}") from exc
-        try:
-            records.append(TrialRecord.model_validate(data))
-        except ValidationError as exc:
-            raise RunReadError(f"{path}:{lineno}: not a trial record: {exc}") from exc
-    return records
-
-
 def read_run(run_dir: Path | str) -> tuple[RunManifest, list[TrialRecord]]:
-    """The run's manifest and its current records (last per trial_key, sorted env/task/trial)."""
+    """The run's manifest and its current records (last per trial_key, sorted env/task/trial).
+
+    Records come through `records.read_trials`, the reader `--resume` uses too: unreadable lines
+    are skipped with one `TruncatedRecordWarning` saying how many and where.
+    """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise RunReadError(f"{run_dir}: no such run directory")
@@ -128,7 +78,10 @@ def read_run(run_dir: Path | str) -> tuple[RunManifest, list[TrialRecord]]:
         manifest = RunManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
     except ValidationError as exc:
         raise RunReadError(f"{manifest_path}: not a run manifest: {exc}") from exc
-    return manifest, latest(read_trials(run_dir / TRIALS_FILE))
+    read = read_trials(run_dir / TRIALS_FILE)
+    if read.skipped:
+        warnings.warn(read.describe_skipped(run_dir / TRIALS_FILE), TruncatedRecordWarning, stacklevel=2)
+    return manifest, [r for r in latest(read.records) if r.run_id == manifest.run_id]
 
 
 # --------------------------------------------------------------------------- statistics
@@ -139,7 +92,7 @@ def is_success(reward: float) -> bool:
 
 
 def is_counted(rec: TrialRecord) -> bool:
-    return rec.status != "infra_failure"
+    return rec.counted
 
 
 def pass_hat_k(outcomes: Sequence[tuple[int, int]], k: int) -> float | None:
@@ -231,7 +184,9 @@ def _core(records: Sequence[TrialRecord], trials: int) -> dict[str, Any]:
         "mean_reward": _mean(task_reward),
         "mean_reward_ci": bootstrap_ci(task_reward),
         "user_error_rate": _mean([1.0 if r.user_error else 0.0 for r in counted]),
-        "infra_failures": sum(1 for r in records if not is_counted(r)),
+        "infra_failures": sum(1 for r in records if r.fault == Fault.INFRA),
+        "env_failures": sum(1 for r in records if r.fault == Fault.ENV),
+        "agent_failures": sum(1 for r in records if r.fault == Fault.AGENT),
     }
 
 
@@ -246,7 +201,8 @@ def _part(records: Sequence[TrialRecord], trials: int) -> dict[str, Any]:
     return {
         **_core(records, trials),
         "n_records": len(records),
-        "statuses": dict(sorted(Counter(r.status for r in records).items())),
+        "statuses": dict(sorted(Counter(str(r.status) for r in records).items())),
+        "faults": dict(sorted(Counter(str(r.fault) for r in records).items())),
         "cost_usd": sum(t["cost_usd"] for t in tokens.values()),
         "tokens": tokens,
         "by_difficulty": {b: _core(rs, trials) for b, rs in buckets.items()},
@@ -258,7 +214,8 @@ def summarize(records: list[TrialRecord], trials: int) -> dict[str, Any]:
 
     Each part: n_tasks, n_trials (counted), n_records, statuses, pass_hat_k (k = 1..trials; None
     where no task has k counted trials), pass_1_ci, mean_reward, mean_reward_ci, user_error_rate,
-    infra_failures, cost_usd, tokens (per role), by_difficulty (bucket -> the success metrics).
+    infra_failures, env_failures, agent_failures, faults (fault -> records), cost_usd, tokens (per
+    role), by_difficulty (bucket -> the success metrics).
     Records are deduplicated by trial_key first, so raw file order may be passed in.
     """
     if trials < 1:

@@ -6,10 +6,18 @@ control token, a limit, or the wall-clock timeout → export the final state →
 `TrialRecord` to the run directory. The fleet is in-process by default; with `server` it is a
 running `envforge serve` reached through its control plane and per-episode MCP URLs.
 
-Failures are sorted by whose fault they are: the model's context overflowing is the agent's
-(`context_overflow`, scored 0); model calls that still fail after retries, and a fleet that
-errors or disappears, are nobody's measurement (`infra_failure`, excluded from pass^k and re-run
-by `resume`).
+Every ending is charged to one side (`records.Fault`). The agent's: its context overflowing, an
+answer that is not a usable message, calls to tools that do not exist or with arguments that are
+not a JSON object (each answered with a tool error it can recover from, and counted against
+`max_tool_errors`), the step/turn/error limits, and the wall-clock limit running out while the
+agent itself was working. The infrastructure's: model calls that still fail after retries, a
+model server still not answering when the wall-clock limit runs out, and a fleet that errors or
+disappears (`infra_failure`: excluded from pass^k and re-run by `resume`). The env's: a trial
+that did not succeed after a tool answered with an internal env error (`env_failure`).
+
+A run directory is held under `RunDir.lock()` for the whole run, and `resume` needs the run's
+manifest to match (see `runs.MANIFEST_IGNORED`), so two processes never write one run and a run
+never adopts records another agent wrote.
 """
 
 from __future__ import annotations
@@ -32,9 +40,17 @@ from envforge.server.client import EpisodeClient, episode_client, http_episode_c
 from envforge.synth.models import Task
 
 from .agents import BUILTIN_AGENTS, Agent, as_reply, build_agent, openai_tools
-from .llm import ContextOverflow, InfraError, LLMConfig, add_usage, http_sessions
-from .records import Message, RunManifest, TrialRecord, Usage
-from .runs import RunDir, check_resumable, dump_diff, records_for, score_trial, trial_key
+from .llm import (
+    ContextOverflow,
+    InfraError,
+    LLMConfig,
+    MalformedOutput,
+    add_usage,
+    http_sessions,
+    model_waits,
+)
+from .records import FAULT_OF_STATUS, Message, RunManifest, TrialRecord, TrialStatus, Usage
+from .runs import RunConfigMismatch, RunDir, check_resumable, dump_diff, records_for, score_trial, trial_key
 from .tasks import EnvTasks, load_env_tasks
 from .user_errors import detect_user_error
 from .users import User, build_user
@@ -156,13 +172,38 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def _classify(exc: BaseException) -> tuple[str, str]:
+def _classify(exc: BaseException) -> tuple[TrialStatus, str]:
     leaves = _leaves(exc)
     for leaf in leaves:
         if isinstance(leaf, ContextOverflow):
-            return "context_overflow", f"context window exceeded: {leaf}"
+            return TrialStatus.CONTEXT_OVERFLOW, f"context window exceeded: {leaf}"
+        if isinstance(leaf, MalformedOutput):
+            return TrialStatus.MALFORMED_OUTPUT, f"unusable model output: {leaf}"
     leaf = next((e for e in leaves if isinstance(e, InfraError)), leaves[0])
-    return "infra_failure", f"{type(leaf).__name__}: {leaf}"
+    return TrialStatus.INFRA_FAILURE, f"{type(leaf).__name__}: {leaf}"
+
+
+ENV_ERROR_META = "envforge/error"
+"""The `_meta` key of a tool result the env reports as its own internal error (kind `env_error`)."""
+
+
+def is_env_error(result: Any) -> bool:
+    """Whether a tool result says the env itself failed (not the agent's call): its kind is
+    `env_error` (the runtime's `ToolResult.kind`, carried over MCP in `_meta["envforge/error"]`)."""
+    if getattr(result, "kind", None) == "env_error" or getattr(result, "env_error", False):
+        return True
+    meta = getattr(result, "meta", None)
+    return isinstance(meta, dict) and meta.get(ENV_ERROR_META) == "env_error"
+
+
+def _call_problem(call: Any, tool_names: set[str]) -> str | None:
+    """Why a call must not reach the env (answered to the agent as a tool error), or None."""
+    if call.name not in tool_names:
+        return f"Error: unknown tool {call.name!r}; available tools: {', '.join(sorted(tool_names))}"
+    if "__unparsed__" in call.arguments:
+        raw = str(call.arguments["__unparsed__"])[:200]
+        return f"Error: the arguments of {call.name} are not a JSON object: {raw}"
+    return None
 
 
 def trial_seed(run_seed: int, key: str) -> int:
@@ -177,8 +218,15 @@ async def converse(
     messages: list[Message],
     usage: dict[str, Usage],
     limits: Limits,
+    env_errors: list[str] | None = None,
 ) -> tuple[str, str]:
-    """The conversation loop; fills `messages` and `usage`, returns (status, termination)."""
+    """The conversation loop; fills `messages` and `usage`, returns (status, termination).
+
+    A call to a tool the env does not have, or with arguments that are not a JSON object, never
+    reaches the env: the agent gets a tool error saying so. Tool results the env reports as its
+    own internal errors are appended to `env_errors`.
+    """
+    tool_names = {t["function"]["name"] for t in tools}
     first = await user.start()
     add_usage(usage, "user", first.usage)
     messages.append(Message(role="user", content=first.text, turn=0))
@@ -194,17 +242,18 @@ async def converse(
             if not said.tool_calls:
                 break
             for call in said.tool_calls:
-                result = await client.call_tool(call.name, call.arguments)
+                problem = _call_problem(call, tool_names)
+                if problem is not None:
+                    text, is_error = problem, True
+                else:
+                    result = await client.call_tool(call.name, call.arguments)
+                    text, is_error = result.text, result.is_error
+                    if env_errors is not None and is_env_error(result):
+                        env_errors.append(f"{call.name}: {text[:200]}")
                 messages.append(
-                    Message(
-                        role="tool",
-                        content=result.text,
-                        tool_call_id=call.id,
-                        is_error=result.is_error,
-                        turn=turn,
-                    )
+                    Message(role="tool", content=text, tool_call_id=call.id, is_error=is_error, turn=turn)
                 )
-                errors += result.is_error
+                errors += is_error
                 if errors > limits.max_tool_errors:
                     return "max_errors", "max_tool_errors"
         else:
@@ -252,21 +301,28 @@ async def run_trial(
     status, termination, error = "completed", "", None
     final: State | None = None
     episode_id: str | None = None
+    env_errors: list[str] = []
     try:
         episode_id = await backend.create(env.name, job.et.initial_state(task) if task.setup else None)
         async with backend.client(env.name, episode_id) as client:
             tools = openai_tools(await client.list_tools())
-            with anyio.move_on_after(config.limits.trial_timeout_s) as scope:
+            with model_waits() as waits, anyio.move_on_after(config.limits.trial_timeout_s) as scope:
                 status, termination = await converse(
-                    agent, user, client, tools, messages, usage, config.limits
+                    agent, user, client, tools, messages, usage, config.limits, env_errors
                 )
-            if scope.cancelled_caught:
-                status, termination = "timeout", "timeout"
+            if scope.cancelled_caught and waits.interrupted:
+                # The clock ran out while a model server was still answering: the server's delay,
+                # not the agent's doing.
+                status, termination = TrialStatus.INFRA_FAILURE, "timeout"
+                limit = config.limits.trial_timeout_s
+                error = f"model server did not answer within the trial timeout ({limit:g} s)"
+            elif scope.cancelled_caught:
+                status, termination = TrialStatus.TIMEOUT, "timeout"
         final = await backend.export(episode_id)
     except Exception as exc:
         status, error = _classify(exc)
         termination = status
-        if status == "context_overflow" and episode_id is not None:
+        if status in (TrialStatus.CONTEXT_OVERFLOW, TrialStatus.MALFORMED_OUTPUT) and episode_id is not None:
             try:
                 final = await backend.export(episode_id)
             except Exception as export_exc:
@@ -285,9 +341,10 @@ async def run_trial(
         task_id=task.id,
         trial=job.trial,
         seed=seed,
-        status=status,  # type: ignore[arg-type]
+        status=status,
         termination=termination,
         error=error,
+        env_errors=len(env_errors),
         messages=messages,
         usage=usage,
         difficulty=task.difficulty.model_dump(),
@@ -296,7 +353,7 @@ async def run_trial(
         agent=config.agent,
         user=config.user,
     )
-    if final is not None and status != "infra_failure":
+    if final is not None and status != TrialStatus.INFRA_FAILURE:
         try:
             ts = await score_trial(task, final, messages, status=status, judge=config.judge_llm)
             # `record.usage`, not `usage`: the record was validated from a copy of that dict.
@@ -308,13 +365,16 @@ async def run_trial(
             if judge_usage:
                 add_usage(record.usage, "judge", judge_usage)
         except InfraError as exc:
-            record.status, record.error = "infra_failure", f"judge: {exc}"
+            record.status, record.error = TrialStatus.INFRA_FAILURE, f"judge: {exc}"
         else:
             record.final_state_hash = state_hash(final)
             record.final_diff = dump_diff(job.et.diff_from_initial(task, final))
             record.score, record.reward = ts.score, ts.score.reward
             record.parts, record.not_judged = ts.parts, ts.not_judged
             record.user_error, record.user_error_reason = user_error, reason
+    if env_errors and record.status != TrialStatus.INFRA_FAILURE and record.reward < 1.0:
+        record.status, record.error = TrialStatus.ENV_FAILURE, f"env error: {env_errors[0]}"
+    record.fault = FAULT_OF_STATUS[TrialStatus(record.status)]
     record.duration_s = time.perf_counter() - t0
     return record
 
@@ -389,19 +449,77 @@ async def run_eval(
     resume: bool = False,
     on_start: Callable[[int, int], None] | None = None,
     on_record: Callable[[TrialRecord], None] | None = None,
+    on_notice: Callable[[str], None] | None = None,
     make_agent: Callable[[Task, int], Agent] | None = None,
     make_user: Callable[[Task], User] | None = None,
 ) -> tuple[RunManifest, list[TrialRecord]]:
     """Run (or resume) an evaluation into `out_dir`; returns the manifest and the latest record per key.
 
-    `on_start(total, already_done)` and `on_record(record)` drive progress displays;
+    `on_start(total, already_done)` and `on_record(record)` drive progress displays; `on_notice`
+    gets one-line notices (unreadable lines of trials.jsonl that will be run again);
     `make_agent` / `make_user` replace the configured agent or user (custom Python agents).
+    The run directory is locked for the whole call (`RunLocked` if another process has it).
     """
     envs = [load_env_tasks(d, config.task_ids) for d in env_dirs]
+    check_task_ids(config.task_ids, envs)
     rd = RunDir(out_dir)
+    with rd.lock():
+        manifest, jobs = _plan(rd, config, envs, resume, on_notice)
+        total = sum(len(et.tasks) for et in envs) * config.trials
+        if on_start:
+            on_start(total, total - len(jobs))
+        limiter = anyio.CapacityLimiter(max(1, config.concurrency))
+
+        async with http_sessions(), open_backend(config, envs) as backend:
+
+            async def one(job: TrialJob) -> None:
+                async with limiter:
+                    record = await run_trial(
+                        job, backend, config, manifest.run_id, make_agent=make_agent, make_user=make_user
+                    )
+                rd.append(record)
+                if on_record:
+                    on_record(record)
+
+            async with anyio.create_task_group() as tg:
+                for job in jobs:
+                    tg.start_soon(one, job)
+        return manifest, records_for(manifest, rd.read_records())
+
+
+class UnknownTasks(ValueError):
+    """`--tasks` names ids that no selected env has."""
+
+
+def check_task_ids(task_ids: list[str] | None, envs: Sequence[EnvTasks]) -> None:
+    """Fail before running anything when a requested task id exists in none of the envs."""
+    if task_ids is None:
+        return
+    known = {t.id for et in envs for t in et.tasks}
+    unknown = [t for t in task_ids if t not in known]
+    if unknown:
+        names = ", ".join(et.env.name for et in envs)
+        raise UnknownTasks(f"unknown task id(s) {', '.join(unknown)}: not in the tasks of {names}")
+
+
+def _plan(
+    rd: RunDir,
+    config: EvalConfig,
+    envs: Sequence[EnvTasks],
+    resume: bool,
+    on_notice: Callable[[str], None] | None,
+) -> tuple[RunManifest, list[TrialJob]]:
+    """The run's manifest (new, or the resumed one after checking it) and the trials still to run."""
     old = rd.read_manifest()
+    if old is None and resume:
+        what = "records but no manifest.json" if rd.trials_path.exists() else "no run to resume"
+        raise RunConfigMismatch(
+            f"refusing to resume {rd.path}: it holds {what}; start a new run in another --out directory"
+        )
+    if old is None and rd.trials_path.exists():
+        raise RunExists(f"{rd.path} already holds trials.jsonl without a manifest: choose another --out")
     if old is not None and not resume:
-        raise RunExists(f"{out_dir} already holds run {old.run_id}: pass --resume, or choose another --out")
+        raise RunExists(f"{rd.path} already holds run {old.run_id}: pass --resume, or choose another --out")
     manifest = build_manifest(
         config, envs, old.run_id if old else f"run-{int(time.time())}-{secrets.token_hex(3)}"
     )
@@ -410,7 +528,10 @@ async def run_eval(
         manifest = old
     else:
         rd.write_manifest(manifest)
-    done = {k for k, r in rd.latest().items() if r.status != "infra_failure"}
+    read = rd.read()
+    if read.skipped and on_notice:
+        on_notice(read.describe_skipped(rd.trials_path) + "; those trials run again")
+    done = {r.trial_key for r in records_for(manifest, read.records) if not r.rerun_on_resume}
     jobs = [
         job
         for et in envs
@@ -418,23 +539,4 @@ async def run_eval(
         for trial in range(config.trials)
         if (job := TrialJob(et, task, trial)).key not in done
     ]
-    total = sum(len(et.tasks) for et in envs) * config.trials
-    if on_start:
-        on_start(total, total - len(jobs))
-    limiter = anyio.CapacityLimiter(max(1, config.concurrency))
-
-    async with http_sessions(), open_backend(config, envs) as backend:
-
-        async def one(job: TrialJob) -> None:
-            async with limiter:
-                record = await run_trial(
-                    job, backend, config, manifest.run_id, make_agent=make_agent, make_user=make_user
-                )
-            rd.append(record)
-            if on_record:
-                on_record(record)
-
-        async with anyio.create_task_group() as tg:
-            for job in jobs:
-                tg.start_soon(one, job)
-    return manifest, records_for(manifest, rd.latest().values())
+    return manifest, jobs

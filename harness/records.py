@@ -1,14 +1,23 @@
 """What an evaluation run writes: the manifest and one `TrialRecord` per line of `trials.jsonl`.
 
 These models are the harness's boundary: the report, re-scoring, `--resume` and the RL trainer
-read runs back through them, so a run directory stays readable after the code moves on.
+read runs back through them — all through `read_trials`, the one reader — so a run directory
+stays readable after the code moves on, and every reader agrees on which lines count.
+
+Every trial ending is charged to one side (`Fault`): the agent's (scored, counted in pass^k),
+the infrastructure's (not a measurement: left out of pass^k and re-run by `--resume`) or the
+environment's (an env bug: left out of pass^k and reported, not re-run — it would recur).
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from envforge.synth.models import Score
 
@@ -43,7 +52,53 @@ class Usage(_Model):
     cost_usd: float = 0.0
 
 
-TrialStatus = Literal["completed", "infra_failure", "context_overflow", "timeout", "max_turns", "max_errors"]
+class TrialStatus(StrEnum):
+    """How a trial ended, in detail; `FAULT_OF_STATUS` says whose side each ending is on."""
+
+    COMPLETED = "completed"
+    INFRA_FAILURE = "infra_failure"
+    ENV_FAILURE = "env_failure"
+    CONTEXT_OVERFLOW = "context_overflow"
+    TIMEOUT = "timeout"
+    MAX_TURNS = "max_turns"
+    MAX_ERRORS = "max_errors"
+    MALFORMED_OUTPUT = "malformed_output"
+
+
+class Fault(StrEnum):
+    """Whose side a trial's ending is on; decides pass^k counting and what `--resume` re-runs.
+
+    - `none`: the conversation ended normally; the reward is the agent's.
+    - `agent`: the agent's own doing (malformed or unknown tool calls, arguments that are not JSON,
+      content that is not text, step/turn/tool-error limits, its own context overflow, running
+      out of wall-clock time while it was the one working): reward 0, counted, never re-run.
+    - `infra`: provider errors after retries, connection failures, a model server that did not
+      answer in time, an env server that failed: not a measurement, left out, re-run by `--resume`.
+    - `env`: the environment had a bug (a tool result of kind `env_error`) and the trial did not
+      succeed: left out of pass^k and reported; not re-run, since the same bug would recur.
+    """
+
+    NONE = "none"
+    AGENT = "agent"
+    INFRA = "infra"
+    ENV = "env"
+
+
+FAULT_OF_STATUS: dict[TrialStatus, Fault] = {
+    TrialStatus.COMPLETED: Fault.NONE,
+    TrialStatus.INFRA_FAILURE: Fault.INFRA,
+    TrialStatus.ENV_FAILURE: Fault.ENV,
+    TrialStatus.CONTEXT_OVERFLOW: Fault.AGENT,
+    TrialStatus.TIMEOUT: Fault.AGENT,
+    TrialStatus.MAX_TURNS: Fault.AGENT,
+    TrialStatus.MAX_ERRORS: Fault.AGENT,
+    TrialStatus.MALFORMED_OUTPUT: Fault.AGENT,
+}
+
+_STATUSES = frozenset(s.value for s in TrialStatus)
+
+COUNTED_FAULTS = frozenset({Fault.NONE, Fault.AGENT})
+"""Endings that measure the agent: the only ones pass^k and mean reward see."""
 
 
 class TrialRecord(_Model):
@@ -58,6 +113,9 @@ class TrialRecord(_Model):
     trial: int
     seed: int
     status: TrialStatus
+    fault: Fault = Field(
+        Fault.NONE, description="whose side the ending is on; derived from status in older records"
+    )
     termination: str = Field(description="why the conversation ended: user_stop, transfer, agent_stop, ...")
     error: str | None = None
     messages: list[Message]
@@ -79,6 +137,24 @@ class TrialRecord(_Model):
     not_judged: list[str] = Field(
         default_factory=list, description="reward parts left out because no judge model was configured"
     )
+    env_errors: int = Field(0, description="tool results the env reported as its own internal error")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fault_from_status(cls, data: Any) -> Any:
+        """Records written before `fault` existed carry only a status: derive whose side it was."""
+        if isinstance(data, dict) and "fault" not in data and data.get("status") in _STATUSES:
+            data = {**data, "fault": FAULT_OF_STATUS[TrialStatus(data["status"])]}
+        return data
+
+    @property
+    def counted(self) -> bool:
+        """Whether this trial measures the agent (pass^k, mean reward)."""
+        return self.fault in COUNTED_FAULTS
+
+    @property
+    def rerun_on_resume(self) -> bool:
+        return self.fault == Fault.INFRA
 
 
 class RunManifest(_Model):
@@ -101,3 +177,91 @@ class RunManifest(_Model):
     limits: dict[str, float] = Field(default_factory=dict)
     judge: str | None = None
     versions: dict[str, str] = Field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- the one reader
+
+
+@dataclass(frozen=True)
+class SkippedLine:
+    """A line of trials.jsonl no record could be read from, and the trial it seems to belong to."""
+
+    lineno: int
+    reason: str
+    trial_key: str | None = None
+
+
+@dataclass
+class TrialsRead:
+    """What `read_trials` found: the records in file order, and every line it had to skip."""
+
+    records: list[TrialRecord] = field(default_factory=list)
+    skipped: list[SkippedLine] = field(default_factory=list)
+
+    def describe_skipped(self, path: Path | str) -> str:
+        """One line for the console: how many lines were skipped, and where."""
+        where = ", ".join(str(s.lineno) for s in self.skipped[:10])
+        more = f" (+{len(self.skipped) - 10} more)" if len(self.skipped) > 10 else ""
+        first = self.skipped[0].reason if self.skipped else ""
+        return f"{path}: skipped {len(self.skipped)} unreadable line(s) at line {where}{more}; first: {first}"
+
+
+_KEY = re.compile(r'"trial_key"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_RECORD_START = '{"run_id"'
+
+
+def _parse(line: str) -> TrialRecord:
+    return TrialRecord.model_validate_json(line)
+
+
+def read_trials(path: Path | str) -> TrialsRead:
+    """Every readable record of a trials.jsonl in file order, and each line skipped, with its number.
+
+    A line is skipped — never fatal — when it is torn (a crash mid-write), holds a byte that is not
+    UTF-8, is not JSON, or is not a valid `TrialRecord`. Resume, report, rescore and the trainer all
+    read through here, so they agree on which trials exist; a skipped trial is simply missing, so
+    `--resume` runs it again. A torn prefix with a whole record glued after it (older writers
+    appended without starting a fresh line) keeps the glued record.
+    """
+    path = Path(path)
+    out = TrialsRead()
+    if not path.exists():
+        return out
+    for lineno, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            text = raw.decode("utf-8", errors="replace")
+            out.skipped.append(SkippedLine(lineno, f"not UTF-8 ({exc.reason})", _key_in(text)))
+            continue
+        try:
+            out.records.append(_parse(line))
+            continue
+        except (ValueError, ValidationError) as exc:
+            reason = _reason(exc)
+        glued = line.rfind(_RECORD_START)
+        if glued > 0:
+            try:
+                out.records.append(_parse(line[glued:]))
+                out.skipped.append(SkippedLine(lineno, "torn record before an appended one", None))
+                continue
+            except (ValueError, ValidationError):
+                pass
+        out.skipped.append(SkippedLine(lineno, reason, _key_in(line)))
+    return out
+
+
+def _key_in(line: str) -> str | None:
+    match = _KEY.search(line)
+    return match.group(1) if match else None
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        if first["type"] == "json_invalid":
+            return f"not valid JSON ({first['msg']})"
+        return f"not a trial record ({'.'.join(map(str, first['loc'])) or 'record'}: {first['msg']})"
+    return f"not valid JSON ({exc})"

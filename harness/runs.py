@@ -3,7 +3,12 @@
 `RUN_DIR/manifest.json` is the `RunManifest` (written once, compared on `--resume`);
 `RUN_DIR/trials.jsonl` is append-only, one `TrialRecord` per line, each line flushed and fsynced
 so a killed run loses at most the trial in flight. A key may appear more than once (an
-infra failure, then its re-run): readers take the last record per key.
+infra failure, then its re-run): readers take the last record per key. Lines are read through
+`records.read_trials`, which skips (and reports) torn or corrupt lines.
+
+A run directory is owned by one process at a time: `RunDir.lock()` takes an exclusive
+`flock` on `RUN_DIR/.lock`, which the OS releases when the process exits however it exits, so
+a second `eval` or `--resume` on a directory in use refuses instead of running trials twice.
 
 Scoring lives here because re-scoring must use exactly the code the run used: `score_trial`
 combines the synth scorer's parts (state, outputs, checkpoints) with the two the harness owns
@@ -13,10 +18,12 @@ combines the synth scorer's parts (state, outputs, checkpoints) with the two the
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,16 +33,33 @@ from envforge.synth.models import ActionCheck, Score, TableDiff, Task
 from envforge.synth.scoring import score_episode
 
 from .llm import LLMConfig, complete, http_sessions
-from .records import Message, RunManifest, TrialRecord, Usage
+from .records import Message, RunManifest, TrialRecord, TrialsRead, Usage, read_trials
 from .tasks import EnvTasks, load_env_tasks
 
 SYNTH_PARTS = ("state", "outputs", "checkpoints")
-PREMATURE = ("timeout", "max_turns", "max_errors", "context_overflow")
-MANIFEST_IGNORED = {"run_id", "created_at", "concurrency", "versions"}
+PREMATURE = ("timeout", "max_turns", "max_errors", "context_overflow", "malformed_output")
+MANIFEST_IGNORED = {
+    "run_id",
+    "created_at",
+    "concurrency",
+    "versions",
+    "agent_api_base",
+    "user_api_base",
+    "env_dirs",
+}
+"""Settings `--resume` may change: identity, speed, versions, and where things are reached (endpoints
+and folder paths). Everything else — agent, user, their temperatures, envs, task ids, trials, seed,
+limits, judge — changes what a trial measures, so it must match."""
+LOCK_FILE = ".lock"
+RESCORED_FILE = "rescored.jsonl"
 
 
 class RunConfigMismatch(ValueError):
-    """`--resume` on a run whose manifest says it was run differently."""
+    """`--resume` on a run whose manifest says it was run differently, or that has no manifest."""
+
+
+class RunLocked(RuntimeError):
+    """Another process holds the run directory (an `eval` or `--resume` is running in it)."""
 
 
 def trial_key(env: str, task_id: str, trial: int) -> str:
@@ -59,18 +83,32 @@ class RunDir:
         tmp.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, self.manifest_path)
 
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Own the directory while the block runs; `RunLocked` at once if another process does."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+                raise RunLocked(
+                    f"{self.path} is in use by {holder}: wait for it to finish, or choose another --out"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    def read(self) -> TrialsRead:
+        """Every readable record in file order, and the lines skipped (see `read_trials`)."""
+        return read_trials(self.trials_path)
+
     def read_records(self) -> list[TrialRecord]:
-        """Every record in file order; a torn last line (killed mid-write) is skipped."""
-        if not self.trials_path.exists():
-            return []
-        out = []
-        for line in self.trials_path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                try:
-                    out.append(TrialRecord.model_validate_json(line))
-                except ValueError:
-                    continue
-        return out
+        """Every readable record in file order."""
+        return self.read().records
 
     def latest(self) -> dict[str, TrialRecord]:
         """The last record per trial key."""
@@ -93,7 +131,7 @@ def _short(value: Any, limit: int = 120) -> str:
 
 
 def check_resumable(old: RunManifest, new: RunManifest) -> None:
-    """Raise `RunConfigMismatch` naming every setting that differs (concurrency may change)."""
+    """Raise `RunConfigMismatch` naming every setting that differs (see `MANIFEST_IGNORED`)."""
     a = old.model_dump(exclude=MANIFEST_IGNORED)
     b = new.model_dump(exclude=MANIFEST_IGNORED)
     diffs = [f"{k}: run has {_short(a[k])}, now {_short(b.get(k))}" for k in a if a[k] != b.get(k)]
@@ -196,39 +234,84 @@ async def score_trial(
     return TrialScore(score, {p: parts[p] for p in task.reward_basis if p in parts}, not_judged, judge_usage)
 
 
-async def rescore(
-    run_dir: str | Path, *, judge: LLMConfig | None = None, write: bool = False
-) -> list[TrialRecord]:
-    """Re-score every latest record from its stored messages and final state diff, without re-running.
+@dataclass
+class Rescored:
+    """What `rescore` produced: the re-scored records, and what it could not re-score."""
 
-    Records without a stored final state (infra failures) are returned unchanged. With `write`,
-    the result goes to `RUN_DIR/rescored.jsonl`; `trials.jsonl` is never rewritten.
+    manifest: RunManifest
+    records: list[TrialRecord]
+    unscored: dict[str, str] = field(default_factory=dict)
+    """trial key -> why it kept its stored score (no stored final state, task no longer exists)."""
+    read: TrialsRead = field(default_factory=TrialsRead)
+    written: Path | None = None
+
+
+async def rescore(
+    run_dir: str | Path,
+    *,
+    tasks_from: Iterable[str | Path] = (),
+    judge: LLMConfig | None = None,
+    write: bool = False,
+    out_dir: str | Path | None = None,
+) -> Rescored:
+    """Score every latest record again from its stored messages and final state, calling no agent.
+
+    Tasks come from the run's own env folders, or — for an env named in `tasks_from` — from that
+    folder's current `tasks.jsonl` (τ²'s `--fresh-tasks`). The scorer is `score_trial`, the code a
+    run scores with. Records without a stored final state (infra failures) keep what they had.
+    Nothing already written is rewritten: `write` puts the result in `RUN_DIR/rescored.jsonl`;
+    `out_dir` makes a new run directory (manifest + trials.jsonl) that `envforge report` reads.
     """
     rd = RunDir(run_dir)
     manifest = rd.read_manifest()
     if manifest is None:
-        raise FileNotFoundError(f"{run_dir} has no manifest.json")
+        raise FileNotFoundError(f"{run_dir} has no manifest.json: not a run directory")
     envs: dict[str, EnvTasks] = {}
     for d in manifest.env_dirs:
+        if Path(d).is_dir():
+            et = load_env_tasks(d)
+            envs[et.env.name] = et
+    for d in tasks_from:
         et = load_env_tasks(d)
         envs[et.env.name] = et
     async with http_sessions():
-        return await _rescore(rd, envs, judge, write)
+        result = await _rescore(rd, manifest, envs, judge)
+    if out_dir is not None:
+        target = RunDir(out_dir)
+        if target.read_manifest() is not None or target.trials_path.exists():
+            raise FileExistsError(f"{out_dir} already holds a run: choose a new --out")
+        dirs = {name: str(et.env_dir.resolve()) for name, et in envs.items()}
+        target.write_manifest(
+            manifest.model_copy(update={"env_dirs": [dirs.get(e, "") for e in manifest.envs]})
+        )
+        for rec in result.records:
+            target.append(rec)
+        result.written = target.trials_path
+    elif write:
+        path = rd.path / RESCORED_FILE
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(r.model_dump_json() + "\n" for r in result.records), encoding="utf-8")
+        os.replace(tmp, path)
+        result.written = path
+    return result
 
 
 async def _rescore(
-    rd: RunDir, envs: dict[str, EnvTasks], judge: LLMConfig | None, write: bool
-) -> list[TrialRecord]:
-    out: list[TrialRecord] = []
-    for rec in rd.latest().values():
-        if rec.final_diff is None or rec.env not in envs:
-            out.append(rec)
+    rd: RunDir, manifest: RunManifest, envs: dict[str, EnvTasks], judge: LLMConfig | None
+) -> Rescored:
+    read = rd.read()
+    result = Rescored(manifest, [], read=read)
+    for rec in records_for(manifest, read.records):
+        et = envs.get(rec.env)
+        task = next((t for t in et.tasks if t.id == rec.task_id), None) if et else None
+        if rec.final_diff is None or task is None or et is None:
+            why = "no stored final state" if rec.final_diff is None else "task not found in the current tasks"
+            result.unscored[rec.trial_key] = why
+            result.records.append(rec)
             continue
-        et = envs[rec.env]
-        task = et.task(rec.task_id)
         final = et.final_from_diff(task, _diff(rec.final_diff))
         ts = await score_trial(task, final, rec.messages, status=rec.status, judge=judge)
-        out.append(
+        result.records.append(
             rec.model_copy(
                 update={
                     "score": ts.score,
@@ -238,10 +321,7 @@ async def _rescore(
                 }
             )
         )
-    if write:
-        with open(rd.path / "rescored.jsonl", "w", encoding="utf-8") as f:
-            f.writelines(r.model_dump_json() + "\n" for r in out)
-    return out
+    return result
 
 
 def _diff(raw: dict[str, Any]) -> Any:
@@ -253,8 +333,9 @@ def dump_diff(diff: Any) -> dict[str, Any]:
 
 
 def records_for(manifest: RunManifest, records: Iterable[TrialRecord]) -> list[TrialRecord]:
-    """Records of the manifest's tasks and trials only, in manifest order."""
-    by_key = {r.trial_key: r for r in records}
+    """The latest record of each of the manifest's trials, in manifest order; records another run
+    wrote (a different run id) are not this run's and are ignored."""
+    by_key = {r.trial_key: r for r in records if r.run_id == manifest.run_id}
     return [
         by_key[k]
         for env, ids in manifest.task_ids.items()

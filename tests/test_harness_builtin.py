@@ -73,14 +73,14 @@ async def test_run_dir_refuses_overwrite_and_mismatched_resume_and_rescores(tmp_
     assert len((out / "trials.jsonl").read_text().splitlines()) == 4
     assert [r.reward for r in again] == [1.0] * 4
     # re-scoring from stored diffs reproduces the rewards; a tampered diff changes the verdict
-    rescored = await rescore(out)
+    rescored = (await rescore(out)).records
     assert sorted(r.reward for r in rescored) == [1.0] * 4
     assert all(r.final_diff for r in records)
     lines = (out / "trials.jsonl").read_text().splitlines()
     rec = json.loads(lines[0])
     rec["final_diff"] = {}
     (out / "trials.jsonl").write_text("\n".join([json.dumps(rec), *lines[1:]]) + "\n")
-    rescored = {r.trial_key: r for r in await rescore(out, write=True)}
+    rescored = {r.trial_key: r for r in (await rescore(out, write=True)).records}
     assert rescored[rec["trial_key"]].reward == 0.0 and not rescored[rec["trial_key"]].score.state_match
     assert (out / "rescored.jsonl").exists()
 
@@ -253,4 +253,4 @@ async def test_trial_limits_end_trials_with_their_own_status_and_zero_reward(tmp
     if status == "max_errors":
         errors = [m for m in records[0].messages if m.role == "tool" and m.is_error]
         assert len(errors) == limits.max_tool_errors + 1  # that many are tolerated; the next one ends it
-        assert "Tool 'no_such_tool' not found" in errors[0].content
+        assert "unknown tool 'no_such_tool'" in errors[0].content

@@ -189,5 +189,5 @@ def test_cli_report_warns_on_truncated_line(tmp_path: Path) -> None:
         f.write('{"run_id": "r1", "trial_key": "ba')
     result = CliRunner().invoke(app(), ["report", str(run), "--json"])
     assert result.exit_code == 0, result.output
-    assert "truncated last line" in " ".join(result.stderr.split())
+    assert "skipped 1 unreadable line(s) at line 10" in " ".join(result.stderr.split())
     assert json.loads(result.stdout)["overall"]["n_trials"] == 8

@@ -1,0 +1,69 @@
+"""`envforge rescore`: stored trajectories scored again against the current tasks, no model called."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from test_harness_llm import FakeOpenAI, scripted_brain
+
+from envforge.harness.llm import LLMConfig
+from envforge.harness.orchestrator import EvalConfig, run_eval
+from envforge.synth.pipeline import load_tasks
+
+from conftest import REPO
+
+RETAIL = REPO / "envs" / "retail_orders"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "NO_COLOR": "1", "COLUMNS": "300"}
+    return subprocess.run(
+        [sys.executable, "-m", "envforge.cli", *args], capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+async def test_rescore_against_changed_tasks_changes_the_reward_without_a_model(tmp_path: Path) -> None:
+    task = next(t for t in load_tasks(RETAIL) if t.required_outputs and "outputs" in t.reward_basis)
+    run = tmp_path / "run"
+    with FakeOpenAI(scripted_brain(task)) as fake:
+        config = EvalConfig(
+            agent="openai/fake-agent",
+            agent_llm=LLMConfig(model="openai/fake-agent", api_base=fake.url, api_key="x"),
+            task_ids=[task.id],
+        )
+        _, (rec,) = await run_eval([RETAIL], config, run)
+    assert rec.reward == 1.0
+    # The model server is gone: anything that tried to call it would fail.
+    env_copy = tmp_path / "retail_orders"
+    shutil.copytree(RETAIL, env_copy)
+    changed = task.model_copy(update={"required_outputs": ["a value the agent never said"]})
+    (env_copy / "tasks.jsonl").write_text(changed.model_dump_json() + "\n")
+    history = (run / "trials.jsonl").read_bytes()
+
+    same = cli("rescore", str(run), "--json")
+    assert same.returncode == 0, same.stderr
+    assert json.loads(same.stdout)["overall"]["pass_hat_k"] == [1.0]
+
+    fresh = cli("rescore", str(run), "--tasks-from", str(env_copy), "--json", "--out", str(tmp_path / "new"))
+    assert fresh.returncode == 0, fresh.stderr
+    assert json.loads(fresh.stdout)["overall"]["pass_hat_k"] == [0.0]
+    (new,) = [json.loads(line) for line in (tmp_path / "new" / "trials.jsonl").read_text().splitlines()]
+    assert new["reward"] == 0.0 and new["score"]["outputs_missing"] == ["a value the agent never said"]
+    assert new["usage"] == json.loads(history)["usage"]  # the stored trajectory, not a new one
+    assert (run / "trials.jsonl").read_bytes() == history  # history is never rewritten
+    assert (run / "rescored.jsonl").exists()
+
+    report = cli("report", str(tmp_path / "new"), "--json")
+    assert report.returncode == 0 and json.loads(report.stdout)["overall"]["mean_reward"] == 0.0
+    again = cli("rescore", str(run), "--tasks-from", str(env_copy), "--out", str(tmp_path / "new"))
+    assert again.returncode == 2 and "already holds a run" in " ".join(again.stderr.split())
+
+
+def test_rescore_refuses_what_is_not_a_run(tmp_path: Path) -> None:
+    result = cli("rescore", str(tmp_path))
+    assert result.returncode == 2 and "no manifest.json" in result.stderr and "Traceback" not in result.stderr
