@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from envforge.synth.models import Score
+from envforge.synth.scoring import AnswersMode
 
 
 class _Model(BaseModel):
@@ -100,4 +101,8 @@ class RunManifest(_Model):
     seed: int
     limits: dict[str, float] = Field(default_factory=dict)
     judge: str | None = None
+    answers: AnswersMode = Field(
+        "task",
+        description="'task': each task's answer rule scored it; 'strict': the exact rule for every task",
+    )
     versions: dict[str, str] = Field(default_factory=dict)

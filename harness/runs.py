@@ -23,7 +23,7 @@ from typing import Any
 
 from envforge.server import State
 from envforge.synth.models import ActionCheck, Score, TableDiff, Task
-from envforge.synth.scoring import score_episode
+from envforge.synth.scoring import score_episode, with_answers
 
 from .llm import LLMConfig, complete, http_sessions
 from .records import Message, RunManifest, TrialRecord, Usage
@@ -211,6 +211,7 @@ async def rescore(
     envs: dict[str, EnvTasks] = {}
     for d in manifest.env_dirs:
         et = load_env_tasks(d)
+        et.tasks = with_answers(et.tasks, manifest.answers)
         envs[et.env.name] = et
     async with http_sessions():
         return await _rescore(rd, envs, judge, write)
