@@ -17,8 +17,9 @@ from envforge.cli.main import app
 from envforge.harness.metrics import summarize
 from envforge.harness.orchestrator import EvalConfig, run_eval
 from envforge.harness.report import render_report
+from envforge.server import load_env
 from envforge.synth.models import Dag, Difficulty, Task, UserScenario
-from envforge.synth.pipeline import load_tasks
+from envforge.synth.pipeline import load_tasks, synthesize
 from envforge.synth.scoring import (
     MAX_OTHER_CANDIDATES,
     number_tokens,
@@ -139,6 +140,21 @@ def test_envforge_check_passes_with_the_honest_oracle(env_dir: Path) -> None:
     tasks = load_tasks(env_dir)
     assert all(t.answer_rule == "exact" for t in tasks)
     assert all(score_episode(t, {}, oracle_messages(t)).outputs == 1.0 for t in tasks)
+
+
+async def test_synthesized_figures_say_what_they_count() -> None:
+    """A bare figure ("2") is stated with its entity and unit, and synthesis stays deterministic."""
+    env = load_env(REPO / "envs" / "gym")
+    runs = [(await synthesize(env, 20, 0)).tasks for _ in range(2)]
+    assert [t.model_dump_json() for t in runs[0]] == [t.model_dump_json() for t in runs[1]]
+    with_outputs = [t for t in runs[0] if t.required_outputs]
+    assert with_outputs
+    for task in with_outputs:
+        (figure,) = task.required_outputs
+        told = next(line for line in task.scenario.instruction.splitlines() if line.startswith("Make sure"))
+        assert told.endswith(f": {figure}.") and ("how many of" in told or "the total" in told), told
+        assert "(a whole number)" in told or "(to the cent)" in told, told
+        assert score_episode(task, {}, oracle_messages(task)).outputs == 1.0
 
 
 def test_the_strict_mode_rewrites_only_substring_tasks() -> None:
