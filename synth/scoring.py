@@ -29,12 +29,13 @@ agent did not state it among a spread of candidates:
   decimal part or a currency sign), an *integer*, or, for an id-shaped string output (letters and
   digits, no spaces), the ids of the same shape (`P-104` → `p-<digits>`). Values of that kind the
   messages state beyond the required outputs themselves and the task's known values (every number
-  and id in the user's instruction and known facts) are *other candidates*. A required output is
-  earned when one of the tokens stating it has at most `MAX_OTHER_CANDIDATES` (2) other candidates
-  of its kind. So "Order #W123 total is $45.10, shipped to 12 Main St; you have 3 orders" earns
-  both `45.10` (no other amount) and `3` (one other integer, 12), while every integer 0..999, or
-  a list of all product ids, earns nothing. A hedge among at most three values of one kind is not
-  caught by this rule; the adversarial self-checks drop tasks whose candidates are that few.
+  and id among the user's known facts and the golden calls' arguments) are *other candidates*. A
+  required output is earned when one of the tokens stating it has at most `MAX_OTHER_CANDIDATES`
+  (2) other candidates of its kind. So "Order #W123 total is $45.10, shipped to 12 Main St; you
+  have 3 orders" earns both `45.10` (no other amount) and `3` (one other integer, 12), while every
+  integer 0..999, or a list of all product ids, earns nothing. A hedge among at most three values
+  of one kind is not caught by this rule; the adversarial self-checks drop tasks whose candidates
+  are that few.
 
 `substring` (τ²-bench imports, by default: it is what τ² scores). τ-bench's rule: the required
 output, lower-cased with commas removed, is a substring of the messages lower-cased with commas
@@ -160,9 +161,12 @@ def known_values(text: str) -> KnownValues:
 
 
 def task_known_text(task: Task) -> str:
-    """The text whose numbers and ids a task gives the agent: instruction and known facts."""
-    facts = " ".join(json.dumps(f.value, ensure_ascii=False) for f in task.scenario.known_facts)
-    return f"{task.scenario.instruction}\n{facts}"
+    """The values the task itself puts in play: the user's known facts and the golden calls'
+    arguments (ids, quantities). Not the instruction's prose: its step numbers ("step 2") would
+    hand a hedge free candidates."""
+    facts = [f.value for f in task.scenario.known_facts]
+    arguments = [c.arguments for c in task.golden_calls]
+    return json.dumps([facts, arguments], ensure_ascii=False)
 
 
 class _Said:

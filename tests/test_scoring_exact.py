@@ -18,7 +18,7 @@ from envforge.harness.metrics import summarize
 from envforge.harness.orchestrator import EvalConfig, run_eval
 from envforge.harness.report import render_report
 from envforge.server import load_env
-from envforge.synth.models import Dag, Difficulty, Task, UserScenario
+from envforge.synth.models import Call, Dag, Difficulty, Fact, Task, UserScenario
 from envforge.synth.pipeline import load_tasks, synthesize
 from envforge.synth.scoring import (
     MAX_OTHER_CANDIDATES,
@@ -122,11 +122,16 @@ def test_several_candidates_for_one_output_earn_nothing() -> None:
 
 
 def test_the_tasks_own_values_are_not_other_candidates() -> None:
-    instruction = "Book 4 seats on flight 118 for 2 nights; order P-7 and P-9 are mine."
-    task = make_task(["3", "P-8"], instruction=instruction)
+    facts = [Fact(name="flight", value=118), Fact(name="orders", value=["P-7", "P-9"])]
+    scenario = UserScenario(persona="p", instruction="i", known_facts=facts, must_be_told=["3", "P-8"])
+    calls = [Call(name="book", arguments={"flight": 118, "seats": 4, "nights": 2})]
+    task = make_task(["3", "P-8"]).model_copy(update={"scenario": scenario, "golden_calls": calls})
     said = ["Flight 118 has 4 seats for your 2 nights; 3 bags allowed. Orders P-7, P-8 and P-9."]
     assert score_episode(task, {}, said).reward == 1.0
     assert score_episode(make_task(["3", "P-8"]), {}, said).reward == 0.0
+    # the instruction's prose is no source of free candidates
+    prose = make_task(["4"], instruction="Count the items of step 1, step 2 and step 3.")
+    assert score_episode(prose, {}, ["1, 2, 3, 4 or 5"]).reward == 0.0
 
 
 # --------------------------------------------------------------------------- the bundled tasks
