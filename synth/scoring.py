@@ -48,10 +48,10 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any, Literal
 
 from envforge.server import State
@@ -111,6 +111,7 @@ def number_tokens(text: str) -> list[StatedNumber]:
     return [_number(m) for m in NUMBER_TOKEN.finditer(text)]
 
 
+@lru_cache(maxsize=65536)
 def parse_number(text: str) -> StatedNumber | None:
     """`text` as one number token (a required output such as `5`, `1022.00` or `$1,250`), or None."""
     match = WHOLE_NUMBER.fullmatch(text.strip())
@@ -172,10 +173,11 @@ def task_known_text(task: Task) -> str:
 class _Said:
     """The agent's messages, parsed once for all of a task's required outputs."""
 
-    def __init__(self, agent_messages: Sequence[str], required: Sequence[str], known: KnownValues):
-        text = "\n".join(agent_messages)
-        self.words = normalize_words(text)
-        self.known = known
+    def __init__(
+        self, agent_messages: Sequence[str], required: Sequence[str], known: Callable[[], KnownValues]
+    ):
+        text = self.text = "\n".join(agent_messages)
+        self._known = known
         self.numbers: dict[str, set[Decimal]] = {}
         for n in number_tokens(text):
             self.numbers.setdefault(n.kind, set()).add(n.value)
@@ -185,11 +187,26 @@ class _Said:
             _required_string(r) for r, p in zip(required, parsed, strict=True) if p is None
         }
 
+    @cached_property
+    def words(self) -> str:
+        return normalize_words(self.text)
+
+    @cached_property
+    def known(self) -> KnownValues:
+        """Built only when a stated value has more other values than allowed before the task's own
+        are set aside: never for an answer that states just the required outputs."""
+        return self._known()
+
+    def _few_others(self, others: set[Any], known: Callable[[], Iterable[Any]]) -> bool:
+        if len(others) <= MAX_OTHER_CANDIDATES:
+            return True
+        return len(others.difference(known())) <= MAX_OTHER_CANDIDATES
+
     def has_number(self, want: Decimal) -> bool:
         """Stated by a token of some kind among at most MAX_OTHER_CANDIDATES other values of it."""
-        accounted = self.required_numbers | self.known.numbers
         return any(
-            want in values and len(values - accounted - {want}) <= MAX_OTHER_CANDIDATES
+            want in values
+            and self._few_others(values - self.required_numbers - {want}, lambda: self.known.numbers)
             for values in self.numbers.values()
         )
 
@@ -200,19 +217,21 @@ class _Said:
         if shape is None:
             return True
         same_shape = _whole(shape)
-        others = {m.group() for m in same_shape.finditer(self.words)}
-        others -= self.required_words
-        others -= {m.group() for m in same_shape.finditer(self.known.words)}
-        others.discard(want)
-        return len(others) <= MAX_OTHER_CANDIDATES
+        others = {m.group() for m in same_shape.finditer(self.words)} - self.required_words - {want}
+        return self._few_others(others, lambda: {m.group() for m in same_shape.finditer(self.known.words)})
 
 
 def outputs_missing_exact(
-    required: Sequence[str], agent_messages: Sequence[str], known_text: str = ""
+    required: Sequence[str], agent_messages: Sequence[str], known_text: str | Callable[[], str] = ""
 ) -> list[str]:
+    """`known_text` (or a function returning it, called only if needed) holds the task's own values."""
     if not required:
         return []
-    said = _Said(agent_messages, required, known_values(known_text))
+    said = _Said(
+        agent_messages,
+        required,
+        lambda: known_values(known_text() if callable(known_text) else known_text),
+    )
     missing = []
     for r in required:
         number = parse_number(r)
@@ -230,7 +249,7 @@ def outputs_missing(
     agent_messages: Sequence[str],
     *,
     rule: AnswerRule = "exact",
-    known_text: str = "",
+    known_text: str | Callable[[], str] = "",
 ) -> list[str]:
     """The required outputs not communicated in the agent's messages under `rule`."""
     if rule == "substring":
@@ -243,7 +262,7 @@ def task_outputs_missing(task: Task, agent_messages: Sequence[str]) -> list[str]
     if not task.required_outputs:
         return []
     return outputs_missing(
-        task.required_outputs, agent_messages, rule=task.answer_rule, known_text=task_known_text(task)
+        task.required_outputs, agent_messages, rule=task.answer_rule, known_text=lambda: task_known_text(task)
     )
 
 
