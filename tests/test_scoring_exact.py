@@ -17,6 +17,7 @@ from envforge.cli.main import app
 from envforge.harness.metrics import summarize
 from envforge.harness.orchestrator import EvalConfig, run_eval
 from envforge.harness.report import render_report
+from envforge.harness.runs import rescore
 from envforge.server import load_env
 from envforge.synth.models import Call, Dag, Difficulty, Fact, Task, UserScenario
 from envforge.synth.pipeline import load_tasks, synthesize
@@ -237,6 +238,9 @@ async def test_eval_strict_is_recorded_and_reported(tau2_env: Path, tmp_path: Pa
         summary = summarize(records, manifest.trials)
         assert summary["overall"]["answer_rules"] == {rule: 1}
         assert f"{rule} (1 trial)" in render_report(manifest, records, summary)
+    # re-scoring a stored run applies the mode its manifest recorded
+    assert [r.score.answer_rule for r in await rescore(tmp_path / "strict") if r.score] == ["exact"]
+    assert [r.score.answer_rule for r in await rescore(tmp_path / "task") if r.score] == ["substring"]
     # resuming under another mode is refused: the rule is part of what a run measures
     with pytest.raises(Exception, match="answers"):
         await run_eval([tau2_env], EvalConfig(agent="oracle"), tmp_path / "strict", resume=True)
