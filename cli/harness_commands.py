@@ -61,6 +61,13 @@ def evaluate(
         ),
     ] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="End with one JSON summary on stdout.")] = False,
+    answers: Annotated[
+        str,
+        typer.Option(
+            help="task: each task's own answer rule (exact for synthesized tasks, substring for τ² "
+            "imports) | strict: the exact rule for every task (docs/scoring.md)."
+        ),
+    ] = "task",
 ) -> None:
     """Evaluate an agent on env tasks with a simulated user; prints pass^1..pass^k per env."""
     # Imported here: litellm takes seconds to import, and `serve` or `inspect` must not pay for it.
@@ -70,6 +77,8 @@ def evaluate(
     from envforge.harness.orchestrator import EvalConfig, Limits, RunExists, UnknownTasks, run_eval
     from envforge.harness.runs import RunConfigMismatch, RunLocked
 
+    if answers not in ("task", "strict"):
+        fail(f"--answers must be task or strict, not {answers!r}")
     if llm_transport not in ("auto", "http", "litellm"):
         fail(f"--llm-transport must be auto, http or litellm, not {llm_transport!r}")
     check_agent_name(agent, BUILTIN_AGENTS)
@@ -95,6 +104,7 @@ def evaluate(
         server=server,
         server_token=token,
         task_ids=[t.strip() for t in tasks.split(",") if t.strip()] if tasks else None,
+        answers=answers,  # type: ignore[arg-type]  # checked above
     )
     for d in env_dirs:
         if not (d / "tasks.jsonl").exists():

@@ -17,7 +17,7 @@ from envforge.synth.context import SynthContext
 from envforge.synth.graph import build_graph, graph_json, load_graph, to_dot, to_mermaid, write_graph
 from envforge.synth.models import Call
 from envforge.synth.pipeline import load_tasks, synthesize, write_tasks
-from envforge.synth.scoring import score_episode
+from envforge.synth.scoring import score_episode, with_answers
 from envforge.synth.tasks import SynthConfig
 from envforge.synth.verify import CHECKS, verify_task
 
@@ -146,13 +146,19 @@ def score_cmd(
         ..., "--actions", help='JSON list of {"name","arguments"} (or {"message"}).'
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the score as JSON."),
+    answers: str = typer.Option(
+        "task", help="task: the task's own answer rule | strict: the exact rule (docs/scoring.md)."
+    ),
 ) -> None:
     """Replay ACTIONS in a fresh episode of the task and score the end state."""
     _quiet()
+    if answers not in ("task", "strict"):
+        fail(f"--answers must be task or strict, not {answers!r}")
     (env,) = load_envs([env_dir])
     task = next((t for t in load_tasks(env_dir) if t.id == task_id), None)
     if task is None:
         fail(f"no task {task_id!r} in {env_dir / 'tasks.jsonl'}")
+    (task,) = with_answers([task], answers)  # type: ignore[arg-type]  # checked above
     try:
         items = json.loads(actions.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

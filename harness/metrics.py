@@ -190,6 +190,19 @@ def _core(records: Sequence[TrialRecord], trials: int) -> dict[str, Any]:
     }
 
 
+def answer_rules(records: Sequence[TrialRecord]) -> dict[str, int]:
+    """How many scored records each answer rule judged ('unrecorded' for records older than it)."""
+    rules = Counter((r.score.answer_rule or "unrecorded") for r in records if r.score is not None)
+    return dict(sorted(rules.items()))
+
+
+def describe_answer_rules(rules: dict[str, int]) -> str:
+    """`exact (12 trials)`: the line the console summary and the HTML report show."""
+    return (
+        ", ".join(f"{rule} ({n} trial{'s' if n != 1 else ''})" for rule, n in rules.items()) or "none scored"
+    )
+
+
 def _part(records: Sequence[TrialRecord], trials: int) -> dict[str, Any]:
     tokens = _tokens(records)
     # A task's bucket comes from its first record, so a task never straddles two buckets.
@@ -203,6 +216,7 @@ def _part(records: Sequence[TrialRecord], trials: int) -> dict[str, Any]:
         "n_records": len(records),
         "statuses": dict(sorted(Counter(str(r.status) for r in records).items())),
         "faults": dict(sorted(Counter(str(r.fault) for r in records).items())),
+        "answer_rules": answer_rules(records),
         "cost_usd": sum(t["cost_usd"] for t in tokens.values()),
         "tokens": tokens,
         "by_difficulty": {b: _core(rs, trials) for b, rs in buckets.items()},
@@ -214,7 +228,7 @@ def summarize(records: list[TrialRecord], trials: int) -> dict[str, Any]:
 
     Each part: n_tasks, n_trials (counted), n_records, statuses, pass_hat_k (k = 1..trials; None
     where no task has k counted trials), pass_1_ci, mean_reward, mean_reward_ci, user_error_rate,
-    infra_failures, env_failures, agent_failures, faults (fault -> records), cost_usd, tokens (per
+    infra_failures, env_failures, agent_failures, faults (fault -> records), answer_rules (rule -> scored records), cost_usd, tokens (per
     role), by_difficulty (bucket -> the success metrics).
     Records are deduplicated by trial_key first, so raw file order may be passed in.
     """
@@ -283,5 +297,6 @@ def print_summary(summary: dict[str, Any], console: Any) -> None:
         row(env, part, end_section=i == len(envs) - 1)
     row("overall", overall, style="bold")
     console.print(table)
+    console.print(f"answers scored by: {describe_answer_rules(overall['answer_rules'])}")
     if overall["pass_1_ci"] is not None:
         console.print(f"pass^1 95% CI (bootstrap over tasks): {fmt_ci(overall['pass_1_ci'])}")

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from envforge.server import Fleet, State, state_hash
 from envforge.server.client import EpisodeClient, episode_client, http_episode_client
 from envforge.synth.models import Task
+from envforge.synth.scoring import AnswersMode, with_answers
 
 from .agents import BUILTIN_AGENTS, Agent, as_reply, build_agent, openai_tools
 from .llm import (
@@ -82,6 +83,7 @@ class EvalConfig(BaseModel):
     server: str | None = None
     server_token: str | None = None
     task_ids: list[str] | None = None
+    answers: AnswersMode = "task"
 
     def agent_cfg(self) -> LLMConfig | None:
         if self.agent in BUILTIN_AGENTS:
@@ -408,6 +410,7 @@ def build_manifest(config: EvalConfig, envs: Sequence[EnvTasks], run_id: str) ->
         seed=config.seed,
         limits={k: float(v) for k, v in config.limits.model_dump().items()},
         judge=config.judge_llm.model if config.judge_llm else None,
+        answers=config.answers,
         versions={"envforge": _version(), "litellm": _version("litellm")},
     )
 
@@ -462,6 +465,8 @@ async def run_eval(
     """
     envs = [load_env_tasks(d, config.task_ids) for d in env_dirs]
     check_task_ids(config.task_ids, envs)
+    for et in envs:
+        et.tasks = with_answers(et.tasks, config.answers)
     rd = RunDir(out_dir)
     with rd.lock():
         manifest, jobs = _plan(rd, config, envs, resume, on_notice)

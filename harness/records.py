@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from envforge.synth.models import Score
+from envforge.synth.scoring import AnswersMode
 
 
 class _Model(BaseModel):
@@ -176,6 +177,10 @@ class RunManifest(_Model):
     seed: int
     limits: dict[str, float] = Field(default_factory=dict)
     judge: str | None = None
+    answers: AnswersMode = Field(
+        "task",
+        description="'task': each task's answer rule scored it; 'strict': the exact rule for every task",
+    )
     versions: dict[str, str] = Field(default_factory=dict)
 
 

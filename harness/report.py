@@ -17,7 +17,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .metrics import BUCKET_RULE, fmt_ci, fmt_cost, fmt_rate, is_success, read_run, summarize
+from .metrics import (
+    BUCKET_RULE,
+    describe_answer_rules,
+    fmt_ci,
+    fmt_cost,
+    fmt_rate,
+    is_success,
+    read_run,
+    summarize,
+)
 from .records import Message, RunManifest, TrialRecord
 
 REPORT_FILE = "report.html"
@@ -256,7 +265,7 @@ def _date(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def header(manifest: RunManifest) -> str:
+def header(manifest: RunManifest, summary: dict[str, Any] | None = None) -> str:
     rows: list[tuple[str, Any]] = [
         ("run", manifest.run_id),
         ("date", _date(manifest.created_at)),
@@ -265,6 +274,11 @@ def header(manifest: RunManifest) -> str:
         ("user", manifest.user + (f"  @ {manifest.user_api_base}" if manifest.user_api_base else "")),
         ("user temperature", manifest.user_temperature),
         ("judge", manifest.judge),
+        ("answers", manifest.answers),
+        (
+            "answer rule",
+            describe_answer_rules(summary["overall"]["answer_rules"]) if summary is not None else None,
+        ),
         ("trials per task", manifest.trials),
         ("envs", ", ".join(f"{e} ({len(manifest.task_ids.get(e, []))} tasks)" for e in manifest.envs)),
         ("concurrency", manifest.concurrency),
@@ -355,7 +369,9 @@ def score_html(rec: TrialRecord) -> str:
         ("state match", "yes" if s.state_match else "no"),
         (
             "outputs",
-            f"{s.outputs:.2f}" + (f" — missing: {', '.join(s.outputs_missing)}" if s.outputs_missing else ""),
+            f"{s.outputs:.2f}"
+            + (f" ({s.answer_rule} rule)" if s.answer_rule else "")
+            + (f" — missing: {', '.join(s.outputs_missing)}" if s.outputs_missing else ""),
         ),
         ("checkpoints", f"{s.checkpoints_passed}/{s.checkpoints_total} ({s.checkpoints:.2f})"),
     ]
@@ -490,7 +506,7 @@ def render_report(manifest: RunManifest, records: Sequence[TrialRecord], summary
         f'<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<style>{CSS}</style></head><body><main>"
-        f"<h1>{_e(title)}</h1>{header(manifest)}"
+        f"<h1>{_e(title)}</h1>{header(manifest, summary)}"
         f"<h2>Summary</h2>{summary_table(summary)}"
         f'<h2>Plots</h2><div class="plots">{plots(summary)}</div>'
         f"<h2>Trajectories</h2>{viewer(records)}"

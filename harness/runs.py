@@ -30,7 +30,7 @@ from typing import Any
 
 from envforge.server import State
 from envforge.synth.models import ActionCheck, Score, TableDiff, Task
-from envforge.synth.scoring import score_episode
+from envforge.synth.scoring import score_episode, with_answers
 
 from .llm import LLMConfig, complete, http_sessions
 from .records import Message, RunManifest, TrialRecord, TrialsRead, Usage, read_trials
@@ -273,6 +273,7 @@ async def rescore(
             envs[et.env.name] = et
     for d in tasks_from:
         et = load_env_tasks(d)
+        et.tasks = with_answers(et.tasks, manifest.answers)
         envs[et.env.name] = et
     async with http_sessions():
         result = await _rescore(rd, manifest, envs, judge)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Row = dict[str, Any]
 
@@ -193,6 +193,11 @@ RewardPart = Literal["state", "outputs", "checkpoints", "actions", "nl_assertion
 (partial credit), `actions` (τ²'s action matching) and `nl_assertions` (judged by an LLM)."""
 
 
+AnswerRule = Literal["exact", "substring"]
+"""How required outputs are found in the agent's messages (synth/scoring.py, docs/scoring.md):
+`exact` (whole values, no spread of candidates) or `substring` (τ-bench's rule, what τ² scores)."""
+
+
 class ActionCheck(_Model):
     """A call the agent is expected to make (τ²'s ACTION basis): same name, same `compare_args`."""
 
@@ -220,6 +225,17 @@ class Task(_Model):
     split: list[str] = Field(default_factory=list, description="named splits holding the task (train, test)")
     nl_assertions: list[str] = Field(default_factory=list, description="statements an LLM judge checks")
     action_checks: list[ActionCheck] = Field(default_factory=list)
+    answer_rule: AnswerRule = Field(
+        "exact", description="how required outputs are found; unset: 'substring' for τ² imports, else 'exact'"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_answer_rule(cls, data: Any) -> Any:
+        """Task files written before the field existed keep the rule their source implies."""
+        if isinstance(data, dict) and "answer_rule" not in data and data.get("source") == "tau2":
+            return {**data, "answer_rule": "substring"}
+        return data
 
 
 class Score(_Model):
@@ -233,4 +249,7 @@ class Score(_Model):
     basis: list[RewardPart]
     not_judged: list[RewardPart] = Field(
         default_factory=list, description="parts of the basis the scorer could not judge (not in the reward)"
+    )
+    answer_rule: AnswerRule | None = Field(
+        None, description="the rule that judged the outputs part; None in records older than the field"
     )

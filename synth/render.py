@@ -26,8 +26,15 @@ def _persona(env_name: str, dag: Dag, data: dict[str, Any]) -> str:
 
 
 def render_scenario(
-    env_name: str, dag: Dag, facts: list[Fact], outputs: list[str], data: dict[str, Any]
+    env_name: str,
+    dag: Dag,
+    facts: list[Fact],
+    outputs: list[str],
+    data: dict[str, Any],
+    output_labels: list[str] | None = None,
 ) -> UserScenario:
+    """The templated scenario. `output_labels` say what each output is (entity and unit), so the
+    user, and whoever reads the task, knows what a bare figure such as "2" counts."""
     lines = ["You want the agent to do the following, in this order:"]
     for i, node in enumerate(dag.nodes, start=1):
         text = node.text
@@ -41,7 +48,9 @@ def render_scenario(
             + ". Give these only when asked."
         )
     if outputs:
-        lines.append("Make sure the agent tells you: " + "; ".join(outputs) + ".")
+        labels = output_labels or [""] * len(outputs)
+        told = [f"{label}: {value}" if label else value for label, value in zip(labels, outputs, strict=True)]
+        lines.append("Make sure the agent tells you: " + "; ".join(told) + ".")
     return UserScenario(
         persona=_persona(env_name, dag, data),
         instruction="\n".join(lines),

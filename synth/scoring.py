@@ -3,33 +3,281 @@
 Three parts, each judged on what the agent left behind and said:
 - state: the final canonical state (volatile columns already dropped by export) equals the
   golden one, with floats compared to cents;
-- outputs: every required output appears in the agent's messages (τ-bench's rule: case-insensitive
-  substring match after removing commas);
+- outputs: every required output is communicated in the agent's messages, under the task's
+  answer rule (below);
 - checkpoints: the fraction of write checkpoints whose rows hold their golden values.
 The reward is the product of the parts named by the task's reward basis (state × outputs unless
 the task says otherwise); the outputs part counts only when all outputs were communicated.
+
+Answer rules (`Task.answer_rule`; docs/scoring.md has the same text with examples):
+
+`exact` (synthesized tasks). A required output is found only as a whole value, and only when the
+agent did not state it among a spread of candidates:
+- A required output that reads as a number (`5`, `1022.00`, `-3`, `$45.10`, `1,250`) is found when
+  a number token in the messages has the same value. A number token is digits written in full,
+  optionally with a leading `-`, a currency sign (`$ € £`), thousands separators (`,` every three
+  digits, all or none) and a decimal part: `5`, `5.0`, `5.00`, `$5`, `1,250`, `1250.00`. It stands
+  alone: no letter, digit or `_` touches it, and it is no part of an id, a date, a time, a range
+  or a list written without spaces (`P-104`, `W123`, `2024-05-01`, `10:30`, `5-10`, `1,2,3` hold
+  no number token). A unit after a space is fine (`5 dollars`, `5 loans`); `5%` counts as 5.
+  Numbers in words (`five`) do not count: tool results show digits, and so must the answer.
+- Any other required output is normalised (Unicode NFKC, case-folded, commas as spaces,
+  whitespace collapsed, punctuation stripped from its two ends) and found where the messages,
+  normalised the same way, hold it whole: no letter or digit touches either end, nor does a
+  connector (`- . / @ : _`) followed by one, so `P-1045` and `P-104-2` do not state `P-104`.
+- Several candidates earn nothing. Each stated value has a kind: an *amount* (written with a
+  decimal part or a currency sign), an *integer*, or, for an id-shaped string output (letters and
+  digits, no spaces), the ids of the same shape (`P-104` → `p-<digits>`). Values of that kind the
+  messages state beyond the required outputs themselves and the task's known values (every number
+  and id among the user's known facts and the golden calls' arguments) are *other candidates*. A
+  required output is earned when one of the tokens stating it has at most `MAX_OTHER_CANDIDATES`
+  (2) other candidates of its kind. So "Order #W123 total is $45.10, shipped to 12 Main St; you
+  have 3 orders" earns both `45.10` (no other amount) and `3` (one other integer, 12), while every
+  integer 0..999, or a list of all product ids, earns nothing. A hedge among at most three values
+  of one kind is not caught by this rule; the adversarial self-checks drop tasks whose candidates
+  are that few.
+
+`substring` (τ²-bench imports, by default: it is what τ² scores). τ-bench's rule: the required
+output, lower-cased with commas removed, is a substring of the messages lower-cased with commas
+removed. `envforge eval --answers strict` and `envforge score --answers strict` score such tasks
+by the exact rule instead.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any
+import re
+import unicodedata
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from functools import cached_property, lru_cache
+from typing import Any, Literal
 
 from envforge.server import State
 
-from .models import Checkpoint, Score, Task
+from .models import AnswerRule, Checkpoint, Score, Task
 from .statediff import cents_hash, cents_row, states_match
+
+#: How many other values of its kind a stated required output may stand among (see the docstring).
+MAX_OTHER_CANDIDATES = 2
+
+#: `task`: each task's own `answer_rule`; `strict`: the exact rule for every task.
+AnswersMode = Literal["task", "strict"]
 
 
 def normalize_text(text: str) -> str:
+    """τ-bench's normalisation, used by the substring rule and the LLM-rewrite fact check."""
     return text.lower().replace(",", "")
 
 
-def outputs_missing(required: Sequence[str], agent_messages: Sequence[str]) -> list[str]:
-    """The required outputs not found in the agent's messages."""
+def outputs_missing_substring(required: Sequence[str], agent_messages: Sequence[str]) -> list[str]:
     said = normalize_text("\n".join(agent_messages))
     return [o for o in required if normalize_text(o) not in said]
+
+
+# --------------------------------------------------------------------------- the exact rule
+
+NUMBER_BODY = r"(?P<sign>-)?(?P<currency>[$€£])?(?P<int>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<frac>\d+))?"
+NUMBER_TOKEN = re.compile(
+    r"(?<![\w.,\-/:])"  # not the tail of a word, a decimal, a list, an id, a date or a time
+    + NUMBER_BODY
+    + r"(?![\w]|[.,/:\-]\d)"  # not followed by more of a word or of a number
+)
+WHOLE_NUMBER = re.compile(NUMBER_BODY)
+EDGE_PUNCTUATION = " \t\n.,;:!?\"'`()[]{}<>"
+#: A string output's ends: no word character, nor a connector joined to one, next to either end.
+LEFT_EDGE = r"(?<!\w)(?<!\w[-./@:_])"
+RIGHT_EDGE = r"(?!\w)(?![-./@:_]\w)"
+#: One token holding at least one digit and one letter: an id, whose shape defines its kind.
+ID_SHAPED = re.compile(r"(?=\S*\d)(?=\S*[^\W\d_])\S+")
+
+
+@dataclass(frozen=True)
+class StatedNumber:
+    value: Decimal
+    kind: Literal["integer", "amount"]
+
+
+def _number(match: re.Match[str]) -> StatedNumber:
+    text = match["int"].replace(",", "") + (f".{match['frac']}" if match["frac"] is not None else "")
+    value = -Decimal(text) if match["sign"] else Decimal(text)
+    amount = match["frac"] is not None or match["currency"] is not None
+    return StatedNumber(value, "amount" if amount else "integer")
+
+
+def number_tokens(text: str) -> list[StatedNumber]:
+    """Every number token of `text` (the module docstring says what one is), in order."""
+    return [_number(m) for m in NUMBER_TOKEN.finditer(text)]
+
+
+@lru_cache(maxsize=65536)
+def parse_number(text: str) -> StatedNumber | None:
+    """`text` as one number token (a required output such as `5`, `1022.00` or `$1,250`), or None."""
+    match = WHOLE_NUMBER.fullmatch(text.strip())
+    if match is None:
+        return None
+    try:
+        return _number(match)
+    except InvalidOperation:
+        return None
+
+
+def normalize_words(text: str) -> str:
+    """NFKC, case-folded, commas as spaces, whitespace runs collapsed to one space."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().replace(",", " ").split())
+
+
+def _required_string(text: str) -> str:
+    return normalize_words(text).strip(EDGE_PUNCTUATION)
+
+
+def id_shape(text: str) -> str | None:
+    """The regex of ids shaped like `text` (digit runs become `\\d+`), or None if it is no id."""
+    if not ID_SHAPED.fullmatch(text):
+        return None
+    return "".join(r"\d+" if part[0].isdigit() else re.escape(part) for part in re.findall(r"\d+|\D", text))
+
+
+def _whole(pattern: str) -> re.Pattern[str]:
+    return _compiled(LEFT_EDGE + pattern + RIGHT_EDGE)
+
+
+@lru_cache(maxsize=4096)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+@dataclass(frozen=True)
+class KnownValues:
+    """What the task itself states (instruction, known facts): never counted as another candidate."""
+
+    numbers: frozenset[Decimal]
+    words: str
+
+
+@lru_cache(maxsize=4096)
+def known_values(text: str) -> KnownValues:
+    return KnownValues(frozenset(n.value for n in number_tokens(text)), normalize_words(text))
+
+
+def task_known_text(task: Task) -> str:
+    """The values the task itself puts in play: the user's known facts and the golden calls'
+    arguments (ids, quantities). Not the instruction's prose: its step numbers ("step 2") would
+    hand a hedge free candidates."""
+    facts = [f.value for f in task.scenario.known_facts]
+    arguments = [c.arguments for c in task.golden_calls]
+    return json.dumps([facts, arguments], ensure_ascii=False)
+
+
+class _Said:
+    """The agent's messages, parsed once for all of a task's required outputs."""
+
+    def __init__(
+        self, agent_messages: Sequence[str], required: Sequence[str], known: Callable[[], KnownValues]
+    ):
+        text = self.text = "\n".join(agent_messages)
+        self._known = known
+        self.numbers: dict[str, set[Decimal]] = {}
+        for n in number_tokens(text):
+            self.numbers.setdefault(n.kind, set()).add(n.value)
+        parsed = [parse_number(r) for r in required]
+        self.required_numbers = {p.value for p in parsed if p is not None}
+        self.required_words = {
+            _required_string(r) for r, p in zip(required, parsed, strict=True) if p is None
+        }
+
+    @cached_property
+    def words(self) -> str:
+        return normalize_words(self.text)
+
+    @cached_property
+    def known(self) -> KnownValues:
+        """Built only when a stated value has more other values than allowed before the task's own
+        are set aside: never for an answer that states just the required outputs."""
+        return self._known()
+
+    def _few_others(self, others: set[Any], known: Callable[[], Iterable[Any]]) -> bool:
+        if len(others) <= MAX_OTHER_CANDIDATES:
+            return True
+        return len(others.difference(known())) <= MAX_OTHER_CANDIDATES
+
+    def has_number(self, want: Decimal) -> bool:
+        """Stated by a token of some kind among at most MAX_OTHER_CANDIDATES other values of it."""
+        return any(
+            want in values
+            and self._few_others(values - self.required_numbers - {want}, lambda: self.known.numbers)
+            for values in self.numbers.values()
+        )
+
+    def has_words(self, want: str) -> bool:
+        if not want or _whole(re.escape(want)).search(self.words) is None:
+            return False
+        shape = id_shape(want)
+        if shape is None:
+            return True
+        same_shape = _whole(shape)
+        others = {m.group() for m in same_shape.finditer(self.words)} - self.required_words - {want}
+        return self._few_others(others, lambda: {m.group() for m in same_shape.finditer(self.known.words)})
+
+
+def outputs_missing_exact(
+    required: Sequence[str], agent_messages: Sequence[str], known_text: str | Callable[[], str] = ""
+) -> list[str]:
+    """`known_text` (or a function returning it, called only if needed) holds the task's own values."""
+    if not required:
+        return []
+    said = _Said(
+        agent_messages,
+        required,
+        lambda: known_values(known_text() if callable(known_text) else known_text),
+    )
+    missing = []
+    for r in required:
+        number = parse_number(r)
+        found = said.has_number(number.value) if number is not None else said.has_words(_required_string(r))
+        if not found:
+            missing.append(r)
+    return missing
+
+
+# --------------------------------------------------------------------------- rules per task
+
+
+def outputs_missing(
+    required: Sequence[str],
+    agent_messages: Sequence[str],
+    *,
+    rule: AnswerRule = "exact",
+    known_text: str | Callable[[], str] = "",
+) -> list[str]:
+    """The required outputs not communicated in the agent's messages under `rule`."""
+    if rule == "substring":
+        return outputs_missing_substring(required, agent_messages)
+    return outputs_missing_exact(required, agent_messages, known_text)
+
+
+def task_outputs_missing(task: Task, agent_messages: Sequence[str]) -> list[str]:
+    """`task`'s required outputs not communicated, under the task's own answer rule."""
+    if not task.required_outputs:
+        return []
+    return outputs_missing(
+        task.required_outputs, agent_messages, rule=task.answer_rule, known_text=lambda: task_known_text(task)
+    )
+
+
+def with_answers(tasks: Iterable[Task], answers: AnswersMode) -> list[Task]:
+    """`tasks` as `answers` scores them: unchanged under `task`, every one `exact` under `strict`.
+
+    The rule travels inside each task, so every scorer (eval, `--resume`, re-scoring, `score`)
+    applies the same one without a parameter of its own.
+    """
+    if answers == "task":
+        return list(tasks)
+    return [t if t.answer_rule == "exact" else t.model_copy(update={"answer_rule": "exact"}) for t in tasks]
+
+
+# --------------------------------------------------------------------------- state and checkpoints
 
 
 def _row_key(row: dict[str, Any], cols: Sequence[str]) -> str:
@@ -78,7 +326,7 @@ def score_episode(
         state_match = states_match(final_state, golden_state)
     else:
         state_match = cents_hash(final_state) == task.golden_cents_hash
-    missing = outputs_missing(task.required_outputs, agent_messages)
+    missing = task_outputs_missing(task, agent_messages)
     n_out = len(task.required_outputs)
     outputs = 1.0 if n_out == 0 else (n_out - len(missing)) / n_out
     passed = sum(checkpoint_passed(c, final_state) for c in task.checkpoints)
@@ -105,6 +353,7 @@ def score_episode(
         checkpoints_total=total,
         basis=list(task.reward_basis),
         not_judged=[p for p in task.reward_basis if p not in parts],
+        answer_rule=task.answer_rule,
     )
 
 
@@ -125,7 +374,7 @@ def reward_of(
                 match = cents_hash(final_state) == task.golden_cents_hash
             reward *= 1.0 if match else 0.0
         elif part == "outputs":
-            reward *= 0.0 if outputs_missing(task.required_outputs, agent_messages) else 1.0
+            reward *= 0.0 if task_outputs_missing(task, agent_messages) else 1.0
         elif part == "checkpoints":
             total = len(task.checkpoints)
             passed = sum(checkpoint_passed(c, final_state) for c in task.checkpoints)

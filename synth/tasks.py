@@ -106,6 +106,9 @@ class Builder:
     data: dict[str, Any] = field(default_factory=dict)
     facts: list[Fact] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
+    #: What each output is (its entity and unit), in the order of `outputs`: a bare figure such as
+    #: "2" is unambiguous only when the user knows what it counts.
+    output_labels: list[str] = field(default_factory=list)
     write_diffs: dict[str, StateDiff] = field(default_factory=dict)
     done_calls: set[str] = field(default_factory=set)
     calls: int = 0
@@ -706,12 +709,14 @@ class Builder:
         op, source, path, f, eq, items = self.rng.choice(cands)
         value = R.total(items, f) if op == "sum" else R.count_where(items, f, eq)
         ref = self._step_ref(source)
+        items_of = f"the items listed in the result of {ref}"
         if op == "sum":
-            text = f"Add up the {f} of the items listed in the result of {ref} and tell the user the total"
+            unit = "to the cent" if isinstance(value, float) else "a whole number"
+            label = f"the total {f} of {items_of} ({unit})"
+            text = f"Add up the {f} of {items_of} and tell the user the total ({unit})"
         else:
-            text = (
-                f"Count the items listed in the result of {ref} whose {f} is {json.dumps(eq)}; tell the user"
-            )
+            label = f"how many of {items_of} have {f} {json.dumps(eq)} (a whole number)"
+            text = f"Count {items_of} whose {f} is {json.dumps(eq)}; tell the user how many (a whole number)"
         node = DagNode(
             id=self._new_id(),
             kind="reason",
@@ -726,6 +731,7 @@ class Builder:
         self.nodes.append(node)
         self._edge(source, node.id, "data", f)
         self.outputs.append(R.format_number(value))
+        self.output_labels.append(label)
         self.reasoned = True
 
 
@@ -865,7 +871,7 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tup
     for n in executed:
         t = ctx.graph.tool(n.call.name)  # type: ignore[union-attr]
         tables |= set(t.reads) | set(t.writes)
-    scenario = render_scenario(ctx.env.name, dag, b.facts, b.outputs, b.data)
+    scenario = render_scenario(ctx.env.name, dag, b.facts, b.outputs, b.data, b.output_labels)
     golden_hash, golden_cents = ctx.hasher.hashes(golden)
     if golden_cents == initial_cents:
         raise BuildFailed("no_change")

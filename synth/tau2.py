@@ -34,6 +34,7 @@ from .footprint import Footprint, set_authorizer
 from .graph import build_graph, load_graph
 from .models import (
     ActionCheck,
+    AnswerRule,
     Call,
     Checkpoint,
     Dag,
@@ -399,6 +400,10 @@ REWARD_BASIS = {
     "ACTION": "actions",
     "NL_ASSERTION": "nl_assertions",
 }
+#: How imported tasks find `communicate_info` in the agent's messages: τ²'s own substring rule, as
+#: τ² scores it (`envforge eval --answers strict` applies the exact rule instead).
+TAU2_ANSWER_RULE: AnswerRule = "substring"
+
 #: Reward parts `score_episode` judges from an end state and the agent's messages alone: `actions`
 #: needs the trajectory and `nl_assertions` an LLM judge, so the self-checks leave them out.
 OFFLINE_PARTS: tuple[RewardPart, ...] = ("state", "outputs", "checkpoints")
@@ -736,6 +741,7 @@ async def _gold_task(
         split=p.split,
         nl_assertions=p.nl_assertions,
         action_checks=p.action_checks,
+        answer_rule=TAU2_ANSWER_RULE,
     )
 
 
@@ -769,7 +775,8 @@ def tau2_tasks_to_envforge(
 
     Mapping: id, scenario (instructions as text; known facts parsed from them), gold actions as
     `golden_calls`, a linear DAG of call nodes and `action_checks` (with `compare_args`),
-    `communicate_info` as `required_outputs`, `nl_assertions` kept, the reward basis mapped part by
+    `communicate_info` as `required_outputs` under τ²'s substring rule (`TAU2_ANSWER_RULE`),
+    `nl_assertions` kept, the reward basis mapped part by
     part (`REWARD_BASIS`), and the splits of `split_tasks.json` that list the task. Golden state,
     diff, checkpoints and difficulty come from replaying the gold actions on a fresh episode;
     gold calls that return errors are kept (τ² keeps them; its evaluator treats them as no-ops).

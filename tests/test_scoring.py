@@ -63,12 +63,22 @@ def test_state_matches_to_the_cent() -> None:
     assert not score_episode(task, _with(70.51), [], golden_state=GOLDEN).state_match
 
 
-def test_outputs_use_the_tau_bench_rule() -> None:
-    task = make_task(outputs=["1234.50", "O-1001"])
+def test_outputs_use_the_tau_bench_rule_under_substring() -> None:
+    task = make_task(outputs=["1234.50", "O-1001"]).model_copy(update={"answer_rule": "substring"})
     good = score_episode(task, GOLDEN, ["Your refund of $1,234.50 for order o-1001 is done."])
     assert good.outputs == 1.0 and good.outputs_missing == [] and good.reward == 1.0
     half = score_episode(task, GOLDEN, ["Refunded 1234.5 for O-1001"])
     assert half.outputs == 0.5 and half.outputs_missing == ["1234.50"] and half.reward == 0.0
+    assert score_episode(task, GOLDEN, oracle_messages(task)).reward == 1.0
+
+
+def test_outputs_compare_values_under_exact() -> None:
+    task = make_task(outputs=["1234.50", "O-1001"])
+    good = score_episode(task, GOLDEN, ["Your refund of $1,234.50 for order o-1001 is done."])
+    assert good.outputs == 1.0 and good.reward == 1.0 and good.answer_rule == "exact"
+    assert score_episode(task, GOLDEN, ["Refunded 1234.5 for O-1001"]).reward == 1.0
+    half = score_episode(task, GOLDEN, ["Refunded 1234.55 for O-10011"])
+    assert half.outputs == 0.0 and half.outputs_missing == ["1234.50", "O-1001"]
     assert score_episode(task, GOLDEN, oracle_messages(task)).reward == 1.0
 
 

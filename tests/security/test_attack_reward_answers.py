@@ -1,0 +1,116 @@
+"""Attacks on the outputs part of the reward: answers that game a required output without knowing it.
+
+Each test plays the attack against real bundled tasks: the golden calls replayed on a real SQLite
+episode (so the state part holds and only the answer decides), then the gamed answer scored.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from envforge.cli.main import app
+from envforge.server import Fleet, State, load_env
+from envforge.synth.context import SynthContext
+from envforge.synth.graph import build_graph, load_graph
+from envforge.synth.models import Task
+from envforge.synth.pipeline import load_tasks
+from envforge.synth.scoring import oracle_messages, parse_number, score_episode
+
+from conftest import bundled_env_dirs
+
+REPO = Path(__file__).resolve().parents[2]
+SPRAY = " ".join(str(v) for v in range(1000))
+
+
+def _numeric(task: Task) -> bool:
+    return bool(task.required_outputs) and all(parse_number(o) is not None for o in task.required_outputs)
+
+
+def _near(required: str) -> list[str]:
+    """`required` and its ten nearest neighbours, written the way `required` is written."""
+    number = parse_number(required)
+    assert number is not None
+    step = 1 if number.kind == "integer" else 0.01
+    decimals = len(required.split(".")[1]) if "." in required else 0
+    return [f"{float(number.value) + i * step:.{decimals}f}" for i in range(-5, 6)]
+
+
+async def _golden_states(env_dir: Path, tasks: list[Task]) -> list[State]:
+    env = load_env(env_dir)
+    fleet = Fleet([env])
+    try:
+        graph = load_graph(env_dir) or await build_graph(env, fleet)
+        ctx = SynthContext.create(env, graph, fleet)
+        out = []
+        for task in tasks:
+            database, _, _ = ctx.task_initial(task)
+            state, _ = await ctx.replay(database, task.golden_calls, hashed=False)
+            out.append(state)
+        return out
+    finally:
+        await fleet.aclose()
+
+
+NUMERIC_ENVS = [d for d in bundled_env_dirs() if any(_numeric(t) for t in load_tasks(d))]
+
+
+@pytest.mark.parametrize("env_dir", NUMERIC_ENVS, ids=lambda p: p.name)
+async def test_number_spray_after_the_golden_calls_earns_nothing(env_dir: Path) -> None:
+    """The attack: make the golden calls, then say every integer 0..999 and, for good measure, the
+    right answer among its ten nearest neighbours. No numeric required output may be earned."""
+    tasks = [t for t in load_tasks(env_dir) if _numeric(t)]
+    for task, golden in zip(tasks, await _golden_states(env_dir, tasks), strict=True):
+        spray = [SPRAY, " ".join(v for o in task.required_outputs for v in _near(o))]
+        gamed = score_episode(task, golden, spray)
+        assert gamed.state_match, task.id
+        assert gamed.reward == 0.0 and gamed.outputs_missing == task.required_outputs, task.id
+        honest = score_episode(task, golden, oracle_messages(task))
+        assert honest.reward == 1.0, task.id
+
+
+def _first_small_answer(env_dir: Path) -> Task:
+    return next(
+        t for t in load_tasks(env_dir) if len(t.required_outputs) == 1 and len(t.required_outputs[0]) == 1
+    )
+
+
+@pytest.mark.parametrize("template", ["The total is 1{v}.", "Total: {v}50", "error {v}03"])
+def test_gamed_answers_through_envforge_score(template: str, tmp_path: Path) -> None:
+    """The attack as the issue found it: golden calls, then an answer holding the digit inside
+    another number, scored by `envforge score` on a bundled task whose answer is one digit."""
+    env_dir = REPO / "envs" / "flight_booking"
+    task = _first_small_answer(env_dir)
+    golden = [c.model_dump() for c in task.golden_calls]
+
+    def score(message: str) -> dict:
+        actions = tmp_path / "actions.json"
+        actions.write_text(json.dumps([*golden, {"message": message}]), encoding="utf-8")
+        args = ["score", str(env_dir), "--task", task.id, "--actions", str(actions), "--json"]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)
+
+    (value,) = task.required_outputs
+    gamed = score(template.format(v=value))
+    assert gamed["state_match"] and gamed["reward"] == 0.0 and gamed["outputs_missing"] == [value]
+    assert score(f"The answer is {value}.")["reward"] == 1.0
+
+
+async def test_listing_every_entity_id_earns_no_id_output() -> None:
+    """The attack on an id answer: name every passenger id of the env. A task variant requiring
+    one passenger id must not be earned by the list, and must be by the id alone."""
+    env_dir = REPO / "envs" / "flight_booking"
+    base = next(t for t in load_tasks(env_dir) if t.required_outputs)
+    (golden,) = await _golden_states(env_dir, [base])
+    ids = [r["passenger_id"] for r in golden["passengers"]]
+    task = base.model_copy(update={"required_outputs": [ids[17]]})
+    listing = "Passengers on file: " + ", ".join(ids) + "."
+    gamed = score_episode(task, golden, [listing])
+    assert gamed.state_match and gamed.reward == 0.0 and gamed.outputs_missing == [ids[17]]
+    assert score_episode(task, golden, [f"The passenger is {ids[17]}."]).reward == 1.0
+    # and a longer id that merely starts with the answer is no answer
+    assert score_episode(task, golden, [f"The passenger is {ids[17]}9."]).reward == 0.0
