@@ -228,8 +228,8 @@ def summarize(records: list[TrialRecord], trials: int) -> dict[str, Any]:
 
     Each part: n_tasks, n_trials (counted), n_records, statuses, pass_hat_k (k = 1..trials; None
     where no task has k counted trials), pass_1_ci, mean_reward, mean_reward_ci, user_error_rate,
-    infra_failures, env_failures, agent_failures, faults (fault -> records), answer_rules (rule -> scored records), cost_usd, tokens (per
-    role), by_difficulty (bucket -> the success metrics).
+    infra_failures, env_failures, agent_failures, faults (fault -> records), answer_rules (rule ->
+    scored records), cost_usd, tokens (per role), by_difficulty (bucket -> the success metrics).
     Records are deduplicated by trial_key first, so raw file order may be passed in.
     """
     if trials < 1:

@@ -239,7 +239,7 @@ async def test_eval_strict_is_recorded_and_reported(tau2_env: Path, tmp_path: Pa
         assert summary["overall"]["answer_rules"] == {rule: 1}
         assert f"{rule} (1 trial)" in render_report(manifest, records, summary)
     # re-scoring a stored run applies the mode its manifest recorded
-    assert [r.score.answer_rule for r in await rescore(tmp_path / "strict") if r.score] == ["exact"]
+    assert [r.score.answer_rule for r in (await rescore(tmp_path / "strict")).records if r.score] == ["exact"]
     assert [r.score.answer_rule for r in await rescore(tmp_path / "task") if r.score] == ["substring"]
     # resuming under another mode is refused: the rule is part of what a run measures
     with pytest.raises(Exception, match="answers"):
