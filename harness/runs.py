@@ -270,6 +270,7 @@ async def rescore(
     for d in manifest.env_dirs:
         if Path(d).is_dir():
             et = load_env_tasks(d)
+            et.tasks = with_answers(et.tasks, manifest.answers)
             envs[et.env.name] = et
     for d in tasks_from:
         et = load_env_tasks(d)
