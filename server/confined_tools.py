@@ -191,7 +191,10 @@ class ToolWorker:
         proc, self._proc = self._proc, None
         transport, self._transport = self._transport, None
         if transport is not None and not transport.is_closing():
-            transport.close()
+            try:
+                transport.close()
+            except RuntimeError:  # its event loop is already closed
+                pass
         if proc is not None:
             _kill(proc)
             self._death = f"{reason}; exit status {proc.returncode}"

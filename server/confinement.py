@@ -134,7 +134,8 @@ def bwrap_command(argv: list[str], *, scratch_mb: int = 64) -> list[str]:
         inside_usr = path.startswith("/usr/")  # already visible through /usr
         if os.path.exists(path) and not inside_usr:
             cmd += ["--ro-bind", path, path]
-    cmd += ["--size", str(scratch_mb * 1024 * 1024), "--tmpfs", SCRATCH, "--chdir", SCRATCH, "--"]
+    cmd += ["--size", str(scratch_mb * 1024 * 1024), "--tmpfs", SCRATCH, "--chdir", SCRATCH]
+    cmd += ["--remount-ro", "/", "--"]  # the sandbox's own root (mount points) is not a second scratch
     return cmd + argv
 
 
