@@ -62,7 +62,7 @@ ToWorker = Annotated[Init | Call | Cancel | SqlReply, Field(discriminator="type"
 
 # worker -> parent
 
-SqlOp = Literal["execute", "executemany", "fetch_all", "fetch_one", "fetch_value"]
+SqlOp = Literal["execute", "executemany", "execute_fetchall", "fetch_all", "fetch_one", "fetch_value"]
 
 
 class ToolDescription(_Msg):

@@ -17,7 +17,6 @@ import itertools
 import logging
 import sqlite3
 import subprocess
-import sys
 import weakref
 from pathlib import Path
 from typing import Any
@@ -76,7 +75,7 @@ _DIED = object()
 
 def worker_command(what: str, limits: confinement.Limits) -> list[str]:
     """The worker's argv, under OS confinement (raises `ConfinementUnavailable` when that is missing)."""
-    argv = [sys.executable, "-I", str(WORKER_SCRIPT)]
+    argv = [confinement.PYTHON, "-I", str(WORKER_SCRIPT)]
     cmd = confinement.confined_command(argv, what=what, scratch_mb=limits.scratch_mb)
     return [*cmd, "--require-seccomp"] if cmd is not argv else cmd
 
@@ -117,6 +116,7 @@ class ToolWorker:
         self._calls: dict[int, asyncio.Queue[Any]] = {}
         self._ids = itertools.count(1)
         self._death = ""
+        self._pump_task: asyncio.Task[None] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -164,7 +164,7 @@ class ToolWorker:
             raise ConfinedToolCrash(f"env {self.init.env!r}: its confined worker came up with other tools")
         self._transport = transport
         self._death = ""
-        loop.create_task(self._pump(reader, proc))
+        self._pump_task = loop.create_task(self._pump(reader, proc))  # held: the loop keeps tasks weakly
 
     async def _pump(self, reader: asyncio.StreamReader, proc: subprocess.Popen[bytes]) -> None:
         """Route each worker line to the call it belongs to; any misbehaviour ends the worker."""
@@ -248,6 +248,37 @@ def _reply_rows(msg: SqlRequest, **fields: Any) -> SqlReply:
     return reply
 
 
+Statement = tuple[list[str] | None, list[list[Any]], int, int | None]
+
+
+def _run_statement(conn: sqlite3.Connection, sql: str, params: Any) -> Statement:
+    cur = conn.execute(sql, params)
+    try:
+        desc = cur.description
+        rows = [list(r) for r in cur.fetchall()]
+        return (None if desc is None else [d[0] for d in desc]), rows, cur.rowcount, cur.lastrowid
+    finally:
+        cur.close()
+
+
+async def _statement(db: Any, sql: str, params: Any) -> Statement:
+    """One statement with its cursor's facts, in one trip to the episode's SQLite thread.
+
+    `Db.execute` gives an aiosqlite cursor whose fetch and close are a trip each; the episode's
+    connection runs a function on its thread in one (as `Db.fetch_all` does).
+    """
+    conn = getattr(db, "_conn", None)
+    if conn is not None and hasattr(conn, "_execute") and hasattr(conn, "_conn"):
+        return await conn._execute(_run_statement, conn._conn, sql, params)
+    cur = await db.execute(sql, params)
+    try:
+        desc = cur.description
+        rows = [list(r) for r in await cur.fetchall()]
+        return (None if desc is None else [d[0] for d in desc]), rows, cur.rowcount, cur.lastrowid
+    finally:
+        await cur.close()
+
+
 async def serve_sql(db: Any, msg: SqlRequest) -> SqlReply:
     """Run one of the worker's statements on the episode's `Db` and package the answer."""
     params = from_wire(msg.params)
@@ -255,19 +286,13 @@ async def serve_sql(db: Any, msg: SqlRequest) -> SqlReply:
         params = ()
     try:
         if msg.op == "execute":
-            cur = await db.execute(msg.sql, params)
-            try:
-                rows = await cur.fetchall()
-                desc = cur.description
-                return _reply_rows(
-                    msg,
-                    columns=None if desc is None else [d[0] for d in desc],
-                    rows=to_wire([list(r) for r in rows]),
-                    rowcount=cur.rowcount,
-                    lastrowid=cur.lastrowid,
-                )
-            finally:
-                await cur.close()
+            columns, rows, rowcount, lastrowid = await _statement(db, msg.sql, params)
+            return _reply_rows(
+                msg, columns=columns, rows=to_wire(rows), rowcount=rowcount, lastrowid=lastrowid
+            )
+        if msg.op == "execute_fetchall":
+            found = await db.execute_fetchall(msg.sql, params)
+            return _reply_rows(msg, rows=to_wire([list(r) for r in found]))
         if msg.op == "executemany":
             await db.executemany(msg.sql, params)
             return SqlReply(id=msg.id, req=msg.req)

@@ -190,7 +190,8 @@ class RemoteDb:
         await self._channel.sql(self._call, "executemany", sql, [_params(r) for r in rows])
 
     async def execute_fetchall(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
-        return await (await self.execute(sql, params)).fetchall()
+        reply = await self._channel.sql(self._call, "execute_fetchall", sql, _params(params))
+        return [tuple(from_wire(r)) for r in reply.rows]
 
     async def fetch_all(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
         reply = await self._channel.sql(self._call, "fetch_all", sql, _params(params))

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 ALLOW_UNCONFINED_ENV = "ENVFORGE_ALLOW_UNCONFINED"
 SERVER_DIR = Path(__file__).resolve().parent
 SCRATCH = "/tmp"
+PYTHON = os.path.normpath(os.path.abspath(sys.executable))  # no `..` through folders the sandbox hides
 SANDBOX_UID = 65534  # "nobody" inside the user namespace
 _SYSTEM_READ_ONLY = ("/usr", "/etc/ld.so.cache", "/etc/localtime")
 
@@ -62,7 +63,7 @@ def allow_unconfined() -> bool:
 def interpreter_paths() -> tuple[str, ...]:
     """The directories `python -I` imports from (stdlib, venv and the site-packages its .pth files add)."""
     out = subprocess.run(
-        [sys.executable, "-I", "-c", "import json, sys; print(json.dumps(sys.path))"],
+        [PYTHON, "-I", "-c", "import json, sys; print(json.dumps(sys.path))"],
         capture_output=True,
         text=True,
         check=True,
@@ -83,7 +84,7 @@ def confinement_problem() -> str | None:
         import pyseccomp  # noqa: F401  (loads libseccomp through ctypes)
     except (ImportError, OSError, TypeError) as exc:
         return f"seccomp is unavailable (pyseccomp/libseccomp: {exc})"
-    probe = bwrap_command([sys.executable, "-I", "-c", "pass"])
+    probe = bwrap_command([PYTHON, "-I", "-c", "pass"])
     try:
         done = subprocess.run(probe, capture_output=True, text=True, timeout=30, env={})
     except (OSError, subprocess.TimeoutExpired) as exc:

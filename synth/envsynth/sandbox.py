@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from typing import Any
 
 from envforge.server import confinement, confinement_inner
@@ -57,7 +56,8 @@ class SeedRunError(RuntimeError):
 
 async def run_seed_generator(source: str, *, timeout: float = 20.0) -> dict[str, list[dict[str, Any]]]:
     limits = confinement.Limits()
-    argv = [sys.executable, "-I", "-c", _RUNNER, json.dumps(sorted(SEED_IMPORTS)), confinement_inner.__file__]
+    allowed = json.dumps(sorted(SEED_IMPORTS))
+    argv = [confinement.PYTHON, "-I", "-c", _RUNNER, allowed, confinement_inner.__file__]
     try:
         command = confinement.confined_command(argv, what="a seed generator", scratch_mb=limits.scratch_mb)
     except confinement.ConfinementUnavailable as exc:
