@@ -21,6 +21,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+import aiosqlite
 from pydantic import ConfigDict, create_model
 
 from . import confinement
@@ -268,7 +269,8 @@ async def _statement(db: Any, sql: str, params: Any) -> Statement:
     connection runs a function on its thread in one (as `Db.fetch_all` does).
     """
     conn = getattr(db, "_conn", None)
-    if conn is not None and hasattr(conn, "_execute") and hasattr(conn, "_conn"):
+    if isinstance(conn, aiosqlite.Connection) and type(conn).execute is aiosqlite.Connection.execute:
+        # a plain episode connection; subclasses that track writes in `execute` take the long way
         return await conn._execute(_run_statement, conn._conn, sql, params)
     cur = await db.execute(sql, params)
     try:
