@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import sqlite3
 import subprocess
 import weakref
@@ -118,6 +119,7 @@ class ToolWorker:
         self._ids = itertools.count(1)
         self._death = ""
         self._pump_task: asyncio.Task[None] | None = None
+        self._attachment = 0  # which (process, event loop) pairing the current pipes belong to
 
     @property
     def pid(self) -> int | None:
@@ -129,14 +131,33 @@ class ToolWorker:
     async def _ensure(self) -> asyncio.WriteTransport:
         loop = asyncio.get_running_loop()
         if self._loop is not loop or self._lock is None:
-            self.stop("the event loop changed")
-            self._loop, self._lock = loop, asyncio.Lock()
+            old, self._loop, self._lock = self._loop, loop, asyncio.Lock()
+            if old is not None and old.is_closed() and self._proc is not None and self._proc.poll() is None:
+                # the loop that served it is gone (e.g. one loop per test): keep the worker, new pipes
+                self._transport = None
+                self._attachment += 1
+                self._pump_task = loop.create_task(self._pump(await self._connect(loop), self._proc))
+            else:
+                self.stop("the event loop changed")
         async with self._lock:
             if not self.alive():
                 self.stop("restarting")
                 await self._start(loop)
         assert self._transport is not None
         return self._transport
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop) -> asyncio.StreamReader:
+        """This loop's transports over duplicates of the worker's pipes (the originals stay ours)."""
+        proc = self._proc
+        assert proc is not None and proc.stdout and proc.stderr and proc.stdin
+        out, err, inp = (os.fdopen(os.dup(f.fileno()), mode, 0) for f, mode in (
+            (proc.stdout, "rb"), (proc.stderr, "rb"), (proc.stdin, "wb")
+        ))  # fmt: skip
+        reader = asyncio.StreamReader(limit=MAX_MESSAGE_BYTES + 1)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), out)
+        await loop.connect_read_pipe(lambda: _StderrLog(self.init.env), err)
+        self._transport, _ = await loop.connect_write_pipe(asyncio.Protocol, inp)
+        return reader
 
     async def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         proc = subprocess.Popen(
@@ -148,11 +169,12 @@ class ToolWorker:
         )
         weakref.finalize(self, _kill, proc)
         self._proc = proc
+        self._attachment += 1
         self.starts += 1
-        reader = asyncio.StreamReader(limit=MAX_MESSAGE_BYTES + 1)
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), proc.stdout)
-        await loop.connect_read_pipe(lambda: _StderrLog(self.init.env), proc.stderr)
-        transport, _ = await loop.connect_write_pipe(asyncio.Protocol, proc.stdin)
+        reader = await self._connect(loop)
+        transport = self._transport
+        assert transport is not None
+        self._transport = None  # not alive until it said Ready
         transport.write(encode(self.init))
         try:
             ready = decode(FROM_WORKER, await asyncio.wait_for(reader.readline(), START_TIMEOUT_S))
@@ -168,7 +190,12 @@ class ToolWorker:
         self._pump_task = loop.create_task(self._pump(reader, proc))  # held: the loop keeps tasks weakly
 
     async def _pump(self, reader: asyncio.StreamReader, proc: subprocess.Popen[bytes]) -> None:
-        """Route each worker line to the call it belongs to; any misbehaviour ends the worker."""
+        """Route each worker line to the call it belongs to; any misbehaviour ends the worker.
+
+        A pump abandoned with its event loop (closed or collected) ends without touching the
+        worker: only the current attachment's pump may declare it dead.
+        """
+        attachment = self._attachment
         reason = "it exited"
         try:
             while True:
@@ -183,9 +210,8 @@ class ToolWorker:
                     queue.put_nowait(msg)
         except (ProtocolError, ValueError) as exc:
             reason = f"protocol violation: {exc}"
-        finally:
-            if self._proc is proc:
-                self.stop(reason)
+        if self._proc is proc and self._attachment == attachment:
+            self.stop(reason)
 
     def stop(self, reason: str) -> None:
         """Kill the worker (if any) and fail the calls it was running."""
@@ -198,6 +224,9 @@ class ToolWorker:
                 pass
         if proc is not None:
             _kill(proc)
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
             self._death = f"{reason}; exit status {proc.returncode}"
             for queue in self._calls.values():
                 queue.put_nowait(_DIED)
