@@ -376,3 +376,28 @@ def test_without_confinement_a_confined_env_is_refused(tmp_path: Path, monkeypat
         assert len(message.splitlines()) == 1
     finally:
         confinement.confinement_problem.cache_clear()
+
+
+async def test_the_operator_opt_out_runs_unconfined_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`ENVFORGE_ALLOW_UNCONFINED=1` is explicit, logged, and still clears the environment."""
+    root = make_confined_env(tmp_path / "payloads")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setenv(confinement.ALLOW_UNCONFINED_ENV, "1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-parent-secret-123")
+    confinement.confinement_problem.cache_clear()
+    try:
+        with caplog.at_level("WARNING", logger="envforge.server.confinement"):
+            env = load_env(root)
+        assert any("WITHOUT OS confinement" in r.getMessage() for r in caplog.records)
+        fleet = Fleet([env])
+        try:
+            ep = await fleet.create_episode("payloads")
+            assert (await fleet.call(ep.id, "count_notes", {})).text == "1"
+            leaked = await fleet.call(ep.id, "environment", {})
+            assert "sk-fake" not in leaked.text
+        finally:
+            await fleet.aclose()
+    finally:
+        confinement.confinement_problem.cache_clear()
