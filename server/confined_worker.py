@@ -45,7 +45,6 @@ _light_package()
 
 from envforge.server import confinement_inner, loader, runtime  # noqa: E402
 from envforge.server.confined_protocol import (  # noqa: E402
-    FROM_WORKER,
     MAX_MESSAGE_BYTES,
     TO_WORKER,
     Call,
@@ -66,9 +65,6 @@ from envforge.server.confined_protocol import (  # noqa: E402
 )
 from envforge.server.errors import EnvLoadError, ToolError  # noqa: E402
 from envforge.server.tooldef import ToolSpec  # noqa: E402
-
-_ = FROM_WORKER  # the parent validates what this module sends with it
-
 
 def _param(value: Any) -> Any:
     """What sqlite3 would store for a parameter (its default date adapters), as JSON."""
