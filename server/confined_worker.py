@@ -66,6 +66,7 @@ from envforge.server.confined_protocol import (  # noqa: E402
 from envforge.server.errors import EnvLoadError, ToolError  # noqa: E402
 from envforge.server.tooldef import ToolSpec  # noqa: E402
 
+
 def _param(value: Any) -> Any:
     """What sqlite3 would store for a parameter (its default date adapters), as JSON."""
     if isinstance(value, dt.datetime):
