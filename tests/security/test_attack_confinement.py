@@ -322,6 +322,7 @@ async def test_two_episodes_share_one_worker_concurrently(payload_env) -> None:
     try:
         a = await fleet.create_episode("payloads")
         b = await fleet.create_episode("payloads")
+        assert (await fleet.call(a.id, "count_notes", {})).text == "1"  # start the worker first
         results: dict[str, str] = {}
 
         async def run(ep_id: str, body: str) -> None:
@@ -346,7 +347,8 @@ async def test_cancelling_a_call_mid_way_leaves_no_partial_write(payload_env) ->
     fleet = Fleet([payload_env])
     try:
         ep = await fleet.create_episode("payloads")
-        with anyio.move_on_after(1.0) as scope:
+        assert (await fleet.call(ep.id, "count_notes", {})).text == "1"  # the worker is up: the
+        with anyio.move_on_after(1.0) as scope:  # first write lands at once, then the call waits
             await fleet.call(ep.id, "add_slowly", {"body": "cancelled", "seconds": 30})
         assert scope.cancelled_caught
         await anyio.sleep(0.2)
