@@ -10,6 +10,9 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 
 # The stamp is newer than pyproject.toml while the venv is current, so it is reused.
 $(VENV)/.stamp: pyproject.toml
+	@# bubblewrap confines model-written env code (docs/security.md); libseccomp2 ships with apt
+	command -v bwrap >/dev/null || (apt-get update -q && apt-get install -y -q bubblewrap) \
+		|| echo "bubblewrap not installed: confined envs will refuse to load (docs/security.md)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e ".[dev,train,ray]"

@@ -4,16 +4,22 @@ Prints tool calls/s for one env in-process, over stdio and over streamable HTTP,
 concurrent episodes (the bare server has no episodes: its 32 workers share its one connection),
 and episode creation time for a ~1 MB database next to building the same database naively.
 Target: >= 0.8x the bare server on every transport; episode creation < 2 ms.
+The same env served confined (`trust = "confined"`: tools in a sandboxed worker, SQL served by
+the parent) is measured in the same run next to the trusted in-process path and the bare server.
+Target: confined >= 0.5x trusted.
 
-usage: python benchmarks/bench_serving.py [--calls N]
+usage: python benchmarks/bench_serving.py [--calls N] [--confined-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import aiosqlite
@@ -50,6 +56,40 @@ async def rate(workers: int, total_calls: int, make_caller: Callable[[int], Awai
 def _check(result: Any) -> None:
     if result.is_error:
         raise RuntimeError(result.content[0].text)
+
+
+def confined_copy(root: Path) -> Path:
+    """The bank env as a confined one: same files, `trust = "confined"` in its manifest."""
+    target = root / "bank"
+    shutil.copytree(BANK, target)
+    manifest = (target / "env.toml").read_text()
+    (target / "env.toml").write_text(
+        manifest.replace('version = "0.1.0"\n', 'version = "0.1.0"\ntrust = "confined"\n')
+    )
+    return target
+
+
+async def confined_in_process(workers: int, calls: int) -> tuple[float, float, float]:
+    """Calls/s of the confined env, the trusted env and the bare server, in-process, same run."""
+    with tempfile.TemporaryDirectory() as tmp:
+        confined_env = load_env(confined_copy(Path(tmp)))
+    assert confined_env.manifest.trust == "confined"
+    fleet = Fleet([confined_env])
+    async with Client(fleet.mcp(confined_env.name).server) as client:
+
+        async def caller(i: int) -> Caller:
+            meta = {EPISODE_META_KEY: (await fleet.create_episode(confined_env.name)).id}
+
+            async def call(_: int) -> None:
+                _check(await client.call_tool("get_account", ARGS, meta=meta))
+
+            return call
+
+        await rate(1, 200, caller)  # starts the worker
+        r_confined = await rate(workers, calls, caller)
+    await fleet.aclose()
+    r_trusted, r_bare = await in_process(workers, calls)
+    return r_confined, r_trusted, r_bare
 
 
 async def in_process(workers: int, calls: int) -> tuple[float, float]:
@@ -203,8 +243,25 @@ async def episode_creation(n: int = 300) -> tuple[float, float, int]:
     return statistics.median(ours) * 1e3, statistics.median(naive) * 1e3, len(data)
 
 
-async def main(calls: int, repeat: int) -> None:
+async def confined_table(console: Console, calls: int, repeat: int) -> None:
+    table = Table(title="confined (sandboxed worker) vs trusted (in-process) vs bare, in-process MCP")
+    for col in ("episodes", "confined calls/s", "trusted calls/s", "bare calls/s", "confined/trusted"):
+        table.add_column(col, justify="right")
+    for workers in (1, 32):
+        runs = [await confined_in_process(workers, calls) for _ in range(repeat)]
+        confined, trusted, bare = (statistics.median(r[i] for r in runs) for i in range(3))
+        ratio = statistics.median(r[0] / r[1] for r in runs)
+        table.add_row(str(workers), f"{confined:,.0f}", f"{trusted:,.0f}", f"{bare:,.0f}", f"{ratio:.2f}x")
+        rounds = ", ".join(f"{r[0] / r[1]:.2f}" for r in runs)
+        console.print(f"confined x{workers}: {confined:,.0f} vs trusted {trusted:,.0f} calls/s ({rounds})")
+    console.print(table)
+
+
+async def main(calls: int, repeat: int, confined_only: bool) -> None:
     console = Console()
+    await confined_table(console, calls, repeat)
+    if confined_only:
+        return
     table = Table(title="envforge vs bare mcp server (get_account, same aiosqlite query)")
     for col in ("transport", "episodes", "envforge calls/s", "bare calls/s", "median ratio"):
         table.add_column(col, justify="right")
@@ -237,5 +294,6 @@ if __name__ == "__main__":
     )
     parser.add_argument("--calls", type=int, default=4000)
     parser.add_argument("--repeat", type=int, default=3, help="rounds per cell; medians are printed")
+    parser.add_argument("--confined-only", action="store_true", help="only the confined/trusted/bare table")
     args = parser.parse_args()
-    anyio.run(main, args.calls, args.repeat)
+    anyio.run(main, args.calls, args.repeat, args.confined_only)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import linecache
 import sqlite3
 import sys
 import tomllib
@@ -257,9 +258,16 @@ def _load_manifest(root: Path) -> EnvManifest:
         raise EnvLoadError(problems) from exc
 
 
-def load_tool_module(path: Path, env_name: str) -> Any:
-    """Import an env's tools.py as an isolated module (it imports nothing from its neighbours)."""
-    source = path.read_text(encoding="utf-8")
+def load_tool_module(path: Path, env_name: str, *, source: str | None = None) -> Any:
+    """Import an env's tools.py as an isolated module (it imports nothing from its neighbours).
+
+    `source` is the file's text when the caller already has it (a confined worker gets it over
+    its pipe and cannot read the env folder).
+    """
+    if source is None:
+        source = path.read_text(encoding="utf-8")
+    else:  # so `inspect` finds the source (def lines in error messages) without the file
+        linecache.cache[str(path)] = (len(source), None, source.splitlines(keepends=True), str(path))
     try:
         code = compile(source, str(path), "exec")
     except SyntaxError as exc:
@@ -286,10 +294,18 @@ def load_tool_module(path: Path, env_name: str) -> Any:
     return module
 
 
-def _load_tools(path: Path, env_name: str) -> dict[str, ToolSpec]:
+def _load_tools(path: Path, manifest: EnvManifest) -> dict[str, ToolSpec]:
     if not path.exists():
         raise EnvLoadError([LoadProblem(path, None, "tools.py is missing")])
-    module = load_tool_module(path, env_name)
+    if manifest.trust == "confined":
+        from .confined_tools import load_confined_tools  # model-written code: never imported here
+
+        return load_confined_tools(path, manifest)
+    return tools_of_module(load_tool_module(path, manifest.name), path)
+
+
+def tools_of_module(module: Any, path: Path) -> dict[str, ToolSpec]:
+    """The `@tool` functions an imported tools.py defines, as specs; problems carry file and line."""
     tools: dict[str, ToolSpec] = {}
     problems: list[LoadProblem] = []
     for obj in list(module.__dict__.values()):
@@ -352,7 +368,7 @@ def load_env(root: str | Path) -> Environment:
         seed_db = conn.serialize()
     finally:
         conn.close()
-    tools = _load_tools(root / TOOLS, manifest.name)
+    tools = _load_tools(root / TOOLS, manifest)
     return Environment(
         root=root,
         manifest=manifest,

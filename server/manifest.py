@@ -31,6 +31,15 @@ class EnvManifest(BaseModel):
             "ports whose reference implementation behaves that way (τ²-bench)."
         ),
     )
+    trust: Literal["trusted", "confined"] = Field(
+        "trusted",
+        description=(
+            "'trusted': hand-written tools.py, imported into the serving process. 'confined': "
+            "model-written tools.py, never imported by the serving process; it runs in an "
+            "OS-confined worker process and reaches the episode's database only through the "
+            "serving process (docs/security.md)."
+        ),
+    )
     python_owner: str | None = Field(
         None, description="Class name shown in 'python'-style argument errors, e.g. 'RetailTools'."
     )

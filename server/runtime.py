@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 from pydantic import BaseModel, ValidationError
 
 from .db import Db
@@ -165,6 +166,10 @@ async def execute(episode: Episode, name: str, arguments: Any) -> ToolResult:
             await _rollback(conn)
             log.exception("tool %s.%s raised unexpectedly", env.name, name)
             return _error(str(exc) or type(exc).__name__)
+        except BaseException:  # cancelled mid-call: nothing of it may stay for the next commit
+            with anyio.CancelScope(shield=True):
+                await _rollback(conn)
+            raise
         if spec.read_only and conn.total_changes != changes_before:
             await _rollback(conn)
             log.error("read tool %s.%s changed the database; rolled back", env.name, name)

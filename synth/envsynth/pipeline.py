@@ -138,7 +138,8 @@ async def materialise(cand: Candidate, settings: SynthSettings, docs: list[ToolD
     root.mkdir(parents=True)
     desc = settings.description or f"Synthesized from tool documents: {', '.join(d.name for d in docs)}."
     (root / "env.toml").write_text(
-        f'name = "{settings.name}"\ndescription = {_toml_str(desc)}\nversion = "0.1.0"\nseed = "seed.json"\n',
+        f'name = "{settings.name}"\ndescription = {_toml_str(desc)}\nversion = "0.1.0"\nseed = "seed.json"\n'
+        'trust = "confined"\n',  # model-written tools.py: never imported by the serving process
         encoding="utf-8",
     )
     for stage, fname in FILES.items():

@@ -1,69 +1,112 @@
 """The static gate: generated code is parsed and checked against an AST allowlist BEFORE it is imported.
 
-`load_env` imports tools.py, and importing runs its top level, so nothing the model wrote may reach
-the loader until this gate has passed. The rules are an allowlist where that is practical:
+It is a first filter, not the security boundary: model-written tools.py and seed generators run
+only in OS-confined workers (`envforge.server.confinement`, docs/security.md). The rules are an
+allowlist of what may be referenced, so a new trick fails by default:
 
-- imports only from `TOOLS_IMPORTS` (`SEED_IMPORTS` for seed generators);
+- imports only of `TOOLS_IMPORTS` (`SEED_IMPORTS` for seed generators), and of each module only
+  the attributes in `MODULE_ATTRS` (`from m import x`, `m.x`); a module name is never a value
+  (`f(json)`, `x = re`), so no chain can walk from a module to another (`typing.sys`,
+  `json.codecs`, `dataclasses.builtins`, `re.enum` all fail: those attributes are not listed);
+- builtins only from `SAFE_BUILTINS`: no `getattr`/`setattr`/`vars`/`type`/`open`/`eval`/...,
+  not even as a name bound to something else;
+- no dunder names, no attribute starting with `_`, no frame/code/traceback attributes
+  (`gi_frame`, `f_globals`, `tb_frame`, ...), no `.format`/`.format_map` (format-string
+  attribute walks), no string literal containing `__`, no `global`/`nonlocal`;
+- annotations within a small grammar: names, dotted names, subscripts, `|`, `None`, and constants
+  only inside `Literal[...]`; a string annotation is rejected, so `typing.get_type_hints` never
+  evaluates code;
 - at module top level only imports, defs, classes, docstrings and assignments, and the only calls
   evaluated at import time (top level, decorators, defaults, class bodies) are `IMPORT_TIME_CALLS`;
-- annotations contain no calls (`typing.get_type_hints` evaluates them when the tool is loaded);
-- no `open`/`eval`/`exec`/`compile`/`__import__`/`globals`/`locals`/`vars`/`input`/`breakpoint`,
-  no `getattr`/`setattr`/`delattr`/`hasattr` with a non-literal or private name, no dunder or
-  private attribute access (`db._conn` would reach the raw sqlite3 connection), no dunder names, no
-  string literal containing `__` (format-string attribute walks), no `global`;
-- SQL literals and schema.sql never ATTACH (which creates files), run PRAGMAs, VACUUM INTO or load
-  extensions.
+- SQL literals and schema.sql never ATTACH, run PRAGMAs, VACUUM INTO or load extensions (SQLite's
+  authorizer enforces this for real; this only gives the model an early, precise repair hint).
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import re
 from dataclasses import dataclass
 
-TOOLS_IMPORTS = frozenset(
+_MATH = frozenset(
     {
-        "__future__",
-        "typing",
-        "datetime",
-        "math",
-        "json",
-        "re",
-        "decimal",
-        "collections",
-        "itertools",
-        "functools",
-        "dataclasses",
-        "enum",
-        "string",
-        "envforge.server",
-        "aiosqlite",
+        "ceil", "floor", "sqrt", "isclose", "fabs", "fsum", "prod", "log", "log10", "log2", "exp",
+        "pow", "trunc", "isfinite", "isnan", "isinf", "copysign", "hypot", "gcd", "inf", "nan",
+        "pi", "e", "tau", "comb", "perm", "factorial", "dist", "modf", "fmod",
     }
-)
+)  # fmt: skip
+MODULE_ATTRS: dict[str, frozenset[str]] = {
+    "__future__": frozenset({"annotations"}),
+    "typing": frozenset(
+        {
+            "Any", "Literal", "Optional", "Union", "TypedDict", "NamedTuple", "Iterable",
+            "Iterator", "Sequence", "Mapping", "MutableMapping", "Callable", "TypeVar", "Final",
+            "ClassVar", "List", "Dict", "Set", "FrozenSet", "Tuple", "Type", "NotRequired",
+            "Required", "cast",
+        }
+    ),
+    "datetime": frozenset({"date", "datetime", "timedelta", "time", "timezone", "UTC"}),
+    "math": _MATH,
+    "json": frozenset({"dumps", "loads", "JSONDecodeError"}),
+    "re": frozenset(
+        {
+            "compile", "match", "fullmatch", "search", "sub", "subn", "findall", "finditer",
+            "split", "escape", "IGNORECASE", "I", "MULTILINE", "M", "DOTALL", "S", "VERBOSE",
+            "X", "ASCII", "A", "Pattern", "Match", "error",
+        }
+    ),
+    "decimal": frozenset(
+        {
+            "Decimal", "InvalidOperation", "ROUND_HALF_UP", "ROUND_HALF_EVEN", "ROUND_HALF_DOWN",
+            "ROUND_UP", "ROUND_DOWN", "ROUND_FLOOR", "ROUND_CEILING",
+        }
+    ),
+    "collections": frozenset({"Counter", "defaultdict", "OrderedDict", "deque", "namedtuple", "ChainMap"}),
+    "itertools": frozenset(
+        {
+            "chain", "islice", "groupby", "count", "product", "permutations", "combinations",
+            "combinations_with_replacement", "accumulate", "zip_longest", "repeat", "pairwise",
+            "compress", "takewhile", "dropwhile", "cycle", "batched",
+        }
+    ),
+    "functools": frozenset({"partial", "lru_cache", "cache", "cmp_to_key", "total_ordering"}),
+    "dataclasses": frozenset({"dataclass", "field", "asdict", "astuple", "replace", "fields"}),
+    "enum": frozenset({"Enum", "IntEnum", "StrEnum", "auto"}),
+    "string": frozenset(
+        {
+            "ascii_letters", "ascii_lowercase", "ascii_uppercase", "digits", "hexdigits",
+            "octdigits", "punctuation", "whitespace", "printable", "capwords",
+        }
+    ),
+    "random": frozenset(
+        {
+            "Random", "seed", "random", "randint", "randrange", "choice", "choices", "sample",
+            "shuffle", "uniform", "gauss", "normalvariate", "triangular",
+        }
+    ),
+    "envforge.server": frozenset({"tool", "ToolError", "Db"}),
+    "aiosqlite": frozenset({"Connection"}),
+}  # fmt: skip
+TOOLS_IMPORTS = frozenset(MODULE_ATTRS) - {"random"}
 SEED_IMPORTS = (TOOLS_IMPORTS - {"envforge.server", "aiosqlite"}) | {"random"}
-# `aiosqlite` is allowed for the `Connection` type annotation only.
-RESTRICTED_FROM = {"aiosqlite": {"Connection"}, "envforge.server": {"tool", "ToolError"}}
-FORBIDDEN_NAMES = frozenset(
+FROM_ONLY = frozenset({"envforge.server", "aiosqlite"})  # never bound as a module name
+SAFE_BUILTINS = frozenset(
     {
-        "open",
-        "eval",
-        "exec",
-        "compile",
-        "__import__",
-        "globals",
-        "locals",
-        "vars",
-        "input",
-        "breakpoint",
-        "exit",
-        "quit",
-        "help",
-        "memoryview",
-        "object",
-        "super",
+        "abs", "all", "any", "bool", "bytes", "callable", "chr", "dict", "divmod", "enumerate",
+        "filter", "float", "frozenset", "int", "isinstance", "issubclass", "iter", "len", "list",
+        "map", "max", "min", "next", "ord", "pow", "print", "range", "repr", "reversed", "round",
+        "set", "slice", "sorted", "str", "sum", "tuple", "zip", "hash", "bin", "hex", "oct",
+        "ascii", "staticmethod", "classmethod", "property", "NotImplemented", "Ellipsis",
+        "True", "False", "None", "Exception", "ValueError", "KeyError", "IndexError",
+        "TypeError", "StopIteration", "StopAsyncIteration", "ArithmeticError", "LookupError",
+        "ZeroDivisionError", "OverflowError", "AssertionError", "RuntimeError",
+        "NotImplementedError", "AttributeError", "UnicodeError",
     }
-)
-ATTR_FUNCS = frozenset({"getattr", "setattr", "delattr", "hasattr"})
+)  # fmt: skip
+ATTR_FUNCS = frozenset({"getattr", "setattr", "delattr", "hasattr", "vars", "dir"})
+FORBIDDEN_ATTRS = frozenset({"format", "format_map", "mro"})
+FRAME_ATTR_PREFIXES = ("gi_", "cr_", "ag_", "f_", "tb_", "co_")
 IMPORT_TIME_CALLS = frozenset(
     {
         "tool",
@@ -77,7 +120,7 @@ IMPORT_TIME_CALLS = frozenset(
         "date",
         "datetime",
         "timedelta",
-        "compile",  # only as re.compile (a bare `compile` Name is forbidden above)
+        "compile",  # only as re.compile (a bare `compile` Name is not a safe builtin)
         "TypeVar",
         "Literal",
         "field",
@@ -86,9 +129,8 @@ IMPORT_TIME_CALLS = frozenset(
         "sorted",
     }
 )
-DANGEROUS_SQL = re.compile(
-    r"\b(ATTACH|DETACH|PRAGMA|load_extension|VACUUM\s+INTO|readfile|writefile)\b", re.I
-)
+DANGEROUS_SQL = re.compile(r"\b(ATTACH|DETACH|PRAGMA|load_extension|VACUUM|readfile|writefile)\b", re.I)
+_BUILTIN_NAMES = frozenset(dir(builtins))
 
 
 @dataclass(frozen=True)
@@ -121,65 +163,126 @@ class _Checker(ast.NodeVisitor):
     def __init__(self, imports: frozenset[str]) -> None:
         self.imports = imports
         self.found: list[Violation] = []
+        self.modules: dict[str, str] = {}  # local name -> module it is bound to
 
     def bad(self, node: ast.AST, rule: str, detail: str) -> None:
         self.found.append(Violation(getattr(node, "lineno", None), rule, detail))
 
-    # imports
+    # imports: the module, and of it only listed attributes
     def visit_Import(self, node: ast.Import) -> None:
         for a in node.names:
             if a.name not in self.imports:
                 self.bad(node, "forbidden import", a.name)
-            elif a.name in RESTRICTED_FROM:
+            elif a.name in FROM_ONLY:
                 self.bad(node, "forbidden import", f"import {a.name} (only 'from {a.name} import ...')")
+            elif "." in a.name and a.asname is None:
+                self.bad(node, "forbidden import", f"import {a.name} (use 'from ... import')")
+            else:
+                self.modules[a.asname or a.name] = a.name
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         mod = node.module or ""
         if node.level or mod not in self.imports:
             self.bad(node, "forbidden import", "." * node.level + mod)
             return
-        allowed = RESTRICTED_FROM.get(mod)
+        allowed = MODULE_ATTRS[mod]
         for a in node.names:
-            if a.name == "*" or (allowed is not None and a.name not in allowed):
+            if a.name not in allowed:
                 self.bad(node, "forbidden import", f"from {mod} import {a.name}")
 
     # names and attributes
     def visit_Name(self, node: ast.Name) -> None:
-        if node.id in FORBIDDEN_NAMES:
-            self.bad(node, "forbidden name", node.id)
-        elif _dunder(node.id) and node.id != "__name__":
-            self.bad(node, "forbidden name", node.id)
+        name = node.id
+        if name in self.modules:
+            verb = "rebound" if isinstance(node.ctx, ast.Store | ast.Del) else "used as a value"
+            self.bad(node, "module reference", f"module {name!r} {verb} (use only its listed attributes)")
+        elif name in ATTR_FUNCS:
+            self.bad(node, "forbidden attribute access", f"{name} (attributes are named in the code)")
+        elif _dunder(name) or (name in _BUILTIN_NAMES and name not in SAFE_BUILTINS):
+            self.bad(node, "forbidden name", name)
+
+    def visit_arg(self, node: ast.arg) -> None:
+        if node.arg in ATTR_FUNCS or _dunder(node.arg) or node.arg in self.modules:
+            self.bad(node, "forbidden name", node.arg)
+        if node.annotation is not None:
+            self.annotation(node.annotation)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        if node.attr.startswith("_"):
-            self.bad(node, "private or dunder attribute", node.attr)
+        attr = node.attr
+        if isinstance(node.value, ast.Name) and node.value.id in self.modules:
+            module = self.modules[node.value.id]
+            if attr not in MODULE_ATTRS.get(module, frozenset()):
+                self.bad(node, "forbidden module attribute", f"{module}.{attr}")
+            return  # the module name itself is fine as the root of a listed attribute
+        if attr.startswith("_"):
+            self.bad(node, "private or dunder attribute", attr)
+        elif attr in FORBIDDEN_ATTRS or attr.startswith(FRAME_ATTR_PREFIXES):
+            self.bad(node, "forbidden attribute", attr)
         self.generic_visit(node)
 
     def visit_Global(self, node: ast.Global) -> None:
         self.bad(node, "forbidden statement", "global")
 
+    def visit_Nonlocal(self, node: ast.Nonlocal) -> None:
+        self.bad(node, "forbidden statement", "nonlocal")
+
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str):
             if "__" in node.value:
                 self.bad(node, "forbidden string", "string literals may not contain '__'")
-            if DANGEROUS_SQL.search(node.value):
-                self.bad(node, "forbidden SQL", DANGEROUS_SQL.search(node.value).group(0))  # type: ignore[union-attr]
+            if (m := DANGEROUS_SQL.search(node.value)) is not None:
+                self.bad(node, "forbidden SQL", m.group(0))
 
-    def visit_Call(self, node: ast.Call) -> None:
-        if isinstance(node.func, ast.Name) and node.func.id in ATTR_FUNCS:
-            name = node.args[1] if len(node.args) > 1 else None
-            if not (isinstance(name, ast.Constant) and isinstance(name.value, str)) or name.value.startswith(
-                "_"
+    def _def(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
+        if _dunder(node.name) or node.name in ATTR_FUNCS or node.name in self.modules:
+            self.bad(node, "forbidden name", node.name)
+        if not isinstance(node, ast.ClassDef) and node.returns is not None:
+            self.annotation(node.returns)
+        self.generic_visit(node)
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _def
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self.annotation(node.annotation)
+        self.visit(node.target)
+        if node.value is not None:
+            self.visit(node.value)
+
+    # annotations: a small grammar that `get_type_hints` can evaluate without running code
+    def annotation(self, node: ast.expr, *, literal: bool = False) -> None:
+        if isinstance(node, ast.Constant):
+            if (
+                node.value is None
+                or node.value is ...
+                or (literal and isinstance(node.value, str | int | bool))
             ):
-                self.bad(
-                    node, "forbidden attribute access", f"{node.func.id} with a non-literal or private name"
-                )
-        self.generic_visit(node)
-
-    def visit_arg(self, node: ast.arg) -> None:
-        if node.annotation is not None:
-            self._no_calls(node.annotation, "annotation")
-        self.generic_visit(node)
+                if literal:
+                    self.visit_Constant(node)
+                return
+            what = "a string annotation" if isinstance(node.value, str) else repr(node.value)
+            self.bad(node, "annotation outside the grammar", f"{what} (write the type itself)")
+        elif isinstance(node, ast.Name):
+            self.visit_Name(node) if node.id not in self.modules else self.bad(
+                node, "annotation outside the grammar", f"module {node.id!r}"
+            )
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name | ast.Attribute):
+            self.visit_Attribute(node)
+        elif isinstance(node, ast.Subscript):
+            self.annotation(node.value)
+            is_literal = _callee(node.value) == "Literal"
+            items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            for item in items:
+                self.annotation(item, literal=is_literal)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+            self.annotation(node.left)
+            self.annotation(node.right)
+        elif isinstance(node, ast.List):  # Callable[[int], str]
+            for item in node.elts:
+                self.annotation(item)
+        elif isinstance(node, ast.Call):
+            self.bad(node, "call in annotation", _callee(node.func))
+        else:
+            self.bad(node, "annotation outside the grammar", type(node).__name__)
 
     def _no_calls(self, node: ast.AST, where: str) -> None:
         for sub in ast.walk(node):
@@ -216,15 +319,11 @@ def _top_level(tree: ast.Module, checker: _Checker) -> None:
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             if stmt.value is not None:
                 checker.import_time(stmt.value, "assignment")
-            if isinstance(stmt, ast.AnnAssign):
-                checker._no_calls(stmt.annotation, "annotation")
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for d in stmt.decorator_list:
                 checker.import_time(d, "decorator")
             for default in [*stmt.args.defaults, *[d for d in stmt.args.kw_defaults if d is not None]]:
                 checker.import_time(default, "default")
-            if stmt.returns is not None:
-                checker._no_calls(stmt.returns, "annotation")
         elif isinstance(stmt, ast.ClassDef):
             for d in [*stmt.decorator_list, *stmt.bases, *[k.value for k in stmt.keywords]]:
                 checker.import_time(d, "class header")
@@ -244,6 +343,10 @@ def check_python(source: str, *, imports: frozenset[str] = TOOLS_IMPORTS) -> lis
     except SyntaxError as exc:
         return [Violation(exc.lineno, "syntax error", exc.msg)]
     checker = _Checker(imports)
+    for node in ast.walk(tree):  # bind module names first: a use may precede its import
+        if isinstance(node, ast.Import):
+            checker.visit_Import(node)
+    checker.found.clear()
     _top_level(tree, checker)
     checker.visit(tree)
     seen: set[tuple[int | None, str, str]] = set()

@@ -1,0 +1,414 @@
+"""Tools of a confined (model-written) env: specs from a sandboxed worker, calls forwarded to it.
+
+The serving process never imports a confined env's tools.py. `load_confined_tools` starts a
+worker once to learn the tool specs (name, description, JSON schema, parameters, writes, line),
+and returns `ToolSpec`s whose `fn(db, **kwargs)` forwards the call to a long-lived worker
+(`ToolWorker`: started lazily, one per env, restarted when it dies or the event loop changes).
+While a call runs, the worker's `SqlRequest`s are served here with the `Db` the runtime passed
+in, so the episode's transaction, SQLite authorizer and rollback apply exactly as for trusted
+envs. A `ToolError` in the worker becomes a `ToolError` here; anything else, a worker that dies
+mid-call or a call over its time limit becomes `ConfinedToolCrash`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import sqlite3
+import subprocess
+import weakref
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+from pydantic import ConfigDict, create_model
+
+from . import confinement
+from .confined_protocol import (
+    FROM_WORKER,
+    MAX_MESSAGE_BYTES,
+    Call,
+    Cancel,
+    Init,
+    LoadFailed,
+    ProtocolError,
+    Ready,
+    Result,
+    SqlReply,
+    SqlRequest,
+    ToolDescription,
+    decode,
+    encode,
+    from_wire,
+    to_wire,
+)
+from .errors import EnvLoadError, LoadProblem, ToolError
+from .manifest import EnvManifest
+from .tooldef import ToolSpec
+
+log = logging.getLogger(__name__)
+
+WORKER_SCRIPT = Path(__file__).resolve().parent / "confined_worker.py"
+START_TIMEOUT_S = 60.0
+STDERR_LINES_LOGGED = 100
+DEFAULT_LIMITS = confinement.Limits()
+
+
+class ConfinedToolCrash(RuntimeError):
+    """A confined tool failed as a bug, not as a refusal: an exception other than `ToolError`,
+    its worker died mid-call, or it ran past its time limit."""
+
+
+class _Unset:
+    """Default of an optional argument the caller left out: the worker applies the real default."""
+
+    def __copy__(self) -> _Unset:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Unset:
+        return self
+
+
+UNSET = _Unset()
+_DIED = object()
+
+
+def worker_command(what: str, limits: confinement.Limits) -> list[str]:
+    """The worker's argv, under OS confinement (raises `ConfinementUnavailable` when that is missing)."""
+    argv = [confinement.PYTHON, "-I", str(WORKER_SCRIPT)]
+    cmd = confinement.confined_command(argv, what=what, scratch_mb=limits.scratch_mb)
+    return [*cmd, "--require-seccomp"] if cmd is not argv else cmd
+
+
+class _StderrLog(asyncio.Protocol):
+    """Logs the first lines a worker writes to stderr (tracebacks), then drops the rest."""
+
+    def __init__(self, env: str) -> None:
+        self.env = env
+        self.budget = STDERR_LINES_LOGGED
+
+    def data_received(self, data: bytes) -> None:
+        for line in data.decode(errors="replace").splitlines():
+            if self.budget > 0 and line.strip():
+                self.budget -= 1
+                log.warning("confined env %s: %s", self.env, line[:500])
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+class ToolWorker:
+    """One env's confined worker process, shared by every episode of that env."""
+
+    def __init__(self, command: list[str], init: Init, tool_names: list[str], limits: confinement.Limits):
+        self.command = command
+        self.init = init
+        self.tool_names = tool_names
+        self.limits = limits
+        self.starts = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock: asyncio.Lock | None = None
+        self._transport: asyncio.WriteTransport | None = None
+        self._calls: dict[int, asyncio.Queue[Any]] = {}
+        self._ids = itertools.count(1)
+        self._death = ""
+        self._pump_task: asyncio.Task[None] | None = None
+        self._attachment = 0  # which (process, event loop) pairing the current pipes belong to
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None and self._transport is not None
+
+    async def _ensure(self) -> asyncio.WriteTransport:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop or self._lock is None:
+            old, self._loop, self._lock = self._loop, loop, asyncio.Lock()
+            if old is not None and old.is_closed() and self._proc is not None and self._proc.poll() is None:
+                # the loop that served it is gone (e.g. one loop per test): keep the worker, new pipes
+                self._transport = None
+                self._attachment += 1
+                self._pump_task = loop.create_task(self._pump(await self._connect(loop), self._proc))
+            else:
+                self.stop("the event loop changed")
+        async with self._lock:
+            if not self.alive():
+                self.stop("restarting")
+                await self._start(loop)
+        assert self._transport is not None
+        return self._transport
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop) -> asyncio.StreamReader:
+        """This loop's transports over duplicates of the worker's pipes (the originals stay ours)."""
+        proc = self._proc
+        assert proc is not None and proc.stdout and proc.stderr and proc.stdin
+        out, err, inp = (os.fdopen(os.dup(f.fileno()), mode, 0) for f, mode in (
+            (proc.stdout, "rb"), (proc.stderr, "rb"), (proc.stdin, "wb")
+        ))  # fmt: skip
+        reader = asyncio.StreamReader(limit=MAX_MESSAGE_BYTES + 1)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), out)
+        await loop.connect_read_pipe(lambda: _StderrLog(self.init.env), err)
+        self._transport, _ = await loop.connect_write_pipe(asyncio.Protocol, inp)
+        return reader
+
+    async def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        proc = subprocess.Popen(
+            self.command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=confinement.child_environment(),
+        )
+        weakref.finalize(self, _kill, proc)
+        self._proc = proc
+        self._attachment += 1
+        self.starts += 1
+        reader = await self._connect(loop)
+        transport = self._transport
+        assert transport is not None
+        self._transport = None  # not alive until it said Ready
+        transport.write(encode(self.init))
+        try:
+            ready = decode(FROM_WORKER, await asyncio.wait_for(reader.readline(), START_TIMEOUT_S))
+        except (TimeoutError, ProtocolError, ValueError) as exc:
+            _kill(proc)
+            why = f"env {self.init.env!r}: its confined worker did not start ({exc})"
+            raise ConfinedToolCrash(why) from exc
+        if not isinstance(ready, Ready) or [t.name for t in ready.tools] != self.tool_names:
+            _kill(proc)
+            raise ConfinedToolCrash(f"env {self.init.env!r}: its confined worker came up with other tools")
+        self._transport = transport
+        self._death = ""
+        self._pump_task = loop.create_task(self._pump(reader, proc))  # held: the loop keeps tasks weakly
+
+    async def _pump(self, reader: asyncio.StreamReader, proc: subprocess.Popen[bytes]) -> None:
+        """Route each worker line to the call it belongs to; any misbehaviour ends the worker.
+
+        A pump abandoned with its event loop (closed or collected) ends without touching the
+        worker: only the current attachment's pump may declare it dead.
+        """
+        attachment = self._attachment
+        reason = "it exited"
+        try:
+            while True:
+                line = await reader.readline()
+                if not line:
+                    break
+                msg = decode(FROM_WORKER, line)
+                if not isinstance(msg, SqlRequest | Result):
+                    raise ProtocolError(f"unexpected {msg.type!r} message")
+                queue = self._calls.get(msg.id)
+                if queue is not None:
+                    queue.put_nowait(msg)
+        except (ProtocolError, ValueError) as exc:
+            reason = f"protocol violation: {exc}"
+        if self._proc is proc and self._attachment == attachment:
+            self.stop(reason)
+
+    def stop(self, reason: str) -> None:
+        """Kill the worker (if any) and fail the calls it was running."""
+        proc, self._proc = self._proc, None
+        transport, self._transport = self._transport, None
+        if transport is not None and not transport.is_closing():
+            try:
+                transport.close()
+            except RuntimeError:  # its event loop is already closed
+                pass
+        if proc is not None:
+            _kill(proc)
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            self._death = f"{reason}; exit status {proc.returncode}"
+            for queue in self._calls.values():
+                queue.put_nowait(_DIED)
+
+    async def call(self, db: Any, tool: str, arguments: dict[str, Any]) -> str:
+        """Run `tool` in the worker, serving its SQL with `db`; the rendered result text."""
+        transport = await self._ensure()
+        call_id = next(self._ids)
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._calls[call_id] = queue
+        proc = self._proc
+        try:
+            transport.write(encode(Call(id=call_id, tool=tool, arguments=to_wire(arguments))))
+            async with asyncio.timeout(self.limits.call_timeout_s):
+                while True:
+                    msg = await queue.get()
+                    if msg is _DIED:
+                        raise ConfinedToolCrash(f"tool '{tool}': its confined worker died ({self._death})")
+                    if isinstance(msg, SqlRequest):
+                        if not transport.is_closing():
+                            transport.write(encode(await serve_sql(db, msg)))
+                        continue
+                    assert isinstance(msg, Result)
+                    if msg.outcome == "ok":
+                        return msg.text
+                    if msg.outcome == "refused":
+                        raise ToolError(msg.text)
+                    raise ConfinedToolCrash(msg.text)
+        except TimeoutError:
+            if self._proc is proc:
+                self.stop(f"a call to '{tool}' ran past {self.limits.call_timeout_s:g}s")
+            raise ConfinedToolCrash(
+                f"tool '{tool}' ran longer than {self.limits.call_timeout_s:g}s; its worker was stopped"
+            ) from None
+        except asyncio.CancelledError:
+            if self._transport is transport and not transport.is_closing():
+                transport.write(encode(Cancel(id=call_id)))
+            raise
+        finally:
+            self._calls.pop(call_id, None)
+
+
+def _reply_rows(msg: SqlRequest, **fields: Any) -> SqlReply:
+    reply = SqlReply(id=msg.id, req=msg.req, **fields)
+    try:
+        encode(reply)
+    except ProtocolError:
+        return SqlReply(id=msg.id, req=msg.req, error="result too large", error_class="OperationalError")
+    return reply
+
+
+Statement = tuple[list[str] | None, list[list[Any]], int, int | None]
+
+
+def _run_statement(conn: sqlite3.Connection, sql: str, params: Any) -> Statement:
+    cur = conn.execute(sql, params)
+    try:
+        desc = cur.description
+        rows = [list(r) for r in cur.fetchall()]
+        return (None if desc is None else [d[0] for d in desc]), rows, cur.rowcount, cur.lastrowid
+    finally:
+        cur.close()
+
+
+async def _statement(db: Any, sql: str, params: Any) -> Statement:
+    """One statement with its cursor's facts, in one trip to the episode's SQLite thread.
+
+    `Db.execute` gives an aiosqlite cursor whose fetch and close are a trip each; the episode's
+    connection runs a function on its thread in one (as `Db.fetch_all` does).
+    """
+    conn = getattr(db, "_conn", None)
+    if isinstance(conn, aiosqlite.Connection) and type(conn).execute is aiosqlite.Connection.execute:
+        # a plain episode connection; subclasses that track writes in `execute` take the long way
+        return await conn._execute(_run_statement, conn._conn, sql, params)
+    cur = await db.execute(sql, params)
+    try:
+        desc = cur.description
+        rows = [list(r) for r in await cur.fetchall()]
+        return (None if desc is None else [d[0] for d in desc]), rows, cur.rowcount, cur.lastrowid
+    finally:
+        await cur.close()
+
+
+async def serve_sql(db: Any, msg: SqlRequest) -> SqlReply:
+    """Run one of the worker's statements on the episode's `Db` and package the answer."""
+    params = from_wire(msg.params)
+    if params is None:
+        params = ()
+    try:
+        if msg.op == "execute":
+            columns, rows, rowcount, lastrowid = await _statement(db, msg.sql, params)
+            return _reply_rows(
+                msg, columns=columns, rows=to_wire(rows), rowcount=rowcount, lastrowid=lastrowid
+            )
+        if msg.op == "execute_fetchall":
+            found = await db.execute_fetchall(msg.sql, params)
+            return _reply_rows(msg, rows=to_wire([list(r) for r in found]))
+        if msg.op == "executemany":
+            await db.executemany(msg.sql, params)
+            return SqlReply(id=msg.id, req=msg.req)
+        if msg.op == "fetch_all":
+            found = await db.fetch_all(msg.sql, params)
+            cols = list(found[0]) if found else []
+            return _reply_rows(msg, columns=cols, rows=to_wire([list(r.values()) for r in found]))
+        if msg.op == "fetch_one":
+            row = await db.fetch_one(msg.sql, params)
+            if row is None:
+                return SqlReply(id=msg.id, req=msg.req, columns=[])
+            return _reply_rows(msg, columns=list(row), rows=to_wire([list(row.values())]))
+        value = await db.fetch_value(msg.sql, params)
+        return _reply_rows(msg, rows=to_wire([[value]]))
+    except ToolError as exc:
+        return SqlReply(id=msg.id, req=msg.req, error=str(exc), error_class="ToolError")
+    except sqlite3.Error as exc:
+        return SqlReply(id=msg.id, req=msg.req, error=str(exc), error_class=type(exc).__name__)
+    except (TypeError, ValueError) as exc:
+        return SqlReply(id=msg.id, req=msg.req, error=str(exc), error_class="ProgrammingError")
+
+
+def _spec(worker: ToolWorker, d: ToolDescription) -> ToolSpec:
+    fields: dict[str, Any] = {p: (Any, ... if p in d.required else UNSET) for p in d.parameters}
+    arguments_model = create_model(f"{d.name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
+    name = d.name
+
+    async def forward(db: Any, **kwargs: Any) -> str:
+        return await worker.call(db, name, {k: v for k, v in kwargs.items() if v is not UNSET})
+
+    forward.__name__ = name
+    return ToolSpec(
+        name=name,
+        description=d.description,
+        fn=forward,
+        input_schema=d.input_schema,
+        arguments_model=arguments_model,
+        parameters=tuple(d.parameters),
+        required=frozenset(d.required),
+        writes=tuple(d.writes),
+        source_line=d.source_line,
+    )
+
+
+def _describe(command: list[str], init: Init, path: Path) -> Ready:
+    try:
+        done = subprocess.run(
+            command,
+            input=encode(init),
+            capture_output=True,
+            timeout=START_TIMEOUT_S,
+            env=confinement.child_environment(),
+        )
+    except subprocess.TimeoutExpired as exc:
+        why = f"importing took longer than {START_TIMEOUT_S:g}s"
+        raise EnvLoadError([LoadProblem(path, None, why)]) from exc
+    first = done.stdout.split(b"\n", 1)[0]
+    try:
+        reply = decode(FROM_WORKER, first)
+    except ProtocolError as exc:
+        tail = (done.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        raise EnvLoadError([LoadProblem(path, None, f"confined worker failed: {tail[:300]}")]) from exc
+    if isinstance(reply, LoadFailed):
+        raise EnvLoadError([LoadProblem(path, p.line, p.message) for p in reply.problems])
+    if not isinstance(reply, Ready):
+        raise EnvLoadError([LoadProblem(path, None, f"confined worker answered {reply.type!r}")])
+    return reply
+
+
+def load_confined_tools(
+    path: Path, manifest: EnvManifest, limits: confinement.Limits | None = None
+) -> dict[str, ToolSpec]:
+    """The specs of a confined env's tools, learned from a sandboxed worker (never imported here)."""
+    limits = limits or DEFAULT_LIMITS
+    try:
+        command = worker_command(f"env {manifest.name!r}", limits)
+    except confinement.ConfinementUnavailable as exc:
+        raise EnvLoadError([LoadProblem(path, None, str(exc))]) from exc
+    init = Init(
+        env=manifest.name,
+        filename=str(path),
+        source=path.read_text(encoding="utf-8"),
+        argument_errors=manifest.argument_errors,
+        limits=limits.to_json(),
+    )
+    ready = _describe(command, init, path)
+    worker = ToolWorker(command, init, [t.name for t in ready.tools], limits)
+    return {d.name: _spec(worker, d) for d in ready.tools}

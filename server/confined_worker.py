@@ -1,0 +1,324 @@
+"""The confined worker: imports one env's model-written tools.py inside the sandbox and serves calls.
+
+Run as a script (`python -I confined_worker.py [--require-seccomp]`) under bubblewrap by
+`confined_tools.ToolWorker`. It first builds a light `envforge.server` package (errors, tooldef,
+db, loader, runtime: no MCP, no HTTP) so that starting it is cheap, reads the `Init` line (the
+tools source travels over the pipe: the worker cannot even read the env folder), confines itself
+(`confinement_inner`), and only then executes tools.py. It answers `Ready` with the tool specs,
+then serves `Call`s concurrently, one asyncio task each. A tool gets a `RemoteDb`: every
+statement is a `SqlRequest` the parent runs on the episode's connection; the worker holds no
+database. Protocol output goes to a private duplicate of stdout; fd 1 is pointed at stderr so a
+tool's `print` cannot forge protocol lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import sqlite3
+import sys
+import traceback
+import types
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+SERVER_DIR = Path(__file__).resolve().parent
+
+
+def _light_package() -> types.ModuleType:
+    """`envforge.server` without its `__init__` (which imports MCP and HTTP: seconds of start-up)."""
+    pkg = types.ModuleType("envforge.server")
+    pkg.__path__ = [str(SERVER_DIR)]
+    pkg.__package__ = "envforge.server"
+    sys.modules["envforge.server"] = pkg
+    from envforge.server import db, errors, tooldef
+
+    pkg.tool = tooldef.tool  # type: ignore[attr-defined]
+    pkg.ToolError = errors.ToolError  # type: ignore[attr-defined]
+    pkg.Db = db.Db  # type: ignore[attr-defined]
+    return pkg
+
+
+_light_package()
+
+from envforge.server import confinement_inner, loader, runtime  # noqa: E402
+from envforge.server.confined_protocol import (  # noqa: E402
+    MAX_MESSAGE_BYTES,
+    TO_WORKER,
+    Call,
+    Cancel,
+    Init,
+    LoadFailed,
+    Problem,
+    Ready,
+    Result,
+    SqlOp,
+    SqlReply,
+    SqlRequest,
+    ToolDescription,
+    decode,
+    encode,
+    from_wire,
+    to_wire,
+)
+from envforge.server.errors import EnvLoadError, ToolError  # noqa: E402
+from envforge.server.tooldef import ToolSpec  # noqa: E402
+
+
+def _param(value: Any) -> Any:
+    """What sqlite3 would store for a parameter (its default date adapters), as JSON."""
+    if isinstance(value, dt.datetime):
+        return value.isoformat(" ")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return to_wire(value)
+
+
+def _params(params: Any) -> Any:
+    if isinstance(params, dict):
+        return {str(k): _param(v) for k, v in params.items()}
+    return [_param(v) for v in params]
+
+
+def _sql_error(reply: SqlReply) -> Exception:
+    if reply.error_class == "ToolError":
+        return ToolError(reply.error or "")
+    cls = getattr(sqlite3, reply.error_class or "", None)
+    if isinstance(cls, type) and issubclass(cls, sqlite3.Error):
+        return cls(reply.error)
+    return sqlite3.DatabaseError(reply.error)
+
+
+class Channel:
+    """The worker's end of the pipes: sends lines, matches SQL replies to their requests."""
+
+    def __init__(self, transport: asyncio.WriteTransport) -> None:
+        self.transport = transport
+        self.waiting: dict[tuple[int, int], asyncio.Future[SqlReply]] = {}
+        self.next_req = 0
+
+    def send(self, message: Any) -> None:
+        self.transport.write(encode(message))
+
+    async def sql(self, call_id: int, op: SqlOp, sql: str, params: Any) -> SqlReply:
+        self.next_req += 1
+        key = (call_id, self.next_req)
+        future: asyncio.Future[SqlReply] = asyncio.get_running_loop().create_future()
+        self.waiting[key] = future
+        try:
+            self.send(SqlRequest(id=call_id, req=key[1], op=op, sql=sql, params=params))
+            reply = await future
+        finally:
+            self.waiting.pop(key, None)
+        if reply.error is not None:
+            raise _sql_error(reply)
+        return reply
+
+
+class RemoteCursor:
+    """The rows of one executed statement, already fetched by the parent."""
+
+    def __init__(self, reply: SqlReply) -> None:
+        cols = reply.columns
+        blank = (None,) * 6
+        self.description = None if cols is None else tuple((c, *blank) for c in cols)
+        self.rowcount = reply.rowcount
+        self.lastrowid = reply.lastrowid
+        self._rows = [tuple(from_wire(r)) for r in reply.rows]
+
+    async def fetchone(self) -> tuple[Any, ...] | None:
+        return self._rows.pop(0) if self._rows else None
+
+    async def fetchall(self) -> list[tuple[Any, ...]]:
+        rows, self._rows = self._rows, []
+        return rows
+
+    async def fetchmany(self, size: int = 1) -> list[tuple[Any, ...]]:
+        rows, self._rows = self._rows[:size], self._rows[size:]
+        return rows
+
+    async def close(self) -> None:
+        self._rows = []
+
+    def __aiter__(self) -> RemoteCursor:
+        return self
+
+    async def __anext__(self) -> tuple[Any, ...]:
+        if not self._rows:
+            raise StopAsyncIteration
+        return self._rows.pop(0)
+
+
+class _PendingCursor:
+    """`db.execute(...)`: awaitable for a cursor, or `async with` (as aiosqlite allows)."""
+
+    def __init__(self, db: RemoteDb, sql: str, params: Any) -> None:
+        self._db, self._sql, self._params = db, sql, params
+
+    async def _run(self) -> RemoteCursor:
+        reply = await self._db._channel.sql(self._db._call, "execute", self._sql, _params(self._params))
+        return RemoteCursor(reply)
+
+    def __await__(self) -> Any:
+        return self._run().__await__()
+
+    async def __aenter__(self) -> RemoteCursor:
+        return await self._run()
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+class RemoteDb:
+    """`envforge.server.Db`'s methods, each statement run by the parent on the episode's connection."""
+
+    __slots__ = ("_call", "_channel")
+
+    def __init__(self, channel: Channel, call_id: int) -> None:
+        self._channel = channel
+        self._call = call_id
+
+    def execute(self, sql: str, params: Any = ()) -> _PendingCursor:
+        return _PendingCursor(self, sql, params)
+
+    async def executemany(self, sql: str, rows: Iterable[Any]) -> None:
+        await self._channel.sql(self._call, "executemany", sql, [_params(r) for r in rows])
+
+    async def execute_fetchall(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        reply = await self._channel.sql(self._call, "execute_fetchall", sql, _params(params))
+        return [tuple(from_wire(r)) for r in reply.rows]
+
+    async def fetch_all(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
+        reply = await self._channel.sql(self._call, "fetch_all", sql, _params(params))
+        cols = reply.columns or []
+        return [dict(zip(cols, from_wire(r), strict=True)) for r in reply.rows]
+
+    async def fetch_one(self, sql: str, params: Any = ()) -> dict[str, Any] | None:
+        reply = await self._channel.sql(self._call, "fetch_one", sql, _params(params))
+        if not reply.rows:
+            return None
+        return dict(zip(reply.columns or [], from_wire(reply.rows[0]), strict=True))
+
+    async def fetch_value(self, sql: str, params: Any = ()) -> Any:
+        reply = await self._channel.sql(self._call, "fetch_value", sql, _params(params))
+        return from_wire(reply.rows[0][0]) if reply.rows else None
+
+    async def require_one(self, sql: str, params: Any, missing: str) -> dict[str, Any]:
+        row = await self.fetch_one(sql, params)
+        if row is None:
+            raise ToolError(missing)
+        return row
+
+
+class _Manifest:
+    def __init__(self, argument_errors: str) -> None:
+        self.argument_errors = argument_errors
+        self.python_owner = None
+
+
+class _EnvShim:
+    """What `runtime.check_arguments` reads of an env: its argument-error style."""
+
+    def __init__(self, argument_errors: str) -> None:
+        self.manifest = _Manifest(argument_errors)
+
+
+async def _run_call(channel: Channel, tools: dict[str, ToolSpec], env: _EnvShim, msg: Call) -> None:
+    spec = tools.get(msg.tool)
+    try:
+        if spec is None:
+            raise ToolError(f"Tool '{msg.tool}' not found.")
+        kwargs, problem = runtime.check_arguments(env, spec, msg.arguments)  # type: ignore[arg-type]
+        if problem is not None:
+            raise ToolError(problem)
+        assert kwargs is not None
+        value = await spec.fn(RemoteDb(channel, msg.id), **kwargs)
+        try:
+            text = runtime.render_result(value)
+        except Exception as exc:
+            raise ToolError(f"tool '{msg.tool}' returned a value that cannot be shown: {exc}") from exc
+        channel.send(Result(id=msg.id, outcome="ok", text=text))
+    except ToolError as exc:
+        channel.send(Result(id=msg.id, outcome="refused", text=str(exc)))
+    except asyncio.CancelledError:
+        raise  # the parent gave up on this call; it expects no answer
+    except BaseException as exc:  # MemoryError, RecursionError, SystemExit: env bugs
+        traceback.print_exc(file=sys.stderr)
+        channel.send(Result(id=msg.id, outcome="crashed", text=str(exc) or type(exc).__name__))
+
+
+async def serve(tools: dict[str, ToolSpec], init: Init, protocol_fd: int) -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_MESSAGE_BYTES)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(0, "rb", 0))
+    transport, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(protocol_fd, "wb", 0))
+    channel = Channel(transport)
+    env = _EnvShim(init.argument_errors)
+    running: dict[int, asyncio.Task[None]] = {}
+    cpu_budget = int(init.limits["cpu_seconds_per_call"])
+    while True:
+        line = await reader.readline()
+        if not line:
+            break
+        msg = decode(TO_WORKER, line)
+        if isinstance(msg, Call):
+            confinement_inner.arm_cpu_budget(cpu_budget)
+            task = asyncio.create_task(_run_call(channel, tools, env, msg))
+            running[msg.id] = task
+            task.add_done_callback(lambda _t, i=msg.id: running.pop(i, None))
+        elif isinstance(msg, Cancel):
+            if (task := running.get(msg.id)) is not None:
+                task.cancel()
+        elif isinstance(msg, SqlReply):
+            future = channel.waiting.get((msg.id, msg.req))
+            if future is not None and not future.done():
+                future.set_result(msg)
+    for task in list(running.values()):
+        task.cancel()
+
+
+def _describe(tools: dict[str, ToolSpec]) -> Ready:
+    return Ready(
+        tools=[
+            ToolDescription(
+                name=s.name,
+                description=s.description,
+                input_schema=s.input_schema,
+                parameters=list(s.parameters),
+                required=sorted(s.required),
+                writes=list(s.writes),
+                source_line=s.source_line,
+            )
+            for s in tools.values()
+        ]
+    )
+
+
+def main() -> None:
+    protocol_fd = os.dup(1)
+    os.dup2(2, 1)  # anything the env prints goes to stderr, never into the protocol
+    sys.stdout = sys.stderr
+    init = decode(TO_WORKER, sys.stdin.buffer.readline(MAX_MESSAGE_BYTES + 1))
+    if not isinstance(init, Init):
+        raise SystemExit("confined worker: the first message must be 'init'")
+    confinement_inner.confine_self(init.limits, require_seccomp="--require-seccomp" in sys.argv)
+    path = Path(init.filename)
+    try:
+        module = loader.load_tool_module(path, init.env, source=init.source)
+        tools = loader.tools_of_module(module, path)
+        reply: Ready | LoadFailed = _describe(tools)
+    except EnvLoadError as exc:
+        reply = LoadFailed(problems=[Problem(line=p.line, message=p.message) for p in exc.problems])
+    except BaseException as exc:  # SystemExit, MemoryError at import time
+        reply = LoadFailed(problems=[Problem(line=None, message=f"importing failed: {type(exc).__name__}")])
+    data = memoryview(encode(reply))
+    while data:
+        data = data[os.write(protocol_fd, data) :]
+    if isinstance(reply, Ready):
+        asyncio.run(serve(tools, init, protocol_fd))
+
+
+if __name__ == "__main__":
+    main()
