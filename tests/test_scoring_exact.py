@@ -240,7 +240,9 @@ async def test_eval_strict_is_recorded_and_reported(tau2_env: Path, tmp_path: Pa
         assert f"{rule} (1 trial)" in render_report(manifest, records, summary)
     # re-scoring a stored run applies the mode its manifest recorded
     assert [r.score.answer_rule for r in (await rescore(tmp_path / "strict")).records if r.score] == ["exact"]
-    assert [r.score.answer_rule for r in (await rescore(tmp_path / "task")).records if r.score] == ["substring"]
+    assert [r.score.answer_rule for r in (await rescore(tmp_path / "task")).records if r.score] == [
+        "substring"
+    ]
     # resuming under another mode is refused: the rule is part of what a run measures
     with pytest.raises(Exception, match="answers"):
         await run_eval([tau2_env], EvalConfig(agent="oracle"), tmp_path / "strict", resume=True)
