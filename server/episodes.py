@@ -168,6 +168,7 @@ class EpisodeStore:
         self.ttl_seconds = ttl_seconds
         self._episodes: dict[str, Episode] = {}
         self._per_owner: Counter[str] = Counter()
+        self._pending = 0
         self._ended: OrderedDict[str, str] = OrderedDict()
         self.created = 0
         self.expired = 0
@@ -195,9 +196,9 @@ class EpisodeStore:
 
         Refused with `EpisodeLimitReached` when the store, or `owner`'s share of it, is full.
         """
-        if len(self._episodes) >= self.max_episodes or self._owner_full(owner):
+        if self._full() or self._owner_full(owner):
             await self.reap()
-        if len(self._episodes) >= self.max_episodes:
+        if self._full():
             raise EpisodeLimitReached(
                 f"{len(self._episodes)} episodes are open (limit {self.max_episodes}); close some first"
             )
@@ -211,7 +212,18 @@ class EpisodeStore:
             raise ValueError(f"episode {episode_id!r} already exists")
         tracker = WriteTracker(frozenset(t.name for t in env.tables))
         data = database if database is not None else env.seed_db
-        conn = await self.pool.connect(episode_connector(data, tracker))
+        # Reserve the slots before the first await, so concurrent creations cannot all pass the checks.
+        self._pending += 1
+        if owner is not None:
+            self._per_owner[owner] += 1
+        try:
+            conn = await self.pool.connect(episode_connector(data, tracker))
+        except BaseException:
+            if owner is not None:
+                self._release_owner(owner)
+            raise
+        finally:
+            self._pending -= 1
         now = time.monotonic()
         base = freeze(env.seed_state()) if database is None else None
         episode = Episode(
@@ -225,10 +237,16 @@ class EpisodeStore:
             owner=owner,
         )
         self._episodes[episode_id] = episode
-        if owner is not None:
-            self._per_owner[owner] += 1
         self.created += 1
         return episode
+
+    def _full(self) -> bool:
+        return len(self._episodes) + self._pending >= self.max_episodes
+
+    def _release_owner(self, owner: str) -> None:
+        self._per_owner[owner] -= 1
+        if self._per_owner[owner] <= 0:
+            del self._per_owner[owner]
 
     def _owner_full(self, owner: str | None) -> bool:
         return (
@@ -251,9 +269,7 @@ class EpisodeStore:
     def _forget(self, episode: Episode, reason: str) -> None:
         self._episodes.pop(episode.id, None)
         if episode.owner is not None:
-            self._per_owner[episode.owner] -= 1
-            if self._per_owner[episode.owner] <= 0:
-                del self._per_owner[episode.owner]
+            self._release_owner(episode.owner)
         self._ended[episode.id] = reason
         while len(self._ended) > _REMEMBERED_ENDS:
             self._ended.popitem(last=False)
