@@ -64,7 +64,9 @@ async def _attempt(client: Client, tool: str, arguments: dict[str, Any]) -> str:
 
 async def test_invented_session_id_gets_no_write(bank_env):
     with serve(bank_env) as (url, fleet):
-        async with _client(url + "/envs/bank/mcp", mode=STATELESS, headers={"Mcp-Session-Id": uuid.uuid4().hex}) as forger:
+        async with _client(
+            url + "/envs/bank/mcp", mode=STATELESS, headers={"Mcp-Session-Id": uuid.uuid4().hex}
+        ) as forger:
             outcome = await _attempt(forger, "transfer", TRANSFER)
         assert not outcome.startswith("ok"), outcome
         # no episode was adopted for the invented id, so nothing anywhere holds the write
@@ -95,7 +97,9 @@ async def test_meta_cannot_redirect_a_per_episode_url(bank_env):
             mine = (await http.post("/control/episodes", json={"env": "bank"})).json()
             other = (await http.post("/control/episodes", json={"env": "bank"})).json()
         async with Client(url + mine["mcp_path"]) as client:
-            redirected = await client.call_tool("transfer", TRANSFER, meta={EPISODE_META_KEY: other["episode_id"]})
+            redirected = await client.call_tool(
+                "transfer", TRANSFER, meta={EPISODE_META_KEY: other["episode_id"]}
+            )
             assert redirected.is_error and "bound to episode" in _text(redirected)
             same = await client.call_tool("transfer", TRANSFER, meta={EPISODE_META_KEY: mine["episode_id"]})
             assert not same.is_error, _text(same)
@@ -106,7 +110,10 @@ async def test_meta_cannot_redirect_a_per_episode_url(bank_env):
 async def test_episode_ids_are_unguessable_capabilities(bank_env):
     with serve(bank_env) as (url, _):
         async with httpx.AsyncClient(base_url=url) as http:
-            ids = [(await http.post("/control/episodes", json={"env": "bank"})).json()["episode_id"] for _ in range(3)]
+            ids = [
+                (await http.post("/control/episodes", json={"env": "bank"})).json()["episode_id"]
+                for _ in range(3)
+            ]
     assert all(len(bytes.fromhex(i)) * 8 >= 128 for i in ids) and len(set(ids)) == 3
 
 
