@@ -167,10 +167,13 @@ class ResourceErrorLogLimiter(logging.Filter):
 
 
 def _is_resource_error(record: logging.LogRecord) -> bool:
+    """An accept() that failed for lack of resources, or one of the retries asyncio schedules
+    after each such failure (hundreds per second, which fail again once the socket is gone)."""
     error = record.exc_info[1] if record.exc_info else None
     if isinstance(error, OSError) and error.errno in _RESOURCE_ERRNOS:
         return True
-    return "out of system resource" in str(record.msg)
+    message = str(record.msg)
+    return "out of system resource" in message or "_start_serving" in message
 
 
 def install_log_limiter(interval: float = 10.0) -> ResourceErrorLogLimiter:

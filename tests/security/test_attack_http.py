@@ -221,3 +221,31 @@ def test_idle_socket_flood_leaves_healthz_answering_and_the_log_small(tmp_path):
             for sock in idle:
                 sock.close()
         assert log.stat().st_size < 20_000, log.read_text()[-2000:]
+
+
+def test_accept_failure_storm_logs_one_line(caplog):
+    """What asyncio logs when accept() hits EMFILE: a traceback per failure, and one per retry."""
+    import errno
+    import logging
+
+    from envforge.server.http_limits import install_log_limiter
+
+    limiter = install_log_limiter(interval=60)
+    asyncio_log = logging.getLogger("asyncio")
+    try:
+        with caplog.at_level(logging.ERROR, logger="asyncio"):
+            for _ in range(2000):
+                failure = OSError(errno.EMFILE, "Too many open files")
+                asyncio_log.error("socket.accept() out of system resource", exc_info=(OSError, failure, None))
+                retry = ValueError("Invalid file descriptor: -1")
+                asyncio_log.error(
+                    "Exception in callback BaseSelectorEventLoop._start_serving(...)",
+                    exc_info=(ValueError, retry, None),
+                )
+            asyncio_log.error("an unrelated error")
+    finally:
+        for name in ("asyncio", "uvicorn.error"):
+            logging.getLogger(name).removeFilter(limiter)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and "Too many open files" in lines[0] and lines[1] == "an unrelated error"
+    assert caplog.records[0].exc_info is None
