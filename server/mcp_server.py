@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
@@ -72,6 +73,7 @@ class EnvMCPServer:
         self.env_name = env_name
         self.default_episode_id = default_episode_id
         self._session_episodes: dict[str, str] = {}
+        self._session_lock = anyio.Lock()
         self._tools = list_tools_result(fleet, env_name)
         env = fleet.envs[env_name]
         self.server: Server[Any] = Server(
@@ -126,17 +128,24 @@ class EnvMCPServer:
         return episode
 
     async def _session_episode(self, session_id: str, owner: str | None) -> Episode | types.CallToolResult:
-        """The legacy session's own episode: created on first use, never re-created once it ended."""
+        """The legacy session's own episode: created on first use, never re-created once it ended.
+
+        Creation is serialised, so two concurrent first calls of one session share one episode.
+        """
         episode_id = self._session_episodes.get(session_id)
         if episode_id is not None:
             return self._episode(episode_id)
-        try:
-            episode = await self.fleet.create_episode(self.env_name, owner=owner)
-        except EpisodeLimitReached as exc:
-            return _refusal(str(exc))
-        self._session_episodes[session_id] = episode.id
-        self._forget_dead_sessions()
-        return episode
+        async with self._session_lock:
+            episode_id = self._session_episodes.get(session_id)
+            if episode_id is not None:
+                return self._episode(episode_id)
+            try:
+                episode = await self.fleet.create_episode(self.env_name, owner=owner)
+            except EpisodeLimitReached as exc:
+                return _refusal(str(exc))
+            self._session_episodes[session_id] = episode.id
+            self._forget_dead_sessions()
+            return episode
 
     async def end_session(self, session_id: str) -> None:
         """The MCP session ended (HTTP DELETE): close the episode it created, if still open."""
