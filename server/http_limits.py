@@ -44,12 +44,28 @@ class HTTPLimits:
     max_header_bytes: int = 64 * 1024
     backlog: int = 512
 
+    def effective_backlog(self) -> int:
+        """`backlog`, at most a quarter of the descriptor limit.
+
+        asyncio accepts up to `backlog` sockets per readiness event before any of their protocols
+        runs (and can evict an idle connection), so that many descriptors must stay free on top of
+        the connection cap.
+        """
+        soft = _descriptor_limit()
+        return self.backlog if soft is None else max(8, min(self.backlog, soft // 4))
+
     def effective_max_connections(self) -> int:
-        """`max_connections`, lowered to fit under the file-descriptor limit of this process."""
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft == resource.RLIM_INFINITY:
+        """`max_connections`, lowered to fit under the file-descriptor limit of this process with
+        room for one accept burst and the process's own descriptors."""
+        soft = _descriptor_limit()
+        if soft is None:
             return self.max_connections
-        return max(1, min(self.max_connections, soft - _FD_RESERVE))
+        return max(1, min(self.max_connections, soft - self.effective_backlog() - _FD_RESERVE))
+
+
+def _descriptor_limit() -> int | None:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
 def guarded_protocol(limits: HTTPLimits) -> type[H11Protocol]:
@@ -198,7 +214,7 @@ def serve_http(app: Any, *, host: str, port: int, limits: HTTPLimits) -> None:
         # uvicorn's default 5 s keep-alive would close them under the client.
         timeout_keep_alive=int(limits.keep_alive),
         h11_max_incomplete_event_size=limits.max_header_bytes,
-        backlog=limits.backlog,
+        backlog=limits.effective_backlog(),
     )
     install_log_limiter()  # after Config: it (re)configures uvicorn's loggers
     uvicorn.Server(config).run()
