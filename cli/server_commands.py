@@ -48,7 +48,7 @@ def serve(
     ttl: Annotated[float, typer.Option(help="Seconds an idle episode lives.")] = 1800.0,
     max_connections: Annotated[
         int, typer.Option(help="Most open client connections (also kept under the file-descriptor limit).")
-    ] = 1000,
+    ] = 4096,
     header_timeout: Annotated[
         float, typer.Option(help="Seconds a client may take to send request headers.")
     ] = 10.0,

@@ -38,7 +38,7 @@ _FD_RESERVE = 64
 class HTTPLimits:
     """The connection-level limits of one server."""
 
-    max_connections: int = 1000
+    max_connections: int = 4096
     header_timeout: float = 10.0
     keep_alive: float = 120.0
     max_header_bytes: int = 64 * 1024
