@@ -41,7 +41,22 @@ def serve(
         typer.Option(envvar="ENVFORGE_TOKEN", help="Control-plane bearer token (required off loopback)."),
     ] = None,
     max_episodes: Annotated[int, typer.Option(help="Most episodes open at once.")] = 4096,
+    max_episodes_per_client: Annotated[
+        int,
+        typer.Option(help="Most episodes one client (bearer token, else remote address) may hold open."),
+    ] = 1024,
     ttl: Annotated[float, typer.Option(help="Seconds an idle episode lives.")] = 1800.0,
+    max_connections: Annotated[
+        int, typer.Option(help="Most open client connections (also kept under the file-descriptor limit).")
+    ] = 4096,
+    header_timeout: Annotated[
+        float, typer.Option(help="Seconds a client may take to send request headers.")
+    ] = 10.0,
+    body_timeout: Annotated[
+        float, typer.Option(help="Seconds a client may stall while sending a body.")
+    ] = 30.0,
+    max_body_bytes: Annotated[int, typer.Option(help="Largest request body accepted (413 above).")] = 16
+    << 20,
 ) -> None:
     """Serve environments over MCP (stdio for desktop clients, streamable HTTP for fleets)."""
     envs = load_envs(env_dirs)
@@ -52,20 +67,31 @@ def serve(
 
         anyio.run(serve_stdio, envs[0])
         return
-    import uvicorn
-
     from envforge.server.http_app import build_app
+    from envforge.server.http_limits import HTTPLimits, serve_http
 
+    if min(max_episodes, max_episodes_per_client, max_connections, max_body_bytes) < 1:
+        fail("--max-episodes, --max-episodes-per-client, --max-connections and --max-body-bytes must be >= 1")
+    if min(header_timeout, body_timeout) <= 0:
+        fail("--header-timeout and --body-timeout must be positive")
+    fleet = Fleet(
+        envs, max_episodes=max_episodes, ttl_seconds=ttl, max_episodes_per_client=max_episodes_per_client
+    )
     try:
-        app = build_app(Fleet(envs, max_episodes=max_episodes, ttl_seconds=ttl), host=host, token=token)
+        app = build_app(
+            fleet, host=host, token=token, max_body_bytes=max_body_bytes, body_timeout=body_timeout
+        )
     except ValueError as exc:
         fail(str(exc))
     for env in envs:
         console.print(f"[green]serving[/] {env.name}: http://{host}:{port}/envs/{env.name}/mcp")
     console.print(f"control plane: http://{host}:{port}/control/episodes")
-    # A fleet keeps many clients on pooled connections that can sit idle between an agent's turns;
-    # uvicorn's 5 s keep-alive would close them under the client and fail its next request.
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_keep_alive=120)
+    serve_http(
+        app,
+        host=host,
+        port=port,
+        limits=HTTPLimits(max_connections=max_connections, header_timeout=header_timeout),
+    )
 
 
 def inspect(

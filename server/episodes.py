@@ -2,7 +2,12 @@
 
 Creating one deserialises a serialised database into a fresh in-memory SQLite connection (a
 memcpy, not a replay of inserts), served by a small shared pool of worker threads. The store bounds how many
-live at once and expires idle ones, so a fleet serving many agents cannot grow without limit.
+live at once, in all and per owning client, and expires idle ones, so a fleet serving many agents cannot
+grow without limit and one client cannot take every slot.
+
+Episode ids are 128-bit random capabilities: over HTTP, knowing an id is what lets a client use the
+episode, so ids must not be guessable. The store remembers recently closed and expired ids, so a late
+call is told that its episode expired rather than "unknown" (and nothing restarts it from the seed).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import logging
 import secrets
 import sqlite3
 import time
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -18,7 +24,7 @@ import aiosqlite
 import anyio
 
 from .dbthreads import WorkerPool, default_pool
-from .errors import EpisodeLimitReached, EpisodeNotFound
+from .errors import ClientEpisodeLimitReached, EpisodeLimitReached, EpisodeNotFound
 from .loader import Environment
 from .state import State, export_state, freeze, state_hash
 
@@ -95,6 +101,8 @@ class Episode:
     """The frozen state the episode started from, when known: unwritten tables are shared with it."""
     closed: bool = False
     calls: int = 0
+    owner: str | None = None
+    """Who created it (a client key such as `addr:127.0.0.1`), for the per-client cap and the listing."""
 
     def touch(self) -> None:
         self.last_used = time.monotonic()
@@ -135,16 +143,33 @@ class Episode:
             return await self.conn._execute(lambda: self.conn._conn.serialize())
 
 
+EPISODE_ID_BYTES = 16
+"""128 bits: an episode id is a bearer capability on the MCP endpoints."""
+
+_REMEMBERED_ENDS = 65536
+"""How many closed/expired ids the store remembers to explain a late call (about 5 MB at most)."""
+
+
 class EpisodeStore:
-    """Creates, finds, expires and closes episodes; bounded in number, idle ones expire after a TTL."""
+    """Creates, finds, expires and closes episodes; bounded in number (in all and per owner), idle
+    ones expire after a TTL."""
 
     def __init__(
-        self, *, max_episodes: int = 4096, ttl_seconds: float = 1800.0, pool: WorkerPool | None = None
+        self,
+        *,
+        max_episodes: int = 4096,
+        ttl_seconds: float = 1800.0,
+        max_per_owner: int | None = None,
+        pool: WorkerPool | None = None,
     ) -> None:
         self.pool = pool or default_pool
         self.max_episodes = max_episodes
+        self.max_per_owner = max_per_owner
         self.ttl_seconds = ttl_seconds
         self._episodes: dict[str, Episode] = {}
+        self._per_owner: Counter[str] = Counter()
+        self._pending = 0
+        self._ended: OrderedDict[str, str] = OrderedDict()
         self.created = 0
         self.expired = 0
 
@@ -154,46 +179,110 @@ class EpisodeStore:
     def ids(self) -> list[str]:
         return list(self._episodes)
 
+    def episodes(self) -> list[Episode]:
+        return list(self._episodes.values())
+
+    def open_for(self, owner: str) -> int:
+        return self._per_owner[owner]
+
     async def create(
-        self, env: Environment, database: bytes | None = None, episode_id: str | None = None
+        self,
+        env: Environment,
+        database: bytes | None = None,
+        episode_id: str | None = None,
+        owner: str | None = None,
     ) -> Episode:
-        """A new episode on a private copy of `database` (the env's seed state by default)."""
-        if len(self._episodes) >= self.max_episodes:
+        """A new episode on a private copy of `database` (the env's seed state by default).
+
+        Refused with `EpisodeLimitReached` when the store, or `owner`'s share of it, is full.
+        """
+        if self._full() or self._owner_full(owner):
             await self.reap()
-            if len(self._episodes) >= self.max_episodes:
-                raise EpisodeLimitReached(
-                    f"{len(self._episodes)} episodes are open (limit {self.max_episodes}); close some first"
-                )
-        episode_id = episode_id or secrets.token_hex(8)
+        if self._full():
+            raise EpisodeLimitReached(
+                f"{len(self._episodes)} episodes are open (limit {self.max_episodes}); close some first"
+            )
+        if self._owner_full(owner):
+            raise ClientEpisodeLimitReached(
+                f"client {owner} has {self._per_owner[owner]} episodes open (limit {self.max_per_owner} "
+                "per client); close some first"
+            )
+        episode_id = episode_id or secrets.token_hex(EPISODE_ID_BYTES)
         if episode_id in self._episodes:
             raise ValueError(f"episode {episode_id!r} already exists")
         tracker = WriteTracker(frozenset(t.name for t in env.tables))
         data = database if database is not None else env.seed_db
-        conn = await self.pool.connect(episode_connector(data, tracker))
+        # Reserve the slots before the first await, so concurrent creations cannot all pass the checks.
+        self._pending += 1
+        if owner is not None:
+            self._per_owner[owner] += 1
+        try:
+            conn = await self.pool.connect(episode_connector(data, tracker))
+        except BaseException:
+            if owner is not None:
+                self._release_owner(owner)
+            raise
+        finally:
+            self._pending -= 1
         now = time.monotonic()
         base = freeze(env.seed_state()) if database is None else None
         episode = Episode(
-            id=episode_id, env=env, conn=conn, created_at=now, last_used=now, tracker=tracker, base_state=base
+            id=episode_id,
+            env=env,
+            conn=conn,
+            created_at=now,
+            last_used=now,
+            tracker=tracker,
+            base_state=base,
+            owner=owner,
         )
         self._episodes[episode_id] = episode
         self.created += 1
         return episode
 
+    def _full(self) -> bool:
+        return len(self._episodes) + self._pending >= self.max_episodes
+
+    def _release_owner(self, owner: str) -> None:
+        self._per_owner[owner] -= 1
+        if self._per_owner[owner] <= 0:
+            del self._per_owner[owner]
+
+    def _owner_full(self, owner: str | None) -> bool:
+        return (
+            owner is not None
+            and self.max_per_owner is not None
+            and self._per_owner[owner] >= self.max_per_owner
+        )
+
     def get(self, episode_id: str) -> Episode:
         episode = self._episodes.get(episode_id)
         if episode is None:
-            raise EpisodeNotFound(episode_id)
+            raise EpisodeNotFound(episode_id, self._ended.get(episode_id))
         episode.touch()
         return episode
+
+    def ended(self, episode_id: str) -> str | None:
+        """ "closed" or "expired" for a recently ended episode, else None."""
+        return self._ended.get(episode_id)
+
+    def _forget(self, episode: Episode, reason: str) -> None:
+        self._episodes.pop(episode.id, None)
+        if episode.owner is not None:
+            self._release_owner(episode.owner)
+        self._ended[episode.id] = reason
+        while len(self._ended) > _REMEMBERED_ENDS:
+            self._ended.popitem(last=False)
 
     def find(self, episode_id: str) -> Episode | None:
         return self._episodes.get(episode_id)
 
     async def close(self, episode_id: str) -> None:
         """Close an episode and release its connection. Unknown ids raise `EpisodeNotFound`."""
-        episode = self._episodes.pop(episode_id, None)
+        episode = self._episodes.get(episode_id)
         if episode is None:
-            raise EpisodeNotFound(episode_id)
+            raise EpisodeNotFound(episode_id, self._ended.get(episode_id))
+        self._forget(episode, "closed")
         await self._shutdown(episode)
 
     async def _shutdown(self, episode: Episode) -> None:
@@ -206,7 +295,7 @@ class EpisodeStore:
         cutoff = time.monotonic() - self.ttl_seconds
         stale = [e for e in self._episodes.values() if e.last_used < cutoff and not e.lock.locked()]
         for episode in stale:
-            self._episodes.pop(episode.id, None)
+            self._forget(episode, "expired")
             await self._shutdown(episode)
         self.expired += len(stale)
         if stale:

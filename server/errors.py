@@ -41,15 +41,28 @@ class EnvLoadError(Exception):
 
 
 class EpisodeNotFound(KeyError):
-    """The episode id is unknown, closed, or expired."""
+    """The episode id is unknown, closed, or expired.
 
-    def __init__(self, episode_id: str) -> None:
+    `reason` is "closed" or "expired" when the store still remembers the id, so a client whose
+    episode timed out is told so instead of being left to guess (it is never restarted silently).
+    """
+
+    def __init__(self, episode_id: str, reason: str | None = None) -> None:
         self.episode_id = episode_id
+        self.reason = reason
         super().__init__(episode_id)
 
     def __str__(self) -> str:
+        if self.reason == "expired":
+            return f"episode {self.episode_id!r} expired after sitting idle; create a new episode"
+        if self.reason == "closed":
+            return f"episode {self.episode_id!r} was closed; create a new episode"
         return f"episode {self.episode_id!r} does not exist (never created, closed, or expired)"
 
 
 class EpisodeLimitReached(RuntimeError):
-    """The episode store is full and nothing idle could be evicted."""
+    """The episode store is full (in all, or for the calling client) and nothing idle could expire."""
+
+
+class ClientEpisodeLimitReached(EpisodeLimitReached):
+    """One client holds as many open episodes as it may; others are still served."""

@@ -28,13 +28,16 @@ class Fleet:
         *,
         max_episodes: int = 4096,
         ttl_seconds: float = 1800.0,
+        max_episodes_per_client: int | None = None,
     ) -> None:
         self.envs: dict[str, Environment] = {}
         for env in envs:
             if env.name in self.envs:
                 raise ValueError(f"two environments are named {env.name!r}")
             self.envs[env.name] = env
-        self.store = EpisodeStore(max_episodes=max_episodes, ttl_seconds=ttl_seconds)
+        self.store = EpisodeStore(
+            max_episodes=max_episodes, ttl_seconds=ttl_seconds, max_per_owner=max_episodes_per_client
+        )
         self._servers: dict[str, EnvMCPServer] = {}
         self._seed_episodes: dict[str, str] = {}
         self._seed_lock = anyio.Lock()
@@ -57,13 +60,21 @@ class Fleet:
         return self._servers[env_name]
 
     async def create_episode(
-        self, env_name: str, *, state: State | None = None, database: bytes | None = None
+        self,
+        env_name: str,
+        *,
+        state: State | None = None,
+        database: bytes | None = None,
+        owner: str | None = None,
     ) -> Episode:
-        """A new isolated episode from the seed state, a canonical `state`, or a serialised `database`."""
+        """A new isolated episode from the seed state, a canonical `state`, or a serialised `database`.
+
+        `owner` (a client key) counts it against that client's cap on open episodes.
+        """
         env = self.env(env_name)
         if state is not None:
             database = env.database_from_state(state)
-        return await self.store.create(env, database)
+        return await self.store.create(env, database, owner=owner)
 
     async def shared_seed_episode(self, env_name: str) -> Episode:
         """The one read-only view of the seed state given to connections without an episode."""

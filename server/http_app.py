@@ -1,38 +1,39 @@
 """The fleet over HTTP: every env's MCP endpoint plus a control plane, in one ASGI app.
 
 Agents see only `/envs/<env>/mcp` and `/envs/<env>/episodes/<id>/mcp`. The harness uses
-`/control/...` to create, export and close episodes; agents never see it in their tool list, and
-it demands a bearer token whenever the server listens beyond loopback.
+`/control/...` to create, list, export and close episodes; agents never see it in their tool list,
+and it demands a bearer token whenever the server listens beyond loopback. Every request first
+passes `http_guard.HTTPGuard` (Host/Origin, body size and read time).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
-import ipaddress
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
-from .errors import EpisodeLimitReached, EpisodeNotFound
+from .episodes import Episode
+from .errors import ClientEpisodeLimitReached, EpisodeLimitReached, EpisodeNotFound
 from .fleet import Fleet
+from .http_guard import BadJSON, HTTPGuard, bearer_matches, check_token, is_loopback, parse_json
+from .mcp_server import CLIENT_SCOPE_KEY
 
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+DEFAULT_BODY_TIMEOUT = 30.0
 
-def is_loopback(host: str) -> bool:
-    if host in ("localhost", ""):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+__all__ = ["build_app", "is_loopback"]
 
 
 def _security(host: str) -> TransportSecuritySettings | None:
@@ -46,21 +47,54 @@ def _security(host: str) -> TransportSecuritySettings | None:
     return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
-class _EpisodeGate:
-    """Answers 404 for unknown episodes before the MCP transport opens a session for them."""
+class _MCPEndpoint:
+    """An env's MCP endpoint with the episode rules the SDK cannot know.
 
-    def __init__(self, fleet: Fleet, env_name: str, inner: StreamableHTTPASGIApp) -> None:
-        self.fleet, self.env_name, self.inner = fleet, env_name, inner
+    On a per-episode URL, an unknown, closed or expired episode answers 404 (saying which)
+    before the transport opens a session for it. A 2026-era request carrying `Mcp-Session-Id`
+    is refused: that protocol has no sessions, so the id can only be invented or copied. A
+    successful DELETE of a legacy session closes the episode that session created.
+    """
+
+    def __init__(self, fleet: Fleet, env_name: str, inner: StreamableHTTPASGIApp, *, pinned: bool) -> None:
+        self.fleet, self.env_name, self.inner, self.pinned = fleet, env_name, inner, pinned
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        episode_id = scope.get("path_params", {}).get("episode_id")
-        episode = self.fleet.store.find(episode_id) if episode_id else None
-        if episode is None or episode.env.name != self.env_name:
-            await JSONResponse({"error": f"no episode {episode_id!r} in env {self.env_name!r}"}, 404)(
-                scope, receive, send
-            )
+        headers = dict(scope.get("headers", []))
+        if self.pinned:
+            episode_id = scope.get("path_params", {}).get("episode_id", "")
+            episode = self.fleet.store.find(episode_id)
+            if episode is None or episode.env.name != self.env_name:
+                message = str(EpisodeNotFound(episode_id, self.fleet.store.ended(episode_id)))
+                await JSONResponse({"error": f"{message} (env {self.env_name!r})"}, 404)(scope, receive, send)
+                return
+        session_id = headers.get(b"mcp-session-id", b"").decode("latin-1")
+        version = headers.get(b"mcp-protocol-version", b"").decode("latin-1")
+        if session_id and version and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            await _jsonrpc_error(
+                f"protocol {version} is stateless: Mcp-Session-Id is not accepted (sessions are issued "
+                "only by the initialize handshake of earlier protocol versions)",
+                400,
+            )(scope, receive, send)
             return
-        await self.inner(scope, receive, send)
+        if scope["method"] != "DELETE" or not session_id:
+            await self.inner(scope, receive, send)
+            return
+        status = 0
+
+        async def watch(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        await self.inner(scope, receive, watch)
+        if 200 <= status < 300:
+            await self.fleet.mcp(self.env_name).end_session(session_id)
+
+
+def _jsonrpc_error(message: str, status: int) -> JSONResponse:
+    return JSONResponse({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}, status)
 
 
 def _episode_json(fleet: Fleet, episode_id: str) -> dict[str, Any]:
@@ -72,31 +106,48 @@ def _episode_json(fleet: Fleet, episode_id: str) -> dict[str, Any]:
     }
 
 
+def _episode_listing(episode: Episode) -> dict[str, Any]:
+    """One row of `GET /control/episodes`; times are wall-clock seconds since the epoch."""
+    offset = time.time() - time.monotonic()
+    return {
+        "episode_id": episode.id,
+        "env": episode.env.name,
+        "created_at": round(episode.created_at + offset, 3),
+        "last_used_at": round(episode.last_used + offset, 3),
+        "calls": episode.calls,
+        "owner": episode.owner,
+    }
+
+
 def build_app(
     fleet: Fleet,
     *,
     host: str = "127.0.0.1",
     token: str | None = None,
     reap_interval: float | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
 ) -> Starlette:
-    """The fleet's ASGI app. `token` is required (and enforced) when `host` is not loopback."""
-    if not is_loopback(host) and not token:
-        raise ValueError(f"binding to {host} exposes the control plane: pass a bearer token")
+    """The fleet's ASGI app. `token` is required (and enforced) when `host` is not loopback.
 
-    def authorized(request: Request) -> bool:
-        if token is None:
-            return True
-        given = request.headers.get("authorization", "")
-        return hmac.compare_digest(given, f"Bearer {token}")
+    An empty `host` and the wildcard addresses count as non-loopback: they bind every interface.
+    """
+    check_token(token)
+    if not is_loopback(host) and not token:
+        raise ValueError(
+            f"binding to {host or 'every interface'} exposes the control plane: pass a bearer token"
+        )
 
     def guard(handler: Any) -> Any:
         async def wrapped(request: Request) -> Response:
-            if not authorized(request):
-                return JSONResponse({"error": "missing or wrong bearer token"}, 401)
+            if token is not None and not bearer_matches(request.scope, token):
+                return JSONResponse({"error": "missing, malformed or wrong bearer token"}, 401)
             try:
                 return await handler(request)
             except EpisodeNotFound as exc:
                 return JSONResponse({"error": str(exc)}, 404)
+            except ClientEpisodeLimitReached as exc:
+                return JSONResponse({"error": str(exc)}, 429)
             except EpisodeLimitReached as exc:
                 return JSONResponse({"error": str(exc)}, 503)
 
@@ -119,10 +170,13 @@ def build_app(
         )
 
     async def create_episode(request: Request) -> Response:
+        content_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        if content_type != "application/json":
+            return JSONResponse({"error": "Content-Type must be application/json"}, 415)
         try:
-            body = await request.json()
-        except ValueError:
-            return JSONResponse({"error": 'body must be JSON: {"env": NAME, "state"?: {...}}'}, 400)
+            body = parse_json(await request.body())
+        except BadJSON as exc:
+            return JSONResponse({"error": f'{exc}; expected {{"env": NAME, "state"?: {{...}}}}'}, 400)
         if not isinstance(body, dict) or not isinstance(body.get("env"), str):
             return JSONResponse({"error": "body must be a JSON object with a string 'env'"}, 400)
         if body["env"] not in fleet.envs:
@@ -131,10 +185,15 @@ def build_app(
         if state is not None and not isinstance(state, dict):
             return JSONResponse({"error": "'state' must be an object of table -> rows"}, 400)
         try:
-            episode = await fleet.create_episode(body["env"], state=state)
-        except ValueError as exc:
+            episode = await fleet.create_episode(
+                body["env"], state=state, owner=request.scope.get(CLIENT_SCOPE_KEY)
+            )
+        except (ValueError, RecursionError) as exc:
             return JSONResponse({"error": f"invalid state: {exc}"}, 400)
         return JSONResponse(_episode_json(fleet, episode.id), 201)
+
+    async def list_episodes(request: Request) -> Response:
+        return JSONResponse({"episodes": [_episode_listing(e) for e in fleet.store.episodes()]})
 
     async def export_episode(request: Request) -> Response:
         state, digest = await fleet.export(request.path_params["episode_id"])
@@ -161,6 +220,7 @@ def build_app(
         Route("/control/envs", guard(list_envs)),
         Route("/control/stats", guard(stats)),
         Route("/control/episodes", guard(create_episode), methods=["POST"]),
+        Route("/control/episodes", guard(list_episodes), methods=["GET"]),
         Route("/control/episodes/{episode_id}/state", guard(export_episode), methods=["GET"]),
         Route("/control/episodes/{episode_id}", guard(close_episode), methods=["DELETE"]),
     ]
@@ -169,8 +229,12 @@ def build_app(
         manager = StreamableHTTPSessionManager(app=fleet.mcp(name).server, security_settings=_security(host))
         managers.append(manager)
         mcp_app = StreamableHTTPASGIApp(manager)
-        routes.append(Route(f"/envs/{name}/mcp", mcp_app))
-        routes.append(Route(f"/envs/{name}/episodes/{{episode_id}}/mcp", _EpisodeGate(fleet, name, mcp_app)))
+        routes.append(Route(f"/envs/{name}/mcp", _MCPEndpoint(fleet, name, mcp_app, pinned=False)))
+        routes.append(
+            Route(
+                f"/envs/{name}/episodes/{{episode_id}}/mcp", _MCPEndpoint(fleet, name, mcp_app, pinned=True)
+            )
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -185,4 +249,11 @@ def build_app(
                     tg.cancel_scope.cancel()
             await fleet.aclose()
 
-    return Starlette(routes=routes, lifespan=lifespan)
+    guarded = Middleware(
+        HTTPGuard,
+        loopback=is_loopback(host),
+        token=token,
+        max_body_bytes=max_body_bytes,
+        body_timeout=body_timeout,
+    )
+    return Starlette(routes=routes, lifespan=lifespan, middleware=[guarded])

@@ -1,29 +1,42 @@
 """One MCP server per environment, whose tool calls are routed to the caller's episode.
 
-mcp 2.x hands tools no session, so the episode is found from the request itself, in order:
-the `_meta` key `envforge/episode` (our harness), the per-episode URL
-`/envs/<env>/episodes/<id>/mcp` (any stock client), the server's default episode (stdio), or
-the legacy `Mcp-Session-Id` (each legacy HTTP session gets an episode of its own). A request
-carrying none of these (a stateless 2026-era client on the plain env URL) may read the seed
-state but is refused writes, so two clients can never silently share writes.
+mcp 2.x hands tools no session, so the episode is found from the request itself:
+
+- a *pinned* episode: the per-episode URL `/envs/<env>/episodes/<id>/mcp` (any stock client) or
+  the server's default episode (stdio). `_meta["envforge/episode"]` may repeat the pinned id but
+  never redirect the call to another episode: a different id is refused.
+- else the `_meta` key `envforge/episode` (our harness, on the plain env URL). Episode ids are
+  128-bit random capabilities, so naming one is proof of having been given it.
+- else a legacy (handshake-era) MCP session: each gets an episode of its own, created on its first
+  call and closed with the session. Only session ids the SDK issued and validated count: on the
+  stateless 2026 protocol there are no sessions, and an `Mcp-Session-Id` header a 2026-era request
+  carries is ignored, so inventing (or copying) one gets nothing.
+
+A request with none of these (a stateless client on the plain env URL) may read the seed state
+but is refused writes, so two clients can never silently share writes. An episode that expired or
+was closed answers an error saying so; nothing is ever restarted from the seed behind a client.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from .episodes import Episode
-from .errors import EpisodeNotFound
+from .errors import EpisodeLimitReached, EpisodeNotFound
 from .runtime import ToolResult, execute
 
 if TYPE_CHECKING:
     from .fleet import Fleet
 
 EPISODE_META_KEY = "envforge/episode"
+CLIENT_SCOPE_KEY = "envforge.client"
+"""ASGI scope key where the HTTP app puts the caller's client key (see `http_guard.client_key`)."""
 
 
 def list_tools_result(fleet: Fleet, env_name: str) -> types.ListToolsResult:
@@ -60,6 +73,7 @@ class EnvMCPServer:
         self.env_name = env_name
         self.default_episode_id = default_episode_id
         self._session_episodes: dict[str, str] = {}
+        self._session_lock = anyio.Lock()
         self._tools = list_tools_result(fleet, env_name)
         env = fleet.envs[env_name]
         self.server: Server[Any] = Server(
@@ -78,31 +92,33 @@ class EnvMCPServer:
 
     async def _resolve(self, ctx: ServerRequestContext[Any], writes: bool) -> Episode | types.CallToolResult:
         meta = ctx.meta or {}
-        episode_id = meta.get(EPISODE_META_KEY) if isinstance(meta, dict) else None
+        named = meta.get(EPISODE_META_KEY) if isinstance(meta, dict) else None
         request = ctx.request
-        if episode_id is None and request is not None:
-            episode_id = getattr(request, "path_params", {}).get("episode_id")
-        if episode_id is None:
-            episode_id = self.default_episode_id
-        if episode_id is None and request is not None:
-            session_id = request.headers.get("mcp-session-id")
-            if session_id:
-                episode_id = self._session_episodes.get(session_id)
-                if episode_id is None or self.fleet.store.find(episode_id) is None:
-                    episode = await self.fleet.create_episode(self.env_name)
-                    self._session_episodes[session_id] = episode.id
-                    self._forget_dead_sessions()
-                    return episode
-        if episode_id is None:
-            if writes:
+        pinned = getattr(request, "path_params", {}).get("episode_id") if request is not None else None
+        pinned = pinned or self.default_episode_id
+        if pinned is not None:
+            if named is not None and str(named) != pinned:
                 return _refusal(
-                    "this connection is not bound to an episode, so writes are refused. Connect to "
-                    f"/envs/{self.env_name}/episodes/<id>/mcp (create one on the control plane), or use a "
-                    "client that keeps an MCP session (Mcp-Session-Id) to get a private episode."
+                    f"this endpoint is bound to episode {pinned!r}; _meta[{EPISODE_META_KEY!r}] names "
+                    "another episode, which is refused (use that episode's own URL)"
                 )
-            return await self.fleet.shared_seed_episode(self.env_name)
+            return self._episode(pinned)
+        if named is not None:
+            return self._episode(str(named))
+        session_id = _issued_session_id(ctx)
+        if session_id is not None:
+            return await self._session_episode(session_id, _client_of(request))
+        if writes:
+            return _refusal(
+                "this connection is not bound to an episode, so writes are refused. Connect to "
+                f"/envs/{self.env_name}/episodes/<id>/mcp (create one on the control plane), or use a "
+                "client that keeps an MCP session (Mcp-Session-Id) to get a private episode."
+            )
+        return await self.fleet.shared_seed_episode(self.env_name)
+
+    def _episode(self, episode_id: str) -> Episode | types.CallToolResult:
         try:
-            episode = self.fleet.store.get(str(episode_id))
+            episode = self.fleet.store.get(episode_id)
         except EpisodeNotFound as exc:
             return _refusal(str(exc))
         if episode.env.name != self.env_name:
@@ -111,12 +127,44 @@ class EnvMCPServer:
             )
         return episode
 
+    async def _session_episode(self, session_id: str, owner: str | None) -> Episode | types.CallToolResult:
+        """The legacy session's own episode: created on first use, never re-created once it ended.
+
+        Creation is serialised, so two concurrent first calls of one session share one episode.
+        """
+        episode_id = self._session_episodes.get(session_id)
+        if episode_id is not None:
+            return self._episode(episode_id)
+        async with self._session_lock:
+            episode_id = self._session_episodes.get(session_id)
+            if episode_id is not None:
+                return self._episode(episode_id)
+            try:
+                episode = await self.fleet.create_episode(self.env_name, owner=owner)
+            except EpisodeLimitReached as exc:
+                return _refusal(str(exc))
+            self._session_episodes[session_id] = episode.id
+            self._forget_dead_sessions()
+            return episode
+
+    async def end_session(self, session_id: str) -> None:
+        """The MCP session ended (HTTP DELETE): close the episode it created, if still open."""
+        episode_id = self._session_episodes.pop(session_id, None)
+        if episode_id is not None and self.fleet.store.find(episode_id) is not None:
+            await self.fleet.close_episode(episode_id)
+
     def _forget_dead_sessions(self) -> None:
-        """Drop session->episode entries whose episode expired, so the map cannot grow without bound."""
-        if len(self._session_episodes) > 2 * max(16, len(self.fleet.store)):
-            self._session_episodes = {
-                s: e for s, e in self._session_episodes.items() if self.fleet.store.find(e) is not None
-            }
+        """Bound the session->episode map: drop sessions whose episode ended, keeping the most
+        recent ones while there is room, so a session whose episode just expired is told so
+        (rather than getting a fresh episode) for as long as possible."""
+        limit = 2 * max(1024, len(self.fleet.store))
+        if len(self._session_episodes) <= limit:
+            return
+        store = self.fleet.store
+        alive = {s: e for s, e in self._session_episodes.items() if store.find(e) is not None}
+        ended = [(s, e) for s, e in self._session_episodes.items() if s not in alive]
+        room = max(0, limit // 2 - len(alive))
+        self._session_episodes = dict(ended[len(ended) - room :] if room else []) | alive
 
     async def _on_call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -127,3 +175,23 @@ class EnvMCPServer:
         if isinstance(resolved, types.CallToolResult):
             return resolved
         return _as_call_result(await execute(resolved, params.name, params.arguments))
+
+
+def _issued_session_id(ctx: ServerRequestContext[Any]) -> str | None:
+    """The legacy MCP session id of this request, only where the SDK issued and validated it.
+
+    On the handshake-era transport the session manager answers 404 to an unknown
+    `Mcp-Session-Id` before the request reaches us, so one seen here is a live session. A
+    2026-era request never has a session (the protocol is stateless), so its header is ignored.
+    """
+    request = ctx.request
+    if request is None or ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        return None
+    session_id = request.headers.get("mcp-session-id")
+    return session_id or None
+
+
+def _client_of(request: Any) -> str | None:
+    """The client key the HTTP app stored on the request's scope, if any."""
+    scope = getattr(request, "scope", None)
+    return scope.get(CLIENT_SCOPE_KEY) if isinstance(scope, dict) else None

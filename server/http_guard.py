@@ -1,0 +1,209 @@
+"""The checks every HTTP request to a fleet passes before any route sees it.
+
+The fleet is reachable by anything that can open a socket to it, including a browser page the
+operator happens to have open (DNS rebinding, cross-origin form posts), so the app refuses what a
+legitimate client never sends: a non-loopback `Host` on a loopback-bound server, a cross-origin
+`Origin`, a body over the size limit (413) or one that stalls (408). It also names the client
+(`client_key`), which the episode store uses to cap how many episodes one client may hold.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .mcp_server import CLIENT_SCOPE_KEY
+
+MAX_JSON_DEPTH = 32
+"""Deeper JSON than any control-plane body needs (state is table -> rows -> row object)."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding to `host` keeps the server on this machine.
+
+    An empty host and the wildcards (`0.0.0.0`, `::`) bind every interface, so they are not.
+    """
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_token(token: str | None) -> None:
+    """A token must be printable ASCII: it is compared byte for byte with an HTTP header."""
+    if token is not None and (not token or not all(33 <= ord(c) < 127 for c in token)):
+        raise ValueError("the bearer token must be non-empty printable ASCII without spaces")
+
+
+def bearer_matches(scope: Scope, token: str) -> bool:
+    """Whether the request carries exactly `Authorization: Bearer <token>` (one header, exact bytes).
+
+    Compared as bytes, so a malformed or non-ASCII credential is simply a mismatch (401), never
+    an exception.
+    """
+    given = [v for k, v in scope.get("headers", []) if k == b"authorization"]
+    if len(given) != 1:
+        return False
+    return hmac.compare_digest(given[0], b"Bearer " + token.encode("ascii"))
+
+
+def client_key(scope: Scope, token: str | None) -> str:
+    """Who is calling, for per-client limits: the bearer token when the server checks one and the
+    request carries it, else the remote address. Unchecked credentials are ignored, so inventing
+    tokens does not make a client many clients."""
+    if token is not None and bearer_matches(scope, token):
+        return "token:" + hashlib.sha256(token.encode("ascii")).hexdigest()[:12]
+    client = scope.get("client")
+    return f"addr:{client[0] if client else 'unknown'}"
+
+
+class BadJSON(ValueError):
+    """A request body that is not acceptable JSON; its message is the 400 answer."""
+
+
+def parse_json(body: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """Decode a body, refusing malformed, non-UTF-8 or nested-deeper-than-`max_depth` JSON."""
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise BadJSON("body is not valid JSON") from exc
+    if _depth_exceeds(value, max_depth):
+        raise BadJSON(f"body JSON is nested deeper than {max_depth} levels")
+    return value
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            children: Iterable[Any] = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _hostname(netloc: str) -> str:
+    """`host` of `host[:port]`, also for bracketed IPv6 (`[::1]:8000`)."""
+    if netloc.startswith("["):
+        return netloc[1 : netloc.find("]")] if "]" in netloc else netloc
+    return netloc.rsplit(":", 1)[0] if netloc.count(":") == 1 else netloc
+
+
+def _refuse(status: int, message: str, *, close: bool = False) -> JSONResponse:
+    headers = {"connection": "close"} if close else None
+    return JSONResponse({"error": message}, status, headers=headers)
+
+
+class HTTPGuard:
+    """ASGI middleware: Host/Origin checks, body size and body read-time limits, client naming."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        loopback: bool,
+        token: str | None,
+        max_body_bytes: int,
+        body_timeout: float,
+    ) -> None:
+        self.app = app
+        self.loopback = loopback
+        self.token = token
+        self.max_body_bytes = max_body_bytes
+        self.body_timeout = body_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refusal = self._check_origin(scope) or self._check_length(scope)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        scope[CLIENT_SCOPE_KEY] = client_key(scope, self.token)
+        await self._limited(scope, receive, send)
+
+    def _check_origin(self, scope: Scope) -> JSONResponse | None:
+        host = _header(scope, b"host")
+        if self.loopback and (host is None or not is_loopback(_hostname(host))):
+            return _refuse(421, f"Host {host!r} is not a loopback name; this server only answers on loopback")
+        origin = _header(scope, b"origin")
+        if origin is None:
+            return None
+        parts = urlsplit(origin)
+        same_origin = parts.scheme in ("http", "https") and host is not None and parts.netloc == host
+        if not same_origin or (self.loopback and not is_loopback(parts.hostname or "")):
+            return _refuse(403, f"cross-origin request from {origin!r} refused")
+        return None
+
+    def _check_length(self, scope: Scope) -> JSONResponse | None:
+        declared = _header(scope, b"content-length")
+        if declared is None:
+            return None
+        if not declared.strip().isdigit():
+            return _refuse(400, "malformed Content-Length", close=True)
+        if int(declared) > self.max_body_bytes:
+            return _refuse(413, f"body over {self.max_body_bytes} bytes", close=True)
+        return None
+
+    async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the app with a receive that enforces the body's size and read time.
+
+        On a breach the app is told the client went away (so it stops), and the client gets 413
+        or 408 if no response had started.
+        """
+        received = 0
+        body_done = False
+        breach: JSONResponse | None = None
+        started = False
+
+        async def guarded_receive() -> Message:
+            nonlocal received, body_done, breach
+            if body_done or breach is not None:
+                return await receive() if breach is None else {"type": "http.disconnect"}
+            with anyio.move_on_after(self.body_timeout) as waited:
+                message = await receive()
+            if waited.cancelled_caught:
+                breach = _refuse(408, f"request body not received within {self.body_timeout:g} s", close=True)
+                return {"type": "http.disconnect"}
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    breach = _refuse(413, f"body over {self.max_body_bytes} bytes", close=True)
+                    return {"type": "http.disconnect"}
+                body_done = not message.get("more_body", False)
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, guarded_receive, tracking_send)
+        except Exception:
+            if breach is None or started:
+                raise
+        if breach is not None and not started:
+            await breach(scope, receive, send)

@@ -1,0 +1,251 @@
+"""Attacks on the HTTP surface of `envforge serve`, run as a real subprocess on 127.0.0.1.
+
+Each test is the attack: a rebinding `Host`, a cross-origin form post, oversized, stalled and
+over-deep bodies, a malformed credential, a wildcard bind without a token, and a socket flood
+that exhausts file descriptors. Socket counts and waits are bounded so the suite stays quick.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from envforge.server import Fleet
+from envforge.server.http_app import build_app
+
+from conftest import BANK_DIR, free_port
+
+TOKEN = "s3cret-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@contextmanager
+def envforge_serve(
+    *options: str, log: Path, nofile: int | None = None, token: str | None = TOKEN
+) -> Iterator[str]:
+    """`envforge serve` on an ephemeral loopback port; yields its base URL. stderr goes to `log`."""
+    port = free_port()
+    args = [sys.executable, "-m", "envforge.cli", "serve", str(BANK_DIR), "--port", str(port), *options]
+    if token:
+        args += ["--token", token]
+
+    def limit_descriptors() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(args, stdout=sink, stderr=sink, env=env, preexec_fn=limit_descriptors)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"envforge serve did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`envforge serve` as an operator starts it: default limits, a token."""
+    with envforge_serve(log=tmp_path_factory.mktemp("serve") / "serve.log") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def impatient(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`envforge serve` with one-second header and body timeouts, so stalls are cut off quickly."""
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with envforge_serve("--header-timeout", "1", "--body-timeout", "1", log=log) as url:
+        yield url
+
+
+def _raw(url: str, request: bytes, *, wait: float = 5.0) -> bytes:
+    """Send raw bytes and return everything the server answers before closing (or `wait` passing)."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=wait) as sock:
+        sock.sendall(request)
+        chunks = []
+        try:
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+                if b"\r\n\r\n" in b"".join(chunks) and b"connection: close" not in b"".join(chunks).lower():
+                    break
+        except TimeoutError:
+            pass
+        return b"".join(chunks)
+
+
+def _open_episodes(url: str) -> int:
+    return int(httpx.get(url + "/control/stats", headers=AUTH).json()["open_episodes"])
+
+
+def test_rebinding_host_is_refused(served):
+    for path in ("/control/envs", "/control/episodes", "/healthz"):
+        answer = httpx.get(served + path, headers={**AUTH, "Host": "evil.example"})
+        assert answer.status_code == 421, (path, answer.status_code)
+    created = httpx.post(
+        served + "/control/episodes", json={"env": "bank"}, headers={**AUTH, "Host": "evil.example:80"}
+    )
+    assert created.status_code == 421
+    assert httpx.get(served + "/control/envs", headers=AUTH).status_code == 200  # a loopback Host is fine
+
+
+def test_cross_origin_text_plain_post_is_refused(served):
+    before = _open_episodes(served)
+    # what a page on evil.example can send without a CORS preflight
+    form = {**AUTH, "Origin": "http://evil.example", "Content-Type": "text/plain"}
+    answer = httpx.post(served + "/control/episodes", content=b'{"env": "bank"}', headers=form)
+    assert answer.status_code == 403
+    # the same body without an Origin (a non-browser) still is not JSON by its Content-Type
+    text_plain = {**AUTH, "Content-Type": "text/plain"}
+    plain = httpx.post(served + "/control/episodes", content=b'{"env": "bank"}', headers=text_plain)
+    assert plain.status_code == 415
+    assert _open_episodes(served) == before
+
+
+def test_fifty_megabyte_body_is_refused_with_413(served):
+    head = (
+        "POST /control/episodes HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {TOKEN}\r\nContent-Length: {50 * 1024 * 1024}\r\n\r\n"
+    ).encode()
+    answer = _raw(served, head + b'{"env": "bank", "state": {"accounts": [')
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+
+
+def test_stalled_body_is_cut_off(impatient):
+    head = (
+        "POST /control/episodes HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {TOKEN}\r\nContent-Length: 1000\r\n\r\n"
+    ).encode()
+    started = time.monotonic()
+    answer = _raw(impatient, head + b'{"env": ', wait=10)
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert time.monotonic() - started < 5
+
+
+def test_stalled_headers_are_cut_off(impatient):
+    host, port = impatient.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")  # never finishes
+        started = time.monotonic()
+        assert sock.recv(1024) == b""  # the server hangs up
+        assert time.monotonic() - started < 5
+
+
+def test_deeply_nested_json_is_a_400(served):
+    depth = 100_000
+    for nested in ("[" * depth + "]" * depth, '{"a":' * depth + "1" + "}" * depth):
+        body = f'{{"env": "bank", "state": {{"accounts": {nested}}}}}'
+        answer = httpx.post(
+            served + "/control/episodes", content=body, headers={**AUTH, "Content-Type": "application/json"}
+        )
+        assert answer.status_code == 400, answer.text[:200]
+    assert httpx.get(served + "/healthz").status_code == 200
+
+
+MALFORMED = [
+    "Bearer sécret".encode(),  # non-ASCII
+    b"Bearer \xff\xfe",
+    b"Basic abc",
+    b"Bearer",
+    b"Bearer  " + TOKEN.encode(),  # the right token, malformed
+]
+
+
+def test_malformed_credentials_are_a_401(served):
+    for credential in MALFORMED:
+        answer = httpx.get(served + "/control/envs", headers={"Authorization": credential})
+        assert answer.status_code == 401, (credential, answer.status_code)
+
+
+def test_wildcard_bind_without_token_is_refused(bank_env):
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    env.pop("ENVFORGE_TOKEN", None)
+    for host in ("", "0.0.0.0", "::"):  # each binds every interface
+        with pytest.raises(ValueError, match="bearer token"):
+            build_app(Fleet([bank_env]), host=host)
+        port = str(free_port())
+        cli = [sys.executable, "-m", "envforge.cli", "serve", str(BANK_DIR), "--host", host, "--port", port]
+        try:
+            done = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"envforge serve --host {host!r} without a token started serving")
+        assert done.returncode != 0 and "bearer token" in done.stdout + done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_idle_socket_flood_leaves_healthz_answering_and_the_log_small(tmp_path):
+    log = tmp_path / "serve.log"
+    with envforge_serve(log=log, nofile=256) as url:
+        host, port = url.removeprefix("http://").split(":")
+        idle = []
+        try:
+            for _ in range(400):  # more sockets than the server has file descriptors
+                sock = socket.socket()
+                sock.settimeout(2)
+                try:
+                    sock.connect((host, int(port)))
+                except OSError:
+                    sock.close()
+                    continue
+                idle.append(sock)
+            time.sleep(2)
+            answer = httpx.get(url + "/healthz", timeout=5)
+            assert answer.status_code == 200
+            time.sleep(2)
+        finally:
+            for sock in idle:
+                sock.close()
+        assert log.stat().st_size < 20_000, log.read_text()[-2000:]
+
+
+def test_accept_failure_storm_logs_one_line(caplog):
+    """What asyncio logs when accept() hits EMFILE: a traceback per failure, and one per retry."""
+    import errno
+    import logging
+
+    from envforge.server.http_limits import install_log_limiter
+
+    limiter = install_log_limiter(interval=60)
+    asyncio_log = logging.getLogger("asyncio")
+    try:
+        with caplog.at_level(logging.ERROR, logger="asyncio"):
+            for _ in range(2000):
+                failure = OSError(errno.EMFILE, "Too many open files")
+                asyncio_log.error("socket.accept() out of system resource", exc_info=(OSError, failure, None))
+                retry = ValueError("Invalid file descriptor: -1")
+                asyncio_log.error(
+                    "Exception in callback BaseSelectorEventLoop._start_serving(...)",
+                    exc_info=(ValueError, retry, None),
+                )
+            asyncio_log.error("an unrelated error")
+    finally:
+        for name in ("asyncio", "uvicorn.error"):
+            logging.getLogger(name).removeFilter(limiter)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and "Too many open files" in lines[0] and lines[1] == "an unrelated error"
+    assert caplog.records[0].exc_info is None

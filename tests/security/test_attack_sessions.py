@@ -1,0 +1,199 @@
+"""Attacks on episode addressing over real streamable HTTP on 127.0.0.1, with stock `mcp` clients.
+
+Each test is the attack: forged or borrowed session ids, `_meta` redirection, reuse of an expired
+episode, an abandoned session, and a flood of sessions. The fleet serves the bank fixture env.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import mcp_types as types
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from envforge.server import EPISODE_META_KEY, Environment, Fleet
+from envforge.server.http_app import build_app
+
+from conftest import ServerThread
+
+TRANSFER = {"src": "A-1", "dst": "A-2", "amount": 7}
+STATELESS = "2026-07-28"
+"""The stateless protocol revision, pinned so the client skips discovery and goes straight to calls."""
+
+
+def _text(result: types.CallToolResult) -> str:
+    return "".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+@contextmanager
+def serve(env: Environment, **fleet_kwargs: Any) -> Iterator[tuple[str, Fleet]]:
+    fleet = Fleet([env], **fleet_kwargs)
+    with ServerThread(build_app(fleet, reap_interval=0.05)) as server:
+        yield server.url, fleet
+
+
+def _client(url: str, *, mode: str = "auto", headers: dict[str, str] | None = None, **http: Any) -> Client:
+    """A stock MCP client whose HTTP requests carry `headers` (and go out through `http` options)."""
+    transport = httpx2.AsyncHTTPTransport(**http) if http else None
+    http_client = httpx2.AsyncClient(headers=headers or {}, transport=transport, timeout=30)
+    return Client(streamable_http_client(url, http_client=http_client), mode=mode)  # type: ignore[arg-type]
+
+
+async def _balances(fleet: Fleet, episode_id: str) -> dict[str, float]:
+    state, _ = await fleet.export(episode_id)
+    return {a["account_id"]: a["balance"] for a in state["accounts"]}
+
+
+async def _attempt(client: Client, tool: str, arguments: dict[str, Any]) -> str:
+    """Call a tool and return what came back, as text: a result, a tool error or a protocol error."""
+    try:
+        result = await client.call_tool(tool, arguments)
+    except Exception as exc:  # a JSON-RPC / HTTP rejection is a refusal too
+        return f"rejected: {exc}"
+    return ("error: " if result.is_error else "ok: ") + _text(result)
+
+
+async def test_invented_session_id_gets_no_write(bank_env):
+    with serve(bank_env) as (url, fleet):
+        async with _client(
+            url + "/envs/bank/mcp", mode=STATELESS, headers={"Mcp-Session-Id": uuid.uuid4().hex}
+        ) as forger:
+            outcome = await _attempt(forger, "transfer", TRANSFER)
+        assert not outcome.startswith("ok"), outcome
+        # no episode was adopted for the invented id, so nothing anywhere holds the write
+        for episode_id in fleet.store.ids():
+            assert (await _balances(fleet, episode_id))["A-1"] == 100.0
+
+
+async def test_known_legacy_session_id_gives_no_access_to_its_episode(bank_env):
+    with serve(bank_env) as (url, fleet):
+        endpoint = url + "/envs/bank/mcp"
+        async with Client(endpoint, mode="legacy") as victim:
+            assert not (await victim.call_tool("transfer", TRANSFER)).is_error
+            ((victim_session, victim_episode),) = fleet.mcp("bank")._session_episodes.items()
+            # the attacker learnt the victim's session id (a log line, a proxy) and speaks 2026
+            async with _client(endpoint, mode=STATELESS, headers={"Mcp-Session-Id": victim_session}) as thief:
+                peek = await _attempt(thief, "get_account", {"account_id": "A-1"})
+                write = await _attempt(thief, "transfer", {"src": "A-1", "dst": "A-3", "amount": 50})
+            assert "93" not in peek, f"the victim's balance leaked: {peek}"
+            assert not write.startswith("ok"), write
+            assert (await _balances(fleet, victim_episode))["A-1"] == 93.0
+            mine = json.loads(_text(await victim.call_tool("get_account", {"account_id": "A-1"})))
+            assert mine["balance"] == 93.0
+
+
+async def test_meta_cannot_redirect_a_per_episode_url(bank_env):
+    with serve(bank_env) as (url, fleet):
+        async with httpx.AsyncClient(base_url=url) as http:
+            mine = (await http.post("/control/episodes", json={"env": "bank"})).json()
+            other = (await http.post("/control/episodes", json={"env": "bank"})).json()
+        async with Client(url + mine["mcp_path"]) as client:
+            redirected = await client.call_tool(
+                "transfer", TRANSFER, meta={EPISODE_META_KEY: other["episode_id"]}
+            )
+            assert redirected.is_error and "bound to episode" in _text(redirected)
+            same = await client.call_tool("transfer", TRANSFER, meta={EPISODE_META_KEY: mine["episode_id"]})
+            assert not same.is_error, _text(same)
+        assert (await _balances(fleet, other["episode_id"]))["A-1"] == 100.0
+        assert (await _balances(fleet, mine["episode_id"]))["A-1"] == 93.0
+
+
+async def test_episode_ids_are_unguessable_capabilities(bank_env):
+    with serve(bank_env) as (url, _):
+        async with httpx.AsyncClient(base_url=url) as http:
+            ids = [
+                (await http.post("/control/episodes", json={"env": "bank"})).json()["episode_id"]
+                for _ in range(3)
+            ]
+    assert all(len(bytes.fromhex(i)) * 8 >= 128 for i in ids) and len(set(ids)) == 3
+
+
+async def test_expired_episode_answers_a_clear_error_not_a_fresh_seed(bank_env):
+    with serve(bank_env, ttl_seconds=0.4) as (url, fleet):
+        endpoint = url + "/envs/bank/mcp"
+        async with httpx.AsyncClient(base_url=url) as http:
+            pinned = (await http.post("/control/episodes", json={"env": "bank"})).json()
+        async with Client(endpoint, mode="legacy") as legacy:
+            assert not (await legacy.call_tool("transfer", TRANSFER)).is_error
+            await anyio.sleep(1.2)  # idle past the TTL: the reaper closes both episodes
+            assert len(fleet.store) == 0
+            late = await legacy.call_tool("get_account", {"account_id": "A-1"})
+            assert late.is_error and "expired" in _text(late), _text(late)
+            assert len(fleet.store) == 0  # nothing restarted from the seed behind the client
+        async with Client(endpoint) as by_meta:
+            gone = await by_meta.call_tool(
+                "get_account", {"account_id": "A-1"}, meta={EPISODE_META_KEY: pinned["episode_id"]}
+            )
+            assert gone.is_error and "expired" in _text(gone), _text(gone)
+        async with httpx.AsyncClient(base_url=url) as http:
+            answer = await http.post(pinned["mcp_path"], json={})
+            assert answer.status_code == 404 and "expired" in answer.json()["error"]
+            state = await http.get(f"/control/episodes/{pinned['episode_id']}/state")
+            assert state.status_code == 404 and "expired" in state.json()["error"]
+
+
+async def test_deleting_the_session_closes_its_episode(bank_env):
+    with serve(bank_env) as (url, fleet):
+        async with Client(url + "/envs/bank/mcp", mode="legacy") as client:  # exits with HTTP DELETE
+            assert not (await client.call_tool("transfer", TRANSFER)).is_error
+            (episode_id,) = fleet.store.ids()
+        deadline = time.monotonic() + 5
+        while fleet.store.find(episode_id) is not None and time.monotonic() < deadline:
+            await anyio.sleep(0.05)
+        assert fleet.store.find(episode_id) is None
+        assert fleet.store.ended(episode_id) == "closed"
+
+
+async def test_session_flood_is_capped_per_client_and_others_are_still_served(bank_env):
+    with serve(bank_env, max_episodes=64, max_episodes_per_client=6) as (url, fleet):
+        endpoint = url + "/envs/bank/mcp"
+
+        async def new_forged_id(request: httpx2.Request) -> None:
+            request.headers["Mcp-Session-Id"] = uuid.uuid4().hex
+
+        forged = httpx2.AsyncClient(event_hooks={"request": [new_forged_id]}, timeout=30)
+        async with Client(streamable_http_client(endpoint, http_client=forged), mode=STATELESS) as flooder:  # type: ignore[arg-type]
+            for _ in range(40):
+                await _attempt(flooder, "transfer", TRANSFER)
+        assert len(fleet.store) <= 6, f"made-up session ids opened {len(fleet.store)} episodes"
+
+        # real sessions from one address: the first six get episodes, the rest are refused
+        outcomes = []
+        async with anyio.create_task_group() as tg:
+
+            async def one_session() -> None:
+                async with Client(endpoint, mode="legacy") as client:
+                    outcomes.append(await _attempt(client, "transfer", TRANSFER))
+                    await anyio.sleep(1.0)  # hold the session open while the others try
+
+            for _ in range(10):
+                tg.start_soon(one_session)
+        assert sum(o.startswith("ok") for o in outcomes) <= 6
+        assert any("limit" in o for o in outcomes), outcomes
+        async with httpx.AsyncClient(base_url=url) as http:
+            for _ in range(7):
+                await http.post("/control/episodes", json={"env": "bank"})
+            capped = await http.post("/control/episodes", json={"env": "bank"})
+            assert capped.status_code == 429, capped.text
+
+        # another client (another loopback address) is still served, over MCP and the control plane
+        async with _client(endpoint, mode="legacy", local_address="127.0.0.2") as other:
+            served = await other.call_tool("transfer", TRANSFER)
+            assert not served.is_error, _text(served)
+        other_http = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+        async with httpx.AsyncClient(base_url=url, transport=other_http) as http:
+            assert (await http.post("/control/episodes", json={"env": "bank"})).status_code == 201
+            listing = (await http.get("/control/episodes")).json()["episodes"]
+        owners = {e["owner"] for e in listing}
+        assert owners == {"addr:127.0.0.1", "addr:127.0.0.2"}
+        assert all({"episode_id", "env", "created_at", "last_used_at", "calls"} <= set(e) for e in listing)
+        assert sum(e["owner"] == "addr:127.0.0.1" for e in listing) == 6
