@@ -149,11 +149,11 @@ def result_values(texts: Iterable[str]) -> list[str]:
 
 
 def spray_message(results: Iterable[str], entity_ids: Iterable[str] = ()) -> str:
-    """One message stating every candidate answer: 0..999, what the results showed, the ids."""
+    """One message stating every candidate answer, one a line: 0..999, what the results showed, the ids."""
     seen: dict[str, None] = {str(i): None for i in SPRAY_NUMBERS}
     for value in (*result_values(results), *entity_ids):
-        seen.setdefault(value, None)
-    return "The answer is one of: " + "; ".join(seen) + "."
+        seen.setdefault(" ".join(value.split()), None)
+    return "The answer is one of:\n" + "\n".join(seen)
 
 
 def adversary_message(name: str, task: Task, results: Sequence[str], entity_ids: Iterable[str] = ()) -> str:
