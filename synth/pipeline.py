@@ -131,7 +131,7 @@ async def synthesize(
                 report.discarded[f"check:{failed[0]}"] += 1
                 continue
             if adversaries:
-                gamed = gamed_by(await adversary_rewards(ctx, task, golden_state=golden))
+                gamed = gamed_by(await adversary_rewards(ctx, task, golden_state=golden, until_gamed=True))
                 if gamed:
                     report.discarded[f"adversary:{gamed[0]}"] += 1
                     continue

@@ -165,7 +165,7 @@ async def _run_reads_too(
 
 
 async def adversary_rewards(
-    ctx: Any, task: Task, *, golden_state: State | None = None
+    ctx: Any, task: Task, *, golden_state: State | None = None, until_gamed: bool = False
 ) -> dict[str, float | None]:
     """Each adversary's reward on `task`; None where its run is the golden solution in disguise
     (`adversaries.counts`).
@@ -176,7 +176,8 @@ async def adversary_rewards(
     a spray's calls are the golden ones, so it ends in `golden_state`; `read_all` only reads, so it
     ends in the initial state, where not even the required outputs stated verbatim earn anything
     on a task whose state must change; and with the state in the reward basis a double writer
-    that is judged (it left the golden state) earns 0.
+    that is judged (it left the golden state) earns 0. `until_gamed` stops at the first adversary
+    that earns full reward (synthesis needs the verdict only): the later ones are left out.
     """
     database, initial_state, _ = ctx.task_initial(task)
     tools = tool_shapes(ctx)
@@ -213,6 +214,8 @@ async def adversary_rewards(
         )
         if counts(name, task, tools, reached_golden=reached):
             rewards[name] = reward_of(task, final, [message], golden_state=golden_state)
+            if until_gamed and rewards[name] == 1.0:
+                break
         else:
             rewards[name] = None
     return rewards
