@@ -28,7 +28,6 @@ from .graph import build_graph
 from .models import Task, ToolGraph
 from .outcomes import Outcomes
 from .render import rewrite_scenario
-from .scoring import normalize_text
 from .tasks import BuildFailed, SynthConfig, build_task
 from .verify import adversary_rewards, gamed_by, verify_task
 
@@ -45,7 +44,7 @@ def stall_limit(kept: int) -> int:
 def task_keys(task: Task) -> tuple[str, str]:
     """The two identities of a task: its golden end state (to cents) with its required outputs,
     and its golden calls."""
-    outputs = sorted(normalize_text(o).strip() for o in task.required_outputs)
+    outputs = sorted(o.strip().lower() for o in task.required_outputs)
     end = task.golden_cents_hash + "\0" + json.dumps(outputs)
     calls = json.dumps([c.model_dump() for c in task.golden_calls], sort_keys=True)
     return end, calls

@@ -165,7 +165,7 @@ def test_spray_is_judged_only_where_stated_outputs_are_rewarded(it_env: Environm
 
 def keys_of(task: Task) -> tuple[str, str]:
     """A task's two identities, computed here independently of the pipeline."""
-    outputs = json.dumps(sorted(o.lower().replace(",", "").strip() for o in task.required_outputs))
+    outputs = json.dumps(sorted(o.strip().lower() for o in task.required_outputs))
     return task.golden_cents_hash + outputs, json.dumps(
         [c.model_dump() for c in task.golden_calls], sort_keys=True
     )
