@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from collections import Counter
@@ -38,6 +39,12 @@ def it_env() -> Environment:
     return load_env(IT)
 
 
+@pytest.fixture(scope="module")
+def unchecked(it_env: Environment) -> list[Task]:
+    """it_tickets tasks synthesized without the adversarial checks: some the adversaries game."""
+    return asyncio.run(synthesize(it_env, 40, 0, adversaries=False)).tasks
+
+
 @pytest.fixture
 async def ctx(it_env: Environment) -> AsyncIterator[SynthContext]:
     fleet = Fleet([it_env])
@@ -58,13 +65,11 @@ def writes_of(task: Task, tools: list[ToolShape]) -> list[int]:
     return write_positions(task, {t.name for t in tools if not t.read_only})
 
 
-def a_task(ctx: SynthContext, *, writes: int = 1, outputs: bool = False) -> Task:
-    """The first bundled it_tickets task with at least `writes` writes (and required outputs)."""
+def a_task(ctx: SynthContext, tasks: list[Task], *, writes: int = 1, outputs: bool = False) -> Task:
+    """The first of `tasks` with at least `writes` writes (and required outputs)."""
     tools = tool_shapes(ctx)
     return next(
-        t
-        for t in load_tasks(IT)
-        if len(writes_of(t, tools)) >= writes and (bool(t.required_outputs) or not outputs)
+        t for t in tasks if len(writes_of(t, tools)) >= writes and (bool(t.required_outputs) or not outputs)
     )
 
 
@@ -78,8 +83,10 @@ async def run_calls(ctx: SynthContext, task: Task, calls: list) -> tuple[dict, l
         await ctx.close_episode(episode)
 
 
-async def test_spray_makes_the_golden_calls_then_states_every_candidate(ctx: SynthContext) -> None:
-    task = a_task(ctx, outputs=True)
+async def test_spray_makes_the_golden_calls_then_states_every_candidate(
+    ctx: SynthContext, unchecked: list[Task]
+) -> None:
+    task = a_task(ctx, unchecked, outputs=True)
     calls = adversary_calls("spray", task, tool_shapes(ctx))
     assert calls == task.golden_calls
     _, texts = await run_calls(ctx, task, calls)
@@ -106,8 +113,10 @@ async def test_spray_makes_the_golden_calls_then_states_every_candidate(ctx: Syn
     assert all(f"{v:.2f}" in candidates for v in flat if isinstance(v, float))
 
 
-async def test_read_all_calls_every_read_tool_it_can_fill_and_writes_nothing(ctx: SynthContext) -> None:
-    task = a_task(ctx, writes=1)
+async def test_read_all_calls_every_read_tool_it_can_fill_and_writes_nothing(
+    ctx: SynthContext, unchecked: list[Task]
+) -> None:
+    task = a_task(ctx, unchecked, writes=1)
     tools = tool_shapes(ctx)
     calls = adversary_calls("read_all", task, tools)
     read = {t.name for t in tools if t.read_only}
@@ -126,8 +135,10 @@ async def test_read_all_calls_every_read_tool_it_can_fill_and_writes_nothing(ctx
     assert rewards["read_all"] == 0.0
 
 
-async def test_double_write_repeats_each_golden_write_in_place(ctx: SynthContext) -> None:
-    task = a_task(ctx, writes=2)
+async def test_double_write_repeats_each_golden_write_in_place(
+    ctx: SynthContext, unchecked: list[Task]
+) -> None:
+    task = a_task(ctx, unchecked, writes=2)
     tools = tool_shapes(ctx)
     writes = writes_of(task, tools)
     calls = adversary_calls("double_write", task, tools)
@@ -140,22 +151,24 @@ async def test_double_write_repeats_each_golden_write_in_place(ctx: SynthContext
     assert (rewards["double_write"] is None) == (final == golden)
 
 
-async def test_golden_prefix_stops_after_the_first_write(ctx: SynthContext) -> None:
-    task = a_task(ctx, writes=2)
+async def test_golden_prefix_stops_after_the_first_write(ctx: SynthContext, unchecked: list[Task]) -> None:
+    task = a_task(ctx, unchecked, writes=2)
     tools = tool_shapes(ctx)
     first = writes_of(task, tools)[0]
     calls = adversary_calls("golden_prefix", task, tools)
     assert calls == task.golden_calls[: first + 1]
     assert counts("golden_prefix", task, tools, reached_golden=False)
-    one_write = a_task(ctx, writes=1)
+    one_write = a_task(ctx, unchecked, writes=1)
     if len(writes_of(one_write, tools)) == 1:
         assert not counts("golden_prefix", one_write, tools, reached_golden=True)
     rewards = await adversary_rewards(ctx, task)
     assert rewards["golden_prefix"] is not None and rewards["golden_prefix"] < 1.0
 
 
-def test_spray_is_judged_only_where_stated_outputs_are_rewarded(it_env: Environment) -> None:
-    tasks = load_tasks(IT)
+def test_spray_is_judged_only_where_stated_outputs_are_rewarded(
+    it_env: Environment, unchecked: list[Task]
+) -> None:
+    tasks = unchecked
     tools = shapes_of(it_env)
     with_outputs = next(t for t in tasks if t.required_outputs)
     assert counts("spray", with_outputs, tools, reached_golden=True)

@@ -8,6 +8,7 @@ its best reward, and `synth tasks` never shipping such a task.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 import shutil
@@ -20,13 +21,20 @@ from envforge.server import Fleet, load_env
 from envforge.synth.context import SynthContext
 from envforge.synth.graph import build_graph
 from envforge.synth.models import Task
-from envforge.synth.pipeline import load_tasks, write_tasks
+from envforge.synth.pipeline import load_tasks, synthesize, write_tasks
 from envforge.synth.scoring import score_episode
 
 from conftest import REPO
 
 IT = REPO / "envs" / "it_tickets"
 NUMBERS = " ".join(str(i) for i in range(1000))
+
+
+@functools.cache
+def unchecked() -> list[Task]:
+    """it_tickets tasks synthesized without the adversarial checks, as a careless generator would
+    ship them."""
+    return asyncio.run(synthesize(load_env(IT), 40, 0, adversaries=False)).tasks
 
 
 def env_with(tmp_path: Path, tasks: list[Task]) -> Path:
@@ -56,7 +64,7 @@ def test_attack_number_spray_after_the_golden_calls(tmp_path: Path) -> None:
     calls must not pass `check` wherever the scorer pays for it."""
     task = next(
         t
-        for t in load_tasks(IT)
+        for t in unchecked()
         if "outputs" in t.reward_basis
         and t.required_outputs
         and all(len(o) <= 2 and o.isdigit() for o in t.required_outputs)
@@ -84,7 +92,7 @@ def test_attack_duplicate_ticket_under_a_checkpoint_only_reward(tmp_path: Path) 
     same ticket twice leaves them in place, plus a duplicate nobody checks."""
     base = next(
         t
-        for t in load_tasks(IT)
+        for t in unchecked()
         if [c.name for c in t.golden_calls].count("create_ticket") == 1 and t.checkpoints
     )
     task = base.model_copy(update={"reward_basis": ["checkpoints"]})
