@@ -1,6 +1,7 @@
 """Synthesized-and-verified tasks per second per bundled env, on one core (one event loop).
 
-Usage: .venv/bin/python benchmarks/bench_synth.py [N] [RUNS]   (defaults: N=100 tasks, RUNS=3)
+Usage: .venv/bin/python benchmarks/bench_synth.py [N] [RUNS] [--adversaries on|off|both]
+       (defaults: N=100 tasks, RUNS=3, adversaries on)
 
 The graph is built once per env first and not timed: it is a per-env cost, not a per-task one.
 Each run synthesizes N tasks with seed 12345 afresh (a new context: nothing carries over), once
@@ -16,6 +17,13 @@ median of each round's ratio (the two runs of a round are adjacent in time).
 Each round also times a fixed reference workload (JSON and SQLite work of the kind synthesis
 does, nothing of envforge's): how long it took, against the fastest of the run, shows how fast the
 host was while that round ran.
+
+`--adversaries both` adds a third mode, steered with the adversarial checks off
+(`synthesize(..., adversaries=False)`), run in the same rounds, so that what the checks cost is
+read off one run: "steered ÷ no-adversaries" is printed like the steering ratio. `off` runs the
+two modes without the checks. Per mode, besides shipped tasks per CPU-second, "checked" counts
+per CPU-second the tasks that passed the self-checks and were judged by the adversaries (shipped
+or dropped by them): the rate the checks leave when a scorer the adversaries game drops tasks.
 
 Besides speed, per mode: tool calls tried and failed per verified task, and how the shipped
 tasks' successful write calls spread over the env's write tools (how many tools, and the entropy
@@ -45,7 +53,22 @@ from envforge.synth.pipeline import SynthReport, synthesize
 from envforge.synth.tasks import SynthConfig
 
 ENVS = ("retail_orders", "flight_booking", "it_tickets")
-MODES = {"steered": SynthConfig(), "unsteered": SynthConfig(steer=False)}
+MODES = {"steered": (SynthConfig(), True), "unsteered": (SynthConfig(steer=False), True)}
+NO_ADVERSARIES = "no-adversaries"
+
+
+def modes_for(adversaries: str) -> dict[str, tuple[SynthConfig, bool]]:
+    """The modes a run compares: steered and unsteered, with the adversarial checks as asked."""
+    if adversaries == "off":
+        return {name: (cfg, False) for name, (cfg, _) in MODES.items()}
+    if adversaries == "both":
+        return {**MODES, NO_ADVERSARIES: (SynthConfig(), False)}
+    return dict(MODES)
+
+
+def judged(report: SynthReport) -> int:
+    """Tasks that passed the self-checks: shipped, or dropped by an adversary."""
+    return len(report.tasks) + sum(c for r, c in report.discarded.items() if r.startswith("adversary:"))
 
 
 def write_spread(env: Environment, report: SynthReport) -> tuple[int, float]:
@@ -75,7 +98,8 @@ def reference_workload() -> float:
     return time.process_time() - started
 
 
-async def main(n: int, runs: int) -> None:
+async def main(n: int, runs: int, adversaries: str = "on") -> None:
+    modes = modes_for(adversaries)
     logging.getLogger("envforge.server.runtime").setLevel(logging.CRITICAL)
     root = Path(__file__).resolve().parents[1] / "envs"
     envs: dict[str, tuple[Environment, ToolGraph, float]] = {}
@@ -88,18 +112,21 @@ async def main(n: int, runs: int) -> None:
         t0 = time.perf_counter()
         graph = await build_graph(env)
         envs[name] = (env, graph, time.perf_counter() - t0)
-    rates = {name: {mode: [] for mode in MODES} for name in envs}
+    rates = {name: {mode: [] for mode in modes} for name in envs}
+    checked = {name: {mode: [] for mode in modes} for name in envs}
     reports: dict[str, dict[str, SynthReport]] = {name: {} for name in envs}
     reference: list[float] = []
     for r in range(runs):
         reference.append(reference_workload())
         for name, (env, graph, _) in envs.items():
-            order = list(MODES) if r % 2 == 0 else list(reversed(MODES))  # neither always goes first
+            order = list(modes) if r % 2 == 0 else list(reversed(modes))  # none always goes first
             for mode in order:
+                cfg, adv = modes[mode]
                 cpu0 = time.process_time()
-                report = await synthesize(env, n, 12345, MODES[mode], graph=graph)
+                report = await synthesize(env, n, 12345, cfg, graph=graph, adversaries=adv)
                 cpu = time.process_time() - cpu0
                 rates[name][mode].append(len(report.tasks) / cpu if cpu else 0.0)
+                checked[name][mode].append(judged(report) / cpu if cpu else 0.0)
                 reports[name][mode] = report
     fastest = min(reference)
     print(
@@ -108,14 +135,16 @@ async def main(n: int, runs: int) -> None:
     )
     for name, (env, _, graph_s) in envs.items():
         print(f"{name} (graph {graph_s:.2f}s)")
-        for mode in MODES:
+        for mode in modes:
             report = reports[name][mode]
             done = max(1, len(report.tasks))
             tools, bits = write_spread(env, report)
             print(
                 f"  {mode:9s} {len(report.tasks):4d} tasks / {report.attempts:4d} attempts"
                 f"  best {max(rates[name][mode]):6.1f}  median {statistics.median(rates[name][mode]):6.1f}"
-                f"  verified tasks per CPU-s;  calls tried {report.calls_tried / done:5.1f},"
+                f"  verified tasks per CPU-s (checked: median {statistics.median(checked[name][mode]):6.1f});"
+                f"  dropped by adversaries {judged(report) - len(report.tasks)},"
+                f" duplicates {report.discarded['duplicate']};  calls tried {report.calls_tried / done:5.1f},"
                 f" failed {report.calls_failed / done:5.1f} per task;"
                 f"  writes over {tools} tools, {bits:.2f} bits"
             )
@@ -124,8 +153,24 @@ async def main(n: int, runs: int) -> None:
         pairs = zip(rates[name]["steered"], rates[name]["unsteered"], strict=True)
         ratios = [a / b for a, b in pairs if b]
         print(f"  steered / unsteered, median of the {runs} rounds' ratios: {statistics.median(ratios):.2f}x")
+        if NO_ADVERSARIES in modes:
+            for label, series in (("shipped", rates), ("checked", checked)):
+                pairs = zip(series[name]["steered"], rates[name][NO_ADVERSARIES], strict=True)
+                ratios = [a / b for a, b in pairs if b]
+                print(
+                    f"  steered with adversaries ({label}) / {NO_ADVERSARIES}, median of the rounds' ratios:"
+                    f" {statistics.median(ratios):.2f}x"
+                )
 
 
 if __name__ == "__main__":
-    args = [int(a) for a in sys.argv[1:3]]
-    asyncio.run(main(args[0] if args else 100, args[1] if len(args) > 1 else 3))
+    argv = sys.argv[1:]
+    adversaries = "on"
+    if "--adversaries" in argv:
+        at = argv.index("--adversaries")
+        adversaries = argv[at + 1] if at + 1 < len(argv) else ""
+        del argv[at : at + 2]
+    if adversaries not in ("on", "off", "both"):
+        sys.exit("--adversaries takes on, off or both")
+    args = [int(a) for a in argv[:2]]
+    asyncio.run(main(args[0] if args else 100, args[1] if len(args) > 1 else 3, adversaries))

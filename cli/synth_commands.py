@@ -13,13 +13,14 @@ import typer
 from rich.table import Table
 
 from envforge.server import Fleet
+from envforge.synth.adversaries import ADVERSARIES
 from envforge.synth.context import SynthContext
 from envforge.synth.graph import build_graph, graph_json, load_graph, to_dot, to_mermaid, write_graph
 from envforge.synth.models import Call
-from envforge.synth.pipeline import load_tasks, synthesize, write_tasks
+from envforge.synth.pipeline import load_tasks, synthesize, write_tasks_to
 from envforge.synth.scoring import score_episode, with_answers
 from envforge.synth.tasks import SynthConfig
-from envforge.synth.verify import CHECKS, verify_task
+from envforge.synth.verify import CHECKS, adversary_rewards, gamed_by, verify_task
 
 from .common import console, fail, load_envs, print_json
 
@@ -49,7 +50,7 @@ def graph_cmd(
 @synth_app.command("tasks")
 def synth_tasks(
     env_dir: Path = typer.Argument(..., help="The env folder."),
-    n: int = typer.Option(50, "--n", help="How many verified tasks to keep."),
+    n: int = typer.Option(50, "--n", help="How many distinct verified tasks to keep (at least 1)."),
     seed: int = typer.Option(0, "--seed"),
     min_calls: int = typer.Option(2, "--min-calls"),
     max_calls: int = typer.Option(7, "--max-calls"),
@@ -59,11 +60,27 @@ def synth_tasks(
     steer: bool = typer.Option(
         True, "--steer/--no-steer", help="Weigh walks' choices by what worked in earlier attempts."
     ),
+    out: Path | None = typer.Option(
+        None, "--out", help="Write the tasks here instead of ENV_DIR/tasks.jsonl."
+    ),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing tasks file."),
+    adversaries: bool = typer.Option(
+        True,
+        "--adversaries/--no-adversaries",
+        help="Drop tasks an adversarial agent games (--no-adversaries: for measuring their cost only).",
+    ),
 ) -> None:
-    """Synthesize N self-verified tasks into ENV_DIR/tasks.jsonl (same seed: same bytes)."""
+    """Synthesize N distinct self-verified tasks into ENV_DIR/tasks.jsonl (same seed: same bytes)."""
     _quiet()
+    if n < 1:
+        fail(f"--n must be at least 1 (got {n})")
     if min_calls < 1 or max_calls < min_calls:
         fail("need 1 <= --min-calls <= --max-calls")
+    path = out if out is not None else env_dir / "tasks.jsonl"
+    if path.exists() and not force:
+        fail(f"{path} exists; pass --force to overwrite it (or --out to write elsewhere)")
+    if path.is_dir():
+        fail(f"{path} is a directory; --out takes the path of the tasks file")
     (env,) = load_envs([env_dir])
     cfg = SynthConfig(min_calls=min_calls, max_calls=max_calls, steer=steer)
 
@@ -74,10 +91,11 @@ def synth_tasks(
         finally:
             await fleet.aclose()
         write_graph(graph, env_dir)
-        return await synthesize(env, n, seed, cfg, graph=graph, llm_model=llm_model)
+        return await synthesize(env, n, seed, cfg, graph=graph, llm_model=llm_model, adversaries=adversaries)
 
     report = asyncio.run(run())
-    path = write_tasks(report.tasks, env_dir)
+    if report.tasks:
+        write_tasks_to(report.tasks, path)
     console.print(
         f"{len(report.tasks)} tasks from {report.attempts} attempts in {report.seconds:.2f}s "
         f"({report.rate:.1f}/s) -> {path}"
@@ -87,8 +105,18 @@ def synth_tasks(
         console.print(f"  discarded {count:4d}  {reason}")
     if llm_model:
         console.print(f"  rewrites rejected (facts missing): {report.rewrites_rejected}")
+    if not adversaries:
+        console.print("  [yellow]adversarial checks off: tasks an adversary games may have shipped[/]")
+    if not report.tasks:
+        fail(f"no task of the {n} asked could be made and verified ({report.attempts} attempts)", code=1)
     if len(report.tasks) < n:
-        fail(f"only {len(report.tasks)} of {n} tasks could be verified", code=1)
+        why = (
+            "attempts kept repeating shipped tasks or failing" if report.exhausted else "attempt budget spent"
+        )
+        console.print(
+            f"{env.name} supports {len(report.tasks)} distinct tasks at this seed: "
+            f"{len(report.tasks)} of the {n} asked ({why} after {report.attempts} attempts)"
+        )
 
 
 def _bucket(calls: int) -> str:
@@ -96,24 +124,29 @@ def _bucket(calls: int) -> str:
 
 
 def check_cmd(env_dir: Path = typer.Argument(..., help="The env folder.")) -> None:
-    """Run the self-checks on every task of ENV_DIR/tasks.jsonl; exit 1 if any fails."""
+    """Run the self-checks and the adversarial agents on every task of ENV_DIR/tasks.jsonl; exit 1
+    if any check fails or any adversary earns a task's full reward."""
     _quiet()
     (env,) = load_envs([env_dir])
     if not (env_dir / "tasks.jsonl").exists():
         fail(f"{env_dir / 'tasks.jsonl'} does not exist (run `envforge synth tasks` first)")
     tasks = load_tasks(env_dir)
 
-    async def run() -> list[list[str]]:
+    async def run() -> tuple[list[list[str]], list[dict[str, float | None]]]:
         fleet = Fleet([env])
         try:
             graph = load_graph(env_dir) or await build_graph(env, fleet)
             ctx = SynthContext.create(env, graph, fleet)
-            return [await verify_task(ctx, t) for t in tasks]
+            checks = [await verify_task(ctx, t) for t in tasks]
+            return checks, [await adversary_rewards(ctx, t) for t in tasks]
         finally:
             await fleet.aclose()
 
-    results = asyncio.run(run())
-    by_check = Counter(c for r in results for c in r)
+    checks, rewards = asyncio.run(run())
+    results = [
+        [*failed, *(f"adversary:{a}" for a in gamed_by(r))] for failed, r in zip(checks, rewards, strict=True)
+    ]
+    by_check = Counter(c for r in checks for c in r)
     table = Table(title=f"{env.name}: {len(tasks)} tasks")
     table.add_column("check")
     table.add_column("passed", justify="right")
@@ -121,6 +154,7 @@ def check_cmd(env_dir: Path = typer.Argument(..., help="The env folder.")) -> No
     for c in CHECKS:
         table.add_row(c, str(len(tasks) - by_check[c]), str(by_check[c]))
     console.print(table)
+    console.print(adversary_table(env.name, rewards))
     buckets = Table(title="by difficulty")
     for col in ("bucket", "tasks", "with reasoning", "failed"):
         buckets.add_column(col, justify="right" if col != "bucket" else "left")
@@ -133,10 +167,24 @@ def check_cmd(env_dir: Path = typer.Argument(..., help="The env folder.")) -> No
             str(sum(1 for i in idx if results[i])),
         )
     console.print(buckets)
-    bad = [t.id for t, r in zip(tasks, results, strict=True) if r]
+    bad = [f"{t.id} ({', '.join(r)})" for t, r in zip(tasks, results, strict=True) if r]
     if bad:
         console.print(f"[red]{len(bad)} tasks fail:[/] " + ", ".join(bad[:20]))
         raise typer.Exit(1)
+
+
+def adversary_table(env: str, rewards: list[dict[str, float | None]]) -> Table:
+    """Per adversary: on how many tasks its run was judged, its best reward, and how many tasks it
+    gamed (earned full reward on). A run that is the golden solution in disguise is not judged."""
+    table = Table(title=f"{env}: adversarial agents")
+    for col in ("adversary", "judged", "best reward", "full reward"):
+        table.add_column(col, justify="left" if col == "adversary" else "right")
+    for name in ADVERSARIES:
+        got = [r[name] for r in rewards if r.get(name) is not None]
+        best = f"{max(got):.2f}" if got else "-"  # type: ignore[type-var]
+        gamed = sum(1 for g in got if g is not None and g >= 1.0)
+        table.add_row(name, str(len(got)), best, f"[red]{gamed}[/]" if gamed else "0")
+    return table
 
 
 def score_cmd(

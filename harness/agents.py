@@ -7,7 +7,9 @@ through MCP and asks again) or text (said to the user). A fresh agent is built p
 
 Built-ins: `oracle` (the task's golden calls, then its required outputs: the upper bound that
 proves a task is solvable through MCP), `noop` (answers without tools: the floor), `random`
-(schema-valid random calls, seeded: a sanity baseline), and any litellm model string.
+(schema-valid random calls, seeded: a sanity baseline), the adversarial agents of
+`synth/adversaries.py` (`spray`, `read_all`, `double_write`, `golden_prefix`: tricks a task's
+reward must not pay for, to probe any task set with `eval`), and any litellm model string.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from typing import Any, Protocol, runtime_checkable
 import mcp_types as types
 
 from envforge.server.client import EpisodeClient
-from envforge.synth.models import Task
+from envforge.synth.adversaries import ADVERSARIES, ToolShape, adversary_calls, adversary_message
+from envforge.synth.models import Call, Task
 
 from .llm import LLMConfig, complete, to_openai
 from .records import Message, ToolCall, Usage
 
-BUILTIN_AGENTS = ("oracle", "noop", "random")
+BUILTIN_AGENTS = ("oracle", "noop", "random", *ADVERSARIES)
 
 
 @dataclass
@@ -151,6 +154,49 @@ class RandomAgent:
         )
 
 
+def tool_shape(tool: types.Tool) -> ToolShape:
+    """What an adversary needs of an MCP tool: read-only or not (the server's `readOnlyHint`; a
+    tool without the hint counts as a writer) and its parameters."""
+    schema = tool.input_schema or {}
+    params = tuple(schema.get("properties", {}))
+    required = set(schema.get("required", []))
+    read_only = bool(tool.annotations and tool.annotations.read_only_hint)
+    return ToolShape(tool.name, read_only, params, tuple(p for p in params if p in required))
+
+
+class AdversaryAgent:
+    """An adversarial agent of `synth/adversaries.py` played over MCP: its calls are planned from
+    the task and the episode's tool list on the first step and made one per step; then its final
+    message, from the tool results it got and the ids the conversation named (the entity ids an
+    agent behind MCP can know)."""
+
+    def __init__(self, name: str, task: Task) -> None:
+        self.name = name
+        self.task = task
+        self.calls: list[Call] | None = None
+        self.made = 0
+
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], client: EpisodeClient
+    ) -> Message:
+        if self.calls is None:
+            self.calls = adversary_calls(
+                self.name, self.task, [tool_shape(t) for t in await client.list_tools()]
+            )
+        if self.made < len(self.calls):
+            call = self.calls[self.made]
+            self.made += 1
+            return Message(
+                role="assistant",
+                tool_calls=[
+                    ToolCall(id=f"{self.name}_{self.made}", name=call.name, arguments=call.arguments)
+                ],
+            )
+        results = [m.content or "" for m in messages if m.role == "tool"]
+        ids = sorted({i for m in messages for i in _ID.findall(m.content or "")})
+        return _say(adversary_message(self.name, self.task, results, ids))
+
+
 class LLMAgent:
     """A model behind litellm with the env's policy as system prompt and the MCP tools as functions."""
 
@@ -173,6 +219,8 @@ def build_agent(spec: str, task: Task, *, seed: int, policy: str, llm: LLMConfig
         return NoopAgent()
     if spec == "random":
         return RandomAgent(seed)
+    if spec in ADVERSARIES:
+        return AdversaryAgent(spec, task)
     return LLMAgent(llm or LLMConfig(model=spec), policy)
 
 

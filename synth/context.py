@@ -16,6 +16,7 @@ from typing import Any
 from envforge.server import Environment, Episode, Fleet, State, ToolResult, execute, state_hash
 from envforge.server.state import export_state, freeze
 
+from .adversaries import entity_ids
 from .domains import DomainValues, derive_domains, fillable, key_columns
 from .footprint import parse_result
 from .hashing import StateHasher, loose_columns, same_row
@@ -92,6 +93,7 @@ class SynthContext:
     _golden_mirror: Mirror | None = None
     _setups: SetupPlanner | None = None
     _tuples: dict[str, tuple[State, dict[str, Any]]] = field(default_factory=dict)
+    _entity_ids: dict[str, tuple[State, list[str]]] = field(default_factory=dict)
     # What walks read off each parsed result (`results.py`): memoised reads share their objects.
     readings: ResultReadings = field(default_factory=ResultReadings)
     # Which calls have worked so far in this run, for walks to weigh their choices by.
@@ -301,6 +303,16 @@ class SynthContext:
         if self._hasher is None:
             self._hasher = StateHasher(freeze(self.env.seed_state()), self.pks, self.loose)
         return self._hasher
+
+    def entity_ids(self, setup_key: str, state: State) -> list[str]:
+        """Every primary-key value of the initial state `state` (named `setup_key`): what a spraying
+        adversary names besides numbers. Kept for the seed and the latest setup state."""
+        hit = self._entity_ids.get(setup_key)
+        if hit is None or hit[0] is not state:
+            if setup_key:
+                self._entity_ids = {k: v for k, v in self._entity_ids.items() if not k}
+            hit = self._entity_ids[setup_key] = (state, entity_ids(state, self.pks))
+        return hit[1]
 
     def task_initial(self, task: Task) -> tuple[bytes, State, str]:
         return self.initial(setup_key(task.setup), task.setup)

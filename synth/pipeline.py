@@ -3,11 +3,18 @@
 Attempt k of a run with seed S uses `random.Random("S:k")` and what attempts 0..k-1 learned about
 which calls work (`outcomes.py`); nothing else varies (no clocks, no episode ids in the output), so
 the same seed writes a byte-identical `tasks.jsonl`.
+
+A task ships when it is new, passes every self-check (`verify.py`) and no adversarial agent
+(`adversaries.py`) earns its full reward. New means distinct from every task shipped before it in
+the run: two tasks with the same golden end state and the same required outputs, or the same
+golden calls, are one task to an agent, so the later one is dropped. An env supports only so many
+distinct tasks: the run stops once `stall_limit(kept)` attempts in a row have shipped nothing.
 """
 
 from __future__ import annotations
 
 import gc
+import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,7 +29,26 @@ from .models import Task, ToolGraph
 from .outcomes import Outcomes
 from .render import rewrite_scenario
 from .tasks import BuildFailed, SynthConfig, build_task
-from .verify import verify_task
+from .verify import adversary_rewards, gamed_by, verify_task
+
+# Attempts in a row that ship nothing before a run concludes the env has no more distinct tasks.
+MIN_STALL = 300
+
+
+def stall_limit(kept: int) -> int:
+    """How many fruitless attempts in a row end a run that has shipped `kept` tasks: the more an
+    env has given, the longer a new task may take to find among the repeats."""
+    return max(MIN_STALL, 5 * kept)
+
+
+def task_keys(task: Task) -> tuple[str, str]:
+    """The two identities of a task: its golden end state (to cents) with its required outputs,
+    and its golden calls."""
+    outputs = sorted(o.strip().lower() for o in task.required_outputs)
+    end = task.golden_cents_hash + "\0" + json.dumps(outputs)
+    calls = json.dumps([c.model_dump() for c in task.golden_calls], sort_keys=True)
+    return end, calls
+
 
 # Allocations between collections of the youngest generation while synthesizing.
 GC_THRESHOLD = 50_000
@@ -34,6 +60,7 @@ class SynthReport:
     attempts: int = 0
     discarded: Counter[str] = field(default_factory=Counter)
     rewrites_rejected: int = 0
+    exhausted: bool = False  # stopped because attempts kept repeating shipped tasks or failing
     seconds: float = 0.0
     calls_tried: int = 0  # tool calls walks made (answered from memory or not)
     calls_failed: int = 0  # of those, refused or changing nothing
@@ -53,8 +80,11 @@ async def synthesize(
     llm_model: str | None = None,
     max_attempts: int | None = None,
     completion_kwargs: dict[str, Any] | None = None,
+    adversaries: bool = True,
 ) -> SynthReport:
-    """Build tasks until `n` pass every self-check (or the attempt budget runs out)."""
+    """Build tasks until `n` distinct ones pass every self-check (or the attempt budget runs out,
+    or `stall_limit` attempts in a row ship nothing). `adversaries=False` skips the adversarial
+    runs: for measuring what they cost only, as a task they game can then ship."""
     cfg = cfg or SynthConfig()
     report = SynthReport()
     started = time.perf_counter()
@@ -77,7 +107,12 @@ async def synthesize(
         write_tools = sorted(t.name for t in graph.tools if not t.read_only)
         budget = max_attempts if max_attempts is not None else max(50, n * 30)
         k = 0
+        last_shipped = 0
+        seen: set[str] = set()
         while len(report.tasks) < n and k < budget:
+            if k - last_shipped >= stall_limit(len(report.tasks)):
+                report.exhausted = True
+                break
             task_seed = f"{seed}:{k}"
             task_id = f"{env.name}-{seed}-{k:05d}"
             k += 1
@@ -86,10 +121,19 @@ async def synthesize(
             except BuildFailed as exc:
                 report.discarded[f"build:{exc.reason}"] += 1
                 continue
+            keys = task_keys(task)
+            if any(key in seen for key in keys):
+                report.discarded["duplicate"] += 1
+                continue
             failed = await verify_task(ctx, task, golden_state=golden)
             if failed:
                 report.discarded[f"check:{failed[0]}"] += 1
                 continue
+            if adversaries:
+                gamed = gamed_by(await adversary_rewards(ctx, task, golden_state=golden, until_gamed=True))
+                if gamed:
+                    report.discarded[f"adversary:{gamed[0]}"] += 1
+                    continue
             if llm_model:
                 scenario, missing = await rewrite_scenario(
                     task.scenario, llm_model, **(completion_kwargs or {})
@@ -98,6 +142,8 @@ async def synthesize(
                     report.rewrites_rejected += 1
                 task = task.model_copy(update={"scenario": scenario})
             report.tasks.append(task)
+            seen.update(keys)
+            last_shipped = k
             ctx.outcomes.record_task(
                 write_tools,
                 [n.call.name for n in task.dag.nodes if n.write and n.executed and not n.expect_error],  # type: ignore[union-attr]
@@ -120,7 +166,12 @@ def tasks_jsonl(tasks: list[Task]) -> str:
 
 
 def write_tasks(tasks: list[Task], root: Path) -> Path:
-    path = Path(root) / "tasks.jsonl"
+    return write_tasks_to(tasks, Path(root) / "tasks.jsonl")
+
+
+def write_tasks_to(tasks: list[Task], path: Path) -> Path:
+    """Write `tasks` as JSON lines to `path` (its folder made if missing)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(tasks_jsonl(tasks), encoding="utf-8")
     return path
 

@@ -11,35 +11,29 @@
                      state (or, marked to be refused, is refused). A task with no branch passes.
 
 All run from the task's initial state: the seed with the task's setup rows applied.
+
+`adversary_rewards` runs the adversarial agents of `adversaries.py` on a task: a task on which one
+of them earns full reward can be gamed, and is neither shipped by synthesis nor passed by `check`.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from envforge.server import State, state_hash
+from envforge.server import State, execute, state_hash
 
-from .models import DagNode, RowCheck, Task
+from .adversaries import ADVERSARIES, ToolShape, adversary_calls, adversary_message, counts, write_positions
+from .context import setup_key
+from .models import Call, DagNode, RowCheck, Task
 from .scoring import oracle_messages, reward_of
+from .statediff import cents_hash, states_match
 
 CHECKS = ("golden_replay", "do_nothing", "drop_write", "not_presatisfied", "deterministic", "untaken_branch")
 
 
 def write_indices(ctx: Any, task: Task) -> list[int]:
     """Positions in `golden_calls` of write calls that are meant to succeed."""
-    refused = {
-        json.dumps(n.call.model_dump(), sort_keys=True)
-        for n in task.dag.nodes
-        if n.kind == "call" and n.expect_error and n.call is not None
-    }
-    return [
-        i
-        for i, c in enumerate(task.golden_calls)
-        if c.name in ctx.env.tools
-        and not ctx.env.tools[c.name].read_only
-        and json.dumps(c.model_dump(), sort_keys=True) not in refused
-    ]
+    return write_positions(task, {name for name, spec in ctx.env.tools.items() if not spec.read_only})
 
 
 def untaken_calls(task: Task) -> list[tuple[int | None, DagNode]]:
@@ -141,3 +135,92 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
     elif h1 != (await ctx.replay(database, task.golden_calls))[1]:
         failed.append("deterministic")
     return [c for c in CHECKS if c in failed]
+
+
+def tool_shapes(ctx: Any) -> list[ToolShape]:
+    """The env's tools as the adversaries see them."""
+    return [
+        ToolShape(
+            name=spec.name,
+            read_only=spec.read_only,
+            parameters=tuple(spec.parameters),
+            required=tuple(p for p in spec.parameters if p in spec.required),
+        )
+        for spec in ctx.env.tools.values()
+    ]
+
+
+async def _run_reads_too(
+    ctx: Any, database: bytes, calls: list[Call], *, export: bool
+) -> tuple[State | None, list[str]]:
+    """Run every call (reads included: their results are what a spray repeats) in a fresh episode;
+    the end state (when `export`) and each result's text."""
+    episode = await ctx.open_episode(database)
+    try:
+        texts = [(await execute(episode, c.name, c.arguments)).text for c in calls]
+        state = await episode.export() if export else None
+    finally:
+        await ctx.close_episode(episode)
+    return state, texts
+
+
+async def adversary_rewards(
+    ctx: Any, task: Task, *, golden_state: State | None = None, until_gamed: bool = False
+) -> dict[str, float | None]:
+    """Each adversary's reward on `task`; None where its run is the golden solution in disguise
+    (`adversaries.counts`).
+
+    Standalone (`envforge check`) every judged run is executed and scored against the task's
+    stored hashes. Right after synthesis, `golden_state` (what the golden calls reached, shown
+    deterministic by `verify_task`) lets runs that provably cannot earn full reward be skipped:
+    a spray's calls are the golden ones, so it ends in `golden_state`; `read_all` only reads, so it
+    ends in the initial state, where not even the required outputs stated verbatim earn anything
+    on a task whose state must change; and with the state in the reward basis a double writer
+    that is judged (it left the golden state) earns 0. `until_gamed` stops at the first adversary
+    that earns full reward (synthesis needs the verdict only): the later ones are left out.
+    """
+    database, initial_state, _ = ctx.task_initial(task)
+    tools = tool_shapes(ctx)
+    fast = golden_state is not None
+    rewards: dict[str, float | None] = {}
+    for name in ADVERSARIES:
+        if name in ("spray", "golden_prefix") and not counts(name, task, tools, reached_golden=False):
+            rewards[name] = None
+            continue
+        if (
+            name == "read_all"
+            and reward_of(task, initial_state, oracle_messages(task), golden_state=golden_state) == 0.0
+        ):
+            rewards[name] = 0.0
+            continue
+        if name == "double_write" and fast and "state" in task.reward_basis:
+            rewards[name] = 0.0
+            continue
+        calls = adversary_calls(name, task, tools)
+        if name in ("spray", "read_all"):
+            # A spray's calls are the golden ones; `read_all`'s only read, so it ends where it began.
+            final, texts = await _run_reads_too(ctx, database, calls, export=name == "spray" and not fast)
+            final = final or (golden_state if name == "spray" else initial_state)
+            ids = ctx.entity_ids(setup_key(task.setup), initial_state)
+            message = adversary_message(name, task, texts, ids)
+        else:
+            final, _ = await ctx.replay(database, calls, hashed=False)
+            message = adversary_message(name, task, [])
+        assert final is not None
+        reached = (
+            states_match(final, golden_state)
+            if golden_state is not None
+            else cents_hash(final) == task.golden_cents_hash
+        )
+        if counts(name, task, tools, reached_golden=reached):
+            rewards[name] = reward_of(task, final, [message], golden_state=golden_state)
+            if until_gamed and rewards[name] == 1.0:
+                break
+        else:
+            rewards[name] = None
+    return rewards
+
+
+def gamed_by(rewards: dict[str, float | None]) -> list[str]:
+    """The adversaries that earned full reward."""
+    return [name for name, r in rewards.items() if r is not None and r >= 1.0]

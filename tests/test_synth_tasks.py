@@ -185,15 +185,14 @@ def test_cli_synth_check_and_score(tmp_path: Path) -> None:
     r = runner.invoke(app, ["synth", "tasks", str(root), "--n", "5", "--seed", "2", "--max-calls", "5"])
     assert r.exit_code == 0, r.output
     first = (root / "tasks.jsonl").read_bytes()
-    r = runner.invoke(app, ["synth", "tasks", str(root), "--n", "5", "--seed", "2", "--max-calls", "5"])
+    again = ["synth", "tasks", str(root), "--n", "5", "--seed", "2", "--max-calls", "5", "--force"]
+    r = runner.invoke(app, again)
     assert (root / "tasks.jsonl").read_bytes() == first
     assert "tool calls tried" in r.output
-    r = runner.invoke(
-        app, ["synth", "tasks", str(root), "--n", "5", "--seed", "2", "--max-calls", "5", "--no-steer"]
-    )
+    r = runner.invoke(app, [*again, "--no-steer"])
     assert r.exit_code == 0, r.output
     assert runner.invoke(app, ["check", str(root)]).exit_code == 0
-    r = runner.invoke(app, ["synth", "tasks", str(root), "--n", "5", "--seed", "2", "--max-calls", "5"])
+    r = runner.invoke(app, again)
     assert (root / "tasks.jsonl").read_bytes() == first
     assert runner.invoke(app, ["check", str(root)]).exit_code == 0
     task = load_tasks(root)[0]

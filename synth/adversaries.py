@@ -1,0 +1,184 @@
+"""Adversarial agents: the cheap tricks a policy finds first, as pure action-list generators.
+
+A reward that one of these earns in full can be gamed, so `envforge check` fails such a task and
+synthesis never ships one. Each adversary is a list of tool calls (chosen from the task and the
+env's tool list, before anything runs) and a final message (built from what the calls returned):
+
+- `spray`          the golden calls, then a message stating every candidate value: each number
+                   from 0 to 999, every value seen in tool results and every entity id it knows;
+- `read_all`       every read tool once per plausible argument set (taken from the task's calls
+                   and the user's facts), no write at all, then the same kind of spray;
+- `double_write`   the golden calls with each write made twice in a row, then the required outputs;
+- `golden_prefix`  the golden calls up to and including the first write, then the required outputs.
+
+Some runs are the golden solution in disguise and prove nothing: `spray` on a task whose reward
+does not rest on stated outputs, `golden_prefix` on a task with one write, and `double_write`
+when every repeat was refused or changed nothing (its end state is the golden one). `counts`
+says which runs are judged. The same generators serve synthesis and check (`verify.py`, run on
+SQLite directly) and the harness's built-in agents (`harness/agents.py`, run through MCP).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .models import Call, Task
+
+ADVERSARIES = ("spray", "read_all", "double_write", "golden_prefix")
+
+# The numbers every spray states, whatever it saw: a short numeric answer is among them.
+SPRAY_NUMBERS = range(1000)
+# Argument sets `read_all` tries per read tool at most.
+READ_ALL_PER_TOOL = 5
+
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/-]*")
+
+
+@dataclass(frozen=True)
+class ToolShape:
+    """What an adversary knows of a tool: its name, whether it only reads, and its parameters."""
+
+    name: str
+    read_only: bool
+    parameters: tuple[str, ...]
+    required: tuple[str, ...]
+
+
+def write_positions(task: Task, write_tools: set[str]) -> list[int]:
+    """Positions in `golden_calls` of write calls meant to succeed (calls the task expects to be
+    refused are left out: they change nothing)."""
+    refused = {
+        json.dumps(n.call.model_dump(), sort_keys=True)
+        for n in task.dag.nodes
+        if n.kind == "call" and n.expect_error and n.call is not None
+    }
+    return [
+        i
+        for i, c in enumerate(task.golden_calls)
+        if c.name in write_tools and json.dumps(c.model_dump(), sort_keys=True) not in refused
+    ]
+
+
+def _argument_pool(task: Task) -> dict[str, list[Any]]:
+    """Per parameter name, the values the task's calls and the user's facts use, in first-seen order."""
+    pool: dict[str, list[Any]] = {}
+
+    def add(name: str, value: Any) -> None:
+        values = pool.setdefault(name, [])
+        if value not in values:
+            values.append(value)
+
+    for call in task.golden_calls:
+        for name, value in call.arguments.items():
+            add(name, value)
+    for node in task.dag.nodes:
+        if node.call is not None:
+            for name, value in node.call.arguments.items():
+                add(name, value)
+    for fact in task.scenario.known_facts:
+        add(fact.name, fact.value)
+    return pool
+
+
+def read_all_calls(task: Task, tools: Sequence[ToolShape]) -> list[Call]:
+    """Each read tool (by name) once per argument set the task makes plausible: the i-th set takes
+    each required parameter's i-th known value (its last when it has fewer). A tool with a required
+    parameter the task says nothing about is skipped: it could only be called with a guess."""
+    pool = _argument_pool(task)
+    calls: list[Call] = []
+    for tool in sorted((t for t in tools if t.read_only), key=lambda t: t.name):
+        if any(p not in pool for p in tool.required):
+            continue
+        sets = max((len(pool[p]) for p in tool.required), default=1)
+        for i in range(min(sets, READ_ALL_PER_TOOL)):
+            args = {p: pool[p][min(i, len(pool[p]) - 1)] for p in tool.required}
+            calls.append(Call(name=tool.name, arguments=args))
+    return calls
+
+
+def adversary_calls(name: str, task: Task, tools: Sequence[ToolShape]) -> list[Call]:
+    """The tool calls adversary `name` makes on `task`, in order."""
+    writes = set(write_positions(task, {t.name for t in tools if not t.read_only}))
+    golden = list(task.golden_calls)
+    if name == "spray":
+        return golden
+    if name == "read_all":
+        return read_all_calls(task, tools)
+    if name == "double_write":
+        return [c for i, c in enumerate(golden) for _ in range(2 if i in writes else 1)]
+    if name == "golden_prefix":
+        return golden[: min(writes) + 1] if writes else golden
+    raise ValueError(f"unknown adversary {name!r} (one of {', '.join(ADVERSARIES)})")
+
+
+def _scalars(value: Any) -> Iterable[Any]:
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _scalars(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _scalars(v)
+    elif value is not None:
+        yield value
+
+
+def result_values(texts: Iterable[str]) -> list[str]:
+    """Every value tool results showed, as text: JSON leaves (a float also to cents, as answers
+    about money are written), or the word-like tokens of a plain-text result."""
+    out: list[str] = []
+    for text in texts:
+        try:
+            data = json.loads(text) if text[:1] in "[{" else None
+        except ValueError:
+            data = None
+        if data is None:
+            out.extend(_TOKEN.findall(text))
+            continue
+        for v in _scalars(data):
+            if isinstance(v, bool):
+                out.append(str(v).lower())
+            elif isinstance(v, float):
+                out.extend((repr(v), f"{v:.2f}"))
+            else:
+                out.append(str(v))
+    return out
+
+
+def spray_message(results: Iterable[str], entity_ids: Iterable[str] = ()) -> str:
+    """One message stating every candidate answer, one a line: 0..999, what the results showed, the ids."""
+    seen: dict[str, None] = {str(i): None for i in SPRAY_NUMBERS}
+    for value in (*result_values(results), *entity_ids):
+        seen.setdefault(" ".join(value.split()), None)
+    return "The answer is one of:\n" + "\n".join(seen)
+
+
+def adversary_message(name: str, task: Task, results: Sequence[str], entity_ids: Iterable[str] = ()) -> str:
+    """The final message adversary `name` says after its calls returned `results`."""
+    if name in ("spray", "read_all"):
+        return spray_message(results, entity_ids)
+    return ("All done. " + "; ".join(task.required_outputs)).strip()
+
+
+def counts(name: str, task: Task, tools: Sequence[ToolShape], *, reached_golden: bool) -> bool:
+    """Whether a run of adversary `name` is judged: False where it is the golden solution in
+    disguise. `reached_golden` says whether the run ended in the golden state (to cents)."""
+    if name == "spray":
+        return "outputs" in task.reward_basis and bool(task.required_outputs)
+    if name == "golden_prefix":
+        return len(write_positions(task, {t.name for t in tools if not t.read_only})) > 1
+    if name == "double_write":
+        return not reached_golden
+    return True
+
+
+def entity_ids(state: dict[str, list[dict[str, Any]]], keys: dict[str, tuple[str, ...]]) -> list[str]:
+    """Every primary-key value of `state` (`keys`: each table's key columns), in table order."""
+    out: list[str] = []
+    for table, rows in state.items():
+        for column in keys.get(table, ()):
+            out.extend(str(r[column]) for r in rows if r.get(column) is not None)
+    return out
