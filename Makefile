@@ -26,8 +26,14 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
+# mypy sees the packages under their import names through a tree of links (pyproject [tool.mypy]).
+TYPECHECK := build/typecheck/envforge
+
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	@mkdir -p $(TYPECHECK) && touch $(TYPECHECK)/__init__.py
+	@for p in server synth harness trainer cli; do ln -sfn ../../../$$p $(TYPECHECK)/$$p; done
+	cd build/typecheck && ../../$(BIN)/python -m mypy --config-file ../../pyproject.toml -p envforge
 
 bench: setup
 	$(BIN)/python benchmarks/bench_serving.py
