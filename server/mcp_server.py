@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from .fleet import Fleet
 
 EPISODE_META_KEY = "envforge/episode"
+ERROR_META_KEY = "envforge/error"
+"""`_meta` key of a failed call's result: its `ToolResult.kind` (`refused`, `invalid`, `env_error`),
+so a client can tell an env's crash from a refusal without parsing text."""
 
 
 def list_tools_result(fleet: Fleet, env_name: str) -> types.ListToolsResult:
@@ -45,7 +48,10 @@ def list_tools_result(fleet: Fleet, env_name: str) -> types.ListToolsResult:
 
 
 def _as_call_result(result: ToolResult) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(text=result.text)], is_error=result.is_error)
+    meta = {ERROR_META_KEY: result.kind} if result.is_error else None
+    return types.CallToolResult(
+        content=[types.TextContent(text=result.text)], is_error=result.is_error, meta=meta
+    )
 
 
 def _refusal(text: str) -> types.CallToolResult:

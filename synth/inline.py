@@ -257,8 +257,10 @@ _UNSHARED = _Unshared()
 class ScratchPool:
     """Reusable connections for one env's scratch episodes (outside any fleet's store).
 
-    Connections are set up exactly as the episode store sets up its own (`server.episodes`).
-    Calls to a scratch episode go through `runtime.execute`, as `Fleet.call` sends them.
+    Connections are set up exactly as the episode store sets up its own (`server.episodes`),
+    under the same SQL guard: the pooled connection's authorizer is the episode's `guard`, so
+    `runtime.execute` narrows it to each tool's `writes=`. Calls to a scratch episode go through
+    `runtime.execute`, as `Fleet.call` sends them.
     """
 
     def __init__(self, env: Environment, size: int = 4) -> None:
@@ -271,7 +273,7 @@ class ScratchPool:
     def open(self, database: bytes) -> Episode:
         if self._idle:
             pooled = self._idle.pop()
-            pooled.raw.deserialize(database)
+            pooled.authorizer.deserialize(pooled.raw, database)
         else:
             authorizer = _Authorizer(self.tables)
             raw = episode_connector(database, authorizer)()
@@ -286,6 +288,7 @@ class ScratchPool:
             last_used=0.0,
             tracker=tracker,
             lock=_UNSHARED,  # type: ignore[arg-type]
+            guard=pooled.authorizer,
         )
 
     def close(self, episode: Episode) -> None:
