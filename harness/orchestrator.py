@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -177,8 +178,10 @@ async def converse(
     messages: list[Message],
     usage: dict[str, Usage],
     limits: Limits,
+    kinds: Counter[str] | None = None,
 ) -> tuple[str, str]:
-    """The conversation loop; fills `messages` and `usage`, returns (status, termination)."""
+    """The conversation loop; fills `messages` and `usage` (and counts tool results by kind in
+    `kinds`: `env_error` is the env's fault, not the agent's), returns (status, termination)."""
     first = await user.start()
     add_usage(usage, "user", first.usage)
     messages.append(Message(role="user", content=first.text, turn=0))
@@ -205,6 +208,8 @@ async def converse(
                     )
                 )
                 errors += result.is_error
+                if kinds is not None:
+                    kinds[result.kind] += 1
                 if errors > limits.max_tool_errors:
                     return "max_errors", "max_tool_errors"
         else:
@@ -250,6 +255,7 @@ async def run_trial(
     messages: list[Message] = []
     usage: dict[str, Usage] = {}
     status, termination, error = "completed", "", None
+    kinds: Counter[str] = Counter()
     final: State | None = None
     episode_id: str | None = None
     try:
@@ -258,7 +264,7 @@ async def run_trial(
             tools = openai_tools(await client.list_tools())
             with anyio.move_on_after(config.limits.trial_timeout_s) as scope:
                 status, termination = await converse(
-                    agent, user, client, tools, messages, usage, config.limits
+                    agent, user, client, tools, messages, usage, config.limits, kinds
                 )
             if scope.cancelled_caught:
                 status, termination = "timeout", "timeout"
@@ -295,6 +301,7 @@ async def run_trial(
         duration_s=0.0,
         agent=config.agent,
         user=config.user,
+        env_errors=kinds["env_error"],
     )
     if final is not None and status != "infra_failure":
         try:
