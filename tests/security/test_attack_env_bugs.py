@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import mcp_types as types
 from mcp import Client
+from test_synth_graph import write_shop_env
 from typer.testing import CliRunner
 
 from envforge.cli.main import app
@@ -20,7 +21,6 @@ from envforge.synth.pipeline import synthesize, tasks_jsonl
 from envforge.synth.tasks import SynthConfig
 
 from conftest import FIXTURES, ServerThread
-from test_synth_graph import write_shop_env
 
 ATTACK_SHOP = FIXTURES / "attack_shop"
 REFUSAL = 'raise ToolError("only pending orders can be cancelled")'
