@@ -176,8 +176,12 @@ class ScratchConnection(InlineConnection):
         try:
             return fn(*args, **kwargs)
         finally:
-            if args and type(args[0]) is str:  # a statement: what its text was seen to write
-                self._note(self._footprint(args[0], seen))
+            # a statement, as `execute` passes it or as `Db`'s fetch helpers do (connection first)
+            sql = args[0] if args and type(args[0]) is str else None
+            if sql is None and len(args) > 1 and type(args[1]) is str:
+                sql = args[1]
+            if sql is not None:  # what its text was seen to write
+                self._note(self._footprint(sql, seen))
             elif seen.written:  # something else that wrote (nothing here does): no column detail
                 self.tracker.written |= seen.written
                 self.written_since |= seen.written

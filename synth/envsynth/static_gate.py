@@ -42,7 +42,7 @@ TOOLS_IMPORTS = frozenset(
 )
 SEED_IMPORTS = (TOOLS_IMPORTS - {"envforge.server", "aiosqlite"}) | {"random"}
 # `aiosqlite` is allowed for the `Connection` type annotation only.
-RESTRICTED_FROM = {"aiosqlite": {"Connection"}, "envforge.server": {"tool", "ToolError"}}
+RESTRICTED_FROM = {"aiosqlite": {"Connection"}, "envforge.server": {"Db", "tool", "ToolError"}}
 FORBIDDEN_NAMES = frozenset(
     {
         "open",
