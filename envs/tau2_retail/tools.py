@@ -85,9 +85,13 @@ def _key(value: Any) -> str | None:
     """`value` as a key for one of τ²'s dict lookups (`value in self.db.orders`).
 
     Only a str can equal a τ² key, so anything else is "not found" (None matches no row); an
-    unhashable value fails with the TypeError that the dict lookup raises.
+    unhashable value is refused with the message of the TypeError that τ²'s dict lookup raises
+    (τ² shows it to the agent as its error; here it is a refusal, not a crash of the env).
     """
-    hash(value)
+    try:
+        hash(value)
+    except TypeError as exc:
+        raise ToolError(str(exc)) from None
     return value if isinstance(value, str) else None
 
 
