@@ -55,7 +55,9 @@ def _as_call_result(result: ToolResult) -> types.CallToolResult:
 
 
 def _refusal(text: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(text=f"Error: {text}")], is_error=True)
+    return types.CallToolResult(
+        content=[types.TextContent(text=f"Error: {text}")], is_error=True, meta={ERROR_META_KEY: "invalid"}
+    )
 
 
 class EnvMCPServer:
