@@ -93,6 +93,16 @@ class _Authorizer(WriteTracker):
             self.columns.setdefault(arg1, set()).add(column)
         return super().__call__(action, arg1, arg2, db, src)
 
+    def allow_writes(self, writable: frozenset[str] | None) -> bool:
+        """As `SqlGuard.allow_writes`, without expiring statements on a narrower set: the pooled
+        connection knows what every statement text it prepared writes (`_Pooled.by_sql`), and
+        `ScratchConnection` refuses a cached one whose tables are not all allowed before running
+        it. Only after trusted code ran (whose statements that record never saw) is an expiry due.
+        Expiring would re-prepare synthesis's own readers too, after every write call."""
+        stale = self.granted is None and writable is not None
+        super().allow_writes(writable)
+        return stale
+
 
 _ROW_WRITES = frozenset({sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE})
 
@@ -173,13 +183,20 @@ class ScratchConnection(InlineConnection):
         seen = self.pooled.authorizer
         seen.written.clear()
         seen.columns.clear()
+        # a statement, as `execute` passes it or as `Db`'s fetch helpers do (connection first)
+        sql = args[0] if args and type(args[0]) is str else None
+        if sql is None and len(args) > 1 and type(args[1]) is str:
+            sql = args[1]
+        if sql is not None and seen.writable is not None:
+            # A cached statement is not authorized again: what its text writes decides.
+            known = self.pooled.by_sql.get(sql)
+            if known is not None and not known.tables <= seen.writable:
+                outside = sorted(known.tables - seen.writable)
+                seen.denied = f"writing table {outside[0]!r} is not among this tool's writes"
+                raise sqlite3.DatabaseError("not authorized")
         try:
             return fn(*args, **kwargs)
         finally:
-            # a statement, as `execute` passes it or as `Db`'s fetch helpers do (connection first)
-            sql = args[0] if args and type(args[0]) is str else None
-            if sql is None and len(args) > 1 and type(args[1]) is str:
-                sql = args[1]
             if sql is not None:  # what its text was seen to write
                 self._note(self._footprint(sql, seen))
             elif seen.written:  # something else that wrote (nothing here does): no column detail

@@ -122,3 +122,22 @@ async def test_cached_statement_authorized_for_one_tool_is_not_reused_by_another
 def test_the_tool_handle_has_no_way_out() -> None:
     for name in ("commit", "rollback", "close", "set_authorizer", "backup", "serialize", "conn", "cursor"):
         assert not hasattr(Db, name), name
+
+
+async def test_synthesis_scratch_connections_do_not_reuse_a_write_for_a_read_tool() -> None:
+    """The same attack on synthesis's pooled connections, which check each cached statement's
+    recorded footprint instead of expiring the cache."""
+    from envforge.server import execute
+    from envforge.synth.inline import ScratchPool
+
+    env = load_env(ATTACK_SHOP)
+    pool = ScratchPool(env, size=1)
+    for _ in range(2):  # the second time on the reused connection, its statement cache warm
+        episode = pool.open(env.seed_db)
+        assert not (await execute(episode, "add_note", {"text": "one"})).is_error
+        sneaky = await execute(episode, "read_tool_reusing_a_write", {"text": "two"})
+        assert sneaky.kind == "env_error" and "not among this tool's writes" in sneaky.text
+        notes = episode.conn._conn.execute("SELECT text FROM notes ORDER BY note_id").fetchall()
+        assert [n for (n,) in notes] == ["first", "one"]
+        pool.close(episode)
+    pool.close_all()
