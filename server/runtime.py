@@ -189,27 +189,30 @@ async def execute(episode: Episode, name: str, arguments: Any) -> ToolResult:
         if guard.allow_writes(spec.write_set):
             await conn._execute(guard.install, conn._conn)
         changes_before = conn.total_changes
-        commit = False
+        refusal: ToolResult | None = None
         try:
-            try:
-                value = await spec.fn(Db(conn), **kwargs)
-            except ToolError as exc:
-                return _error(str(exc), "refused")
-            except Exception as exc:
-                cause = type(exc).__name__
-                if guard.denied:
-                    cause = f"SQL refused: {guard.denied}"
-                    log.error("tool %s.%s was denied by the SQL guard: %s", env.name, name, guard.denied)
-                log.exception("tool %s.%s raised unexpectedly (an env error)", env.name, name)
-                return _env_error(name, cause)
-            if episode.closed:
-                return _error(f"episode {episode.id!r} was closed during the call; nothing was kept")
-            if spec.read_only and conn.total_changes != changes_before:
-                log.error("read tool %s.%s changed the database; rolled back", env.name, name)
-                return _env_error(name, "a read tool changed the database")
-            commit = True
-        finally:
-            failure = await _settle(conn, guard, commit)
+            value = await spec.fn(Db(conn), **kwargs)
+        except ToolError as exc:
+            refusal = _error(str(exc), "refused")
+        except Exception as exc:
+            cause = type(exc).__name__
+            if guard.denied:
+                cause = f"SQL refused: {guard.denied}"
+                log.error("tool %s.%s was denied by the SQL guard: %s", env.name, name, guard.denied)
+            log.exception("tool %s.%s raised unexpectedly (an env error)", env.name, name)
+            refusal = _env_error(name, cause)
+        except BaseException:  # cancelled (client gone, timeout, shutdown): keep nothing, then go
+            with anyio.CancelScope(shield=True):
+                await conn._execute(end_transaction, conn._conn, guard, False)
+            raise
+        if refusal is None and episode.closed:
+            refusal = _error(f"episode {episode.id!r} was closed during the call; nothing was kept")
+        if refusal is None and spec.read_only and conn.total_changes != changes_before:
+            log.error("read tool %s.%s changed the database; rolled back", env.name, name)
+            refusal = _env_error(name, "a read tool changed the database")
+        failure = await _settle(conn, guard, commit=refusal is None)
+        if refusal is not None:
+            return refusal
         if failure is not None:  # a deferred constraint the tool's writes broke surfaces at COMMIT
             log.error("tool %s.%s left the database inconsistent: %s", env.name, name, failure)
             return _env_error(name, "its writes broke a constraint at commit")
@@ -221,19 +224,21 @@ async def execute(episode: Episode, name: str, arguments: Any) -> ToolResult:
 
 
 async def _settle(conn: Any, guard: Any, commit: bool) -> str | None:
-    """End the call's transaction on the connection's thread, shielded from cancellation.
+    """End the call's transaction on the connection's thread: commit, or roll back.
 
-    It is queued behind any statement of the call still pending there (a cancelled await does
-    not unqueue its statement), so nothing of the call survives a rollback. Returns the error of
-    a COMMIT that failed (and was rolled back), else None.
+    The job is queued (synchronously, before any await) behind every statement of the call still
+    pending there, so it runs even if this await is cancelled, and nothing of a rolled-back call
+    survives. Returns the error of a COMMIT that failed (and was rolled back), else None. (No
+    cancel scope here: entering one costs more than a fast tool call; the cancelled path above
+    shields its rollback so the episode's lock is held until it is done.)
     """
-    with anyio.CancelScope(shield=True):
-        failure = None
-        if commit:
-            try:
-                await conn._execute(end_transaction, conn._conn, guard, True)
-                return None
-            except sqlite3.Error as exc:
-                failure = str(exc)
+    if commit:
+        try:
+            await conn._execute(end_transaction, conn._conn, guard, True)
+            return None
+        except sqlite3.Error as exc:
+            failure = str(exc)
         await conn._execute(end_transaction, conn._conn, guard, False)
         return failure
+    await conn._execute(end_transaction, conn._conn, guard, False)
+    return None

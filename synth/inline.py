@@ -88,6 +88,8 @@ class _Authorizer(WriteTracker):
     def __call__(
         self, action: int, arg1: str | None, arg2: str | None, db: str | None, src: str | None
     ) -> int:
+        if action == _READ and self.probe is None:  # most callbacks: one per column read
+            return 0
         if arg1 and action in _ROW_WRITES:
             column = (arg2 or "") if action == sqlite3.SQLITE_UPDATE else ""
             self.columns.setdefault(arg1, set()).add(column)
@@ -105,6 +107,7 @@ class _Authorizer(WriteTracker):
 
 
 _ROW_WRITES = frozenset({sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE})
+_READ = sqlite3.SQLITE_READ
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -50,6 +51,7 @@ async def test_error_midway_through_a_list_rolls_back_earlier_items(fleet):
 
 
 async def test_unexpected_exception_is_short_error_and_rolled_back(fleet, caplog):
+    caplog.set_level(logging.ERROR, logger="envforge.server.runtime")  # the CLI's tests quiet it
     ep = await fleet.create_episode("bank")
     _, before = await fleet.export(ep.id)
     result = await fleet.call(ep.id, "crash", {"account_id": "A-1"})
