@@ -187,7 +187,9 @@ async def execute(episode: Episode, name: str, arguments: Any) -> ToolResult:
         conn = episode.conn
         guard = episode.guard
         if guard.allow_writes(spec.write_set):
-            await conn._execute(guard.install, conn._conn)
+            # No job of this episode is queued or running here (the lock, and the shielded
+            # rollback of a cancelled call), so the connection is free to be touched from here.
+            guard.install(conn._conn)
         changes_before = conn.total_changes
         refusal: ToolResult | None = None
         try:
@@ -233,6 +235,10 @@ async def _settle(conn: Any, guard: Any, commit: bool) -> str | None:
     shields its rollback so the episode's lock is held until it is done.)
     """
     if commit:
+        if not conn.in_transaction:
+            # The tool returned: each statement it sent has completed (it awaited them), so no
+            # statement of the call is pending and a read tool costs no trip to the thread.
+            return None
         try:
             await conn._execute(end_transaction, conn._conn, guard, True)
             return None
