@@ -125,6 +125,9 @@ class TrialRecord(_Model):
     reward: float = 0.0
     user_error: bool = False
     user_error_reason: str | None = None
+    env_errors: int = Field(
+        0, description="tool calls that failed by an internal error of the env (a crash, not a refusal)"
+    )
     usage: dict[str, Usage] = Field(default_factory=dict, description="per role: agent, user, judge")
     difficulty: dict[str, int] = Field(default_factory=dict)
     started_at: float
@@ -138,7 +141,6 @@ class TrialRecord(_Model):
     not_judged: list[str] = Field(
         default_factory=list, description="reward parts left out because no judge model was configured"
     )
-    env_errors: int = Field(0, description="tool results the env reported as its own internal error")
 
     @model_validator(mode="before")
     @classmethod

@@ -14,7 +14,7 @@ import mcp_types as types
 from mcp import Client
 
 from .fleet import Fleet
-from .mcp_server import EPISODE_META_KEY
+from .mcp_server import EPISODE_META_KEY, ERROR_META_KEY
 from .runtime import ToolResult
 
 
@@ -32,7 +32,16 @@ class EpisodeClient:
     async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
         result = await self.client.call_tool(name, arguments or {}, meta=self._meta)
         text = "".join(c.text for c in result.content if isinstance(c, types.TextContent))
-        return ToolResult(text, bool(result.is_error))
+        return result_from_mcp(text, bool(result.is_error), result.meta)
+
+
+def result_from_mcp(text: str, is_error: bool, meta: dict[str, Any] | None) -> ToolResult:
+    """A `ToolResult` from an MCP result: the kind from `_meta` (`envforge/error`), else `refused`
+    for an error (a server that does not say) and `ok` otherwise."""
+    if not is_error:
+        return ToolResult(text, False)
+    kind = (meta or {}).get(ERROR_META_KEY)
+    return ToolResult(text, True, kind if kind in ("refused", "invalid", "env_error") else "refused")
 
 
 @asynccontextmanager

@@ -26,11 +26,13 @@ import anyio
 from .dbthreads import WorkerPool, default_pool
 from .errors import ClientEpisodeLimitReached, EpisodeLimitReached, EpisodeNotFound
 from .loader import Environment
+from .sqlguard import Authorizer, SqlGuard, protect
 from .state import State, export_state, freeze, state_hash
 
 log = logging.getLogger(__name__)
 
 
+_READ = sqlite3.SQLITE_READ
 _WRITES = frozenset({sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE})
 _SCHEMA_CHANGES = frozenset(
     {
@@ -41,18 +43,20 @@ _SCHEMA_CHANGES = frozenset(
         sqlite3.SQLITE_DROP_TEMP_TABLE,
     }
 )
-Authorizer = Callable[[int, str | None, str | None, str | None, str | None], int]
 
 
-class WriteTracker:
-    """An SQLite authorizer that records which tables an episode's statements write.
+class WriteTracker(SqlGuard):
+    """An episode's authorizer: the `SqlGuard` rules, plus a record of which tables its
+    statements write.
 
     Exporting an episode then re-reads only those tables and shares the rest with the state it
     started from. It chains to an optional probe (the synthesiser's footprint measurement), so
-    there is one authorizer per connection and neither silently replaces the other.
+    there is one authorizer per connection and neither silently replaces the other; the probe
+    observes, the guard decides.
     """
 
     def __init__(self, tables: frozenset[str]) -> None:
+        super().__init__()
         self.tables = tables
         self.written: set[str] = set()
         self.probe: Authorizer | None = None
@@ -60,18 +64,21 @@ class WriteTracker:
     def __call__(
         self, action: int, arg1: str | None, arg2: str | None, db: str | None, src: str | None
     ) -> int:
+        if action == _READ and self.probe is None:  # most callbacks: one per column read
+            return 0
         if action in _WRITES:
             self.written.add(arg1 if arg1 in self.tables else "*")
         elif action in _SCHEMA_CHANGES:
             self.written.add("*")
+        verdict = super().__call__(action, arg1, arg2, db, src)
         if self.probe is not None:
-            return self.probe(action, arg1, arg2, db, src)
-        return sqlite3.SQLITE_OK
+            self.probe(action, arg1, arg2, db, src)
+        return verdict
 
 
 def episode_connector(data: bytes, tracker: WriteTracker) -> Callable[[], sqlite3.Connection]:
     """How every episode's connection is opened (public so task synthesis opens its scratch
-    databases exactly the same way: same isolation, foreign keys and write tracking)."""
+    databases exactly the same way: same isolation, foreign keys, guard and write tracking)."""
 
     def connect() -> sqlite3.Connection:
         # Legacy isolation: DML opens a transaction implicitly and plain reads do not, so a read
@@ -79,7 +86,7 @@ def episode_connector(data: bytes, tracker: WriteTracker) -> Callable[[], sqlite
         conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level="DEFERRED")
         conn.deserialize(data)
         conn.execute("PRAGMA foreign_keys = ON")
-        conn.set_authorizer(tracker)
+        protect(conn, tracker)
         return conn
 
     return connect
@@ -103,6 +110,13 @@ class Episode:
     calls: int = 0
     owner: str | None = None
     """Who created it (a client key such as `addr:127.0.0.1`), for the per-client cap and the listing."""
+    guard: WriteTracker = field(default=None, repr=False)  # type: ignore[assignment]
+    """The authorizer installed on the connection (the tracker itself, unless the connection is
+    shared and keeps one of its own, as synthesis's scratch connections do)."""
+
+    def __post_init__(self) -> None:
+        if self.guard is None:
+            self.guard = self.tracker
 
     def touch(self) -> None:
         self.last_used = time.monotonic()
@@ -131,8 +145,8 @@ class Episode:
         are authorized (and so probed) again.
         """
         async with self.lock:
-            self.tracker.probe = probe
-            await self.conn._execute(self.conn._conn.set_authorizer, self.tracker)
+            self.guard.probe = probe
+            await self.conn._execute(self.guard.install, self.conn._conn)
 
     async def state_hash(self) -> str:
         return state_hash(await self.export())

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from .errors import EnvLoadError, LoadProblem
 from .manifest import EnvManifest
+from .sqlguard import SqlGuard, end_transaction, protect
 from .state import State, TableInfo, export_state, quote_ident, read_tables, state_hash
 from .tooldef import TOOL_MARK, ToolDefinitionError, ToolSpec, build_tool_spec, def_line
 
@@ -68,9 +69,10 @@ class Environment:
 
         Raises `ValueError` naming the table and row when the state breaks the schema.
         """
-        conn = _fresh_connection()
+        conn, guard = _fresh_connection()
         try:
-            _apply_schema(conn, self.schema_sql, self.root / SCHEMA)
+            _apply_schema(conn, self.schema_sql, self.root / SCHEMA, guard)
+            _end_schema(conn, guard)
             known = {t.name: t for t in self.tables}
             for table, rows in state.items():
                 if table not in known:
@@ -84,23 +86,33 @@ class Environment:
             if violations:
                 t, rowid, parent, _ = violations[0]
                 raise ValueError(f"state row in {t} (rowid {rowid}) references a missing {parent} row")
-            conn.commit()
             return conn.serialize()
         finally:
             conn.close()
 
 
-def _fresh_connection() -> sqlite3.Connection:
+def _fresh_connection() -> tuple[sqlite3.Connection, SqlGuard]:
+    """An empty database to apply a schema to, under a guard that allows DDL (nothing else that
+    the guard denies: the schema and seed are env files, and model-written ones are untrusted)."""
     conn = sqlite3.connect(":memory:", isolation_level=None)
     conn.execute("PRAGMA foreign_keys = OFF")  # checked in bulk after inserting, to allow any row order
-    return conn
+    guard = SqlGuard(schema=True)
+    protect(conn, guard)
+    return conn, guard
+
+
+def _end_schema(conn: sqlite3.Connection, guard: SqlGuard) -> None:
+    """The schema is in: from here on (seed rows, state rows) DDL is denied."""
+    guard.schema = False
+    guard.install(conn)
 
 
 def open_database(data: bytes, *, check_same_thread: bool = True) -> sqlite3.Connection:
-    """An in-memory connection holding a private copy of a serialised database."""
+    """An in-memory connection holding a private copy of a serialised database, guarded."""
     conn = sqlite3.connect(":memory:", check_same_thread=check_same_thread)
     conn.deserialize(data)
     conn.execute("PRAGMA foreign_keys = ON")
+    protect(conn, SqlGuard())
     return conn
 
 
@@ -122,12 +134,14 @@ def _statements(sql: str) -> Iterator[tuple[int, str]]:
         yield start, "".join(buf)
 
 
-def _apply_schema(conn: sqlite3.Connection, sql: str, path: Path) -> None:
+def _apply_schema(conn: sqlite3.Connection, sql: str, path: Path, guard: SqlGuard) -> None:
     for line, stmt in _statements(sql):
+        guard.denied = None
         try:
             conn.execute(stmt)
         except sqlite3.Error as exc:
-            raise EnvLoadError([LoadProblem(path, line, f"DDL failed: {exc}")]) from exc
+            why = f"{exc}: {guard.denied}" if guard.denied else str(exc)
+            raise EnvLoadError([LoadProblem(path, line, f"DDL failed: {why}")]) from exc
 
 
 def _insert_row(conn: sqlite3.Connection, table: str, row: dict[str, Any]) -> None:
@@ -294,14 +308,33 @@ def load_tool_module(path: Path, env_name: str, *, source: str | None = None) ->
     return module
 
 
-def _load_tools(path: Path, manifest: EnvManifest) -> dict[str, ToolSpec]:
+def _load_tools(path: Path, manifest: EnvManifest, tables: set[str]) -> dict[str, ToolSpec]:
     if not path.exists():
         raise EnvLoadError([LoadProblem(path, None, "tools.py is missing")])
     if manifest.trust == "confined":
         from .confined_tools import load_confined_tools  # model-written code: never imported here
 
-        return load_confined_tools(path, manifest)
-    return tools_of_module(load_tool_module(path, manifest.name), path)
+        tools = load_confined_tools(path, manifest)
+    else:
+        tools = tools_of_module(load_tool_module(path, manifest.name), path)
+    _check_writes(tools, tables, path)
+    return tools
+
+
+def _check_writes(tools: dict[str, ToolSpec], tables: set[str], path: Path) -> None:
+    """A `writes=` naming a table the schema lacks is a load error (the SQL guard enforces the rest)."""
+    problems = [
+        LoadProblem(
+            path,
+            spec.source_line,
+            f"tool {spec.name!r}: writes= names {', '.join(map(repr, unknown))}, "
+            f"which schema.sql does not define",
+        )
+        for spec in tools.values()
+        if (unknown := [t for t in spec.writes if t not in tables])
+    ]
+    if problems:
+        raise EnvLoadError(problems)
 
 
 def tools_of_module(module: Any, path: Path) -> dict[str, ToolSpec]:
@@ -345,9 +378,10 @@ def load_env(root: str | Path) -> Environment:
     if not schema_path.exists():
         raise EnvLoadError([LoadProblem(schema_path, None, "schema.sql is missing")])
     schema_sql = schema_path.read_text(encoding="utf-8")
-    conn = _fresh_connection()
+    conn, guard = _fresh_connection()
     try:
-        _apply_schema(conn, schema_sql, schema_path)
+        _apply_schema(conn, schema_sql, schema_path, guard)
+        _end_schema(conn, guard)
         tables = read_tables(conn)
         if not tables:
             raise EnvLoadError([LoadProblem(schema_path, None, "schema defines no tables")])
@@ -364,11 +398,11 @@ def load_env(root: str | Path) -> Environment:
             raise EnvLoadError(problems)
         conn.execute("BEGIN")
         _load_seed(conn, root / manifest.seed, {t.name: t for t in tables})
-        conn.execute("COMMIT")
+        end_transaction(conn, guard, commit=True)
         seed_db = conn.serialize()
     finally:
         conn.close()
-    tools = _load_tools(root / TOOLS, manifest)
+    tools = _load_tools(root / TOOLS, manifest, {t.name for t in tables})
     return Environment(
         root=root,
         manifest=manifest,

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 EPISODE_META_KEY = "envforge/episode"
 CLIENT_SCOPE_KEY = "envforge.client"
 """ASGI scope key where the HTTP app puts the caller's client key (see `http_guard.client_key`)."""
+ERROR_META_KEY = "envforge/error"
+"""`_meta` key of a failed call's result: its `ToolResult.kind` (`refused`, `invalid`, `env_error`),
+so a client can tell an env's crash from a refusal without parsing text."""
 
 
 def list_tools_result(fleet: Fleet, env_name: str) -> types.ListToolsResult:
@@ -58,11 +61,16 @@ def list_tools_result(fleet: Fleet, env_name: str) -> types.ListToolsResult:
 
 
 def _as_call_result(result: ToolResult) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(text=result.text)], is_error=result.is_error)
+    meta = {ERROR_META_KEY: result.kind} if result.is_error else None
+    return types.CallToolResult(
+        content=[types.TextContent(text=result.text)], is_error=result.is_error, meta=meta
+    )
 
 
 def _refusal(text: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(text=f"Error: {text}")], is_error=True)
+    return types.CallToolResult(
+        content=[types.TextContent(text=f"Error: {text}")], is_error=True, meta={ERROR_META_KEY: "invalid"}
+    )
 
 
 class EnvMCPServer:

@@ -1,8 +1,17 @@
 """Execute one tool call in one episode: validate, run in a transaction, render the result.
 
-Every call is atomic: any exception rolls the episode back to where it was before the call, and
-a read tool that changes anything is rolled back and refused. The agent gets text: strings as
-they are, everything else as JSON (τ²-bench's rendering, so ported domains read identically).
+Every call is atomic whatever ends it: the transaction is committed only when the tool returned
+normally; a `ToolError`, any other exception, cancellation (the client cancelled or went away, a
+timeout) and the episode closing mid-call all roll it back, and that rollback is shielded from
+cancellation and runs after any statement still queued on the connection's thread. The tool's
+SQL can neither end the transaction itself nor write a table outside its `writes=` (the
+episode's `SqlGuard`). The agent gets text: strings as they are, everything else as JSON
+(τ²-bench's rendering, so ported domains read identically).
+
+Each result has a kind, so that a crashing env is never mistaken for a refusal: `ok`; `refused`
+(the tool raised `ToolError`: a domain rule the agent should read); `invalid` (unknown tool or
+bad arguments); `env_error` (an unexpected exception or a statement the guard denied: a bug of
+the env, logged with its traceback and shown as an internal error of the env).
 """
 
 from __future__ import annotations
@@ -10,8 +19,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import sqlite3
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from pydantic import BaseModel, ValidationError
@@ -20,6 +30,7 @@ from .db import Db
 from .episodes import Episode
 from .errors import ToolError
 from .loader import Environment
+from .sqlguard import end_transaction
 from .tooldef import ToolSpec
 
 log = logging.getLogger(__name__)
@@ -29,18 +40,36 @@ MAX_ARGUMENT_CHARS = 100_000
 MAX_ERROR_CHARS = 500
 
 
+ResultKind = Literal["ok", "refused", "invalid", "env_error"]
+
+
 @dataclass(frozen=True, slots=True)
 class ToolResult:
-    """What the agent sees: the text, and whether it is an error."""
+    """What the agent sees: the text, whether it is an error, and which kind of outcome it is."""
 
     text: str
     is_error: bool
+    kind: ResultKind = "ok"
 
 
-def _error(message: str) -> ToolResult:
+def _error(message: str, kind: ResultKind = "invalid") -> ToolResult:
     if len(message) > MAX_ERROR_CHARS:
         message = message[:MAX_ERROR_CHARS] + "…"
-    return ToolResult(f"Error: {message}", True)
+    return ToolResult(f"Error: {message}", True, kind)
+
+
+ENV_ERROR_PREFIX = "Error: internal error of the environment"
+
+
+def env_error_text(tool: str, cause: str) -> str:
+    """What the agent reads when a tool crashed: an internal error of the env, not a rule of it.
+
+    It names the exception's type only: its message is the env's internals, not a refusal."""
+    return f"{ENV_ERROR_PREFIX} in tool '{tool}' ({cause}; a bug in the env, not a refusal)"
+
+
+def _env_error(tool: str, cause: str) -> ToolResult:
+    return ToolResult(env_error_text(tool, cause), True, "env_error")
 
 
 def _json_default(value: Any) -> Any:
@@ -156,37 +185,66 @@ async def execute(episode: Episode, name: str, arguments: Any) -> ToolResult:
         episode.touch()
         episode.calls += 1
         conn = episode.conn
+        guard = episode.guard
+        if guard.allow_writes(spec.write_set):
+            # No job of this episode is queued or running here (the lock, and the shielded
+            # rollback of a cancelled call), so the connection is free to be touched from here.
+            guard.install(conn._conn)
         changes_before = conn.total_changes
+        refusal: ToolResult | None = None
         try:
             value = await spec.fn(Db(conn), **kwargs)
         except ToolError as exc:
-            await _rollback(conn)
-            return _error(str(exc))
+            refusal = _error(str(exc), "refused")
         except Exception as exc:
-            await _rollback(conn)
-            log.exception("tool %s.%s raised unexpectedly", env.name, name)
-            return _error(str(exc) or type(exc).__name__)
-        except BaseException:  # cancelled mid-call: nothing of it may stay for the next commit
+            cause = type(exc).__name__
+            if guard.denied:
+                cause = f"SQL refused: {guard.denied}"
+                log.error("tool %s.%s was denied by the SQL guard: %s", env.name, name, guard.denied)
+            log.exception("tool %s.%s raised unexpectedly (an env error)", env.name, name)
+            refusal = _env_error(name, cause)
+        except BaseException:  # cancelled (client gone, timeout, shutdown): keep nothing, then go
             with anyio.CancelScope(shield=True):
-                await _rollback(conn)
+                await conn._execute(end_transaction, conn._conn, guard, False)
             raise
-        if spec.read_only and conn.total_changes != changes_before:
-            await _rollback(conn)
+        if refusal is None and episode.closed:
+            refusal = _error(f"episode {episode.id!r} was closed during the call; nothing was kept")
+        if refusal is None and spec.read_only and conn.total_changes != changes_before:
             log.error("read tool %s.%s changed the database; rolled back", env.name, name)
-            return _error(f"internal error: read-only tool '{name}' attempted to change state")
-        if conn.in_transaction:
-            try:
-                await conn.commit()
-            except Exception as exc:  # deferred constraint failures surface here
-                await _rollback(conn)
-                return _error(str(exc))
+            refusal = _env_error(name, "a read tool changed the database")
+        failure = await _settle(conn, guard, commit=refusal is None)
+        if refusal is not None:
+            return refusal
+        if failure is not None:  # a deferred constraint the tool's writes broke surfaces at COMMIT
+            log.error("tool %s.%s left the database inconsistent: %s", env.name, name, failure)
+            return _env_error(name, "its writes broke a constraint at commit")
     try:
         return ToolResult(render_result(value), False)
-    except Exception as exc:
+    except Exception:
         log.exception("tool %s.%s returned an unrenderable value", env.name, name)
-        return _error(f"tool '{name}' returned a value that cannot be shown: {exc}")
+        return _env_error(name, "its result cannot be shown")
 
 
-async def _rollback(conn: Any) -> None:
-    if conn.in_transaction:
-        await conn.rollback()
+async def _settle(conn: Any, guard: Any, commit: bool) -> str | None:
+    """End the call's transaction on the connection's thread: commit, or roll back.
+
+    The job is queued (synchronously, before any await) behind every statement of the call still
+    pending there, so it runs even if this await is cancelled, and nothing of a rolled-back call
+    survives. Returns the error of a COMMIT that failed (and was rolled back), else None. (No
+    cancel scope here: entering one costs more than a fast tool call; the cancelled path above
+    shields its rollback so the episode's lock is held until it is done.)
+    """
+    if commit:
+        if not conn.in_transaction:
+            # The tool returned: each statement it sent has completed (it awaited them), so no
+            # statement of the call is pending and a read tool costs no trip to the thread.
+            return None
+        try:
+            await conn._execute(end_transaction, conn._conn, guard, True)
+            return None
+        except sqlite3.Error as exc:
+            failure = str(exc)
+        await conn._execute(end_transaction, conn._conn, guard, False)
+        return failure
+    await conn._execute(end_transaction, conn._conn, guard, False)
+    return None

@@ -1,8 +1,8 @@
 """How an environment declares a tool: a typed async function, a docstring, and a read/write mark.
 
-The signature is the schema. The first parameter, ``db``, receives the episode's aiosqlite
-connection; every other parameter becomes a JSON-schema property whose description comes from
-the docstring's ``Args:`` section. This keeps an env's ``tools.py`` plain Python that reads like
+The signature is the schema. The first parameter, ``db``, receives the episode's `Db` handle;
+every other parameter becomes a JSON-schema property whose description comes from the
+docstring's ``Args:`` section. This keeps an env's ``tools.py`` plain Python that reads like
 documentation, in the style of τ²-bench's toolkits.
 """
 
@@ -13,6 +13,7 @@ import re
 import typing
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -41,8 +42,9 @@ def tool(
 ) -> Any:
     """Mark an async function as an environment tool.
 
-    ``writes`` names the tables the tool may change; a tool with no ``writes`` is a read tool
-    (MCP ``readOnlyHint``) and the runtime rolls back and rejects any change it makes. ``name``
+    ``writes`` names the tables the tool may change (its triggers' tables included); SQLite's
+    authorizer refuses a write to any other table and the call is rolled back as an env error. A
+    tool with no ``writes`` is a read tool (MCP ``readOnlyHint``) and can change nothing. ``name``
     and ``description`` override the function name and docstring when a published tool
     surface must be matched exactly.
     """
@@ -111,6 +113,11 @@ class ToolSpec:
     @property
     def read_only(self) -> bool:
         return not self.writes
+
+    @cached_property
+    def write_set(self) -> frozenset[str]:
+        """The tables this tool's statements may write (the SQL guard enforces it)."""
+        return frozenset(self.writes)
 
 
 def def_line(fn: Callable[..., Any]) -> int:

@@ -526,7 +526,7 @@ class SynthContext:
             if res.is_error and history is not None and key is not None:
                 self._remember((history, key), res)
             if refused or res.is_error:
-                verdict = refused and res.is_error
+                verdict = refused and res.kind == "refused"  # an env error is no refusal
             elif "*" in written:
                 verdict = await self.export_tables(episode, None) != (await self.replay(database, []))[0]
             else:
@@ -554,7 +554,13 @@ class SynthContext:
         return verdict
 
     async def replay_snapshots(
-        self, database: bytes, calls: list[Call], at: list[int], *, unless_equal: bytes | None = None
+        self,
+        database: bytes,
+        calls: list[Call],
+        at: list[int],
+        *,
+        unless_equal: bytes | None = None,
+        kinds: dict[int, str] | None = None,
     ) -> tuple[State | None, dict[int, bytes]]:
         """`replay` (full export, unhashed), also serialising the database just before each call in `at`.
 
@@ -564,7 +570,8 @@ class SynthContext:
         A snapshot taken before call i is exactly the state a fresh replay of `calls[:i]` reaches,
         so replays that differ from this one only from call i on can start there. When the end
         database is byte for byte `unless_equal`, its export would be that database's export:
-        None is returned instead of exporting again.
+        None is returned instead of exporting again. Given `kinds`, the result kind of each write
+        call (`ToolResult.kind`) is put there by position.
         """
         wanted = set(at)
         snapshots: dict[int, bytes] = {}
@@ -575,7 +582,9 @@ class SynthContext:
                     snapshots[i] = await episode.snapshot()
                 if self.reads_only(call):
                     continue
-                await execute(episode, call.name, call.arguments)
+                result = await execute(episode, call.name, call.arguments)
+                if kinds is not None:
+                    kinds[i] = result.kind
             if unless_equal is not None and await episode.snapshot() == unless_equal:
                 state = None
             else:

@@ -88,13 +88,26 @@ class _Authorizer(WriteTracker):
     def __call__(
         self, action: int, arg1: str | None, arg2: str | None, db: str | None, src: str | None
     ) -> int:
+        if action == _READ and self.probe is None:  # most callbacks: one per column read
+            return 0
         if arg1 and action in _ROW_WRITES:
             column = (arg2 or "") if action == sqlite3.SQLITE_UPDATE else ""
             self.columns.setdefault(arg1, set()).add(column)
         return super().__call__(action, arg1, arg2, db, src)
 
+    def allow_writes(self, writable: frozenset[str] | None) -> bool:
+        """As `SqlGuard.allow_writes`, without expiring statements on a narrower set: the pooled
+        connection knows what every statement text it prepared writes (`_Pooled.by_sql`), and
+        `ScratchConnection` refuses a cached one whose tables are not all allowed before running
+        it. Only after trusted code ran (whose statements that record never saw) is an expiry due.
+        Expiring would re-prepare synthesis's own readers too, after every write call."""
+        stale = self.granted is None and writable is not None
+        super().allow_writes(writable)
+        return stale
+
 
 _ROW_WRITES = frozenset({sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE})
+_READ = sqlite3.SQLITE_READ
 
 
 @dataclass(frozen=True)
@@ -173,11 +186,22 @@ class ScratchConnection(InlineConnection):
         seen = self.pooled.authorizer
         seen.written.clear()
         seen.columns.clear()
+        # a statement, as `execute` passes it or as `Db`'s fetch helpers do (connection first)
+        sql = args[0] if args and type(args[0]) is str else None
+        if sql is None and len(args) > 1 and type(args[1]) is str:
+            sql = args[1]
+        if sql is not None and seen.writable is not None:
+            # A cached statement is not authorized again: what its text writes decides.
+            known = self.pooled.by_sql.get(sql)
+            if known is not None and not known.tables <= seen.writable:
+                outside = sorted(known.tables - seen.writable)
+                seen.denied = f"writing table {outside[0]!r} is not among this tool's writes"
+                raise sqlite3.DatabaseError("not authorized")
         try:
             return fn(*args, **kwargs)
         finally:
-            if args and type(args[0]) is str:  # a statement: what its text was seen to write
-                self._note(self._footprint(args[0], seen))
+            if sql is not None:  # what its text was seen to write
+                self._note(self._footprint(sql, seen))
             elif seen.written:  # something else that wrote (nothing here does): no column detail
                 self.tracker.written |= seen.written
                 self.written_since |= seen.written
@@ -257,8 +281,10 @@ _UNSHARED = _Unshared()
 class ScratchPool:
     """Reusable connections for one env's scratch episodes (outside any fleet's store).
 
-    Connections are set up exactly as the episode store sets up its own (`server.episodes`).
-    Calls to a scratch episode go through `runtime.execute`, as `Fleet.call` sends them.
+    Connections are set up exactly as the episode store sets up its own (`server.episodes`),
+    under the same SQL guard: the pooled connection's authorizer is the episode's `guard`, so
+    `runtime.execute` narrows it to each tool's `writes=`. Calls to a scratch episode go through
+    `runtime.execute`, as `Fleet.call` sends them.
     """
 
     def __init__(self, env: Environment, size: int = 4) -> None:
@@ -271,7 +297,7 @@ class ScratchPool:
     def open(self, database: bytes) -> Episode:
         if self._idle:
             pooled = self._idle.pop()
-            pooled.raw.deserialize(database)
+            pooled.authorizer.deserialize(pooled.raw, database)
         else:
             authorizer = _Authorizer(self.tables)
             raw = episode_connector(database, authorizer)()
@@ -286,6 +312,7 @@ class ScratchPool:
             last_used=0.0,
             tracker=tracker,
             lock=_UNSHARED,  # type: ignore[arg-type]
+            guard=pooled.authorizer,
         )
 
     def close(self, episode: Episode) -> None:

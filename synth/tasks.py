@@ -114,6 +114,7 @@ class Builder:
     calls: int = 0
     writes: int = 0
     refusals: int = 0
+    last_kind: str = "ok"  # the kind of the last call's result (`ToolResult.kind`)
     reasoned: bool = False
     episode: Any = None  # the walk's Episode
     stale: set[str] = field(default_factory=set)
@@ -248,6 +249,7 @@ class Builder:
         """Execute one call; (ok, parsed result, state diff for writes, text)."""
         key = self._key(call)
         res = await self.ctx.call(self.episode, self.history, call, key)
+        self.last_kind = res.kind
         written = self.episode.conn.take_written()
         read_only = self.env.tools[call.name].read_only
         if res.is_error:
@@ -505,7 +507,11 @@ class Builder:
         ok, data, diff, _ = await self._run(call)
         self.ctx.outcomes.record_edge(o.feeds, ok and (diff is None or bool(diff)))
         refuse = (
-            not ok and not target.read_only and self.refusals == 0 and self.rng.random() < self.cfg.p_refusal
+            not ok
+            and not target.read_only
+            and self.refusals == 0
+            and self.rng.random() < self.cfg.p_refusal
+            and self.last_kind == "refused"  # an env error is never shipped as an expected refusal
         )
         if not ok and not refuse:
             return False

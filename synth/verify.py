@@ -5,7 +5,9 @@
 3. drop_write        dropping any single successful write call scores < 1 (every write matters);
 4. not_presatisfied  the initial state is not already the golden state;
 5. deterministic     executing the golden calls twice gives the same state hash;
-6. untaken_branch    each branch's call not taken would have done what the DAG says had the
+6. refusals         every call the task expects to be refused is refused by a rule of the env
+                     (`ToolError`), not failed by an env error (a crash is no refusal);
+7. untaken_branch    each branch's call not taken would have done what the DAG says had the
                      branch gone the other way: run in the state the branch is decided in (the
                      initial state plus the golden calls before it), it succeeds and changes the
                      state (or, marked to be refused, is refused). A task with no branch passes.
@@ -28,12 +30,31 @@ from .models import Call, DagNode, RowCheck, Task
 from .scoring import oracle_messages, reward_of
 from .statediff import cents_hash, states_match
 
-CHECKS = ("golden_replay", "do_nothing", "drop_write", "not_presatisfied", "deterministic", "untaken_branch")
+CHECKS = (
+    "golden_replay",
+    "do_nothing",
+    "drop_write",
+    "not_presatisfied",
+    "deterministic",
+    "refusals",
+    "untaken_branch",
+)
 
 
 def write_indices(ctx: Any, task: Task) -> list[int]:
     """Positions in `golden_calls` of write calls that are meant to succeed."""
     return write_positions(task, {name for name, spec in ctx.env.tools.items() if not spec.read_only})
+
+
+def refusal_indices(task: Task) -> list[int]:
+    """Positions in `golden_calls` of the calls the task expects to be refused (executed call nodes
+    and golden calls correspond by position)."""
+    executed = [n for n in task.dag.nodes if n.kind == "call" and n.executed]
+    return [
+        i
+        for i, n in enumerate(executed)
+        if n.expect_error and i < len(task.golden_calls) and task.golden_calls[i] == n.call
+    ]
 
 
 def untaken_calls(task: Task) -> list[tuple[int | None, DagNode]]:
@@ -90,9 +111,12 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
     drops = write_indices(ctx, task)
     branches = untaken_calls(task)
     at = sorted(set(drops) | {i for i, _ in branches if i is not None})
+    kinds: dict[int, str] = {}
     final, snapshots = await ctx.replay_snapshots(
-        database, task.golden_calls, at, unless_equal=ctx.golden_db(golden_state)
+        database, task.golden_calls, at, unless_equal=ctx.golden_db(golden_state), kinds=kinds
     )
+    if any(kinds.get(i, "refused") != "refused" for i in refusal_indices(task)):
+        failed.append("refusals")  # an expected refusal that succeeds, or is an env's crash
     if final is None:  # the replay ended on the very database the golden state was exported from
         assert golden_state is not None
         final = golden_state

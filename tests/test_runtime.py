@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -29,9 +30,10 @@ async def test_write_commits_and_returns_json(fleet):
 async def test_failed_write_rolls_back_partial_changes(fleet):
     ep = await fleet.create_episode("bank")
     _, before = await fleet.export(ep.id)
-    # the credit to A-1 succeeds, then the debit violates CHECK(balance >= 0): both must be undone
+    # the credit to A-1 succeeds, then the debit violates CHECK(balance >= 0): both must be undone,
+    # and the constraint the tool failed to check is the env's bug, not a refusal
     result = await fleet.call(ep.id, "transfer", {"src": "A-4", "dst": "A-1", "amount": 10})
-    assert result.is_error and "CHECK constraint failed" in result.text
+    assert result.is_error and result.kind == "env_error" and "IntegrityError" in result.text
     assert (await fleet.export(ep.id))[1] == before
     refused = await fleet.call(ep.id, "transfer", {"src": "A-3", "dst": "A-1", "amount": 1})
     assert refused.text == "Error: account A-3 is frozen"
@@ -49,11 +51,13 @@ async def test_error_midway_through_a_list_rolls_back_earlier_items(fleet):
 
 
 async def test_unexpected_exception_is_short_error_and_rolled_back(fleet, caplog):
+    caplog.set_level(logging.ERROR, logger="envforge.server.runtime")  # the CLI's tests quiet it
     ep = await fleet.create_episode("bank")
     _, before = await fleet.export(ep.id)
     result = await fleet.call(ep.id, "crash", {"account_id": "A-1"})
-    assert result.is_error and result.text.startswith("Error: unsupported operand")
-    assert "Traceback" not in result.text
+    assert result.is_error and result.kind == "env_error"
+    assert result.text.startswith("Error: internal error of the environment in tool 'crash' (TypeError")
+    assert "unsupported operand" not in result.text and "Traceback" not in result.text
     assert "raised unexpectedly" in caplog.text  # the traceback goes to the server log
     assert (await fleet.export(ep.id))[1] == before
 
@@ -62,7 +66,8 @@ async def test_read_tool_that_writes_is_refused_and_rolled_back(fleet):
     ep = await fleet.create_episode("bank")
     _, before = await fleet.export(ep.id)
     result = await fleet.call(ep.id, "sneaky_read", {"account_id": "A-1"})
-    assert result.text == "Error: internal error: read-only tool 'sneaky_read' attempted to change state"
+    assert result.kind == "env_error" and "internal error of the environment" in result.text
+    assert "not among this tool's writes" in result.text
     assert (await fleet.export(ep.id))[1] == before
 
 

@@ -73,7 +73,9 @@ async def test_connections_left_altered_are_closed_not_reused(unlucky_shop: Envi
     for leftover in ("PRAGMA foreign_keys = OFF", "CREATE TEMP TABLE left_behind (x)"):
         episode = pool.open(unlucky_shop.seed_db)
         assert episode.conn._conn is raw  # the clean one, reused
+        raw.set_authorizer(None)  # the SQL guard denies both; the pool must still not trust a leftover
         raw.execute(leftover)
+        episode.guard.install(raw)
         pool.close(episode)
         again = pool.open(unlucky_shop.seed_db)
         assert again.conn._conn is not raw

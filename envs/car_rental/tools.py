@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from aiosqlite import Connection
-
-from envforge.server import ToolError, tool
+from envforge.server import Db, ToolError, tool
 
 TODAY = "2025-03-14"
 Category = Literal["economy", "compact", "suv", "van"]
@@ -15,34 +13,21 @@ CAR = "car_id, model, category, daily_rate_cents, status, location_id"
 RENTAL = "rental_id, car_id, customer_id, start_date, days, total_cents, status"
 
 
-async def _rows(db: Connection, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-    async with db.execute(sql, params) as cur:
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, row, strict=True)) for row in await cur.fetchall()]
-
-
-async def _one(db: Connection, sql: str, params: tuple[Any, ...], what: str) -> dict[str, Any]:
-    rows = await _rows(db, sql, params)
-    if not rows:
-        raise ToolError(f"{what} not found")
-    return rows[0]
-
-
 @tool
-async def get_customer(db: Connection, customer_id: str) -> dict[str, Any]:
+async def get_customer(db: Db, customer_id: str) -> dict[str, Any]:
     """Look up a customer by id, with their licence status.
 
     Args:
         customer_id: Customer id such as 'C-501'.
     """
-    return await _one(
-        db, f"SELECT {CUSTOMER} FROM customers WHERE customer_id = ?", (customer_id,), "customer"
+    return await db.require_one(
+        f"SELECT {CUSTOMER} FROM customers WHERE customer_id = ?", (customer_id,), "customer not found"
     )
 
 
 @tool
 async def list_available_cars(
-    db: Connection, location_id: str, category: Category | None = None
+    db: Db, location_id: str, category: Category | None = None
 ) -> list[dict[str, Any]]:
     """Cars available for rent at a location, optionally of one category.
 
@@ -50,27 +35,31 @@ async def list_available_cars(
         location_id: The location id, such as 'LOC-1'.
         category: Only cars of this category.
     """
-    await _one(db, "SELECT location_id FROM locations WHERE location_id = ?", (location_id,), "location")
+    await db.require_one(
+        "SELECT location_id FROM locations WHERE location_id = ?", (location_id,), "location not found"
+    )
     sql = f"SELECT {CAR} FROM cars WHERE location_id = ? AND status = 'available'"
     params: tuple[Any, ...] = (location_id,)
     if category is not None:
         sql += " AND category = ?"
         params = (location_id, category)
-    return await _rows(db, sql + " ORDER BY car_id", params)
+    return await db.fetch_all(sql + " ORDER BY car_id", params)
 
 
 @tool
-async def get_car(db: Connection, car_id: str) -> dict[str, Any]:
+async def get_car(db: Db, car_id: str) -> dict[str, Any]:
     """Get one car with its daily rate and status.
 
     Args:
         car_id: Car id such as 'V-601'.
     """
-    return await _one(db, f"SELECT {CAR} FROM cars WHERE car_id = ?", (car_id,), f"car {car_id}")
+    return await db.require_one(
+        f"SELECT {CAR} FROM cars WHERE car_id = ?", (car_id,), f"car {car_id} not found"
+    )
 
 
 @tool(writes=["rentals", "cars"])
-async def rent_car(db: Connection, customer_id: str, car_id: str, days: int) -> dict[str, Any]:
+async def rent_car(db: Db, customer_id: str, car_id: str, days: int) -> dict[str, Any]:
     """Rent an available car to a customer with a valid licence for 1-30 days.
 
     Args:
@@ -86,7 +75,9 @@ async def rent_car(db: Connection, customer_id: str, car_id: str, days: int) -> 
         raise ToolError(f"car {car_id} is {car['status']}")
     if not 1 <= days <= 30:
         raise ToolError("days must be between 1 and 30")
-    n = (await _rows(db, "SELECT MAX(CAST(substr(rental_id, 3) AS INTEGER)) AS n FROM rentals"))[0]["n"] or 0
+    n = (await db.fetch_all("SELECT MAX(CAST(substr(rental_id, 3) AS INTEGER)) AS n FROM rentals"))[0][
+        "n"
+    ] or 0
     rental_id = f"R-{n + 1}"
     await db.execute(
         "INSERT INTO rentals (rental_id, car_id, customer_id, start_date, days, total_cents, status) "
@@ -94,17 +85,21 @@ async def rent_car(db: Connection, customer_id: str, car_id: str, days: int) -> 
         (rental_id, car_id, customer_id, TODAY, days, days * car["daily_rate_cents"]),
     )
     await db.execute("UPDATE cars SET status = 'rented' WHERE car_id = ?", (car_id,))
-    return await _one(db, f"SELECT {RENTAL} FROM rentals WHERE rental_id = ?", (rental_id,), "rental")
+    return await db.require_one(
+        f"SELECT {RENTAL} FROM rentals WHERE rental_id = ?", (rental_id,), "rental not found"
+    )
 
 
 @tool(writes=["rentals", "cars"])
-async def return_car(db: Connection, rental_id: str) -> dict[str, Any]:
+async def return_car(db: Db, rental_id: str) -> dict[str, Any]:
     """Close an open rental; the car becomes available again.
 
     Args:
         rental_id: Rental id such as 'R-701'.
     """
-    rental = await _one(db, f"SELECT {RENTAL} FROM rentals WHERE rental_id = ?", (rental_id,), "rental")
+    rental = await db.require_one(
+        f"SELECT {RENTAL} FROM rentals WHERE rental_id = ?", (rental_id,), "rental not found"
+    )
     if rental["status"] != "open":
         raise ToolError(f"rental {rental_id} is already closed")
     await db.execute("UPDATE rentals SET status = 'closed' WHERE rental_id = ?", (rental_id,))
@@ -113,7 +108,7 @@ async def return_car(db: Connection, rental_id: str) -> dict[str, Any]:
 
 
 @tool(writes=["cars"])
-async def send_to_maintenance(db: Connection, car_id: str) -> dict[str, Any]:
+async def send_to_maintenance(db: Db, car_id: str) -> dict[str, Any]:
     """Take an available car out of service for maintenance.
 
     Args:

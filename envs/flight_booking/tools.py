@@ -11,10 +11,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Literal
 
-import aiosqlite
 from pydantic import BaseModel, ConfigDict, Field
 
-from envforge.server import ToolError, tool
+from envforge.server import Db, ToolError, tool
 
 TODAY = "2025-06-10"
 CHECK_IN_DATES = (TODAY, "2025-06-11")  # check-in opens the day before departure
@@ -59,22 +58,8 @@ class PassengerInfo(BaseModel):
 # Queries and shared checks
 
 
-async def _rows(db: aiosqlite.Connection, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-    async with db.execute(sql, params) as cur:
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r, strict=True)) for r in await cur.fetchall()]
-
-
-async def _one(db: aiosqlite.Connection, sql: str, params: tuple[Any, ...], missing: str) -> dict[str, Any]:
-    rows = await _rows(db, sql, params)
-    if not rows:
-        raise ToolError(missing)
-    return rows[0]
-
-
-async def _member(db: aiosqlite.Connection, member_id: str) -> dict[str, Any]:
-    return await _one(
-        db,
+async def _member(db: Db, member_id: str) -> dict[str, Any]:
+    return await db.require_one(
         "SELECT member_id, first_name, last_name, email, phone, date_of_birth, tier, travel_credit, status "
         "FROM members WHERE member_id = ?",
         (member_id,),
@@ -82,9 +67,8 @@ async def _member(db: aiosqlite.Connection, member_id: str) -> dict[str, Any]:
     )
 
 
-async def _flight(db: aiosqlite.Connection, flight_id: str) -> dict[str, Any]:
-    return await _one(
-        db,
+async def _flight(db: Db, flight_id: str) -> dict[str, Any]:
+    return await db.require_one(
         "SELECT flight_id, flight_number, origin, destination, departure_date, departure_time, arrival_time, "
         "status, delay_minutes FROM flights WHERE flight_id = ?",
         (flight_id,),
@@ -92,18 +76,17 @@ async def _flight(db: aiosqlite.Connection, flight_id: str) -> dict[str, Any]:
     )
 
 
-async def _owned_reservation(db: aiosqlite.Connection, member_id: str, reservation_id: str) -> dict[str, Any]:
+async def _owned_reservation(db: Db, member_id: str, reservation_id: str) -> dict[str, Any]:
     """The reservation row, after checking that the member exists and owns it."""
     return (await _member_and_reservation(db, member_id, reservation_id))[1]
 
 
 async def _member_and_reservation(
-    db: aiosqlite.Connection, member_id: str, reservation_id: str
+    db: Db, member_id: str, reservation_id: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(member row, reservation row), after checking that the member exists and owns it."""
     member = await _member(db, member_id)
-    res = await _one(
-        db,
+    res = await db.require_one(
         "SELECT reservation_id, member_id, flight_id, cabin, fare_per_passenger, status, booked_on "
         "FROM reservations WHERE reservation_id = ?",
         (reservation_id,),
@@ -129,9 +112,8 @@ def _require_open(flight: dict[str, Any]) -> None:
         )
 
 
-async def _passengers(db: aiosqlite.Connection, reservation_id: str) -> list[dict[str, Any]]:
-    rows = await _rows(
-        db,
+async def _passengers(db: Db, reservation_id: str) -> list[dict[str, Any]]:
+    rows = await db.fetch_all(
         "SELECT passenger_id, first_name, last_name, date_of_birth, checked_bags, checked_in "
         "FROM passengers WHERE reservation_id = ? ORDER BY passenger_id",
         (reservation_id,),
@@ -141,16 +123,15 @@ async def _passengers(db: aiosqlite.Connection, reservation_id: str) -> list[dic
     return rows
 
 
-async def _cabin(db: aiosqlite.Connection, flight_id: str, cabin: str) -> dict[str, Any]:
-    return await _one(
-        db,
+async def _cabin(db: Db, flight_id: str, cabin: str) -> dict[str, Any]:
+    return await db.require_one(
         "SELECT cabin, capacity, seats_sold, fare FROM flight_cabins WHERE flight_id = ? AND cabin = ?",
         (flight_id, cabin),
         f"flight {flight_id} has no {cabin} cabin",
     )
 
 
-async def _take_seats(db: aiosqlite.Connection, flight_id: str, cabin: str, n: int) -> dict[str, Any]:
+async def _take_seats(db: Db, flight_id: str, cabin: str, n: int) -> dict[str, Any]:
     row = await _cabin(db, flight_id, cabin)
     left = row["capacity"] - row["seats_sold"]
     if left < n:
@@ -162,14 +143,14 @@ async def _take_seats(db: aiosqlite.Connection, flight_id: str, cabin: str, n: i
     return row
 
 
-async def _release_seats(db: aiosqlite.Connection, flight_id: str, cabin: str, n: int) -> None:
+async def _release_seats(db: Db, flight_id: str, cabin: str, n: int) -> None:
     await db.execute(
         "UPDATE flight_cabins SET seats_sold = MAX(seats_sold - ?, 0) WHERE flight_id = ? AND cabin = ?",
         (n, flight_id, cabin),
     )
 
 
-async def _next_id(db: aiosqlite.Connection, table: str, column: str, prefix: str) -> str:
+async def _next_id(db: Db, table: str, column: str, prefix: str) -> str:
     """The next id in a table's sequence (`table`/`column` are constants, never agent input).
 
     The highest number among ids spelled `prefix` + digits, found by SQLite (GLOB, unlike LIKE,
@@ -185,7 +166,7 @@ async def _next_id(db: aiosqlite.Connection, table: str, column: str, prefix: st
 
 
 async def _record_payment(
-    db: aiosqlite.Connection,
+    db: Db,
     reservation_id: str,
     kind: str,
     source: str,
@@ -201,7 +182,7 @@ async def _record_payment(
     )
 
 
-async def _adjust_credit(db: aiosqlite.Connection, member_id: str, delta: float) -> None:
+async def _adjust_credit(db: Db, member_id: str, delta: float) -> None:
     await db.execute(
         "UPDATE members SET travel_credit = ROUND(travel_credit + ?, 2) WHERE member_id = ?",
         (round(delta, 2), member_id),
@@ -209,7 +190,7 @@ async def _adjust_credit(db: aiosqlite.Connection, member_id: str, delta: float)
 
 
 async def _check_payment(
-    db: aiosqlite.Connection,
+    db: Db,
     member: dict[str, Any],
     amount: float,
     payment_method_id: str | None,
@@ -231,8 +212,7 @@ async def _check_payment(
     if card > 0:
         if payment_method_id is None:
             raise ToolError(f"{card:.2f} is due: a payment_method_id is required")
-        pm = await _one(
-            db,
+        pm = await db.require_one(
             "SELECT payment_method_id, member_id, expiry FROM payment_methods WHERE payment_method_id = ?",
             (payment_method_id,),
             f"payment method {payment_method_id} not found",
@@ -247,7 +227,7 @@ async def _check_payment(
 
 
 async def _collect(
-    db: aiosqlite.Connection,
+    db: Db,
     member: dict[str, Any],
     reservation_id: str,
     parts: tuple[float, float],
@@ -262,7 +242,7 @@ async def _collect(
         await _record_payment(db, reservation_id, "charge", "card", payment_method_id, card, description)
 
 
-async def _paid_by_source(db: aiosqlite.Connection, reservation_id: str) -> list[tuple[str | None, float]]:
+async def _paid_by_source(db: Db, reservation_id: str) -> list[tuple[str | None, float]]:
     """Net amount paid per source (card ids first, travel credit as None last); compensation excluded."""
     rows = await db.execute_fetchall(
         "SELECT payment_method_id, ROUND(SUM(CASE kind WHEN 'charge' THEN amount ELSE -amount END), 2) "
@@ -277,9 +257,8 @@ def _free_bags(cabin: str, tier: str) -> int:
     return min(CABIN_FREE_BAGS[cabin] + TIER_EXTRA_BAGS[tier], MAX_BAGS_PER_PASSENGER)
 
 
-async def _reservation_view(db: aiosqlite.Connection, reservation_id: str) -> dict[str, Any]:
-    res = await _one(
-        db,
+async def _reservation_view(db: Db, reservation_id: str) -> dict[str, Any]:
+    res = await db.require_one(
         "SELECT r.reservation_id, r.member_id, r.flight_id, f.flight_number, f.origin, f.destination, "
         "f.departure_date, f.departure_time, f.status AS flight_status, r.cabin, r.fare_per_passenger, "
         "r.status, r.booked_on, m.tier FROM reservations r JOIN flights f ON f.flight_id = r.flight_id "
@@ -290,8 +269,7 @@ async def _reservation_view(db: aiosqlite.Connection, reservation_id: str) -> di
     tier = res.pop("tier")
     res["free_bags_per_passenger"] = _free_bags(res["cabin"], tier)
     res["passengers"] = await _passengers(db, reservation_id)
-    res["payments"] = await _rows(
-        db,
+    res["payments"] = await db.fetch_all(
         "SELECT payment_id, kind, source, payment_method_id, amount, description FROM payments "
         "WHERE reservation_id = ? ORDER BY payment_id",
         (reservation_id,),
@@ -300,9 +278,8 @@ async def _reservation_view(db: aiosqlite.Connection, reservation_id: str) -> di
     return res
 
 
-async def _flight_view(db: aiosqlite.Connection, flight: dict[str, Any]) -> dict[str, Any]:
-    cabins = await _rows(
-        db,
+async def _flight_view(db: Db, flight: dict[str, Any]) -> dict[str, Any]:
+    cabins = await db.fetch_all(
         "SELECT cabin, fare, capacity - seats_sold AS seats_available FROM flight_cabins WHERE flight_id = ? "
         "ORDER BY CASE cabin WHEN 'economy' THEN 0 WHEN 'premium_economy' THEN 1 ELSE 2 END",
         (flight["flight_id"],),
@@ -310,15 +287,13 @@ async def _flight_view(db: aiosqlite.Connection, flight: dict[str, Any]) -> dict
     return {**flight, "cabins": cabins}
 
 
-async def _cancellation_quote(
-    db: aiosqlite.Connection, member_id: str, reservation_id: str
-) -> dict[str, Any]:
+async def _cancellation_quote(db: Db, member_id: str, reservation_id: str) -> dict[str, Any]:
     """What cancelling would refund, after every precondition of cancel_reservation is checked."""
     return (await _cancellation(db, member_id, reservation_id))[0]
 
 
 async def _cancellation(
-    db: aiosqlite.Connection, member_id: str, reservation_id: str
+    db: Db, member_id: str, reservation_id: str
 ) -> tuple[dict[str, Any], dict[str, Any], int]:
     """(`_cancellation_quote`, the reservation row, its passenger count): the cancellation itself
     needs the row and the count too, and need not read them again."""
@@ -362,14 +337,13 @@ async def _cancellation(
 
 
 @tool
-async def find_member(db: aiosqlite.Connection, email: str) -> dict[str, Any]:
+async def find_member(db: Db, email: str) -> dict[str, Any]:
     """Find a loyalty member by email address (case-insensitive), to identify the caller.
 
     Args:
         email: The member's email address, such as 'ava.thompson@example.com'.
     """
-    return await _one(
-        db,
+    return await db.require_one(
         "SELECT member_id, first_name, last_name, email, phone, date_of_birth, tier, travel_credit, status "
         "FROM members WHERE lower(email) = lower(?)",
         (email.strip(),),
@@ -378,21 +352,19 @@ async def find_member(db: aiosqlite.Connection, email: str) -> dict[str, Any]:
 
 
 @tool
-async def get_member(db: aiosqlite.Connection, member_id: str) -> dict[str, Any]:
+async def get_member(db: Db, member_id: str) -> dict[str, Any]:
     """Get a member's profile, loyalty tier, travel credit balance, stored cards and reservations.
 
     Args:
         member_id: The member id, such as 'M-1001'.
     """
     member = await _member(db, member_id)
-    member["payment_methods"] = await _rows(
-        db,
+    member["payment_methods"] = await db.fetch_all(
         "SELECT payment_method_id, brand, last4, expiry FROM payment_methods WHERE member_id = ? "
         "ORDER BY payment_method_id",
         (member_id,),
     )
-    member["reservations"] = await _rows(
-        db,
+    member["reservations"] = await db.fetch_all(
         "SELECT reservation_id, flight_id, status FROM reservations WHERE member_id = ? "
         "ORDER BY reservation_id",
         (member_id,),
@@ -402,7 +374,7 @@ async def get_member(db: aiosqlite.Connection, member_id: str) -> dict[str, Any]
 
 @tool
 async def list_reservations(
-    db: aiosqlite.Connection, member_id: str, status: ReservationStatus | None = None
+    db: Db, member_id: str, status: ReservationStatus | None = None
 ) -> list[dict[str, Any]]:
     """List a member's reservations with their flights, optionally only those with one status.
 
@@ -411,8 +383,7 @@ async def list_reservations(
         status: Only reservations with this status; all when omitted.
     """
     await _member(db, member_id)
-    return await _rows(
-        db,
+    return await db.fetch_all(
         "SELECT r.reservation_id, r.flight_id, f.flight_number, f.origin, f.destination, f.departure_date, "
         "r.cabin, r.status, (SELECT COUNT(*) FROM passengers p WHERE p.reservation_id = r.reservation_id) "
         "AS passenger_count FROM reservations r JOIN flights f ON f.flight_id = r.flight_id "
@@ -422,7 +393,7 @@ async def list_reservations(
 
 
 @tool
-async def get_reservation(db: aiosqlite.Connection, reservation_id: str) -> dict[str, Any]:
+async def get_reservation(db: Db, reservation_id: str) -> dict[str, Any]:
     """Get a reservation: its flight, cabin, passengers with bags and check-in, payments and amount paid.
 
     Args:
@@ -432,7 +403,7 @@ async def get_reservation(db: aiosqlite.Connection, reservation_id: str) -> dict
 
 
 @tool
-async def get_flight(db: aiosqlite.Connection, flight_id: str) -> dict[str, Any]:
+async def get_flight(db: Db, flight_id: str) -> dict[str, Any]:
     """Get a flight's schedule, status, delay, and per-cabin fare and seats available.
 
     Args:
@@ -443,7 +414,7 @@ async def get_flight(db: aiosqlite.Connection, flight_id: str) -> dict[str, Any]
 
 @tool
 async def search_flights(
-    db: aiosqlite.Connection, origin: str, destination: str, departure_date: str, cabin: Cabin | None = None
+    db: Db, origin: str, destination: str, departure_date: str, cabin: Cabin | None = None
 ) -> list[dict[str, Any]]:
     """Search flights on a route and date, with fares and seats available per cabin.
 
@@ -456,11 +427,10 @@ async def search_flights(
         cabin: Only flights that have this cabin; all flights when omitted.
     """
     for code in (origin, destination):
-        await _one(
-            db, "SELECT airport_code FROM airports WHERE airport_code = ?", (code,), f"unknown airport {code}"
+        await db.require_one(
+            "SELECT airport_code FROM airports WHERE airport_code = ?", (code,), f"unknown airport {code}"
         )
-    flights = await _rows(
-        db,
+    flights = await db.fetch_all(
         "SELECT flight_id, flight_number, origin, destination, departure_date, departure_time, arrival_time, "
         "status, delay_minutes FROM flights f WHERE origin = ? AND destination = ? AND departure_date = ? "
         "AND (? IS NULL OR EXISTS (SELECT 1 FROM flight_cabins c WHERE c.flight_id = f.flight_id "
@@ -471,14 +441,13 @@ async def search_flights(
 
 
 @tool
-async def list_airports(db: aiosqlite.Connection, country: str | None = None) -> list[dict[str, Any]]:
+async def list_airports(db: Db, country: str | None = None) -> list[dict[str, Any]]:
     """List the airports the airline serves, optionally in one country.
 
     Args:
         country: Only airports in this country, such as 'United States'; all when omitted.
     """
-    return await _rows(
-        db,
+    return await db.fetch_all(
         "SELECT airport_code, name, city, country FROM airports "
         "WHERE (? IS NULL OR lower(country) = lower(?)) ORDER BY airport_code",
         (country, country),
@@ -486,7 +455,7 @@ async def list_airports(db: aiosqlite.Connection, country: str | None = None) ->
 
 
 @tool
-async def quote_cancellation(db: aiosqlite.Connection, member_id: str, reservation_id: str) -> dict[str, Any]:
+async def quote_cancellation(db: Db, member_id: str, reservation_id: str) -> dict[str, Any]:
     """Show what cancelling a reservation would refund and charge, without cancelling it.
 
     Args:
@@ -502,7 +471,7 @@ async def quote_cancellation(db: aiosqlite.Connection, member_id: str, reservati
 
 @tool(writes=["reservations", "passengers", "flight_cabins", "payments", "members"])
 async def book_reservation(
-    db: aiosqlite.Connection,
+    db: Db,
     member_id: str,
     flight_id: str,
     cabin: Cabin,
@@ -560,7 +529,7 @@ async def book_reservation(
 
 
 @tool(writes=["reservations", "flight_cabins", "payments", "members"])
-async def cancel_reservation(db: aiosqlite.Connection, member_id: str, reservation_id: str) -> dict[str, Any]:
+async def cancel_reservation(db: Db, member_id: str, reservation_id: str) -> dict[str, Any]:
     """Cancel a confirmed reservation and refund what was paid, less the cancellation fee.
 
     Card payments are refunded to the same card, travel credit back to the member's balance; the
@@ -595,7 +564,7 @@ async def cancel_reservation(db: aiosqlite.Connection, member_id: str, reservati
 
 @tool(writes=["reservations", "flight_cabins", "payments", "members"])
 async def change_flight(
-    db: aiosqlite.Connection,
+    db: Db,
     member_id: str,
     reservation_id: str,
     flight_id: str,
@@ -657,7 +626,7 @@ async def change_flight(
 
 @tool(writes=["reservations", "flight_cabins", "payments", "members"])
 async def upgrade_cabin(
-    db: aiosqlite.Connection,
+    db: Db,
     member_id: str,
     reservation_id: str,
     cabin: Cabin,
@@ -699,7 +668,7 @@ async def upgrade_cabin(
 
 @tool(writes=["passengers", "payments", "members"])
 async def add_checked_bags(
-    db: aiosqlite.Connection,
+    db: Db,
     member_id: str,
     reservation_id: str,
     passenger_id: str,
@@ -748,7 +717,7 @@ async def add_checked_bags(
 
 @tool(writes=["passengers", "reservations"])
 async def check_in_passengers(
-    db: aiosqlite.Connection, member_id: str, reservation_id: str, passenger_ids: list[str]
+    db: Db, member_id: str, reservation_id: str, passenger_ids: list[str]
 ) -> dict[str, Any]:
     """Check passengers in for their flight; check-in opens the day before departure.
 
@@ -785,9 +754,7 @@ async def check_in_passengers(
 
 
 @tool(writes=["payments", "members"])
-async def issue_delay_compensation(
-    db: aiosqlite.Connection, member_id: str, reservation_id: str
-) -> dict[str, Any]:
+async def issue_delay_compensation(db: Db, member_id: str, reservation_id: str) -> dict[str, Any]:
     """Credit compensation for a cancelled or long-delayed flight as travel credit, once per reservation.
 
     100.00 per passenger when the airline cancelled the flight; 50.00 per passenger when it was

@@ -4,42 +4,27 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from aiosqlite import Connection
-
-from envforge.server import ToolError, tool
+from envforge.server import Db, ToolError, tool
 
 NOW = "2025-03-14T09:00:00"
 Priority = Literal["low", "normal", "urgent"]
 TICKET = "ticket_id, subject, priority, status, agent_id, created_at, resolution"
 
 
-async def _rows(db: Connection, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-    async with db.execute(sql, params) as cur:
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, row, strict=True)) for row in await cur.fetchall()]
-
-
-async def _one(db: Connection, sql: str, params: tuple[Any, ...], what: str) -> dict[str, Any]:
-    rows = await _rows(db, sql, params)
-    if not rows:
-        raise ToolError(f"{what} not found")
-    return rows[0]
-
-
 @tool
-async def get_ticket(db: Connection, ticket_id: str) -> dict[str, Any]:
+async def get_ticket(db: Db, ticket_id: str) -> dict[str, Any]:
     """Get a ticket with its status, priority and assignee.
 
     Args:
         ticket_id: Ticket id such as 'HT-101'.
     """
-    return await _one(
-        db, f"SELECT {TICKET} FROM tickets WHERE ticket_id = ?", (ticket_id,), f"ticket {ticket_id}"
+    return await db.require_one(
+        f"SELECT {TICKET} FROM tickets WHERE ticket_id = ?", (ticket_id,), f"ticket {ticket_id} not found"
     )
 
 
 @tool
-async def list_open_tickets(db: Connection, priority: Priority | None = None) -> list[dict[str, Any]]:
+async def list_open_tickets(db: Db, priority: Priority | None = None) -> list[dict[str, Any]]:
     """Open tickets, oldest first, optionally of one priority.
 
     Args:
@@ -47,27 +32,27 @@ async def list_open_tickets(db: Connection, priority: Priority | None = None) ->
     """
     sql = f"SELECT {TICKET} FROM tickets WHERE status = 'open'"
     if priority is None:
-        return await _rows(db, sql + " ORDER BY created_at, ticket_id")
-    return await _rows(db, sql + " AND priority = ? ORDER BY created_at, ticket_id", (priority,))
+        return await db.fetch_all(sql + " ORDER BY created_at, ticket_id")
+    return await db.fetch_all(sql + " AND priority = ? ORDER BY created_at, ticket_id", (priority,))
 
 
 @tool
-async def get_agent(db: Connection, agent_id: str) -> dict[str, Any]:
+async def get_agent(db: Db, agent_id: str) -> dict[str, Any]:
     """Look up a support agent and how many open tickets they hold.
 
     Args:
         agent_id: Agent id such as 'AG-1'.
     """
-    agent = await _one(
-        db, "SELECT agent_id, name, on_duty FROM agents WHERE agent_id = ?", (agent_id,), "agent"
+    agent = await db.require_one(
+        "SELECT agent_id, name, on_duty FROM agents WHERE agent_id = ?", (agent_id,), "agent not found"
     )
-    rows = await _rows(
-        db, "SELECT COUNT(*) AS n FROM tickets WHERE agent_id = ? AND status = 'open'", (agent_id,)
+    rows = await db.fetch_all(
+        "SELECT COUNT(*) AS n FROM tickets WHERE agent_id = ? AND status = 'open'", (agent_id,)
     )
     return {**agent, "open_tickets": rows[0]["n"]}
 
 
-async def _open_ticket(db: Connection, ticket_id: str) -> dict[str, Any]:
+async def _open_ticket(db: Db, ticket_id: str) -> dict[str, Any]:
     ticket = await get_ticket(db, ticket_id)
     if ticket["status"] != "open":
         raise ToolError(f"ticket {ticket_id} is already resolved")
@@ -75,7 +60,7 @@ async def _open_ticket(db: Connection, ticket_id: str) -> dict[str, Any]:
 
 
 @tool(writes=["tickets"])
-async def assign_ticket(db: Connection, ticket_id: str, agent_id: str) -> dict[str, Any]:
+async def assign_ticket(db: Db, ticket_id: str, agent_id: str) -> dict[str, Any]:
     """Assign an open ticket to an on-duty agent.
 
     Args:
@@ -93,7 +78,7 @@ async def assign_ticket(db: Connection, ticket_id: str, agent_id: str) -> dict[s
 
 
 @tool(writes=["comments"])
-async def add_comment(db: Connection, ticket_id: str, body: str) -> dict[str, Any]:
+async def add_comment(db: Db, ticket_id: str, body: str) -> dict[str, Any]:
     """Add a comment to a ticket that is not resolved.
 
     Args:
@@ -103,7 +88,7 @@ async def add_comment(db: Connection, ticket_id: str, body: str) -> dict[str, An
     await _open_ticket(db, ticket_id)
     if not body.strip():
         raise ToolError("the comment is empty")
-    n = (await _rows(db, "SELECT MAX(CAST(substr(comment_id, 4) AS INTEGER)) AS n FROM comments"))[0][
+    n = (await db.fetch_all("SELECT MAX(CAST(substr(comment_id, 4) AS INTEGER)) AS n FROM comments"))[0][
         "n"
     ] or 0
     comment_id = f"CM-{n + 1}"
@@ -115,7 +100,7 @@ async def add_comment(db: Connection, ticket_id: str, body: str) -> dict[str, An
 
 
 @tool(writes=["tickets"])
-async def resolve_ticket(db: Connection, ticket_id: str, resolution: str) -> dict[str, Any]:
+async def resolve_ticket(db: Db, ticket_id: str, resolution: str) -> dict[str, Any]:
     """Resolve an assigned open ticket with a resolution note.
 
     Args:

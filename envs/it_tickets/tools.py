@@ -10,9 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Literal
 
-from aiosqlite import Connection
-
-from envforge.server import ToolError, tool
+from envforge.server import Db, ToolError, tool
 
 NOW = "2025-03-14T09:00:00"
 TODAY = NOW[:10]
@@ -47,21 +45,9 @@ LICENSE_COLUMNS = "license_id, product, vendor, seat_limit, seats_used, expires_
 # ---------------------------------------------------------------- helpers
 
 
-async def _rows(db: Connection, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-    """Rows as dicts keyed by column name, so results use the schema's names."""
-    async with db.execute(sql, params) as cur:
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, row, strict=True)) for row in await cur.fetchall()]
-
-
-async def _one(db: Connection, sql: str, params: tuple[Any, ...]) -> dict[str, Any] | None:
-    rows = await _rows(db, sql, params)
-    return rows[0] if rows else None
-
-
-async def _next_id(db: Connection, sql: str, prefix: str, first: int) -> str:
+async def _next_id(db: Db, sql: str, prefix: str, first: int) -> str:
     """The next id after the highest in use: deterministic, unlike a random or clock-based one."""
-    rows = await _rows(db, sql)
+    rows = await db.fetch_all(sql)
     highest = rows[0]["n"] if rows and rows[0]["n"] is not None else first - 1
     return f"{prefix}{highest + 1}"
 
@@ -70,43 +56,45 @@ def _plus_hours(timestamp: str, hours: int) -> str:
     return (dt.datetime.fromisoformat(timestamp) + dt.timedelta(hours=hours)).isoformat()
 
 
-async def _employee(db: Connection, employee_id: str) -> dict[str, Any]:
-    row = await _one(db, f"SELECT {EMPLOYEE_COLUMNS} FROM employees WHERE employee_id = ?", (employee_id,))
+async def _employee(db: Db, employee_id: str) -> dict[str, Any]:
+    row = await db.fetch_one(
+        f"SELECT {EMPLOYEE_COLUMNS} FROM employees WHERE employee_id = ?", (employee_id,)
+    )
     if row is None:
         raise ToolError(f"employee {employee_id} not found")
     return row
 
 
-async def _active_employee(db: Connection, employee_id: str) -> dict[str, Any]:
+async def _active_employee(db: Db, employee_id: str) -> dict[str, Any]:
     employee = await _employee(db, employee_id)
     if employee["status"] != "active":
         raise ToolError(f"employee {employee_id} is {employee['status']}, not active")
     return employee
 
 
-async def _ticket(db: Connection, ticket_id: str) -> dict[str, Any]:
-    row = await _one(db, f"SELECT {TICKET_COLUMNS} FROM tickets WHERE ticket_id = ?", (ticket_id,))
+async def _ticket(db: Db, ticket_id: str) -> dict[str, Any]:
+    row = await db.fetch_one(f"SELECT {TICKET_COLUMNS} FROM tickets WHERE ticket_id = ?", (ticket_id,))
     if row is None:
         raise ToolError(f"ticket {ticket_id} not found")
     return row
 
 
-async def _asset(db: Connection, asset_id: str) -> dict[str, Any]:
-    row = await _one(db, f"SELECT {ASSET_COLUMNS} FROM assets WHERE asset_id = ?", (asset_id,))
+async def _asset(db: Db, asset_id: str) -> dict[str, Any]:
+    row = await db.fetch_one(f"SELECT {ASSET_COLUMNS} FROM assets WHERE asset_id = ?", (asset_id,))
     if row is None:
         raise ToolError(f"asset {asset_id} not found")
     return row
 
 
-async def _license(db: Connection, license_id: str) -> dict[str, Any]:
-    row = await _one(db, f"SELECT {LICENSE_COLUMNS} FROM licenses WHERE license_id = ?", (license_id,))
+async def _license(db: Db, license_id: str) -> dict[str, Any]:
+    row = await db.fetch_one(f"SELECT {LICENSE_COLUMNS} FROM licenses WHERE license_id = ?", (license_id,))
     if row is None:
         raise ToolError(f"license {license_id} not found")
     return row
 
 
-async def _resolution_hours(db: Connection, priority: str) -> int:
-    row = await _one(db, "SELECT resolution_hours FROM sla_rules WHERE priority = ?", (priority,))
+async def _resolution_hours(db: Db, priority: str) -> int:
+    row = await db.fetch_one("SELECT resolution_hours FROM sla_rules WHERE priority = ?", (priority,))
     if row is None:
         raise ToolError(f"no SLA rule for priority {priority!r}")
     return int(row["resolution_hours"])
@@ -121,25 +109,23 @@ def _not_finished(ticket: dict[str, Any], action: str) -> None:
 
 
 @tool
-async def get_employee(db: Connection, employee_id: str) -> dict[str, Any]:
+async def get_employee(db: Db, employee_id: str) -> dict[str, Any]:
     """Get an employee's profile with their department, assigned assets and software licenses.
 
     Args:
         employee_id: The employee id, such as 'E-1001'.
     """
     employee = await _employee(db, employee_id)
-    dept = await _one(
-        db, "SELECT name FROM departments WHERE department_id = ?", (employee["department_id"],)
+    dept = await db.fetch_one(
+        "SELECT name FROM departments WHERE department_id = ?", (employee["department_id"],)
     )
     employee["department_name"] = dept["name"] if dept else None
-    employee["assets"] = await _rows(
-        db,
+    employee["assets"] = await db.fetch_all(
         "SELECT asset_id, asset_type, model, serial_number FROM assets "
         "WHERE assigned_to = ? ORDER BY asset_id",
         (employee_id,),
     )
-    employee["licenses"] = await _rows(
-        db,
+    employee["licenses"] = await db.fetch_all(
         "SELECT l.license_id, l.product FROM license_assignments a JOIN licenses l USING (license_id) "
         "WHERE a.employee_id = ? ORDER BY l.license_id",
         (employee_id,),
@@ -149,7 +135,7 @@ async def get_employee(db: Connection, employee_id: str) -> dict[str, Any]:
 
 @tool
 async def find_employees(
-    db: Connection, email: str | None = None, name: str | None = None, department_id: str | None = None
+    db: Db, email: str | None = None, name: str | None = None, department_id: str | None = None
 ) -> list[dict[str, Any]]:
     """Search employees by exact email, by part of their name, or by department. Filters combine.
 
@@ -171,8 +157,7 @@ async def find_employees(
     if department_id is not None:
         clauses.append("department_id = ?")
         params.append(department_id)
-    return await _rows(
-        db,
+    return await db.fetch_all(
         "SELECT employee_id, first_name, last_name, email, department_id, title, status FROM employees "
         f"WHERE {' AND '.join(clauses)} ORDER BY employee_id",
         tuple(params),
@@ -180,21 +165,20 @@ async def find_employees(
 
 
 @tool
-async def list_departments(db: Connection) -> list[dict[str, Any]]:
+async def list_departments(db: Db) -> list[dict[str, Any]]:
     """List the departments with their cost center and the employee id of the department head."""
-    return await _rows(
-        db,
+    return await db.fetch_all(
         "SELECT d.department_id, d.name, d.cost_center, "
         "(SELECT e.employee_id FROM employees e LEFT JOIN employees m ON m.employee_id = e.manager_id "
         " WHERE e.department_id = d.department_id "
         " AND (m.employee_id IS NULL OR m.department_id <> e.department_id) "
         " ORDER BY e.employee_id LIMIT 1) AS manager_id "
-        "FROM departments d ORDER BY d.department_id",
+        "FROM departments d ORDER BY d.department_id"
     )
 
 
 @tool
-async def get_ticket(db: Connection, ticket_id: str) -> dict[str, Any]:
+async def get_ticket(db: Db, ticket_id: str) -> dict[str, Any]:
     """Get a ticket with its comments and whether it breached its SLA resolution deadline.
 
     Args:
@@ -202,8 +186,7 @@ async def get_ticket(db: Connection, ticket_id: str) -> dict[str, Any]:
     """
     ticket = await _ticket(db, ticket_id)
     ticket["sla_breached"] = (ticket["resolved_at"] or NOW) > ticket["due_at"]
-    ticket["comments"] = await _rows(
-        db,
+    ticket["comments"] = await db.fetch_all(
         "SELECT comment_id, author_id, body, is_internal, created_at FROM ticket_comments "
         "WHERE ticket_id = ? ORDER BY created_at, comment_id",
         (ticket_id,),
@@ -213,7 +196,7 @@ async def get_ticket(db: Connection, ticket_id: str) -> dict[str, Any]:
 
 @tool
 async def list_tickets(
-    db: Connection,
+    db: Db,
     status: TicketStatus | None = None,
     priority: Priority | None = None,
     category: Category | None = None,
@@ -241,8 +224,7 @@ async def list_tickets(
         if value is not None:
             clauses.append(f"{column} = ?")
             params.append(value)
-    return await _rows(
-        db,
+    return await db.fetch_all(
         "SELECT ticket_id, subject, category, priority, status, requester_id, assignee_id, "
         f"created_at, due_at FROM tickets WHERE {' AND '.join(clauses)} ORDER BY ticket_id",
         tuple(params),
@@ -250,7 +232,7 @@ async def list_tickets(
 
 
 @tool
-async def get_asset(db: Connection, asset_id: str) -> dict[str, Any]:
+async def get_asset(db: Db, asset_id: str) -> dict[str, Any]:
     """Get an asset (laptop, phone, monitor or tablet): model, serial number, status and holder.
 
     Args:
@@ -261,7 +243,7 @@ async def get_asset(db: Connection, asset_id: str) -> dict[str, Any]:
 
 @tool
 async def list_assets(
-    db: Connection,
+    db: Db,
     asset_type: AssetType | None = None,
     status: AssetStatus | None = None,
     employee_id: str | None = None,
@@ -279,17 +261,15 @@ async def list_assets(
         if value is not None:
             clauses.append(f"{column} = ?")
             params.append(value)
-    return await _rows(
-        db,
-        f"SELECT {ASSET_COLUMNS} FROM assets WHERE {' AND '.join(clauses)} ORDER BY asset_id",
-        tuple(params),
+    return await db.fetch_all(
+        f"SELECT {ASSET_COLUMNS} FROM assets WHERE {' AND '.join(clauses)} ORDER BY asset_id", tuple(params)
     )
 
 
 @tool
-async def list_licenses(db: Connection) -> list[dict[str, Any]]:
+async def list_licenses(db: Db) -> list[dict[str, Any]]:
     """List the software licenses with seats used, seats available and expiry."""
-    rows = await _rows(db, f"SELECT {LICENSE_COLUMNS} FROM licenses ORDER BY license_id")
+    rows = await db.fetch_all(f"SELECT {LICENSE_COLUMNS} FROM licenses ORDER BY license_id")
     for row in rows:
         row["seats_available"] = row["seat_limit"] - row["seats_used"]
         row["expired"] = row["expires_on"] < TODAY
@@ -297,7 +277,7 @@ async def list_licenses(db: Connection) -> list[dict[str, Any]]:
 
 
 @tool
-async def get_license(db: Connection, license_id: str) -> dict[str, Any]:
+async def get_license(db: Db, license_id: str) -> dict[str, Any]:
     """Get a software license with its seat usage and the employees holding a seat.
 
     Args:
@@ -306,8 +286,7 @@ async def get_license(db: Connection, license_id: str) -> dict[str, Any]:
     license_ = await _license(db, license_id)
     license_["seats_available"] = license_["seat_limit"] - license_["seats_used"]
     license_["expired"] = license_["expires_on"] < TODAY
-    license_["holders"] = await _rows(
-        db,
+    license_["holders"] = await db.fetch_all(
         "SELECT e.employee_id, e.first_name, e.last_name FROM license_assignments a "
         "JOIN employees e USING (employee_id) WHERE a.license_id = ? ORDER BY e.employee_id",
         (license_id,),
@@ -316,10 +295,10 @@ async def get_license(db: Connection, license_id: str) -> dict[str, Any]:
 
 
 @tool
-async def get_sla_rules(db: Connection) -> list[dict[str, Any]]:
+async def get_sla_rules(db: Db) -> list[dict[str, Any]]:
     """List the SLA per priority: hours from ticket creation to first response and to resolution."""
-    return await _rows(
-        db, "SELECT priority, response_hours, resolution_hours FROM sla_rules ORDER BY resolution_hours"
+    return await db.fetch_all(
+        "SELECT priority, response_hours, resolution_hours FROM sla_rules ORDER BY resolution_hours"
     )
 
 
@@ -328,7 +307,7 @@ async def get_sla_rules(db: Connection) -> list[dict[str, Any]]:
 
 @tool(writes=["tickets"])
 async def create_ticket(
-    db: Connection,
+    db: Db,
     requester_id: str,
     category: Category,
     priority: Priority,
@@ -366,7 +345,7 @@ async def create_ticket(
 
 
 @tool(writes=["tickets"])
-async def assign_ticket(db: Connection, ticket_id: str, assignee_id: str) -> dict[str, Any]:
+async def assign_ticket(db: Db, ticket_id: str, assignee_id: str) -> dict[str, Any]:
     """Assign (or reassign) a ticket to an active IT employee. An 'open' ticket becomes 'in_progress'.
 
     Args:
@@ -391,7 +370,7 @@ async def assign_ticket(db: Connection, ticket_id: str, assignee_id: str) -> dic
 
 @tool(writes=["tickets"])
 async def update_ticket_status(
-    db: Connection,
+    db: Db,
     ticket_id: str,
     status: Literal["in_progress", "on_hold", "resolved"],
     resolution: str | None = None,
@@ -432,7 +411,7 @@ async def update_ticket_status(
 
 
 @tool(writes=["tickets"])
-async def change_ticket_priority(db: Connection, ticket_id: str, priority: Priority) -> dict[str, Any]:
+async def change_ticket_priority(db: Db, ticket_id: str, priority: Priority) -> dict[str, Any]:
     """Change an unresolved ticket's priority; its due time is recomputed from its creation time.
 
     Args:
@@ -451,7 +430,7 @@ async def change_ticket_priority(db: Connection, ticket_id: str, priority: Prior
 
 
 @tool(writes=["tickets"])
-async def close_ticket(db: Connection, ticket_id: str, employee_id: str) -> dict[str, Any]:
+async def close_ticket(db: Db, ticket_id: str, employee_id: str) -> dict[str, Any]:
     """Close a resolved ticket, on the word of its requester or the requester's manager.
 
     Args:
@@ -476,7 +455,7 @@ async def close_ticket(db: Connection, ticket_id: str, employee_id: str) -> dict
 
 @tool(writes=["ticket_comments"])
 async def add_ticket_comment(
-    db: Connection, ticket_id: str, author_id: str, body: str, is_internal: bool = False
+    db: Db, ticket_id: str, author_id: str, body: str, is_internal: bool = False
 ) -> dict[str, Any]:
     """Add a comment to a ticket that is not closed. Internal notes may only be written by IT staff.
 
@@ -509,8 +488,7 @@ async def add_ticket_comment(
         "VALUES (?, ?, ?, ?, ?, ?)",
         (comment_id, ticket_id, author_id, body.strip(), int(is_internal), NOW),
     )
-    row = await _one(
-        db,
+    row = await db.fetch_one(
         "SELECT comment_id, ticket_id, author_id, body, is_internal, created_at FROM ticket_comments "
         "WHERE comment_id = ?",
         (comment_id,),
@@ -523,7 +501,7 @@ async def add_ticket_comment(
 
 
 @tool(writes=["assets"])
-async def assign_asset(db: Connection, asset_id: str, employee_id: str) -> dict[str, Any]:
+async def assign_asset(db: Db, asset_id: str, employee_id: str) -> dict[str, Any]:
     """Hand an in-stock asset to an active employee (at most one laptop and one phone each).
 
     Args:
@@ -539,8 +517,7 @@ async def assign_asset(db: Connection, asset_id: str, employee_id: str) -> dict[
     if asset["status"] != "in_stock":
         raise ToolError(f"asset {asset_id} is {asset['status']} and cannot be assigned")
     if asset["asset_type"] in ONE_PER_EMPLOYEE:
-        held = await _one(
-            db,
+        held = await db.fetch_one(
             "SELECT asset_id FROM assets WHERE assigned_to = ? AND asset_type = ?",
             (employee_id, asset["asset_type"]),
         )
@@ -556,9 +533,7 @@ async def assign_asset(db: Connection, asset_id: str, employee_id: str) -> dict[
 
 
 @tool(writes=["assets"])
-async def return_asset(
-    db: Connection, asset_id: str, condition: Literal["working", "damaged"]
-) -> dict[str, Any]:
+async def return_asset(db: Db, asset_id: str, condition: Literal["working", "damaged"]) -> dict[str, Any]:
     """Take back an assigned asset: a working one goes back in stock, a damaged one to repair.
 
     Args:
@@ -576,7 +551,7 @@ async def return_asset(
 
 
 @tool(writes=["licenses", "license_assignments"])
-async def assign_licenses(db: Connection, employee_id: str, license_ids: list[str]) -> dict[str, Any]:
+async def assign_licenses(db: Db, employee_id: str, license_ids: list[str]) -> dict[str, Any]:
     """Give an active employee a seat on each listed license: all of them, or none if any cannot be given.
 
     Args:
@@ -593,8 +568,7 @@ async def assign_licenses(db: Connection, employee_id: str, license_ids: list[st
         label = f"license {license_id} ({license_['product']})"
         if license_["expires_on"] < TODAY:
             raise ToolError(f"{label} expired on {license_['expires_on']}")
-        held = await _one(
-            db,
+        held = await db.fetch_one(
             "SELECT 1 AS held FROM license_assignments WHERE license_id = ? AND employee_id = ?",
             (license_id, employee_id),
         )
@@ -616,7 +590,7 @@ async def assign_licenses(db: Connection, employee_id: str, license_ids: list[st
 
 
 @tool(writes=["licenses", "license_assignments"])
-async def revoke_license(db: Connection, license_id: str, employee_id: str) -> dict[str, Any]:
+async def revoke_license(db: Db, license_id: str, employee_id: str) -> dict[str, Any]:
     """Take a license seat away from an employee, freeing it for someone else.
 
     Args:
@@ -625,8 +599,7 @@ async def revoke_license(db: Connection, license_id: str, employee_id: str) -> d
     """
     license_ = await _license(db, license_id)
     await _employee(db, employee_id)
-    held = await _one(
-        db,
+    held = await db.fetch_one(
         "SELECT 1 AS held FROM license_assignments WHERE license_id = ? AND employee_id = ?",
         (license_id, employee_id),
     )

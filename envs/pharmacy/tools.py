@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aiosqlite import Connection
-
-from envforge.server import ToolError, tool
+from envforge.server import Db, ToolError, tool
 
 TODAY = "2025-03-14"
 PATIENT = "patient_id, name, birth_date, allergy"
@@ -15,60 +13,51 @@ RX = "rx_id, patient_id, drug_id, refills_left, status"
 FILL = "fill_id, rx_id, quantity, filled_on, total_cents"
 
 
-async def _rows(db: Connection, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-    async with db.execute(sql, params) as cur:
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, row, strict=True)) for row in await cur.fetchall()]
-
-
-async def _one(db: Connection, sql: str, params: tuple[Any, ...], what: str) -> dict[str, Any]:
-    rows = await _rows(db, sql, params)
-    if not rows:
-        raise ToolError(f"{what} not found")
-    return rows[0]
-
-
 @tool
-async def get_patient(db: Connection, patient_id: str) -> dict[str, Any]:
+async def get_patient(db: Db, patient_id: str) -> dict[str, Any]:
     """Look up a patient by id.
 
     Args:
         patient_id: Patient id such as 'P-101'.
     """
-    return await _one(db, f"SELECT {PATIENT} FROM patients WHERE patient_id = ?", (patient_id,), "patient")
+    return await db.require_one(
+        f"SELECT {PATIENT} FROM patients WHERE patient_id = ?", (patient_id,), "patient not found"
+    )
 
 
 @tool
-async def get_drug(db: Connection, drug_id: str) -> dict[str, Any]:
+async def get_drug(db: Db, drug_id: str) -> dict[str, Any]:
     """Get a drug with its stock and price.
 
     Args:
         drug_id: Drug id such as 'D-201'.
     """
-    return await _one(db, f"SELECT {DRUG} FROM drugs WHERE drug_id = ?", (drug_id,), f"drug {drug_id}")
+    return await db.require_one(
+        f"SELECT {DRUG} FROM drugs WHERE drug_id = ?", (drug_id,), f"drug {drug_id} not found"
+    )
 
 
 @tool
-async def list_prescriptions(db: Connection, patient_id: str) -> list[dict[str, Any]]:
+async def list_prescriptions(db: Db, patient_id: str) -> list[dict[str, Any]]:
     """A patient's prescriptions with refills left.
 
     Args:
         patient_id: The patient id.
     """
     await get_patient(db, patient_id)
-    return await _rows(
-        db, f"SELECT {RX} FROM prescriptions WHERE patient_id = ? ORDER BY rx_id", (patient_id,)
+    return await db.fetch_all(
+        f"SELECT {RX} FROM prescriptions WHERE patient_id = ? ORDER BY rx_id", (patient_id,)
     )
 
 
-async def _rx(db: Connection, rx_id: str) -> dict[str, Any]:
-    return await _one(
-        db, f"SELECT {RX} FROM prescriptions WHERE rx_id = ?", (rx_id,), f"prescription {rx_id}"
+async def _rx(db: Db, rx_id: str) -> dict[str, Any]:
+    return await db.require_one(
+        f"SELECT {RX} FROM prescriptions WHERE rx_id = ?", (rx_id,), f"prescription {rx_id} not found"
     )
 
 
 @tool(writes=["fills", "prescriptions", "drugs"])
-async def fill_prescription(db: Connection, rx_id: str, quantity: int) -> dict[str, Any]:
+async def fill_prescription(db: Db, rx_id: str, quantity: int) -> dict[str, Any]:
     """Dispense an active prescription with refills left; stock must cover the quantity.
 
     Args:
@@ -85,7 +74,7 @@ async def fill_prescription(db: Connection, rx_id: str, quantity: int) -> dict[s
     drug = await get_drug(db, rx["drug_id"])
     if drug["stock"] < quantity:
         raise ToolError(f"only {drug['stock']} units of {drug['name']} in stock")
-    n = (await _rows(db, "SELECT MAX(CAST(substr(fill_id, 3) AS INTEGER)) AS n FROM fills"))[0]["n"] or 0
+    n = (await db.fetch_all("SELECT MAX(CAST(substr(fill_id, 3) AS INTEGER)) AS n FROM fills"))[0]["n"] or 0
     fill_id = f"F-{n + 1}"
     await db.execute(
         "INSERT INTO fills (fill_id, rx_id, quantity, filled_on, total_cents) VALUES (?, ?, ?, ?, ?)",
@@ -93,11 +82,11 @@ async def fill_prescription(db: Connection, rx_id: str, quantity: int) -> dict[s
     )
     await db.execute("UPDATE prescriptions SET refills_left = refills_left - 1 WHERE rx_id = ?", (rx_id,))
     await db.execute("UPDATE drugs SET stock = stock - ? WHERE drug_id = ?", (quantity, drug["drug_id"]))
-    return await _one(db, f"SELECT {FILL} FROM fills WHERE fill_id = ?", (fill_id,), "fill")
+    return await db.require_one(f"SELECT {FILL} FROM fills WHERE fill_id = ?", (fill_id,), "fill not found")
 
 
 @tool(writes=["prescriptions"])
-async def cancel_prescription(db: Connection, rx_id: str) -> dict[str, Any]:
+async def cancel_prescription(db: Db, rx_id: str) -> dict[str, Any]:
     """Cancel an active prescription.
 
     Args:
@@ -111,7 +100,7 @@ async def cancel_prescription(db: Connection, rx_id: str) -> dict[str, Any]:
 
 
 @tool(writes=["drugs"])
-async def restock_drug(db: Connection, drug_id: str, quantity: int) -> dict[str, Any]:
+async def restock_drug(db: Db, drug_id: str, quantity: int) -> dict[str, Any]:
     """Add units to a drug's stock.
 
     Args:

@@ -12,7 +12,7 @@ import datetime as dt
 from collections import Counter
 from typing import Any, Literal
 
-from envforge.server import ToolError, tool
+from envforge.server import Db, ToolError, tool
 
 TODAY = "2024-06-15"
 RETURN_WINDOW_DAYS = 30
@@ -30,54 +30,36 @@ Row = dict[str, Any]
 # --- helpers ---------------------------------------------------------------------------------
 
 
-async def _rows(db: Any, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
-    """Run a query and return rows as dicts keyed by column name (the schema's names)."""
-    async with db.execute(sql, params) as cur:
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r, strict=True)) for r in await cur.fetchall()]
-
-
-async def _one(db: Any, sql: str, params: tuple[Any, ...], missing: str) -> Row:
-    rows = await _rows(db, sql, params)
-    if not rows:
-        raise ToolError(missing)
-    return rows[0]
-
-
-async def _next_id(db: Any, table: str, column: str, prefix: str) -> str:
+async def _next_id(db: Db, table: str, column: str, prefix: str) -> str:
     """The next id after the largest one in use, so new ids never depend on the clock or chance.
 
     `table` and `column` are constants from this module, never agent input.
     """
     sql = f"SELECT MAX(CAST(SUBSTR({column}, ?) AS INTEGER)) FROM {table}"
-    rows = await _rows(db, sql, (len(prefix) + 1,))
+    rows = await db.fetch_all(sql, (len(prefix) + 1,))
     current = next(iter(rows[0].values())) if rows else None
     return f"{prefix}{(current or 0) + 1}"
 
 
-async def _customer(db: Any, customer_id: str) -> Row:
-    return await _one(
-        db,
-        "SELECT * FROM customers WHERE customer_id = ?",
-        (customer_id,),
-        f"customer {customer_id} not found",
+async def _customer(db: Db, customer_id: str) -> Row:
+    return await db.require_one(
+        "SELECT * FROM customers WHERE customer_id = ?", (customer_id,), f"customer {customer_id} not found"
     )
 
 
-async def _owned_order(db: Any, customer_id: str, order_id: str) -> Row:
+async def _owned_order(db: Db, customer_id: str, order_id: str) -> Row:
     """The order, after checking that it exists and belongs to the customer."""
     await _customer(db, customer_id)
-    order = await _one(
-        db, "SELECT * FROM orders WHERE order_id = ?", (order_id,), f"order {order_id} not found"
+    order = await db.require_one(
+        "SELECT * FROM orders WHERE order_id = ?", (order_id,), f"order {order_id} not found"
     )
     if order["customer_id"] != customer_id:
         raise ToolError(f"order {order_id} does not belong to customer {customer_id}")
     return order
 
 
-async def _owned_payment_method(db: Any, customer_id: str, payment_method_id: str) -> Row:
-    pm = await _one(
-        db,
+async def _owned_payment_method(db: Db, customer_id: str, payment_method_id: str) -> Row:
+    pm = await db.require_one(
         "SELECT * FROM payment_methods WHERE payment_method_id = ?",
         (payment_method_id,),
         f"payment method {payment_method_id} not found",
@@ -87,9 +69,9 @@ async def _owned_payment_method(db: Any, customer_id: str, payment_method_id: st
     return pm
 
 
-async def _owned_address(db: Any, customer_id: str, address_id: str) -> Row:
-    address = await _one(
-        db, "SELECT * FROM addresses WHERE address_id = ?", (address_id,), f"address {address_id} not found"
+async def _owned_address(db: Db, customer_id: str, address_id: str) -> Row:
+    address = await db.require_one(
+        "SELECT * FROM addresses WHERE address_id = ?", (address_id,), f"address {address_id} not found"
     )
     if address["customer_id"] != customer_id:
         raise ToolError(f"address {address_id} does not belong to customer {customer_id}")
@@ -109,7 +91,7 @@ def _check_can_pay(pm: Row, amount: float) -> None:
 
 
 async def _add_payment(
-    db: Any, order_id: str, pm: Row, kind: str, amount: float, return_id: str | None = None
+    db: Db, order_id: str, pm: Row, kind: str, amount: float, return_id: str | None = None
 ) -> None:
     """Record a charge or refund and move a gift card's balance with it."""
     amount = round(amount, 2)
@@ -127,9 +109,8 @@ async def _add_payment(
         )
 
 
-async def _charged_method_ids(db: Any, order_id: str) -> list[str]:
-    rows = await _rows(
-        db,
+async def _charged_method_ids(db: Db, order_id: str) -> list[str]:
+    rows = await db.fetch_all(
         "SELECT DISTINCT payment_method_id FROM payments WHERE order_id = ? AND kind = 'charge'"
         " ORDER BY payment_method_id",
         (order_id,),
@@ -137,9 +118,8 @@ async def _charged_method_ids(db: Any, order_id: str) -> list[str]:
     return [r["payment_method_id"] for r in rows]
 
 
-async def _order_items(db: Any, order_id: str) -> list[Row]:
-    return await _rows(
-        db,
+async def _order_items(db: Db, order_id: str) -> list[Row]:
+    return await db.fetch_all(
         "SELECT i.order_item_id, i.variant_id, v.product_id, p.name, v.options, i.quantity, i.unit_price,"
         " i.status FROM order_items i JOIN variants v ON v.variant_id = i.variant_id"
         " JOIN products p ON p.product_id = v.product_id WHERE i.order_id = ? ORDER BY i.order_item_id",
@@ -147,30 +127,29 @@ async def _order_items(db: Any, order_id: str) -> list[Row]:
     )
 
 
-async def _order_detail(db: Any, order_id: str) -> Row:
-    order = await _one(
-        db, "SELECT * FROM orders WHERE order_id = ?", (order_id,), f"order {order_id} not found"
+async def _order_detail(db: Db, order_id: str) -> Row:
+    order = await db.require_one(
+        "SELECT * FROM orders WHERE order_id = ?", (order_id,), f"order {order_id} not found"
     )
     order["items"] = await _order_items(db, order_id)
-    order["payments"] = await _rows(
-        db,
+    order["payments"] = await db.fetch_all(
         "SELECT payment_id, payment_method_id, kind, amount, return_id FROM payments WHERE order_id = ?"
         " ORDER BY payment_id",
         (order_id,),
     )
-    returns = await _rows(
-        db, "SELECT return_id FROM returns WHERE order_id = ? ORDER BY return_id", (order_id,)
+    returns = await db.fetch_all(
+        "SELECT return_id FROM returns WHERE order_id = ? ORDER BY return_id", (order_id,)
     )
     order["return_ids"] = [r["return_id"] for r in returns]
     return order
 
 
-async def _return_detail(db: Any, return_id: str) -> Row:
-    ret = await _one(
-        db, "SELECT * FROM returns WHERE return_id = ?", (return_id,), f"return {return_id} not found"
+async def _return_detail(db: Db, return_id: str) -> Row:
+    ret = await db.require_one(
+        "SELECT * FROM returns WHERE return_id = ?", (return_id,), f"return {return_id} not found"
     )
-    items = await _rows(
-        db, "SELECT order_item_id FROM return_items WHERE return_id = ? ORDER BY order_item_id", (return_id,)
+    items = await db.fetch_all(
+        "SELECT order_item_id FROM return_items WHERE return_id = ? ORDER BY order_item_id", (return_id,)
     )
     ret["order_item_ids"] = [r["order_item_id"] for r in items]
     return ret
@@ -185,14 +164,13 @@ def _customer_summary(c: Row) -> Row:
 
 
 @tool
-async def find_customer_by_email(db: Any, email: str) -> Row:
+async def find_customer_by_email(db: Db, email: str) -> Row:
     """Find a customer by email address (case-insensitive). Use it to verify a customer's identity.
 
     Args:
         email: The customer's email address, such as 'olivia.smith@example.com'.
     """
-    c = await _one(
-        db,
+    c = await db.require_one(
         "SELECT * FROM customers WHERE email = ? COLLATE NOCASE",
         (email.strip(),),
         f"no customer has the email {email.strip()!r}",
@@ -201,7 +179,7 @@ async def find_customer_by_email(db: Any, email: str) -> Row:
 
 
 @tool
-async def find_customer_by_name_zip(db: Any, first_name: str, last_name: str, zip: str) -> Row:
+async def find_customer_by_name_zip(db: Db, first_name: str, last_name: str, zip: str) -> Row:
     """Find a customer by first name, last name and the zip code of any of their addresses.
 
     Args:
@@ -209,8 +187,7 @@ async def find_customer_by_name_zip(db: Any, first_name: str, last_name: str, zi
         last_name: The customer's last name.
         zip: A 5-digit zip code of one of the customer's addresses.
     """
-    rows = await _rows(
-        db,
+    rows = await db.fetch_all(
         "SELECT DISTINCT c.* FROM customers c JOIN addresses a ON a.customer_id = c.customer_id"
         " WHERE c.first_name = ? COLLATE NOCASE AND c.last_name = ? COLLATE NOCASE AND a.zip = ?"
         " ORDER BY c.customer_id",
@@ -224,21 +201,19 @@ async def find_customer_by_name_zip(db: Any, first_name: str, last_name: str, zi
 
 
 @tool
-async def get_customer(db: Any, customer_id: str) -> Row:
+async def get_customer(db: Db, customer_id: str) -> Row:
     """Get a customer's profile with their addresses and payment methods (gift cards show their balance).
 
     Args:
         customer_id: The customer id, such as 'C-1001'.
     """
     c = await _customer(db, customer_id)
-    c["addresses"] = await _rows(
-        db,
+    c["addresses"] = await db.fetch_all(
         "SELECT address_id, line1, line2, city, state, zip, is_default FROM addresses"
         " WHERE customer_id = ? ORDER BY address_id",
         (customer_id,),
     )
-    c["payment_methods"] = await _rows(
-        db,
+    c["payment_methods"] = await db.fetch_all(
         "SELECT payment_method_id, kind, brand, last4, expires, balance FROM payment_methods"
         " WHERE customer_id = ? ORDER BY payment_method_id",
         (customer_id,),
@@ -247,7 +222,7 @@ async def get_customer(db: Any, customer_id: str) -> Row:
 
 
 @tool
-async def list_customer_orders(db: Any, customer_id: str, status: OrderStatus | None = None) -> list[Row]:
+async def list_customer_orders(db: Db, customer_id: str, status: OrderStatus | None = None) -> list[Row]:
     """List a customer's orders, oldest first, optionally only those with one status.
 
     Args:
@@ -255,8 +230,7 @@ async def list_customer_orders(db: Any, customer_id: str, status: OrderStatus | 
         status: Only orders in this status; leave out for all orders.
     """
     await _customer(db, customer_id)
-    return await _rows(
-        db,
+    return await db.fetch_all(
         "SELECT o.order_id, o.status, o.placed_on, o.total,"
         " (SELECT COUNT(*) FROM order_items i WHERE i.order_id = o.order_id) AS item_count"
         " FROM orders o WHERE o.customer_id = ? AND (? IS NULL OR o.status = ?) ORDER BY o.order_id",
@@ -265,7 +239,7 @@ async def list_customer_orders(db: Any, customer_id: str, status: OrderStatus | 
 
 
 @tool
-async def get_order(db: Any, order_id: str) -> Row:
+async def get_order(db: Db, order_id: str) -> Row:
     """Get an order with its items, payments (charges and refunds) and the ids of its returns.
 
     Args:
@@ -276,7 +250,7 @@ async def get_order(db: Any, order_id: str) -> Row:
 
 @tool
 async def search_products(
-    db: Any, query: str = "", category: Category | None = None, in_stock_only: bool = False
+    db: Db, query: str = "", category: Category | None = None, in_stock_only: bool = False
 ) -> list[Row]:
     """Search the catalogue by words in the product name, optionally within a category.
 
@@ -285,8 +259,7 @@ async def search_products(
         category: Only products in this category.
         in_stock_only: Only products with at least one variant in stock.
     """
-    rows = await _rows(
-        db,
+    rows = await db.fetch_all(
         "SELECT p.product_id, p.name, p.category, p.status, MIN(v.price) AS min_price,"
         " MAX(v.price) AS max_price, SUM(v.stock) AS units_in_stock"
         " FROM products p JOIN variants v ON v.product_id = p.product_id"
@@ -302,17 +275,16 @@ async def search_products(
 
 
 @tool
-async def get_product(db: Any, product_id: str) -> Row:
+async def get_product(db: Db, product_id: str) -> Row:
     """Get a product with all its variants (options, price, units in stock).
 
     Args:
         product_id: The product id, such as 'P-101'.
     """
-    product = await _one(
-        db, "SELECT * FROM products WHERE product_id = ?", (product_id,), f"product {product_id} not found"
+    product = await db.require_one(
+        "SELECT * FROM products WHERE product_id = ?", (product_id,), f"product {product_id} not found"
     )
-    product["variants"] = await _rows(
-        db,
+    product["variants"] = await db.fetch_all(
         "SELECT variant_id, options, price, stock FROM variants WHERE product_id = ? ORDER BY variant_id",
         (product_id,),
     )
@@ -320,7 +292,7 @@ async def get_product(db: Any, product_id: str) -> Row:
 
 
 @tool
-async def get_return(db: Any, return_id: str) -> Row:
+async def get_return(db: Db, return_id: str) -> Row:
     """Get a return: its order, status, reason, refund amount, refund payment method and items.
 
     Args:
@@ -334,7 +306,7 @@ async def get_return(db: Any, return_id: str) -> Row:
 
 @tool(writes=["orders", "order_items", "variants", "payments", "payment_methods"])
 async def place_order(
-    db: Any, customer_id: str, address_id: str, payment_method_id: str, variant_ids: list[str]
+    db: Db, customer_id: str, address_id: str, payment_method_id: str, variant_ids: list[str]
 ) -> Row:
     """Place a new order, charged in full to one payment method; it starts as 'pending'.
 
@@ -358,8 +330,7 @@ async def place_order(
     total = 0.0
     lines: list[tuple[Row, int]] = []
     for variant_id, qty in quantities.items():
-        v = await _one(
-            db,
+        v = await db.require_one(
             "SELECT v.*, p.name, p.status FROM variants v JOIN products p ON p.product_id = v.product_id"
             " WHERE v.variant_id = ?",
             (variant_id,),
@@ -392,7 +363,7 @@ async def place_order(
 
 
 @tool(writes=["orders", "variants", "payments", "payment_methods"])
-async def cancel_order(db: Any, customer_id: str, order_id: str, reason: CancelReason) -> Row:
+async def cancel_order(db: Db, customer_id: str, order_id: str, reason: CancelReason) -> Row:
     """Cancel a pending or processing order: restock its items and refund what was paid.
 
     The refund goes back to the payment methods the order was charged with (gift cards are credited).
@@ -412,8 +383,7 @@ async def cancel_order(db: Any, customer_id: str, order_id: str, reason: CancelR
             "UPDATE variants SET stock = stock + ? WHERE variant_id = ?",
             (item["quantity"], item["variant_id"]),
         )
-    nets = await _rows(
-        db,
+    nets = await db.fetch_all(
         "SELECT m.*, SUM(CASE WHEN p.kind = 'charge' THEN p.amount ELSE -p.amount END) AS net"
         " FROM payments p JOIN payment_methods m ON m.payment_method_id = p.payment_method_id"
         " WHERE p.order_id = ? GROUP BY m.payment_method_id ORDER BY MIN(p.payment_id)",
@@ -432,7 +402,7 @@ async def cancel_order(db: Any, customer_id: str, order_id: str, reason: CancelR
 
 
 @tool(writes=["orders"])
-async def update_order_address(db: Any, customer_id: str, order_id: str, address_id: str) -> Row:
+async def update_order_address(db: Db, customer_id: str, order_id: str, address_id: str) -> Row:
     """Change where a pending order ships to, choosing another of the customer's addresses.
 
     Args:
@@ -452,7 +422,7 @@ async def update_order_address(db: Any, customer_id: str, order_id: str, address
 
 @tool(writes=["orders", "order_items", "variants", "payments", "payment_methods"])
 async def change_order_item(
-    db: Any, customer_id: str, order_id: str, order_item_id: str, variant_id: str, payment_method_id: str
+    db: Db, customer_id: str, order_id: str, order_item_id: str, variant_id: str, payment_method_id: str
 ) -> Row:
     """Swap an item of a pending order for another variant of the same product (e.g. another size).
 
@@ -469,15 +439,13 @@ async def change_order_item(
     order = await _owned_order(db, customer_id, order_id)
     if order["status"] != "pending":
         raise ToolError(f"order {order_id} is {order['status']}; only pending orders can be changed")
-    item = await _one(
-        db,
+    item = await db.require_one(
         "SELECT i.*, v.product_id FROM order_items i JOIN variants v ON v.variant_id = i.variant_id"
         " WHERE i.order_item_id = ? AND i.order_id = ?",
         (order_item_id, order_id),
         f"order item {order_item_id} is not part of order {order_id}",
     )
-    new = await _one(
-        db,
+    new = await db.require_one(
         "SELECT v.*, p.name, p.status FROM variants v JOIN products p ON p.product_id = v.product_id"
         " WHERE v.variant_id = ?",
         (variant_id,),
@@ -519,7 +487,7 @@ async def change_order_item(
 
 @tool(writes=["returns", "return_items", "order_items"])
 async def request_return(
-    db: Any,
+    db: Db,
     customer_id: str,
     order_id: str,
     order_item_ids: list[str],
@@ -582,7 +550,7 @@ async def request_return(
 
 
 @tool(writes=["returns", "order_items"])
-async def cancel_return(db: Any, customer_id: str, return_id: str) -> Row:
+async def cancel_return(db: Db, customer_id: str, return_id: str) -> Row:
     """Withdraw a return that is still 'requested'; its items count as kept again.
 
     Args:
@@ -601,7 +569,7 @@ async def cancel_return(db: Any, customer_id: str, return_id: str) -> Row:
 
 @tool(writes=["addresses"])
 async def add_address(
-    db: Any,
+    db: Db,
     customer_id: str,
     line1: str,
     city: str,
@@ -629,8 +597,8 @@ async def add_address(
         raise ToolError(f"state must be a two-letter code such as 'TX', got {state!r}")
     if len(zip) != 5 or not zip.isdigit():
         raise ToolError(f"zip must be 5 digits, got {zip!r}")
-    existing = await _rows(
-        db, "SELECT * FROM addresses WHERE customer_id = ? ORDER BY address_id", (customer_id,)
+    existing = await db.fetch_all(
+        "SELECT * FROM addresses WHERE customer_id = ? ORDER BY address_id", (customer_id,)
     )
     if len(existing) >= MAX_ADDRESSES:
         raise ToolError(f"customer {customer_id} already has {MAX_ADDRESSES} addresses, the maximum")
@@ -646,4 +614,6 @@ async def add_address(
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         (address_id, customer_id, line1, line2, city, state, zip, is_default),
     )
-    return await _one(db, "SELECT * FROM addresses WHERE address_id = ?", (address_id,), "address not found")
+    return await db.require_one(
+        "SELECT * FROM addresses WHERE address_id = ?", (address_id,), "address not found"
+    )

@@ -19,12 +19,9 @@ import json
 import unicodedata
 from typing import Annotated, Any
 
-import aiosqlite
 from pydantic import BaseModel, Field
 
-from envforge.server import ToolError, tool
-
-Db = aiosqlite.Connection
+from envforge.server import Db, ToolError, tool
 
 ADDRESS_FIELDS = ("address1", "address2", "city", "country", "state", "zip")
 _ORDER_COLUMNS = ", ".join(
@@ -88,9 +85,13 @@ def _key(value: Any) -> str | None:
     """`value` as a key for one of τ²'s dict lookups (`value in self.db.orders`).
 
     Only a str can equal a τ² key, so anything else is "not found" (None matches no row); an
-    unhashable value fails with the TypeError that the dict lookup raises.
+    unhashable value is refused with the message of the TypeError that τ²'s dict lookup raises
+    (τ² shows it to the agent as its error; here it is a refusal, not a crash of the env).
     """
-    hash(value)
+    try:
+        hash(value)
+    except TypeError as exc:
+        raise ToolError(str(exc)) from None
     return value if isinstance(value, str) else None
 
 
@@ -100,30 +101,24 @@ def fold_for_match(text: str) -> str:
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch)).casefold()
 
 
-async def _rows(db: Db, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
-    return list(await db.execute_fetchall(sql, params))
-
-
 async def _get_order(db: Db, order_id: Any) -> dict[str, Any]:
     """τ²'s `Order.model_dump()` for `order_id`: all 14 fields, lists in stored order."""
-    rows = await _rows(db, f"SELECT {_ORDER_COLUMNS} FROM orders WHERE order_id = ?", (_key(order_id),))
+    rows = await db.execute_fetchall(
+        f"SELECT {_ORDER_COLUMNS} FROM orders WHERE order_id = ?", (_key(order_id),)
+    )
     if not rows:
         raise ToolError("Order not found")
     row = rows[0]
     oid = row[0]
-    items = await _rows(
-        db,
+    items = await db.execute_fetchall(
         "SELECT name, product_id, item_id, price, options FROM order_items "
         "WHERE order_id = ? ORDER BY position",
         (oid,),
     )
-    fulfillments = await _rows(
-        db,
-        "SELECT tracking_id, item_ids FROM order_fulfillments WHERE order_id = ? ORDER BY position",
-        (oid,),
+    fulfillments = await db.execute_fetchall(
+        "SELECT tracking_id, item_ids FROM order_fulfillments WHERE order_id = ? ORDER BY position", (oid,)
     )
-    payments = await _rows(
-        db,
+    payments = await db.execute_fetchall(
         "SELECT transaction_type, amount, payment_method_id FROM order_payments "
         "WHERE order_id = ? ORDER BY position",
         (oid,),
@@ -164,7 +159,7 @@ def _payment_method(row: tuple[Any, ...]) -> dict[str, Any]:
 
 
 async def _require_user(db: Db, user_id: Any) -> str:
-    rows = await _rows(db, "SELECT user_id FROM users WHERE user_id = ?", (_key(user_id),))
+    rows = await db.execute_fetchall("SELECT user_id FROM users WHERE user_id = ?", (_key(user_id),))
     if not rows:
         raise ToolError("User not found")
     return rows[0][0]
@@ -173,20 +168,20 @@ async def _require_user(db: Db, user_id: Any) -> str:
 async def _get_user(db: Db, user_id: Any) -> dict[str, Any]:
     """τ²'s `User.model_dump()`: payment methods and orders in db.json's order."""
     uid = await _require_user(db, user_id)
-    (first, last, email), *_ = await _rows(
-        db, "SELECT first_name, last_name, email FROM users WHERE user_id = ?", (uid,)
+    (first, last, email), *_ = await db.execute_fetchall(
+        "SELECT first_name, last_name, email FROM users WHERE user_id = ?", (uid,)
     )
     address = (
-        await _rows(db, f"SELECT {', '.join(ADDRESS_FIELDS)} FROM user_addresses WHERE user_id = ?", (uid,))
+        await db.execute_fetchall(
+            f"SELECT {', '.join(ADDRESS_FIELDS)} FROM user_addresses WHERE user_id = ?", (uid,)
+        )
     )[0]
-    methods = await _rows(
-        db,
+    methods = await db.execute_fetchall(
         "SELECT payment_method_id, source, brand, last_four, balance FROM payment_methods "
         "WHERE user_id = ? ORDER BY position",
         (uid,),
     )
-    orders = await _rows(
-        db,
+    orders = await db.execute_fetchall(
         "SELECT order_id FROM orders WHERE user_id = ? AND user_position IS NOT NULL ORDER BY user_position",
         (uid,),
     )
@@ -203,8 +198,7 @@ async def _get_user(db: Db, user_id: Any) -> dict[str, Any]:
 async def _get_payment_method(db: Db, user_id: Any, payment_method_id: Any) -> dict[str, Any]:
     """One of the user's payment methods (τ²'s `_get_payment_method`: the user must exist first)."""
     uid = await _require_user(db, user_id)
-    rows = await _rows(
-        db,
+    rows = await db.execute_fetchall(
         "SELECT payment_method_id, source, brand, last_four, balance FROM payment_methods "
         "WHERE user_id = ? AND payment_method_id = ?",
         (uid, _key(payment_method_id)),
@@ -221,12 +215,13 @@ def _variant(row: tuple[Any, ...]) -> dict[str, Any]:
 
 async def _get_product(db: Db, product_id: Any) -> dict[str, Any]:
     """τ²'s `Product.model_dump()`: variants in db.json's order."""
-    rows = await _rows(db, "SELECT product_id, name FROM products WHERE product_id = ?", (_key(product_id),))
+    rows = await db.execute_fetchall(
+        "SELECT product_id, name FROM products WHERE product_id = ?", (_key(product_id),)
+    )
     if not rows:
         raise ToolError("Product not found")
     pid, name = rows[0]
-    variants = await _rows(
-        db,
+    variants = await db.execute_fetchall(
         "SELECT item_id, options, available, price FROM variants WHERE product_id = ? ORDER BY position",
         (pid,),
     )
@@ -235,11 +230,12 @@ async def _get_product(db: Db, product_id: Any) -> dict[str, Any]:
 
 async def _get_variant(db: Db, product_id: Any, variant_id: Any) -> dict[str, Any]:
     """A variant of a given product (τ²'s `_get_variant`: the product must exist first)."""
-    rows = await _rows(db, "SELECT product_id FROM products WHERE product_id = ?", (_key(product_id),))
+    rows = await db.execute_fetchall(
+        "SELECT product_id FROM products WHERE product_id = ?", (_key(product_id),)
+    )
     if not rows:
         raise ToolError("Product not found")
-    variants = await _rows(
-        db,
+    variants = await db.execute_fetchall(
         "SELECT item_id, options, available, price FROM variants WHERE product_id = ? AND item_id = ?",
         (rows[0][0], _key(variant_id)),
     )
@@ -424,10 +420,9 @@ async def find_user_id_by_name_zip(
     """The first user (db.json order) whose folded names match and whose zip matches exactly."""
     wanted_first = fold_for_match(first_name)
     wanted_last = fold_for_match(last_name)
-    users = await _rows(
-        db,
+    users = await db.execute_fetchall(
         "SELECT u.user_id, u.first_name, u.last_name, a.zip FROM users u "
-        "JOIN user_addresses a ON a.user_id = u.user_id ORDER BY u.position",
+        "JOIN user_addresses a ON a.user_id = u.user_id ORDER BY u.position"
     )
     for user_id, first, last, user_zip in users:
         if fold_for_match(first) == wanted_first and fold_for_match(last) == wanted_last and user_zip == zip:
@@ -444,7 +439,9 @@ async def find_user_id_by_email(
 ) -> str:
     """The first user (db.json order) whose folded email matches."""
     wanted = fold_for_match(email)
-    for user_id, user_email in await _rows(db, "SELECT user_id, email FROM users ORDER BY position"):
+    for user_id, user_email in await db.execute_fetchall(
+        "SELECT user_id, email FROM users ORDER BY position"
+    ):
         if fold_for_match(user_email) == wanted:
             return user_id
     raise ToolError("User not found")
@@ -483,8 +480,8 @@ async def get_item_details(
     ],
 ) -> dict[str, Any]:
     """One variant, found among all products' variants (item ids are unique across products)."""
-    rows = await _rows(
-        db, "SELECT item_id, options, available, price FROM variants WHERE item_id = ?", (_key(item_id),)
+    rows = await db.execute_fetchall(
+        "SELECT item_id, options, available, price FROM variants WHERE item_id = ?", (_key(item_id),)
     )
     if not rows:
         raise ToolError("Item not found")
@@ -504,7 +501,7 @@ async def get_user_details(db: Db, user_id: UserId) -> dict[str, Any]:
 )
 async def list_all_product_types(db: Db) -> str:
     """τ² returns this as a JSON *string* sorted by name, so the agent sees it unquoted."""
-    rows = await _rows(db, "SELECT name, product_id FROM products ORDER BY position")
+    rows = await db.execute_fetchall("SELECT name, product_id FROM products ORDER BY position")
     return json.dumps(dict(rows), sort_keys=True)
 
 
@@ -604,8 +601,8 @@ async def modify_pending_order_items(
         item["item_id"] = new_item_id
         item["price"] = variant["price"]
         item["options"] = variant["options"]
-    positions = await _rows(
-        db, "SELECT position FROM order_items WHERE order_id = ? ORDER BY position", (order["order_id"],)
+    positions = await db.execute_fetchall(
+        "SELECT position FROM order_items WHERE order_id = ? ORDER BY position", (order["order_id"],)
     )
     for (position,), item in zip(positions, order["items"], strict=True):
         await db.execute(

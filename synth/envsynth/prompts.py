@@ -35,11 +35,13 @@ FOREIGN KEYs encode the domain rules), seed data, policy.md, and tools.py of asy
 
     @tool(writes=["table_a"])               # write tool: may change only the tables it names
 
-The first parameter is `db` (an aiosqlite connection); always bind values with `?`; raise
-ToolError for refusals and unknown ids; return dicts/lists keyed by the schema's column names.
-Allowed imports: __future__, typing, datetime, math, json, re, decimal, collections, itertools,
-functools, dataclasses, enum, string, `from envforge.server import tool, ToolError`,
-`from aiosqlite import Connection`. Nothing else: no file, network, process, eval/exec, dunders."""
+The first parameter is `db: Db` (`await db.fetch_all(sql, params)` -> list of dicts,
+`db.fetch_one`, `db.fetch_value`, `db.require_one(sql, params, "x not found")`, `db.execute`);
+always bind values with `?`; raise ToolError for refusals and unknown ids; return dicts/lists
+keyed by the schema's column names. Allowed imports: __future__, typing, datetime, math, json,
+re, decimal, collections, itertools, functools, dataclasses, enum, string,
+`from envforge.server import Db, tool, ToolError`. Nothing else: no file, network, process,
+eval/exec, dunders."""
 
 STAGE_TASKS: dict[str, str] = {
     "schema": "Design the state for these tools. Answer with schema.sql in a ```sql block.",
