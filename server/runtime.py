@@ -2,8 +2,8 @@
 
 Every call is atomic whatever ends it: the transaction is committed only when the tool returned
 normally; a `ToolError`, any other exception, cancellation (the client cancelled or went away, a
-timeout) and the episode closing mid-call all roll it back, and that rollback is shielded from
-cancellation and runs after any statement still queued on the connection's thread. The tool's
+timeout) and the episode closing mid-call all roll it back; that rollback runs after any
+statement still queued on the connection's thread, and on the cancelled path it is shielded. The tool's
 SQL can neither end the transaction itself nor write a table outside its `writes=` (the
 episode's `SqlGuard`). The agent gets text: strings as they are, everything else as JSON
 (τ²-bench's rendering, so ported domains read identically).
