@@ -35,8 +35,7 @@ import anyio
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from envforge.server import Fleet, State, state_hash
-from envforge.server.client import EpisodeClient, episode_client, http_episode_client
+from envforge.server import EpisodeClient, Fleet, State, episode_client, http_episode_client, state_hash
 from envforge.synth.models import Task
 from envforge.synth.scoring import AnswersMode, with_answers
 

@@ -20,8 +20,7 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any
 
-from envforge.server import Environment, Episode, State
-from envforge.server.state import TableInfo, quote_ident, table_query
+from envforge.server import Environment, Episode, State, TableInfo, on_db_thread, quote_ident, table_query
 
 from .hashing import same_rows
 from .models import StateDiff, TableDiff
@@ -149,7 +148,7 @@ class Mirror:
                 if cols is not None and (done := self._take_columns(conn._conn, t, cols)) is not False:
                     d = done
                 else:
-                    d = self._take(t, await conn._execute(_fetch, conn._conn, self.readers[t].sql))
+                    d = self._take(t, await on_db_thread(conn, _fetch, conn._conn, self.readers[t].sql))
                 if d is not None:
                     out[t] = d
         return out

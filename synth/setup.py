@@ -24,11 +24,9 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from envforge.server import Environment
-from envforge.server.state import quote_ident, table_query
+from envforge.server import Environment, ScratchPool, quote_ident, table_query
 
 from .domains import foreign_keys
-from .inline import ScratchPool
 from .models import ParamDomain, StateDiff
 from .statediff import index_diff, index_rows, primary_keys
 

@@ -12,8 +12,7 @@ from json.encoder import c_make_encoder, encode_basestring, encode_basestring_as
 from operator import itemgetter
 from typing import Any
 
-from envforge.server import State, canonical_json, state_hash
-from envforge.server.state import TableInfo, table_json
+from envforge.server import State, TableInfo, canonical_json, state_hash, table_json
 
 from .models import Row, RowUpdate, StateDiff, TableDiff
 

@@ -1,5 +1,7 @@
 """SQLite on the caller's thread, and reused connections for synthesis's many short episodes.
 
+The inline pool here stands beside `dbthreads`' worker pool; only synthesis uses it.
+
 Synthesis is one sequential coroutine per env, so it runs SQL inline (`InlineConnection`). Its
 own episodes (the walk, the golden replay, one replay per dropped write) are short, and on a fresh
 connection the first statement parses the whole schema and every statement is prepared anew:
@@ -11,15 +13,16 @@ connection the first statement parses the whole schema and every statement is pr
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiosqlite
 from aiosqlite.context import contextmanager
 
-from envforge.server import Environment, Episode, Fleet
-from envforge.server.episodes import WriteTracker, episode_connector
+from .episodes import Episode, WriteTracker, episode_connector
+from .fleet import Fleet
+from .loader import Environment
 
 
 class InlineConnection(aiosqlite.Connection):
@@ -42,7 +45,7 @@ class InlineConnection(aiosqlite.Connection):
         if self._connection is not None:
             self._connection.close()
 
-    def __await__(self) -> Any:
+    def __await__(self) -> Generator[Any, None, aiosqlite.Connection]:
         return self._connect().__await__()
 
     async def _connect(self) -> InlineConnection:
