@@ -154,7 +154,8 @@ class HTTPBackend:
         return http_episode_client(self.base + self.paths[episode_id], episode_id)
 
     async def export(self, episode_id: str) -> State:
-        return (await self._request("GET", f"/control/episodes/{episode_id}/state"))["state"]
+        state: State = (await self._request("GET", f"/control/episodes/{episode_id}/state"))["state"]
+        return state
 
     async def close(self, episode_id: str) -> None:
         self.paths.pop(episode_id, None)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import aiosqlite
 
@@ -86,7 +86,9 @@ class Db:
 
     async def execute_fetchall(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
         """Run one statement and return its rows as tuples."""
-        return list(await self._conn.execute_fetchall(sql, params))
+        rows = await self._conn.execute_fetchall(sql, params)
+        # aiosqlite types them as sqlite3.Row; with no row factory set they are plain tuples
+        return cast("list[tuple[Any, ...]]", list(rows))
 
     async def fetch_all(self, sql: str, params: Params = ()) -> list[Row]:
         """Run one query and return every row as a dict keyed by column name."""

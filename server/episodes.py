@@ -221,7 +221,7 @@ class EpisodeStore:
             raise EpisodeLimitReached(
                 f"{len(self._episodes)} episodes are open (limit {self.max_episodes}); close some first"
             )
-        if self._owner_full(owner):
+        if owner is not None and self._owner_full(owner):
             raise ClientEpisodeLimitReached(
                 f"client {owner} has {self._per_owner[owner]} episodes open (limit {self.max_per_owner} "
                 "per client); close some first"

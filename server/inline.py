@@ -58,7 +58,7 @@ class InlineConnection(aiosqlite.Connection):
             raise ValueError("Connection closed")
         return fn(*args, **kwargs)
 
-    def stop(self) -> None:  # type: ignore[override]
+    def stop(self) -> None:
         self._running = False
         if self._connection is not None:
             self._connection.close()
@@ -240,9 +240,16 @@ class ScratchConnection(InlineConnection):
         cursor = self._run(self._conn.execute, sql, [] if parameters is None else parameters)
         return _InlineCursor(self, cursor)
 
-    async def execute_fetchall(self, sql: str, parameters: Iterable[Any] | None = None) -> Iterable[Any]:
-        """`aiosqlite.Connection.execute_fetchall`, without the `_execute` hop."""
-        return self._run(self._execute_fetchall, sql, [] if parameters is None else parameters)
+    @contextmanager
+    async def execute_fetchall(
+        self, sql: str, parameters: Iterable[Any] | None = None
+    ) -> Iterable[sqlite3.Row]:
+        """`aiosqlite.Connection.execute_fetchall`, without the `_execute` hop (awaitable, or
+        `async with`, as the method it overrides)."""
+        rows: Iterable[sqlite3.Row] = self._run(
+            self._execute_fetchall, sql, [] if parameters is None else parameters
+        )
+        return rows
 
     def take_written(self) -> set[str]:
         """Tables written (or, for failed calls, about to be) since the last take; resets.

@@ -242,10 +242,10 @@ def _insert(
         with episode.guard.trusted():
             try:
                 for table, row in rows:
-                    cols = ", ".join(quote_ident(c) for c in row)
+                    names = ", ".join(quote_ident(c) for c in row)
                     marks = ", ".join("?" for _ in row)
                     conn.execute(
-                        f"INSERT INTO {quote_ident(table)} ({cols}) VALUES ({marks})", list(row.values())
+                        f"INSERT INTO {quote_ident(table)} ({names}) VALUES ({marks})", list(row.values())
                     )
                 conn.commit()
             except sqlite3.Error:
