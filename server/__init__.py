@@ -22,7 +22,7 @@ from .http_app import build_app
 from .inline import InlineConnection, InlinePool, ScratchConnection, ScratchPool, run_inline
 from .loader import Environment, load_env, open_database
 from .mcp_server import EPISODE_META_KEY, ERROR_META_KEY
-from .replay import read_actions, replay
+from .replays import read_actions, replay
 from .runtime import MAX_STRING_CHARS, ToolResult, execute, render_result
 from .state import (
     State,
