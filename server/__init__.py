@@ -3,8 +3,10 @@
 This `__init__` is the package's public surface: synth, harness, trainer, the CLI, tests and
 benchmarks import from `envforge.server`, never from its modules (ruff's banned-api enforces it).
 Env authors need only `tool`, `ToolError` and `Db`; the harness and tests use `Fleet` and the
-episode clients. The HTTP limits pull in uvicorn's protocol classes, so they load on first use
-(module `__getattr__`) and `import envforge.server` stays as light as MCP allows.
+episode clients. What only some callers need (the MCP client, the HTTP app and its limits, which
+pull in uvicorn's protocol classes, stdio serving, replay, synthesis's inline pool) loads on first
+use (module `__getattr__`), so `import envforge.server` stays as light as MCP allows: every
+trusted env's tools import it.
 """
 
 from __future__ import annotations
@@ -12,17 +14,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .client import EpisodeClient, episode_client, http_episode_client
 from .db import Db
 from .dbthreads import on_db_thread
 from .episodes import Episode, EpisodeStore, WriteTracker, episode_connector
 from .errors import EnvLoadError, EpisodeLimitReached, EpisodeNotFound, LoadProblem, ToolError
 from .fleet import Fleet
-from .http_app import build_app
-from .inline import InlineConnection, InlinePool, ScratchConnection, ScratchPool, run_inline
 from .loader import Environment, load_env, open_database
 from .mcp_server import EPISODE_META_KEY, ERROR_META_KEY
-from .replays import read_actions, replay
 from .runtime import MAX_STRING_CHARS, ToolResult, execute, render_result
 from .state import (
     State,
@@ -35,14 +33,30 @@ from .state import (
     table_json,
     table_query,
 )
-from .stdio import serve_stdio
 from .tooldef import ToolSpec, tool
 
 if TYPE_CHECKING:
+    from .client import EpisodeClient, episode_client, http_episode_client
+    from .http_app import build_app
     from .http_limits import HTTPLimits, install_log_limiter, serve_http
+    from .inline import InlineConnection, InlinePool, ScratchConnection, ScratchPool, run_inline
+    from .replays import read_actions, replay
+    from .stdio import serve_stdio
 
 # name -> module (inside this package) that defines it, imported on first access
 _LAZY = {
+    "EpisodeClient": "client",
+    "episode_client": "client",
+    "http_episode_client": "client",
+    "build_app": "http_app",
+    "InlineConnection": "inline",
+    "InlinePool": "inline",
+    "ScratchConnection": "inline",
+    "ScratchPool": "inline",
+    "run_inline": "inline",
+    "read_actions": "replays",
+    "replay": "replays",
+    "serve_stdio": "stdio",
     "HTTPLimits": "http_limits",
     "install_log_limiter": "http_limits",
     "serve_http": "http_limits",
