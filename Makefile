@@ -30,7 +30,7 @@ test: setup
 TYPECHECK := build/typecheck/envforge
 
 lint: setup
-	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	$(BIN)/python -m ruff check . && $(BIN)/python -m ruff format --check .
 	@mkdir -p $(TYPECHECK) && touch $(TYPECHECK)/__init__.py
 	@for p in server synth harness trainer cli; do ln -sfn ../../../$$p $(TYPECHECK)/$$p; done
 	cd build/typecheck && ../../$(BIN)/python -m mypy --config-file ../../pyproject.toml -p envforge

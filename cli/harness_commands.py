@@ -104,7 +104,7 @@ def evaluate(
         server=server,
         server_token=token,
         task_ids=[t.strip() for t in tasks.split(",") if t.strip()] if tasks else None,
-        answers=answers,  # type: ignore[arg-type]  # checked above
+        answers=answers,
     )
     for d in env_dirs:
         if not (d / "tasks.jsonl").exists():

@@ -12,10 +12,7 @@ import anyio
 import typer
 from rich.table import Table
 
-from envforge.server import Fleet
-from envforge.server.loader import open_database
-from envforge.server.replay import read_actions, replay
-from envforge.server.state import quote_ident
+from envforge.server import Fleet, open_database, quote_ident, read_actions, replay
 
 from .common import console, fail, load_envs, print_json
 
@@ -63,12 +60,11 @@ def serve(
     if transport is Transport.stdio:
         if len(envs) != 1:
             fail("stdio serves exactly one env")
-        from envforge.server.stdio import serve_stdio
+        from envforge.server import serve_stdio
 
         anyio.run(serve_stdio, envs[0])
         return
-    from envforge.server.http_app import build_app
-    from envforge.server.http_limits import HTTPLimits, serve_http
+    from envforge.server import HTTPLimits, build_app, serve_http
 
     if min(max_episodes, max_episodes_per_client, max_connections, max_body_bytes) < 1:
         fail("--max-episodes, --max-episodes-per-client, --max-connections and --max-body-bytes must be >= 1")

@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import typer
 
 from .common import console, fail
+
+if TYPE_CHECKING:
+    from envforge.trainer.loop import StepMetrics
+    from envforge.trainer.run import RunOptions
+    from envforge.trainer.trajectory import Trajectory
 
 # Options shared by `train` and `collect` (one definition, one help text).
 EnvKindOption = Annotated[
@@ -50,7 +55,18 @@ FleetUrlOption = Annotated[
 ]
 
 
-def _opts(model, envs, backend, vllm_url, out, device, temperature, seed, mcp, **extra):
+def _opts(
+    model: Path,
+    envs: list[Path],
+    backend: str,
+    vllm_url: str | None,
+    out: Path,
+    device: str,
+    temperature: float,
+    seed: int,
+    mcp: bool,
+    **extra: Any,
+) -> RunOptions:
     from envforge.trainer.run import RunOptions
 
     if backend not in ("hf", "vllm"):
@@ -149,7 +165,7 @@ def train_cmd(
             seed=seed,
             rollout=RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens),
         )
-        learner_config = LearnerConfig(lr=lr, baseline=baseline, advantage=advantage)  # type: ignore[arg-type]
+        learner_config = LearnerConfig(lr=lr, baseline=baseline, advantage=advantage)
     except ValueError as exc:
         fail(str(exc))
     with Progress(
@@ -162,7 +178,7 @@ def train_cmd(
     ) as bar:
         task = bar.add_task("train", total=steps, info="")
 
-        def progress(m) -> None:
+        def progress(m: StepMetrics) -> None:
             bar.update(task, advance=1, info=f"reward {m.reward_mean:.3f} stale<={m.staleness_max}")
 
         try:
@@ -227,7 +243,7 @@ def collect_cmd(
     rc = RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens)
     done = {"n": 0}
 
-    def progress(trajs) -> None:
+    def progress(trajs: list[Trajectory]) -> None:
         done["n"] += 1
         console.print(
             f"group {done['n']}/{groups}: {trajs[0].env}/{trajs[0].task_id} "

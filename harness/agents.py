@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import mcp_types as types
 
-from envforge.server.client import EpisodeClient
+from envforge.server import EpisodeClient
 from envforge.synth.adversaries import ADVERSARIES, ToolShape, adversary_calls, adversary_message
 from envforge.synth.models import Call, Task
 

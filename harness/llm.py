@@ -25,7 +25,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from types import ModuleType
+from typing import Any, Literal
 
 import anyio
 from pydantic import BaseModel, ConfigDict
@@ -44,9 +45,6 @@ from .openai_http import (
 )
 from .records import Message, ToolCall, Usage
 
-if TYPE_CHECKING:
-    import litellm
-
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -62,7 +60,8 @@ __all__ = [
 ]
 
 
-def _litellm() -> litellm:  # type: ignore[valid-type]
+def _litellm() -> ModuleType:
+    """litellm, imported on first use; typed as a module since it builds its attributes lazily."""
     import litellm
 
     litellm.suppress_debug_info = True

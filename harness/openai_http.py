@@ -68,7 +68,8 @@ def _price_table() -> dict[str, Any]:
     for root in roots:
         path = Path(root) / "model_prices_and_context_window_backup.json"
         if path.exists():
-            return json.loads(path.read_text())
+            table: dict[str, Any] = json.loads(path.read_text())
+            return table
     return {}
 
 
@@ -171,6 +172,7 @@ async def chat_completion(
             raise ContextOverflow(message)
         raise ProviderError(f"HTTP {status}: {message}")
     try:
-        return json.loads(text)
+        answer: dict[str, Any] = json.loads(text)
     except ValueError as exc:
         raise ProviderError(f"{url}: answer is not JSON: {text[:200]!r}") from exc
+    return answer

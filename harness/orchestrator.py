@@ -35,8 +35,7 @@ import anyio
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from envforge.server import Fleet, State, state_hash
-from envforge.server.client import EpisodeClient, episode_client, http_episode_client
+from envforge.server import EpisodeClient, Fleet, State, episode_client, http_episode_client, state_hash
 from envforge.synth.models import Task
 from envforge.synth.scoring import AnswersMode, with_answers
 
@@ -155,7 +154,8 @@ class HTTPBackend:
         return http_episode_client(self.base + self.paths[episode_id], episode_id)
 
     async def export(self, episode_id: str) -> State:
-        return (await self._request("GET", f"/control/episodes/{episode_id}/state"))["state"]
+        state: State = (await self._request("GET", f"/control/episodes/{episode_id}/state"))["state"]
+        return state
 
     async def close(self, episode_id: str) -> None:
         self.paths.pop(episode_id, None)

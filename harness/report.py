@@ -58,7 +58,7 @@ def _nice_max(value: float) -> float:
     """The smallest 1/2/5 x 10^n at or above `value`: a round top for an auto-scaled axis."""
     if value <= 0:
         return 1.0
-    exp = 10 ** math.floor(math.log10(value))
+    exp: float = 10 ** math.floor(math.log10(value))  # an int from 1 up, as before
     for step in (1, 2, 5, 10):
         if step * exp >= value * (1 - 1e-9):
             return step * exp

@@ -272,8 +272,8 @@ async def rescore(
             et = load_env_tasks(d)
             et.tasks = with_answers(et.tasks, manifest.answers)
             envs[et.env.name] = et
-    for d in tasks_from:
-        et = load_env_tasks(d)
+    for folder in tasks_from:
+        et = load_env_tasks(folder)
         et.tasks = with_answers(et.tasks, manifest.answers)
         envs[et.env.name] = et
     async with http_sessions():

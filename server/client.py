@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import mcp_types as types
 from mcp import Client
@@ -24,7 +24,8 @@ class EpisodeClient:
     def __init__(self, client: Client, episode_id: str) -> None:
         self.client = client
         self.episode_id = episode_id
-        self._meta = {EPISODE_META_KEY: episode_id}
+        # mcp types `_meta` as an open TypedDict (PEP 728 extra items), which mypy cannot read yet
+        self._meta = cast(types.RequestParamsMeta, {EPISODE_META_KEY: episode_id})
 
     async def list_tools(self) -> list[types.Tool]:
         return (await self.client.list_tools()).tools

@@ -44,6 +44,7 @@ from .confined_protocol import (
     from_wire,
     to_wire,
 )
+from .dbthreads import on_db_thread
 from .errors import EnvLoadError, LoadProblem, ToolError
 from .manifest import EnvManifest
 from .tooldef import ToolSpec
@@ -300,7 +301,7 @@ async def _statement(db: Any, sql: str, params: Any) -> Statement:
     conn = getattr(db, "_conn", None)
     if isinstance(conn, aiosqlite.Connection) and type(conn).execute is aiosqlite.Connection.execute:
         # a plain episode connection; subclasses that track writes in `execute` take the long way
-        return await conn._execute(_run_statement, conn._conn, sql, params)
+        return await on_db_thread(conn, _run_statement, conn._conn, sql, params)
     cur = await db.execute(sql, params)
     try:
         desc = cur.description

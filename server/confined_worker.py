@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import os
 import sqlite3
 import sys
@@ -225,6 +226,11 @@ class _EnvShim:
         self.manifest = _Manifest(argument_errors)
 
 
+def _forget(running: dict[int, asyncio.Task[None]], call_id: int, _task: asyncio.Task[None]) -> None:
+    """A finished call's task leaves the table of running ones (a done-callback)."""
+    running.pop(call_id, None)
+
+
 async def _run_call(channel: Channel, tools: dict[str, ToolSpec], env: _EnvShim, msg: Call) -> None:
     spec = tools.get(msg.tool)
     try:
@@ -267,10 +273,10 @@ async def serve(tools: dict[str, ToolSpec], init: Init, protocol_fd: int) -> Non
             confinement_inner.arm_cpu_budget(cpu_budget)
             task = asyncio.create_task(_run_call(channel, tools, env, msg))
             running[msg.id] = task
-            task.add_done_callback(lambda _t, i=msg.id: running.pop(i, None))
+            task.add_done_callback(functools.partial(_forget, running, msg.id))
         elif isinstance(msg, Cancel):
-            if (task := running.get(msg.id)) is not None:
-                task.cancel()
+            if (cancelled := running.get(msg.id)) is not None:
+                cancelled.cancel()
         elif isinstance(msg, SqlReply):
             future = channel.waiting.get((msg.id, msg.req))
             if future is not None and not future.done():

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
+import aiosqlite
+
+from .dbthreads import on_db_thread
 from .errors import ToolError
 
 Params = Sequence[Any] | Mapping[str, Any]
@@ -70,7 +73,7 @@ class Db:
 
     __slots__ = ("_conn",)
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: aiosqlite.Connection) -> None:
         self._conn = conn  # an aiosqlite.Connection (or the synthesiser's inline variant)
 
     def execute(self, sql: str, params: Params = ()) -> Any:
@@ -83,19 +86,21 @@ class Db:
 
     async def execute_fetchall(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
         """Run one statement and return its rows as tuples."""
-        return list(await self._conn.execute_fetchall(sql, params))
+        rows = await self._conn.execute_fetchall(sql, params)
+        # aiosqlite types them as sqlite3.Row; with no row factory set they are plain tuples
+        return cast("list[tuple[Any, ...]]", list(rows))
 
     async def fetch_all(self, sql: str, params: Params = ()) -> list[Row]:
         """Run one query and return every row as a dict keyed by column name."""
-        return await self._conn._execute(_dicts, self._conn._conn, sql, params)
+        return await on_db_thread(self._conn, _dicts, self._conn._conn, sql, params)
 
     async def fetch_one(self, sql: str, params: Params = ()) -> Row | None:
         """The first row of a query as a dict, or None when it has none."""
-        return await self._conn._execute(_first, self._conn._conn, sql, params)
+        return await on_db_thread(self._conn, _first, self._conn._conn, sql, params)
 
     async def fetch_value(self, sql: str, params: Params = ()) -> Any:
         """The first column of the first row, or None when the query returns no row."""
-        return await self._conn._execute(_value, self._conn._conn, sql, params)
+        return await on_db_thread(self._conn, _value, self._conn._conn, sql, params)
 
     async def require_one(self, sql: str, params: Params, missing: str) -> Row:
         """The first row as a dict; when there is none, refuse the call with `ToolError(missing)`."""

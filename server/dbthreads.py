@@ -15,13 +15,28 @@ import itertools
 import os
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator
 from queue import SimpleQueue
-from typing import Any
+from typing import Any, ParamSpec, TypeVar, cast
 
 import aiosqlite
 
 _Job = tuple[asyncio.Future[Any] | None, Callable[[], Any]]
+
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+
+async def on_db_thread(
+    conn: aiosqlite.Connection, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
+) -> _T:
+    """Run `fn(*args, **kwargs)` on the thread that owns `conn`'s SQLite connection.
+
+    aiosqlite's own `_execute` is untyped; this is the one typed door to it, so callers keep the
+    result type of the function they send.
+    """
+    execute = cast(Callable[..., Awaitable[_T]], conn._execute)
+    return await execute(fn, *args, **kwargs)
 
 
 def _deliver(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
@@ -80,10 +95,10 @@ class PooledConnection(aiosqlite.Connection):
 
     def __init__(self, connector: Callable[[], sqlite3.Connection], worker: _Worker) -> None:
         super().__init__(connector, 64)
-        self._tx = worker.queue  # type: ignore[assignment]
+        self._tx = worker.queue
         self._thread = worker.thread
 
-    def __await__(self) -> Any:
+    def __await__(self) -> Generator[Any, None, aiosqlite.Connection]:
         return self._connect().__await__()
 
     def stop(self) -> asyncio.Future[Any] | None:

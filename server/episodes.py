@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import aiosqlite
 import anyio
 
-from .dbthreads import WorkerPool, default_pool
+from .dbthreads import WorkerPool, default_pool, on_db_thread
 from .errors import ClientEpisodeLimitReached, EpisodeLimitReached, EpisodeNotFound
 from .loader import Environment
 from .sqlguard import Authorizer, SqlGuard, protect
@@ -130,8 +130,13 @@ class Episode:
         if self.base_state is not None and "*" not in self.tracker.written:
             only = set(self.tracker.written)
         async with self.lock:
-            fresh = await self.conn._execute(
-                export_state, self.conn._conn, self.env.tables, self.env.manifest.volatile_columns, only
+            fresh = await on_db_thread(
+                self.conn,
+                export_state,
+                self.conn._conn,
+                self.env.tables,
+                self.env.manifest.volatile_columns,
+                only,
             )
         if only is None or self.base_state is None:
             return fresh
@@ -146,7 +151,7 @@ class Episode:
         """
         async with self.lock:
             self.guard.probe = probe
-            await self.conn._execute(self.guard.install, self.conn._conn)
+            await on_db_thread(self.conn, self.guard.install, self.conn._conn)
 
     async def state_hash(self) -> str:
         return state_hash(await self.export())
@@ -154,7 +159,7 @@ class Episode:
     async def snapshot(self) -> bytes:
         """The serialised database, to start another episode from exactly this state."""
         async with self.lock:
-            return await self.conn._execute(lambda: self.conn._conn.serialize())
+            return await on_db_thread(self.conn, lambda: self.conn._conn.serialize())
 
 
 EPISODE_ID_BYTES = 16
@@ -216,7 +221,7 @@ class EpisodeStore:
             raise EpisodeLimitReached(
                 f"{len(self._episodes)} episodes are open (limit {self.max_episodes}); close some first"
             )
-        if self._owner_full(owner):
+        if owner is not None and self._owner_full(owner):
             raise ClientEpisodeLimitReached(
                 f"client {owner} has {self._per_owner[owner]} episodes open (limit {self.max_per_owner} "
                 "per client); close some first"

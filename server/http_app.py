@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -29,6 +29,9 @@ from .errors import ClientEpisodeLimitReached, EpisodeLimitReached, EpisodeNotFo
 from .fleet import Fleet
 from .http_guard import BadJSON, HTTPGuard, bearer_matches, check_token, is_loopback, parse_json
 from .mcp_server import CLIENT_SCOPE_KEY
+
+Handler = Callable[[Request], Awaitable[Response]]
+
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 DEFAULT_BODY_TIMEOUT = 30.0
@@ -138,7 +141,7 @@ def build_app(
             f"binding to {host or 'every interface'} exposes the control plane: pass a bearer token"
         )
 
-    def guard(handler: Any) -> Any:
+    def guard(handler: Handler) -> Handler:
         async def wrapped(request: Request) -> Response:
             if token is not None and not bearer_matches(request.scope, token):
                 return JSONResponse({"error": "missing, malformed or wrong bearer token"}, 401)

@@ -96,7 +96,8 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", []):
+    headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
+    for key, value in headers:
         if key == name:
             return value.decode("latin-1")
     return None

@@ -27,6 +27,7 @@ import anyio
 from pydantic import BaseModel, ValidationError
 
 from .db import Db
+from .dbthreads import on_db_thread
 from .episodes import Episode
 from .errors import ToolError
 from .loader import Environment
@@ -205,7 +206,7 @@ async def execute(episode: Episode, name: str, arguments: Any) -> ToolResult:
             refusal = _env_error(name, cause)
         except BaseException:  # cancelled (client gone, timeout, shutdown): keep nothing, then go
             with anyio.CancelScope(shield=True):
-                await conn._execute(end_transaction, conn._conn, guard, False)
+                await on_db_thread(conn, end_transaction, conn._conn, guard, False)
             raise
         if refusal is None and episode.closed:
             refusal = _error(f"episode {episode.id!r} was closed during the call; nothing was kept")
@@ -240,11 +241,11 @@ async def _settle(conn: Any, guard: Any, commit: bool) -> str | None:
             # statement of the call is pending and a read tool costs no trip to the thread.
             return None
         try:
-            await conn._execute(end_transaction, conn._conn, guard, True)
+            await on_db_thread(conn, end_transaction, conn._conn, guard, True)
             return None
         except sqlite3.Error as exc:
             failure = str(exc)
-        await conn._execute(end_transaction, conn._conn, guard, False)
+        await on_db_thread(conn, end_transaction, conn._conn, guard, False)
         return failure
-    await conn._execute(end_transaction, conn._conn, guard, False)
+    await on_db_thread(conn, end_transaction, conn._conn, guard, False)
     return None

@@ -13,14 +13,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from envforge.server import Environment, Episode, Fleet, State, ToolResult, execute, state_hash
-from envforge.server.state import export_state, freeze
+from envforge.server import (
+    Environment,
+    Episode,
+    Fleet,
+    ScratchPool,
+    State,
+    ToolResult,
+    execute,
+    export_state,
+    freeze,
+    on_db_thread,
+    run_inline,
+    state_hash,
+)
 
 from .adversaries import entity_ids
 from .domains import DomainValues, derive_domains, fillable, key_columns
 from .footprint import parse_result
 from .hashing import StateHasher, loose_columns, same_row
-from .inline import ScratchPool, run_inline
 from .mirror import Mirror, TableReader, table_readers
 from .models import Call, GraphEdge, ParamDomain, Row, RowCheck, StateDiff, Task, ToolGraph, ToolNode
 from .outcomes import Outcomes
@@ -347,8 +358,8 @@ class SynthContext:
             return await episode.export()
         infos = [t for t in self.env.tables if t.name in tables]
         async with episode.lock:
-            return await episode.conn._execute(
-                export_state, episode.conn._conn, infos, self.env.manifest.volatile_columns
+            return await on_db_thread(
+                episode.conn, export_state, episode.conn._conn, infos, self.env.manifest.volatile_columns
             )
 
     def note_golden_db(self, golden: State, database: bytes, mirror: Mirror | None = None) -> None:
@@ -596,7 +607,7 @@ class SynthContext:
 
 async def _read_tuples(episode: Episode, reader: TableReader) -> list[tuple[Any, ...]]:
     async with episode.lock:
-        return await episode.conn._execute(lambda: episode.conn._conn.execute(reader.sql).fetchall())
+        return await on_db_thread(episode.conn, lambda: episode.conn._conn.execute(reader.sql).fetchall())
 
 
 def _tuples_differ(

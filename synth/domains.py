@@ -14,9 +14,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from envforge.server import Environment, State
-from envforge.server.loader import open_database
-from envforge.server.state import quote_ident
+from envforge.server import Environment, State, open_database, quote_ident
 
 from .models import ParamDomain
 

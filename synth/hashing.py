@@ -20,9 +20,7 @@ import hashlib
 from operator import itemgetter
 from typing import Any
 
-from envforge.server import Environment, State
-from envforge.server.loader import open_database
-from envforge.server.state import quote_ident, table_json
+from envforge.server import Environment, State, open_database, quote_ident, table_json
 
 from .statediff import _cents_json, _table_json, cents_row, state_hashes
 

@@ -15,13 +15,13 @@ in full as before.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Iterable
 from itertools import chain
 from operator import itemgetter
-from typing import Any
+from typing import Any, Literal
 
-from envforge.server import Environment, Episode, State
-from envforge.server.state import TableInfo, quote_ident, table_query
+from envforge.server import Environment, Episode, State, TableInfo, on_db_thread, quote_ident, table_query
 
 from .hashing import same_rows
 from .models import StateDiff, TableDiff
@@ -149,12 +149,12 @@ class Mirror:
                 if cols is not None and (done := self._take_columns(conn._conn, t, cols)) is not False:
                     d = done
                 else:
-                    d = self._take(t, await conn._execute(_fetch, conn._conn, self.readers[t].sql))
+                    d = self._take(t, await on_db_thread(conn, _fetch, conn._conn, self.readers[t].sql))
                 if d is not None:
                     out[t] = d
         return out
 
-    def _take_columns(self, raw: Any, table: str, updated: set[str]) -> TableDiff | bool | None:
+    def _take_columns(self, raw: Any, table: str, updated: set[str]) -> TableDiff | Literal[False] | None:
         """`_take` for a table whose rows could only change in `updated` columns (False: not so)."""
         reader = self.readers[table]
         if "" in updated or not reader.fast or table in self._slow or set(reader.pk) & updated:
@@ -264,7 +264,7 @@ class Mirror:
         return out
 
 
-def _fetch(conn: Any, sql: str) -> list[tuple[Any, ...]]:
+def _fetch(conn: sqlite3.Connection, sql: str) -> list[tuple[Any, ...]]:
     return conn.execute(sql).fetchall()
 
 

@@ -191,6 +191,8 @@ class Difficulty(_Model):
 RewardPart = Literal["state", "outputs", "checkpoints", "actions", "nl_assertions"]
 """Parts a reward can be the product of: `state` (DB match), `outputs` (communicated), `checkpoints`
 (partial credit), `actions` (τ²'s action matching) and `nl_assertions` (judged by an LLM)."""
+# the parts a task is scored on when its file names none
+DEFAULT_REWARD_BASIS: tuple[RewardPart, ...] = ("state", "outputs")
 
 
 AnswerRule = Literal["exact", "substring"]
@@ -220,7 +222,7 @@ class Task(_Model):
     required_outputs: list[str]
     checkpoints: list[Checkpoint]
     difficulty: Difficulty
-    reward_basis: list[RewardPart] = Field(default_factory=lambda: ["state", "outputs"])
+    reward_basis: list[RewardPart] = Field(default_factory=lambda: list(DEFAULT_REWARD_BASIS))
     source: str = Field("synth", description="'synth' for synthesized tasks, 'tau2' for imported ones")
     split: list[str] = Field(default_factory=list, description="named splits holding the task (train, test)")
     nl_assertions: list[str] = Field(default_factory=list, description="statements an LLM judge checks")

@@ -10,7 +10,7 @@ of being recomputed by each walk that lands on it.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
+from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
 from .domains import accepts

@@ -24,11 +24,9 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from envforge.server import Environment
-from envforge.server.state import quote_ident, table_query
+from envforge.server import Environment, ScratchPool, quote_ident, table_query
 
 from .domains import foreign_keys
-from .inline import ScratchPool
 from .models import ParamDomain, StateDiff
 from .statediff import index_diff, index_rows, primary_keys
 
@@ -244,10 +242,10 @@ def _insert(
         with episode.guard.trusted():
             try:
                 for table, row in rows:
-                    cols = ", ".join(quote_ident(c) for c in row)
+                    names = ", ".join(quote_ident(c) for c in row)
                     marks = ", ".join("?" for _ in row)
                     conn.execute(
-                        f"INSERT INTO {quote_ident(table)} ({cols}) VALUES ({marks})", list(row.values())
+                        f"INSERT INTO {quote_ident(table)} ({names}) VALUES ({marks})", list(row.values())
                     )
                 conn.commit()
             except sqlite3.Error:

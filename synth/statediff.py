@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Collection
 from json.encoder import c_make_encoder, encode_basestring, encode_basestring_ascii  # type: ignore[attr-defined]
 from operator import itemgetter
 from typing import Any
 
-from envforge.server import State, canonical_json, state_hash
-from envforge.server.state import TableInfo, table_json
+from envforge.server import State, TableInfo, canonical_json, state_hash, table_json
 
 from .models import Row, RowUpdate, StateDiff, TableDiff
 
@@ -52,7 +52,7 @@ def _json_key(key: tuple[Any, ...]) -> tuple[str, ...]:
     return tuple(json_key(v) for v in key)
 
 
-def index_rows(rows: list[Row], pk: tuple[str, ...]) -> dict[tuple[Any, ...], Row]:
+def index_rows(rows: Collection[Row], pk: tuple[str, ...]) -> dict[tuple[Any, ...], Row]:
     """Rows by the tuple of their primary-key values (later rows win, as in a dict comprehension)."""
     try:
         if len(pk) == 1:

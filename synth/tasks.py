@@ -18,13 +18,14 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from itertools import accumulate
 from operator import itemgetter
-from typing import Any
+from typing import Any, Literal
 
 from envforge.server import State
 
 from . import reasoning as R
-from .context import call_key, setup_key
+from .context import SynthContext, call_key, setup_key
 from .domains import DomainValues, accepts, weighted_choice
+from .mirror import Mirror
 from .models import (
     ArgSource,
     Call,
@@ -35,6 +36,7 @@ from .models import (
     Difficulty,
     Fact,
     GraphEdge,
+    ReasonOp,
     Row,
     RowCheck,
     StateDiff,
@@ -97,7 +99,7 @@ class _Option:
 
 @dataclass
 class Builder:
-    ctx: Any  # SynthContext (imported lazily to keep the module graph flat)
+    ctx: SynthContext
     rng: random.Random
     cfg: SynthConfig
     initial_state: State
@@ -117,12 +119,14 @@ class Builder:
     last_kind: str = "ok"  # the kind of the last call's result (`ToolResult.kind`)
     reasoned: bool = False
     episode: Any = None  # the walk's Episode
+    mirror: Mirror = field(init=False)  # the walk's state as the golden run leaves it (set by `build`)
     stale: set[str] = field(default_factory=set)
     fresh: Fresh | None = None  # the entity a setup added, for the walk to act on
     _last_key: tuple[Call, str] | None = None
     _by_id: dict[str, DagNode] = field(default_factory=dict)  # call nodes
     _node_options: dict[str, list[_Option]] = field(default_factory=dict)
-    _fed: dict[tuple[str, str], Any] = field(default_factory=dict)  # `_from_results` answers
+    # `_from_results` answers
+    _fed: dict[tuple[str, str], tuple[Any, ArgSource] | None] = field(default_factory=dict)
     _figures: dict[str, list[str]] = field(default_factory=dict)  # numeric keys of a node's result
     _alts: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)  # branch alternatives
     _reasonings: dict[tuple[Any, ...], list[tuple[Any, ...]]] = field(default_factory=dict)
@@ -326,6 +330,7 @@ class Builder:
             reads = set(self.ctx.tool(call.name).reads)
             for prev in self.nodes[:-1]:
                 if prev.kind == "call" and prev.write and prev.executed and not prev.expect_error:
+                    assert prev.call is not None  # a call node carries its call
                     if reads & set(self.ctx.tool(prev.call.name).writes):
                         self._edge(prev.id, node.id, "state", "")
         if data is not None and executed and not refused:
@@ -340,7 +345,7 @@ class Builder:
 
     def _edge(self, a: str, b: str, kind: str, label: str) -> None:
         if not any(e.source == a and e.target == b and e.kind == kind for e in self.edges):
-            self.edges.append(DagEdge(source=a, target=b, kind=kind, label=label))  # type: ignore[arg-type]
+            self.edges.append(DagEdge(source=a, target=b, kind=kind, label=label))
 
     def _call_text(self, node: DagNode) -> str:
         assert node.call is not None
@@ -378,6 +383,7 @@ class Builder:
         aimed = self._aimed_starts(starts)
         if aimed:  # a setup's fresh entity: the walk starts from it
             tool, param = self.rng.choice(aimed)
+            assert self.fresh is not None  # aimed starts exist only for a setup's fresh entity
             value = self.fresh.value
             fixed = {param: ([value] if self.ctx.domains[tool][param].is_list else value, _user(param))}
         else:
@@ -636,7 +642,8 @@ class Builder:
         then_call = Call(name=o.edge.target, arguments=first_args)
         else_call = Call(name=alt, arguments=second_args)
         take_then = self.rng.random() < 0.5
-        comparator = self.rng.choice([">", "<"])
+        comparators: list[Literal[">", "<"]] = [">", "<"]
+        comparator = self.rng.choice(comparators)
         above = math.floor(x * 0.8) if x * 0.8 < x else x - 1
         below = math.ceil(x * 1.2) + 1
         want_true = take_then
@@ -698,7 +705,8 @@ class Builder:
 
     def _summarise(self) -> None:
         """A closing count or sum over a listed result that the agent must tell the user."""
-        cands = []  # the figure itself is computed for the one chosen
+        # the figure itself is computed for the one chosen
+        cands: list[tuple[ReasonOp, str, Any, str, Any, Any]] = []
         for node in self.nodes:
             if node.id not in self.data or node.write:
                 continue
@@ -869,8 +877,8 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tup
             if find is None:
                 tuples = b.mirror.tuples_of(table)
                 find = finders[table] = _RowFinder(golden[table], tuples, ctx.readers[table].cols)
-            for key in keys:
-                rows.append(RowCheck(table=table, key=key, row=find(key)))
+            for row_key in keys:
+                rows.append(RowCheck(table=table, key=row_key, row=find(row_key)))
         checkpoints.append(Checkpoint(node=node.id, tool=node.call.name, rows=rows))  # type: ignore[union-attr]
     executed = [n for n in b.nodes if n.kind == "call" and n.executed]
     tables = set()
@@ -888,7 +896,7 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tup
         dag=dag,
         setup=setup.diff if setup else {},
         scenario=scenario,
-        golden_calls=[n.call for n in executed],  # type: ignore[misc]
+        golden_calls=[n.call for n in executed],
         golden_hash=golden_hash,
         golden_cents_hash=golden_cents,
         golden_diff=b.mirror.diff_from_initial(),

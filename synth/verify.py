@@ -146,11 +146,11 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
         if reward_of(task, dropped, messages, golden_state=golden_part) >= 1.0:
             failed.append("drop_write")
             break
-    for i, node in branches:
-        if i is None or node.call is None:
+    for at_call, node in branches:
+        if at_call is None or node.call is None:
             failed.append("untaken_branch")
             break
-        if not await ctx.try_instead(snapshots[i], node.call, refused=node.expect_error):
+        if not await ctx.try_instead(snapshots[at_call], node.call, refused=node.expect_error):
             failed.append("untaken_branch")
             break
     if golden_state is not None:

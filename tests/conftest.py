@@ -104,7 +104,7 @@ class ServerThread:
 
 @pytest.fixture(scope="module")
 def http_fleet(bank_env: Environment) -> Iterator[tuple[ServerThread, Fleet]]:
-    from envforge.server.http_app import build_app
+    from envforge.server import build_app
 
     fleet = Fleet([bank_env], ttl_seconds=600)
     with ServerThread(build_app(fleet)) as server:

@@ -8,7 +8,7 @@ import time
 import anyio
 import pytest
 
-from envforge.server import EpisodeLimitReached, EpisodeNotFound, Fleet
+from envforge.server import EpisodeLimitReached, EpisodeNotFound, Fleet, on_db_thread
 
 
 async def test_concurrent_episodes_never_see_each_others_writes(bank_env):
@@ -125,14 +125,14 @@ async def test_episode_creation_is_fast_for_a_megabyte(bank_env):
 
 
 async def test_export_rereads_only_written_tables_and_stays_exact(bank_env):
-    from envforge.server.state import export_state
+    from envforge.server import export_state
 
     fleet = Fleet([bank_env])
     ep = await fleet.create_episode("bank")
 
     async def full() -> dict:
-        return await ep.conn._execute(
-            export_state, ep.conn._conn, bank_env.tables, bank_env.manifest.volatile_columns
+        return await on_db_thread(
+            ep.conn, export_state, ep.conn._conn, bank_env.tables, bank_env.manifest.volatile_columns
         )
 
     assert ep.tracker.written == set() and await ep.export() == await full()

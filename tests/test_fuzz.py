@@ -16,8 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from envforge.server import EPISODE_META_KEY, Fleet, load_env
-from envforge.server.runtime import MAX_STRING_CHARS
+from envforge.server import EPISODE_META_KEY, MAX_STRING_CHARS, Fleet, load_env
 
 from conftest import BANK_DIR, bundled_env_dirs
 

@@ -7,8 +7,7 @@ import logging
 
 import pytest
 
-from envforge.server import Fleet, render_result
-from envforge.server.runtime import MAX_STRING_CHARS
+from envforge.server import MAX_STRING_CHARS, Fleet, render_result
 
 
 @pytest.fixture

@@ -15,12 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envforge.server import Environment, Fleet, execute, load_env
-from envforge.server.state import export_state
+from envforge.server import Environment, Fleet, ScratchPool, execute, export_state, load_env
 from envforge.synth.context import SynthContext
 from envforge.synth.graph import build_graph
 from envforge.synth.hashing import StateHasher, loose_columns, same_row
-from envforge.synth.inline import ScratchPool
 from envforge.synth.pipeline import load_tasks, synthesize
 from envforge.synth.scoring import oracle_messages, reward_of, score_episode
 from envforge.synth.statediff import (

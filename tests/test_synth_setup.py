@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from envforge.server import Environment, Fleet, load_env
-from envforge.server.loader import open_database
-from envforge.server.state import export_state
+from envforge.server import Environment, Fleet, export_state, load_env, open_database
 from envforge.synth.context import SynthContext
 from envforge.synth.graph import build_graph
 from envforge.synth.models import Call, Task

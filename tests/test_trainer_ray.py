@@ -24,8 +24,7 @@ from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
 from envforge.cli import trainer_commands
-from envforge.server import Fleet, load_env
-from envforge.server.http_app import build_app
+from envforge.server import Fleet, build_app, load_env
 from envforge.trainer.backends import VLLMBackend, load_tokenizer
 from envforge.trainer.bandit import bandit_corpus, bandit_tasks, write_bandit_env
 from envforge.trainer.envs import build_envs

@@ -10,9 +10,7 @@ import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 
-from envforge.server import EPISODE_META_KEY, Fleet
-from envforge.server.client import episode_client
-from envforge.server.http_app import build_app
+from envforge.server import EPISODE_META_KEY, Fleet, build_app, episode_client
 
 from conftest import BANK_DIR
 

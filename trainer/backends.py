@@ -44,7 +44,7 @@ class GenerationBackend(Protocol):
     async def aclose(self) -> None: ...
 
 
-def load_tokenizer(path: str | Path):
+def load_tokenizer(path: str | Path) -> Any:
     """The tokenizer saved in a model dir.
 
     transformers 5 maps a model type to its own tokenizer class even when the dir holds a generic

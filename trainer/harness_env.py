@@ -38,8 +38,7 @@ from envforge.harness.runs import score_trial
 from envforge.harness.tasks import EnvTasks
 from envforge.harness.user_errors import detect_user_error
 from envforge.harness.users import STOP, LLMUser, ScriptedUser, User
-from envforge.server import Fleet
-from envforge.server.client import episode_client
+from envforge.server import Fleet, episode_client
 from envforge.synth.models import Task
 
 from .rollout import RewardInfo

@@ -50,7 +50,7 @@ class StepResult(BaseModel):
 
 def clipped_pg_loss(
     new_lp: Any, old_lp: Any, adv: Any, mask: Any, n_tokens: int, clip_low: float, clip_high: float
-):
+) -> tuple[Any, Any, Any]:
     """Sum over masked tokens of -min(r A, clip(r) A), divided by `n_tokens` (the batch's kept tokens).
 
     Returns (loss, clipped-token count). At r == 1 the gradient w.r.t. `new_lp` is exactly
@@ -67,7 +67,7 @@ def clipped_pg_loss(
     return loss, n_clipped, (ratio * mask).sum()
 
 
-def token_logprobs(model: Any, input_ids: Any, attention_mask: Any, temperature: float):
+def token_logprobs(model: Any, input_ids: Any, attention_mask: Any, temperature: float) -> Any:
     """log p(token_t | tokens_<t) for t >= 1, shape [B, T-1]."""
     import torch
 

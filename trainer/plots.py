@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from html import escape
 from pathlib import Path
+from typing import Any
 
 Series = dict[str, list[tuple[float, float]]]
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
@@ -55,7 +56,7 @@ def svg_line_chart(title: str, series: Series, *, width: int = 640, height: int 
     return "\n".join(parts)
 
 
-def charts_from_metrics(rows: list[dict]) -> dict[str, Series]:
+def charts_from_metrics(rows: list[dict[str, Any]]) -> dict[str, Series]:
     reward: Series = {"overall": []}
     masked: Series = {"masked fraction": []}
     stale: Series = {"staleness mean": [], "staleness max": [], "dropped (step)": []}

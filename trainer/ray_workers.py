@@ -203,7 +203,9 @@ class RolloutWorker:
         return {
             "index": self.index,
             "version": int(self.backend.version),
-            "checksum": state_checksum(model.state_dict()) if hasattr(model, "state_dict") else None,
+            "checksum": state_checksum(model.state_dict())
+            if model is not None and hasattr(model, "state_dict")
+            else None,
             "groups": self.groups_played,
         }
 

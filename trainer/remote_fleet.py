@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envforge.harness.orchestrator import HTTPBackend
-from envforge.server import Environment, State, ToolResult, state_hash
-from envforge.server.client import http_episode_client
+from envforge.server import Environment, State, ToolResult, http_episode_client, state_hash
 
 
 @dataclass

@@ -18,8 +18,7 @@ from typing import Any, Protocol
 import anyio
 from pydantic import BaseModel, Field
 
-from envforge.server import Fleet, State
-from envforge.server.client import episode_client
+from envforge.server import Fleet, State, episode_client
 from envforge.synth.models import Task
 from envforge.synth.scoring import score_episode
 from envforge.synth.statediff import apply_diff, primary_keys

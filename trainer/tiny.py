@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .trajectory import IM_END, IM_START
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<unk>", IM_START, IM_END]
 CHAT_TEMPLATE = (
@@ -24,7 +27,7 @@ CHAT_TEMPLATE = (
 BASE_CORPUS = ["system user assistant tool", '{ } [ ] " : , . ( ) error Error', "true false null"]
 
 
-def build_tokenizer(corpus: Iterable[str], *, base_corpus: bool = True):  # -> PreTrainedTokenizerFast
+def build_tokenizer(corpus: Iterable[str], *, base_corpus: bool = True) -> PreTrainedTokenizerFast:
     """A WordLevel tokenizer whose vocabulary is every word/punctuation run of `corpus` (plus chat roles
     and JSON punctuation when `base_corpus`)."""
     from tokenizers import Tokenizer, pre_tokenizers

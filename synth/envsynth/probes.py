@@ -208,7 +208,8 @@ async def execute_proposals(env: Environment, proposals: list[dict[str, Any]]) -
     try:
         for p in proposals:
             episode = await fleet.create_episode(env.name)
-            args = p.get("arguments") if isinstance(p.get("arguments"), dict) else {}
+            given = p.get("arguments")
+            args: dict[str, Any] = given if isinstance(given, dict) else {}
             res = await fleet.call(episode.id, str(p.get("tool", "")), args)
             await fleet.close_episode(episode.id)
             done.append(

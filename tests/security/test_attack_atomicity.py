@@ -14,8 +14,7 @@ import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 
-from envforge.server import EnvLoadError, Fleet, load_env
-from envforge.server.http_app import build_app
+from envforge.server import EnvLoadError, Fleet, build_app, load_env
 
 from conftest import FIXTURES, ServerThread
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+import envforge.server
 from envforge.server import EnvLoadError, Fleet, confinement, load_env
 from envforge.server import confined_tools as confined_tools_module
-from envforge.server.confinement import SERVER_DIR
 
 PAYLOAD_TOOLS = textwrap.dedent(
     '''
@@ -195,7 +195,11 @@ async def test_the_serving_process_never_imports_confined_tools(payload_env, tmp
 
 
 async def test_writing_outside_scratch_fails(payload_env, tmp_path: Path) -> None:
-    targets = [tmp_path / "pwned.txt", SERVER_DIR / "pwned.py", Path.home() / "envforge-pwned.txt"]
+    targets = [
+        tmp_path / "pwned.txt",
+        Path(envforge.server.__file__).resolve().parent / "pwned.py",
+        Path.home() / "envforge-pwned.txt",
+    ]
     fleet = Fleet([payload_env])
     try:
         ep = await fleet.create_episode("payloads")

@@ -14,9 +14,7 @@ from typer.testing import CliRunner
 
 from envforge.cli.main import app
 from envforge.harness.orchestrator import EvalConfig, run_eval
-from envforge.server import Fleet, load_env
-from envforge.server.http_app import build_app
-from envforge.server.mcp_server import ERROR_META_KEY
+from envforge.server import ERROR_META_KEY, Fleet, build_app, load_env
 from envforge.synth.pipeline import synthesize, tasks_jsonl
 from envforge.synth.tasks import SynthConfig
 

@@ -20,8 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from envforge.server import Fleet
-from envforge.server.http_app import build_app
+from envforge.server import Fleet, build_app
 
 from conftest import BANK_DIR, free_port
 
@@ -228,7 +227,7 @@ def test_accept_failure_storm_logs_one_line(caplog):
     import errno
     import logging
 
-    from envforge.server.http_limits import install_log_limiter
+    from envforge.server import install_log_limiter
 
     limiter = install_log_limiter(interval=60)
     asyncio_log = logging.getLogger("asyncio")

@@ -20,8 +20,7 @@ import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from envforge.server import EPISODE_META_KEY, Environment, Fleet
-from envforge.server.http_app import build_app
+from envforge.server import EPISODE_META_KEY, Environment, Fleet, build_app
 
 from conftest import ServerThread
 

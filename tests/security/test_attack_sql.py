@@ -127,8 +127,7 @@ def test_the_tool_handle_has_no_way_out() -> None:
 async def test_synthesis_scratch_connections_do_not_reuse_a_write_for_a_read_tool() -> None:
     """The same attack on synthesis's pooled connections, which check each cached statement's
     recorded footprint instead of expiring the cache."""
-    from envforge.server import execute
-    from envforge.synth.inline import ScratchPool
+    from envforge.server import ScratchPool, execute
 
     env = load_env(ATTACK_SHOP)
     pool = ScratchPool(env, size=1)

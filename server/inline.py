@@ -1,5 +1,7 @@
 """SQLite on the caller's thread, and reused connections for synthesis's many short episodes.
 
+The inline pool here stands beside `dbthreads`' worker pool; only synthesis uses it.
+
 Synthesis is one sequential coroutine per env, so it runs SQL inline (`InlineConnection`). Its
 own episodes (the walk, the golden replay, one replay per dropped write) are short, and on a fresh
 connection the first statement parses the whole schema and every statement is prepared anew:
@@ -11,15 +13,16 @@ connection the first statement parses the whole schema and every statement is pr
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiosqlite
 from aiosqlite.context import contextmanager
 
-from envforge.server import Environment, Episode, Fleet
-from envforge.server.episodes import WriteTracker, episode_connector
+from .episodes import Episode, WriteTracker, episode_connector
+from .fleet import Fleet
+from .loader import Environment
 
 
 class InlineConnection(aiosqlite.Connection):
@@ -42,7 +45,7 @@ class InlineConnection(aiosqlite.Connection):
         if self._connection is not None:
             self._connection.close()
 
-    def __await__(self) -> Any:
+    def __await__(self) -> Generator[Any, None, aiosqlite.Connection]:
         return self._connect().__await__()
 
     async def _connect(self) -> InlineConnection:
@@ -55,7 +58,7 @@ class InlineConnection(aiosqlite.Connection):
             raise ValueError("Connection closed")
         return fn(*args, **kwargs)
 
-    def stop(self) -> None:  # type: ignore[override]
+    def stop(self) -> None:
         self._running = False
         if self._connection is not None:
             self._connection.close()
@@ -237,9 +240,16 @@ class ScratchConnection(InlineConnection):
         cursor = self._run(self._conn.execute, sql, [] if parameters is None else parameters)
         return _InlineCursor(self, cursor)
 
-    async def execute_fetchall(self, sql: str, parameters: Iterable[Any] | None = None) -> Iterable[Any]:
-        """`aiosqlite.Connection.execute_fetchall`, without the `_execute` hop."""
-        return self._run(self._execute_fetchall, sql, [] if parameters is None else parameters)
+    @contextmanager
+    async def execute_fetchall(
+        self, sql: str, parameters: Iterable[Any] | None = None
+    ) -> Iterable[sqlite3.Row]:
+        """`aiosqlite.Connection.execute_fetchall`, without the `_execute` hop (awaitable, or
+        `async with`, as the method it overrides)."""
+        rows: Iterable[sqlite3.Row] = self._run(
+            self._execute_fetchall, sql, [] if parameters is None else parameters
+        )
+        return rows
 
     def take_written(self) -> set[str]:
         """Tables written (or, for failed calls, about to be) since the last take; resets.
