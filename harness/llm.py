@@ -309,6 +309,10 @@ async def _complete_http(
     return _message_from_json(response), _usage_from_json(response, cfg.model)
 
 
+_LITELLM_UNUSABLE_ANSWER = "Invalid response object"
+"""What litellm's error says when a provider's 200 answer does not convert into a chat message."""
+
+
 async def _complete_litellm(
     cfg: LLMConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, extra: dict[str, Any]
 ) -> tuple[Message, Usage]:
@@ -334,6 +338,12 @@ async def _complete_litellm(
         response = await lm.acompletion(**kwargs)
     except lm.ContextWindowExceededError as exc:
         raise ContextOverflow(str(exc)) from exc
+    except lm.InternalServerError as exc:
+        # litellm could not turn a 200 answer into a message (content that is not text, a tool
+        # call it cannot parse): the model's output, not the server's failure, as on the HTTP route.
+        if _LITELLM_UNUSABLE_ANSWER in str(exc):
+            raise MalformedOutput(f"the answer is not a usable message: {str(exc)[:200]}") from exc
+        raise
     return from_openai(response.choices[0].message), usage_of(response, cfg.model)
 
 

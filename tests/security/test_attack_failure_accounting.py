@@ -35,11 +35,14 @@ def task() -> Task:
     return load_tasks(RETAIL)[0]
 
 
-def config(task: Task, url: str, **limits: Any) -> EvalConfig:
+def config(task: Task, url: str, transport: str = "auto", **limits: Any) -> EvalConfig:
+    llm = LLMConfig(
+        model="openai/fake-agent", api_base=url, api_key="x", retries=1, backoff_s=0.01, transport=transport
+    )
     return EvalConfig(
         agent="openai/fake-agent",
         user="scripted",
-        agent_llm=LLMConfig(model="openai/fake-agent", api_base=url, api_key="x", retries=1, backoff_s=0.01),
+        agent_llm=llm,
         task_ids=[task.id],
         limits=Limits(max_tool_errors=2, **limits),
     )
@@ -61,9 +64,12 @@ GARBAGE = {
 }
 
 
-@pytest.mark.parametrize("garbage", sorted(GARBAGE))
+@pytest.mark.parametrize(
+    ("garbage", "transport"),
+    [(g, "auto") for g in sorted(GARBAGE)] + [("content_not_text", "litellm"), ("unknown_tool", "litellm")],
+)
 async def test_garbage_output_is_the_agents_fault_counted_and_not_rerun(
-    task: Task, tmp_path: Path, garbage: str
+    task: Task, tmp_path: Path, garbage: str, transport: str
 ) -> None:
     """Found: garbage was `infra_failure` — out of pass^k and re-run on every resume."""
 
@@ -71,13 +77,13 @@ async def test_garbage_output_is_the_agents_fault_counted_and_not_rerun(
         return 200, GARBAGE[garbage]
 
     with FakeOpenAI(brain) as fake:
-        manifest, (rec,) = await run_eval([RETAIL], config(task, fake.url), tmp_path)
+        manifest, (rec,) = await run_eval([RETAIL], config(task, fake.url, transport), tmp_path)
         assert rec.status in ("malformed_output", "max_errors"), (rec.status, rec.error)
         assert rec.fault == "agent" and rec.reward == 0.0
         overall = summarize([rec], manifest.trials)["overall"]
         assert overall["n_trials"] == 1 and overall["pass_hat_k"] == [0.0] and overall["infra_failures"] == 0
         asked = len(fake.requests)
-        _, (again,) = await run_eval([RETAIL], config(task, fake.url), tmp_path, resume=True)
+        _, (again,) = await run_eval([RETAIL], config(task, fake.url, transport), tmp_path, resume=True)
         assert len(fake.requests) == asked, "resume ran the agent's failed trial again"
     assert again == rec
     if garbage != "tool_call_without_name" and garbage != "content_not_text":
