@@ -108,7 +108,15 @@ def _number(match: re.Match[str]) -> StatedNumber:
 
 def number_tokens(text: str) -> list[StatedNumber]:
     """Every number token of `text` (the module docstring says what one is), in order."""
-    return [_number(m) for m in NUMBER_TOKEN.finditer(text)]
+    return [_token_number(m.group()) for m in NUMBER_TOKEN.finditer(text)]
+
+
+@lru_cache(maxsize=65536)
+def _token_number(token: str) -> StatedNumber:
+    """A matched token's value (tokens repeat across messages: a spray states 0..999 every time)."""
+    match = WHOLE_NUMBER.fullmatch(token)
+    assert match is not None  # a NUMBER_TOKEN match is NUMBER_BODY between zero-width guards
+    return _number(match)
 
 
 @lru_cache(maxsize=65536)
