@@ -97,6 +97,17 @@ class _StderrLog(asyncio.Protocol):
                 log.warning("confined env %s: %s", self.env, line[:500])
 
 
+_WORKERS: weakref.WeakSet[ToolWorker] = weakref.WeakSet()
+"""Every live worker, so a closing fleet can detach those attached to its event loop."""
+
+
+def detach_workers(loop: asyncio.AbstractEventLoop) -> None:
+    """Detach every confined worker attached to `loop` that has no call in flight there."""
+    for worker in list(_WORKERS):
+        if worker.attached_to(loop):
+            worker.detach()
+
+
 def _kill(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.kill()
@@ -120,11 +131,16 @@ class ToolWorker:
         self._ids = itertools.count(1)
         self._death = ""
         self._pump_task: asyncio.Task[None] | None = None
+        self._read_transports: list[asyncio.BaseTransport] = []
         self._attachment = 0  # which (process, event loop) pairing the current pipes belong to
+        _WORKERS.add(self)
 
     @property
     def pid(self) -> int | None:
         return None if self._proc is None else self._proc.pid
+
+    def attached_to(self, loop: asyncio.AbstractEventLoop) -> bool:
+        return self._loop is loop
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None and self._transport is not None
@@ -133,7 +149,7 @@ class ToolWorker:
         loop = asyncio.get_running_loop()
         if self._loop is not loop or self._lock is None:
             old, self._loop, self._lock = self._loop, loop, asyncio.Lock()
-            if old is not None and old.is_closed() and self._proc is not None and self._proc.poll() is None:
+            if (old is None or old.is_closed()) and self._proc is not None and self._proc.poll() is None:
                 # the loop that served it is gone (e.g. one loop per test): keep the worker, new pipes
                 self._transport = None
                 self._attachment += 1
@@ -155,10 +171,33 @@ class ToolWorker:
             (proc.stdout, "rb"), (proc.stderr, "rb"), (proc.stdin, "wb")
         ))  # fmt: skip
         reader = asyncio.StreamReader(limit=MAX_MESSAGE_BYTES + 1)
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), out)
-        await loop.connect_read_pipe(lambda: _StderrLog(self.init.env), err)
+        out_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), out)
+        err_transport, _ = await loop.connect_read_pipe(lambda: _StderrLog(self.init.env), err)
+        self._read_transports = [out_transport, err_transport]
         self._transport, _ = await loop.connect_write_pipe(asyncio.Protocol, inp)
         return reader
+
+    def detach(self) -> None:
+        """Let go of the current event loop (its pipe transports and pump); the process keeps running.
+
+        The next call, from this loop or another, attaches again (new pipes, no restart). A fleet
+        detaches when it closes, so no pump is left pending in a loop that goes on without it (a
+        pump collected while pending is what asyncio reports as "Task was destroyed").
+        """
+        if self._calls:
+            return  # calls in flight on this loop still need their pump
+        self._attachment += 1  # the old pump, if it ever runs again, must not declare the worker dead
+        task, self._pump_task = self._pump_task, None
+        if task is not None and not task.done():
+            task.cancel()
+        for transport in [*self._read_transports, self._transport]:
+            if transport is not None and not transport.is_closing():
+                try:
+                    transport.close()
+                except RuntimeError:  # its event loop is already closed
+                    pass
+        self._read_transports, self._transport = [], None
+        self._loop = self._lock = None
 
     async def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         proc = subprocess.Popen(

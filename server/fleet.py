@@ -6,6 +6,7 @@ This is the in-process API that the harness, the synthesiser and the tests use; 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -99,3 +100,7 @@ class Fleet:
 
     async def aclose(self) -> None:
         await self.store.close_all()
+        if any(env.manifest.trust == "confined" for env in self.envs.values()):
+            from .confined_tools import detach_workers
+
+            detach_workers(asyncio.get_running_loop())

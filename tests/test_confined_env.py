@@ -8,8 +8,11 @@ state hash. The worker outlives an event loop (one per test here) instead of res
 from __future__ import annotations
 
 import asyncio
+import gc
 import shutil
 from pathlib import Path
+
+import pytest
 
 from envforge.server import Environment, Fleet, load_env
 
@@ -73,3 +76,21 @@ def test_the_worker_outlives_an_event_loop() -> None:
     worker = env.tools["get_member"].fn.__closure__  # the forwarding function holds its worker
     starts = {c.cell_contents.starts for c in worker or () if hasattr(c.cell_contents, "starts")}
     assert starts == {1}
+
+
+async def test_a_closed_fleet_leaves_no_pump_pending_in_a_loop_that_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`make demo` ran three evals in one loop, each loading the envs afresh: every dropped confined
+    worker left its pump task pending, and asyncio logged "Task was destroyed but it is pending!"."""
+    for _ in range(3):
+        env = load_env(REPO / "envs" / "library")
+        fleet = Fleet([env])
+        episode = await fleet.create_episode(env.name)
+        assert not (await fleet.call(episode.id, "get_member", {"member_id": "M-1001"})).is_error
+        await fleet.aclose()
+        del env, fleet, episode
+        gc.collect()
+        await asyncio.sleep(0.05)
+    gc.collect()
+    assert "Task was destroyed" not in caplog.text
