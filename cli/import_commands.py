@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from envforge.server import EnvLoadError, load_env
@@ -26,28 +27,43 @@ import_app = typer.Typer(no_args_is_help=True, help="Import environments and tas
 
 @import_app.command("tau2")
 def import_tau2(
-    src_dir: Path = typer.Argument(..., help="τ²-bench's retail data folder (db.json, tasks.json, ...)."),
+    src_dir: Path = typer.Argument(
+        ...,
+        help="τ²-bench's retail data folder as published (db.json, tasks.json, policy.md, split_tasks.json).",
+    ),
     env_dir: Path = typer.Option(
-        ..., "-o", "--out", help="The tau2_retail env folder (holding env.toml, schema.sql, tools.py)."
+        ...,
+        "-o",
+        "--out",
+        help="The env folder to write (new, empty, or an earlier import), e.g. envs/tau2_retail.",
+    ),
+    strict_tools: bool = typer.Option(
+        False,
+        "--strict-tools",
+        help="Fail when SRC_DIR's optional tools.json disagrees with the port's tools.",
     ),
 ) -> None:
-    """Write seed.json, policy.md and tasks.jsonl into ENV_DIR from τ²'s data, then self-check the tasks.
+    """Write the tau2_retail env into ENV_DIR from τ²'s data, then self-check the tasks.
 
-    Idempotent: files whose bytes would not change are not rewritten. Tasks failing a self-check
-    are kept (τ² keeps them) and listed with the reason.
+    ENV_DIR gets the port's code (env.toml, schema.sql, tools.py, shipped with envforge), and
+    seed.json, policy.md and tasks.jsonl generated from SRC_DIR. The port's tools define the tool
+    schema; a tools.json in SRC_DIR is only cross-checked (differences are warnings, errors with
+    --strict-tools). Idempotent: files whose bytes would not change are not rewritten. Tasks failing
+    a self-check are kept (τ² keeps them) and listed with the reason.
     """
     # The self-checks replay gold calls that fail on purpose; the runtime logs those.
     logging.getLogger("envforge.server.runtime").setLevel(logging.CRITICAL)
-    if not env_dir.is_dir():
-        fail(f"{env_dir}: not a directory (expected the tau2_retail env folder with {', '.join(ENV_CODE)})")
     try:
-        tasks = import_tau2_env(src_dir, env_dir, tasks=True)
+        imported = import_tau2_env(src_dir, env_dir, strict_tools=strict_tools)
         env = load_env(env_dir)
     except Tau2ImportError as exc:
         fail(str(exc))
     except EnvLoadError as exc:
         fail(f"could not load {env_dir}: " + "; ".join(str(p) for p in exc.problems))
-    assert tasks is not None  # tasks=True: imported or raised
+    for line in imported.tool_mismatches:
+        console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False)
+    tasks = imported.tasks
+    assert tasks is not None  # imported with tasks, or raised
     report = verify_report(env, tasks)
 
     splits: Counter[str] = Counter(s for t in tasks for s in t.split)
@@ -67,7 +83,9 @@ def import_tau2(
     for check, ids in report.by_check().items():
         checks.add_row(check, str(len(ids)), ", ".join(ids) or "-", CHECK_REASONS[check] if ids else "")
     console.print(checks)
-    console.print(f"wrote {', '.join(GENERATED)} in {env_dir}")
+    if imported.tools_json is not None and not imported.tool_mismatches:
+        console.print(f"{imported.tools_json}: agrees with the port's tools")
+    console.print(f"wrote {', '.join(ENV_CODE + GENERATED)} in {env_dir}")
 
 
 def register(app: typer.Typer) -> None:

@@ -1,15 +1,19 @@
-"""Import τ²-bench's retail domain into the `tau2_retail` env, and convert its state back.
+"""Import τ²-bench's retail domain into a `tau2_retail` env folder, and convert its state back.
 
 τ²'s retail DB is one nested JSON document (`db.json`: products, users and orders keyed by id);
-the env stores it relationally (`envs/tau2_retail/schema.sql`). The two directions live together
-here because they must stay exact inverses: `state_to_tau2_db` is how a run's final state is
-scored against τ² (its DB hash), so anything `tau2_db_to_seed` flattens must come back with the
-same values, the same key order and the same list order.
+the env stores it relationally (`tau2_retail/schema.sql` beside this module). The two directions
+live together here because they must stay exact inverses: `state_to_tau2_db` is how a run's final
+state is scored against τ² (its DB hash), so anything `tau2_db_to_seed` flattens must come back with
+the same values, the same key order and the same list order.
 
-The τ² data itself is never copied into the repository: `import_tau2_env` generates `seed.json`,
-`policy.md` and `tasks.jsonl` into the env folder from a τ²-bench data folder supplied at import
-time. τ²'s tasks become envforge `Task`s whose golden states come from replaying τ²'s gold actions
-in this env (not from τ²'s files), so the hashes a run is scored against are the env's own.
+The port's code (`tau2_retail/`: `env.toml`, `schema.sql`, `tools.py`) ships in this package and
+its tools define the schema; τ²'s data is never copied into the repository. `import_tau2_env`
+writes the whole env folder from a τ²-bench checkout's retail folder as published (`db.json`,
+`tasks.json`, `policy.md`, `split_tasks.json`): the port's code, then `seed.json`, `policy.md` and
+`tasks.jsonl` generated from the data. A `tools.json` beside them, which a checkout does not have,
+is only cross-checked against the port's tools. τ²'s tasks become envforge `Task`s whose golden
+states come from replaying τ²'s gold actions in this env (not from τ²'s files), so the hashes a run
+is scored against are the env's own.
 """
 
 from __future__ import annotations
@@ -21,13 +25,14 @@ import json
 import os
 import re
 import tempfile
+import tomllib
 from collections import Counter, defaultdict
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from envforge.server import Environment, Fleet, State, load_env, state_hash
+from envforge.server import Environment, Fleet, State, ToolSpec, load_env, state_hash
 
 from .context import SynthContext
 from .footprint import Footprint, set_authorizer
@@ -53,26 +58,6 @@ from .verify import CHECKS, verify_task
 
 #: τ²'s DB hash of the unmodified retail `db.json` (`RetailDB.model_dump()`, hashed).
 INITIAL_DB_HASH = "b25c9cb211f5efcaee5dd646054a73c4a9f43f4f5acc32c10713cd9f9ac20e9c"
-
-#: The 16 agent tools of τ²'s `RetailTools`, in definition order (the order τ² lists them in).
-RETAIL_TOOLS = (
-    "calculate",
-    "cancel_pending_order",
-    "exchange_delivered_order_items",
-    "find_user_id_by_name_zip",
-    "find_user_id_by_email",
-    "get_order_details",
-    "get_product_details",
-    "get_item_details",
-    "get_user_details",
-    "list_all_product_types",
-    "modify_pending_order_address",
-    "modify_pending_order_items",
-    "modify_pending_order_payment",
-    "modify_user_address",
-    "return_delivered_order_items",
-    "transfer_to_human_agents",
-)
 
 ADDRESS_FIELDS = ("address1", "address2", "city", "country", "state", "zip")
 #: Order fields that db.json leaves out but τ²'s `Order` model dumps (as null when unset).
@@ -359,19 +344,71 @@ def _load_json(path: Path) -> Any:
         raise Tau2ImportError(f"{path}: invalid JSON ({exc})") from exc
 
 
-def _check_tools(path: Path) -> None:
-    """tools.json must be τ²'s 16 retail tool schemas: a sanity check that this is the retail domain."""
-    tools = _load_json(path)
+def port_tools() -> dict[str, ToolSpec]:
+    """The port's tools as the loader builds them: the schema τ²'s data is imported against.
+
+    Loaded from a scratch copy of the port's code with an empty seed, so that tools.json and the
+    gold actions of tasks.json are checked before anything is written into the env folder.
+    """
+    with tempfile.TemporaryDirectory(prefix="envforge-tau2-port-") as tmp:
+        root = Path(tmp) / ENV_NAME
+        root.mkdir()
+        for name in ENV_CODE:
+            (root / name).write_bytes((PORT_DIR / name).read_bytes())
+        (root / "seed.json").write_text("{}\n", encoding="utf-8")
+        (root / "policy.md").write_text("The port's tools, loaded without τ²'s data.\n", encoding="utf-8")
+        return load_env(root).tools
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def tools_json_mismatches(path: Path, tools: dict[str, ToolSpec]) -> list[str]:
+    """How τ²'s `tools.json` (tool schemas as τ² shows them to the agent) differs from the port's
+    `tools`, one line per difference: tools missing on either side, their order, descriptions, and
+    per tool its parameters (names, each one's schema, which are required). Empty when they agree.
+
+    The port's tools define the schema; tools.json is only a cross-check (a τ²-bench checkout
+    does not have one). A file that is not τ²'s list of function schemas is an error.
+    """
+    data = _load_json(path)
     try:
-        names = tuple(t["function"]["name"] for t in tools if t["type"] == "function")
+        listed = [t["function"] for t in data if t["type"] == "function"]
+        theirs = {f["name"]: f for f in listed}
     except (TypeError, KeyError) as exc:
         raise Tau2ImportError(
             f"{path}: not a list of {{'type': 'function', 'function': {{...}}}} objects"
         ) from exc
-    if names != RETAIL_TOOLS:
-        raise Tau2ImportError(
-            f"{path}: expected τ²'s 16 retail tools {list(RETAIL_TOOLS)}, found {list(names)}"
-        )
+    out = [f"{path}: tool {name!r} is not one of the port's tools" for name in theirs if name not in tools]
+    out += [f"{path}: lacks the port's tool {name!r}" for name in tools if name not in theirs]
+    common = [name for name in theirs if name in tools]
+    if common != [name for name in tools if name in theirs]:
+        out.append(f"{path}: lists the tools in another order than the port ({', '.join(common)})")
+    for name in common:
+        where = f"{path}: tool {name!r}"
+        spec, fn = tools[name], theirs[name]
+        if fn.get("description") != spec.description:
+            out.append(f"{where}: description differs ({_short(fn.get('description'))})")
+        params = fn.get("parameters") if isinstance(fn.get("parameters"), dict) else {}
+        ours_props: dict[str, Any] = spec.input_schema.get("properties", {})
+        their_props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
+        for p in their_props:
+            if p not in ours_props:
+                out.append(f"{where}: parameter {p!r} is not a parameter of the port's tool")
+            elif their_props[p] != ours_props[p]:
+                out.append(
+                    f"{where}: parameter {p!r} differs (tools.json {_short(their_props[p])}, "
+                    f"port {_short(ours_props[p])})"
+                )
+        out += [f"{where}: lacks the port's parameter {p!r}" for p in ours_props if p not in their_props]
+        if sorted(params.get("required") or []) != sorted(spec.input_schema.get("required") or []):
+            out.append(
+                f"{where}: required parameters differ (tools.json {_short(params.get('required'))}, "
+                f"port {_short(spec.input_schema.get('required'))})"
+            )
+    return out
 
 
 def _write_if_changed(path: Path, data: bytes) -> None:
@@ -408,10 +445,15 @@ TAU2_ANSWER_RULE: AnswerRule = "substring"
 #: needs the trajectory and `nl_assertions` an LLM judge, so the self-checks leave them out.
 OFFLINE_PARTS: tuple[RewardPart, ...] = ("state", "outputs", "checkpoints")
 TASK_SOURCE = "tau2"
-#: Generated files, in the order `import_tau2_env` writes them.
-GENERATED = ("seed.json", "policy.md", "tasks.jsonl")
-#: Files the env folder must already hold (tracked in the repository) before tasks can be replayed.
+#: The env the import writes (the name in the port's env.toml).
+ENV_NAME = "tau2_retail"
+#: The port's code, shipped in this package: copied into the env folder byte for byte.
+PORT_DIR = Path(__file__).resolve().parent / ENV_NAME
 ENV_CODE = ("env.toml", "schema.sql", "tools.py")
+#: Files generated from τ²'s data, in the order `import_tau2_env` writes them (after `ENV_CODE`).
+GENERATED = ("seed.json", "policy.md", "tasks.jsonl")
+#: τ²-bench's retail folder as published; `tools.json` (not in a checkout) is an optional cross-check.
+CHECKOUT_FILES = ("db.json", "policy.md", "tasks.json", "split_tasks.json")
 
 _T = TypeVar("_T")
 
@@ -851,29 +893,65 @@ CHECK_REASONS = {
 }
 
 
-def _env_has_code(env_dir: Path) -> bool:
-    return all((env_dir / name).is_file() for name in ENV_CODE)
+@dataclass
+class Tau2Import:
+    """What `import_tau2_env` wrote and found."""
+
+    env_dir: Path
+    tasks: list[Task] | None  # None when only the env (code, seed, policy) was written
+    tools_json: Path | None  # the tools.json cross-checked, if the data folder has one
+    tool_mismatches: list[str] = field(default_factory=list)  # one line per difference from the port
 
 
-def import_tau2_env(src_dir: Path, env_dir: Path, *, tasks: bool | None = None) -> list[Task] | None:
-    """Generate `seed.json`, `policy.md` and `tasks.jsonl` in `env_dir` from τ²'s retail data.
+def _check_target(env_dir: Path) -> None:
+    """The env folder may be new, empty, or an earlier import: never another env overwritten."""
+    if env_dir.exists() and not env_dir.is_dir():
+        raise Tau2ImportError(f"{env_dir}: not a directory")
+    manifest = env_dir / "env.toml"
+    if not manifest.is_file():
+        return
+    try:
+        name = tomllib.loads(manifest.read_text(encoding="utf-8")).get("name")
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        name = None
+    if name != ENV_NAME:
+        raise Tau2ImportError(
+            f"{env_dir}: holds another env ({manifest} names {name!r}); import into a new folder "
+            f"or an earlier {ENV_NAME} import"
+        )
 
-    `src_dir` holds `db.json`, `policy.md`, `tools.json`, `tasks.json` and `split_tasks.json` (a
-    folder with a `retail/` subfolder holding them is accepted too). The policy is copied byte for
-    byte: τ² gives it to the agent unchanged. Tasks need the env's code to replay their gold, so
-    they are imported when `tasks` is True (missing env files are then an error), or when it is
-    None and `env_dir` holds `env.toml`, `schema.sql` and `tools.py`; with `tasks=False`, or None
-    and a folder without the code, only the data files are generated (and None is returned).
-    Everything is validated before anything is written; re-running leaves the files byte-identical.
+
+def _check_gold_tools(where: str, parsed: list[_Parsed], tools: dict[str, ToolSpec]) -> None:
+    """Gold actions must name the port's tools: the sign that this is τ²'s retail domain."""
+    for p in parsed:
+        for call in p.calls:
+            if call.name not in tools:
+                raise Tau2ImportError(
+                    f"{where}: task {p.id}: gold action {call.name!r} is not a tool of the {ENV_NAME} "
+                    "port (is this τ²-bench's retail folder?)"
+                )
+
+
+def import_tau2_env(
+    src_dir: Path, env_dir: Path, *, tasks: bool = True, strict_tools: bool = False
+) -> Tau2Import:
+    """Write the `tau2_retail` env folder `env_dir` from τ²-bench's retail data folder `src_dir`.
+
+    `src_dir` is the retail folder of a τ²-bench checkout as published (`CHECKOUT_FILES`; a folder
+    with a `retail/` subfolder holding them is accepted too). `env_dir` is created if needed; it
+    must be empty or an earlier import. The import writes the port's code (`ENV_CODE`), `seed.json`
+    from db.json, `policy.md` byte for byte (τ² gives it to the agent unchanged), and, with `tasks`,
+    `tasks.jsonl` from tasks.json and split_tasks.json (without, those two files are not read).
+    A `tools.json` in `src_dir` is cross-checked against the port's tools: its differences are
+    returned (`tool_mismatches`), or raised with `strict_tools`. Everything is validated before
+    anything is written; re-running leaves the files byte-identical.
     """
     src_dir, env_dir = Path(src_dir), Path(env_dir)
     if not (src_dir / "db.json").exists() and (src_dir / "retail" / "db.json").exists():
         src_dir = src_dir / "retail"
-    if not env_dir.is_dir():
-        raise Tau2ImportError(f"{env_dir}: not a directory (expected the tau2_retail env folder)")
+    _check_target(env_dir)
     db_path = _source_file(src_dir, "db.json")
     policy_path = _source_file(src_dir, "policy.md")
-    tools_path = _source_file(src_dir, "tools.json")
     db = _load_json(db_path)
     if not isinstance(db, dict) or not all(
         isinstance(db.get(k), dict) for k in ("products", "users", "orders")
@@ -889,29 +967,37 @@ def import_tau2_env(src_dir: Path, env_dir: Path, *, tasks: bool | None = None) 
             raise Tau2ImportError(f"{policy_path}: empty")
     except UnicodeDecodeError as exc:
         raise Tau2ImportError(f"{policy_path}: not UTF-8 text ({exc})") from exc
-    _check_tools(tools_path)
-    with_tasks = _env_has_code(env_dir) if tasks is None else tasks
-    if with_tasks:
-        for name in ENV_CODE:
-            if not (env_dir / name).is_file():
-                raise Tau2ImportError(
-                    f"{env_dir / name}: missing; the env folder must hold the tracked tau2_retail "
-                    f"{', '.join(ENV_CODE)} (copy them from envs/tau2_retail)"
-                )
+    tools = port_tools()
+    tools_path = src_dir / "tools.json"
+    mismatches: list[str] = []
+    if tools_path.is_file():
+        mismatches = tools_json_mismatches(tools_path, tools)
+        if mismatches and strict_tools:
+            more = f" (and {len(mismatches) - 1} more)" if len(mismatches) > 1 else ""
+            raise Tau2ImportError(f"{mismatches[0]}{more}")
+    if tasks:
         tasks_where, raw_tasks = _load_tasks_json(_source_file(src_dir, "tasks.json"))
         _, splits = _load_split_json(_source_file(src_dir, "split_tasks.json"))
         # Parse now, so a bad tasks.json fails before any file is written.
-        for raw in raw_tasks:
-            _parse_task(tasks_where, raw, splits)
+        _check_gold_tools(tasks_where, [_parse_task(tasks_where, raw, splits) for raw in raw_tasks], tools)
+    env_dir.mkdir(parents=True, exist_ok=True)
+    for name in ENV_CODE:
+        _write_if_changed(env_dir / name, (PORT_DIR / name).read_bytes())
     _write_if_changed(env_dir / "seed.json", seed_json_text(seed).encode("utf-8"))
     _write_if_changed(env_dir / "policy.md", policy)
-    if not with_tasks:
-        return None
+    found = Tau2Import(
+        env_dir=env_dir,
+        tasks=None,
+        tools_json=tools_path if tools_path.is_file() else None,
+        tool_mismatches=mismatches,
+    )
+    if not tasks:
+        return found
     env = load_env(env_dir)
-    imported = tau2_tasks_to_envforge(raw_tasks, splits, env)
-    text = "".join(t.model_dump_json() + "\n" for t in imported)
+    found.tasks = tau2_tasks_to_envforge(raw_tasks, splits, env)
+    text = "".join(t.model_dump_json() + "\n" for t in found.tasks)
     _write_if_changed(env_dir / "tasks.jsonl", text.encode("utf-8"))
-    return imported
+    return found
 
 
 def golden_end_state(env: Environment, task: Task) -> State:
