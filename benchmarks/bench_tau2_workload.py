@@ -3,7 +3,7 @@
 Usage: .venv/bin/python benchmarks/bench_tau2_workload.py [--concurrency 1,8,32] [--rounds 3] [--judge]
 
 Starts `../shared/bench/instant_llm.py` (read from there, never copied), imports τ² retail into a
-temp dir if `envs/tau2_retail` has no tasks, then runs `envforge eval` on the 74 train tasks, one
+temp dir if `envs/tau2_retail` has no tasks, then runs `envforge eval --split train` (the 74 train tasks), one
 trial each, with agent and user `openai/fake` at each concurrency. Each setting runs with both LLM
 routes: the direct HTTP one (default) and litellm (`--llm-transport litellm`), the in-run
 baseline. Rate = trials / (last trial end - first trial start), so process start-up is excluded;
@@ -69,7 +69,7 @@ def train_ids(env: Path) -> list[str]:
 
 def run_once(env: Path, ids: list[str], base: str, concurrency: int, transport: str, out: Path) -> float:
     args = [
-        ENVFORGE, "eval", str(env), "--tasks", ",".join(ids), "--trials", "1",
+        ENVFORGE, "eval", str(env), "--split", "train", "--trials", "1",
         "--agent", "openai/fake", "--agent-api-base", base, "--user", "openai/fake", "--user-api-base", base,
         "--concurrency", str(concurrency), "--llm-transport", transport, "--out", str(out), "--json",
     ]  # fmt: skip

@@ -3,7 +3,7 @@
 Exit codes of `eval`: 0 when the run finished with at most `--max-infra-failures` infra failures;
 1 when it had more (their first reasons are printed on stderr, so a run that could not reach its
 model or its env server never looks like a result); 2 when nothing was run — bad input (an
-unknown agent or task id), a run directory in use by another process, or a `--resume` whose
+unknown agent, task id or split), a run directory in use by another process, or a `--resume` whose
 manifest is missing or does not match.
 """
 
@@ -44,6 +44,12 @@ def evaluate(
     ),
     resume: Annotated[bool, typer.Option(help="Continue the run in --out: skip done trials.")] = False,
     tasks: Annotated[str | None, typer.Option(help="Comma-separated task ids to run.")] = None,
+    split: Annotated[
+        str | None, typer.Option(help="Only the tasks of this split (τ² imports: train | test | base).")
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option(help="Only the first N tasks of each env (after --tasks and --split).")
+    ] = None,
     server: Annotated[str | None, typer.Option(help="Base URL of a running `envforge serve`.")] = None,
     token: Annotated[
         str | None, typer.Option(envvar="ENVFORGE_TOKEN", help="Bearer token of that server's control plane.")
@@ -74,13 +80,18 @@ def evaluate(
     from envforge.harness.agents import BUILTIN_AGENTS
     from envforge.harness.llm import LLMConfig
     from envforge.harness.metrics import print_summary, summarize
-    from envforge.harness.orchestrator import EvalConfig, Limits, RunExists, UnknownTasks, run_eval
+    from envforge.harness.orchestrator import EvalConfig, Limits, RunExists, run_eval
     from envforge.harness.runs import RunConfigMismatch, RunLocked
+    from envforge.harness.tasks import TaskSelectionError
 
     if answers not in ("task", "strict"):
         fail(f"--answers must be task or strict, not {answers!r}")
     if llm_transport not in ("auto", "http", "litellm"):
         fail(f"--llm-transport must be auto, http or litellm, not {llm_transport!r}")
+    if limit is not None and limit < 1:
+        fail(f"--limit must be at least 1, not {limit}")
+    if split is not None and not split.strip():
+        fail("--split must name a split (train, test, ...)")
     check_agent_name(agent, BUILTIN_AGENTS)
 
     def llm(model: str, api_base: str | None, temperature: float | None = None) -> LLMConfig:
@@ -104,6 +115,8 @@ def evaluate(
         server=server,
         server_token=token,
         task_ids=[t.strip() for t in tasks.split(",") if t.strip()] if tasks else None,
+        split=split,
+        limit=limit,
         answers=answers,
     )
     for d in env_dirs:
@@ -140,7 +153,7 @@ def evaluate(
                     on_notice=on_notice,
                 )
             )
-        except (RunExists, RunConfigMismatch, RunLocked, UnknownTasks, FileNotFoundError) as exc:
+        except (RunExists, RunConfigMismatch, RunLocked, TaskSelectionError, FileNotFoundError) as exc:
             fail(str(exc))
     summary = summarize(records, manifest.trials)
     print_summary(summary, console)

@@ -12,7 +12,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from envforge.server import Fleet
+from envforge.server import Environment, Fleet
 from envforge.synth.adversaries import ADVERSARIES
 from envforge.synth.context import SynthContext
 from envforge.synth.graph import build_graph, graph_json, load_graph, to_dot, to_mermaid, write_graph
@@ -123,13 +123,25 @@ def _bucket(calls: int) -> str:
     return "1-2 calls" if calls <= 2 else "3-4 calls" if calls <= 4 else "5+ calls"
 
 
-def check_cmd(env_dir: Path = typer.Argument(..., help="The env folder.")) -> None:
-    """Run the self-checks and the adversarial agents on every task of ENV_DIR/tasks.jsonl; exit 1
-    if any check fails or any adversary earns a task's full reward."""
+def check_cmd(
+    env_dirs: list[Path] = typer.Argument(..., help="Env folders (e.g. envs/*), each with tasks.jsonl."),
+) -> None:
+    """Run the self-checks and the adversarial agents on every task of each ENV_DIR/tasks.jsonl;
+    exit 1 if any check fails or any adversary earns a task's full reward, in any env."""
     _quiet()
-    (env,) = load_envs([env_dir])
-    if not (env_dir / "tasks.jsonl").exists():
-        fail(f"{env_dir / 'tasks.jsonl'} does not exist (run `envforge synth tasks` first)")
+    envs = load_envs(env_dirs)
+    for env_dir in env_dirs:
+        if not (env_dir / "tasks.jsonl").exists():
+            fail(f"{env_dir / 'tasks.jsonl'} does not exist (run `envforge synth tasks` first)")
+    failed = [env.name for env, env_dir in zip(envs, env_dirs, strict=True) if not _check_env(env, env_dir)]
+    if len(env_dirs) > 1:
+        console.print(f"[red]tasks fail in {', '.join(failed)}[/]" if failed else f"{len(envs)} envs pass")
+    if failed:
+        raise typer.Exit(1)
+
+
+def _check_env(env: Environment, env_dir: Path) -> bool:
+    """`check` on one env: print its tables; whether every task passed."""
     tasks = load_tasks(env_dir)
 
     async def run() -> tuple[list[list[str]], list[dict[str, float | None]]]:
@@ -170,7 +182,7 @@ def check_cmd(env_dir: Path = typer.Argument(..., help="The env folder.")) -> No
     bad = [f"{t.id} ({', '.join(r)})" for t, r in zip(tasks, results, strict=True) if r]
     if bad:
         console.print(f"[red]{len(bad)} tasks fail:[/] " + ", ".join(bad[:20]))
-        raise typer.Exit(1)
+    return not bad
 
 
 def adversary_table(env: str, rewards: list[dict[str, float | None]]) -> Table:

@@ -51,7 +51,7 @@ from .llm import (
 )
 from .records import FAULT_OF_STATUS, Message, RunManifest, TrialRecord, TrialStatus, Usage
 from .runs import RunConfigMismatch, RunDir, check_resumable, dump_diff, records_for, score_trial, trial_key
-from .tasks import EnvTasks, load_env_tasks
+from .tasks import EnvTasks, TaskSelectionError, load_env_tasks, select_tasks
 from .user_errors import detect_user_error
 from .users import User, build_user
 
@@ -82,6 +82,10 @@ class EvalConfig(BaseModel):
     server: str | None = None
     server_token: str | None = None
     task_ids: list[str] | None = None
+    split: str | None = Field(None, description="only the tasks of this split (τ²'s train or test)")
+    limit: int | None = Field(
+        None, ge=1, description="the first N tasks of each env (after task ids and split)"
+    )
     answers: AnswersMode = "task"
 
     def agent_cfg(self) -> LLMConfig | None:
@@ -466,6 +470,8 @@ async def run_eval(
     envs = [load_env_tasks(d, config.task_ids) for d in env_dirs]
     check_task_ids(config.task_ids, envs)
     for et in envs:
+        et.tasks = select_tasks(et.env.name, et.tasks, split=config.split, limit=config.limit)
+    for et in envs:
         et.tasks = with_answers(et.tasks, config.answers)
     rd = RunDir(out_dir)
     with rd.lock():
@@ -492,7 +498,7 @@ async def run_eval(
         return manifest, records_for(manifest, rd.read_records())
 
 
-class UnknownTasks(ValueError):
+class UnknownTasks(TaskSelectionError):
     """`--tasks` names ids that no selected env has."""
 
 

@@ -46,6 +46,39 @@ class EnvTasks:
         return next(t for t in self.tasks if t.id == task_id)
 
 
+class TaskSelectionError(ValueError):
+    """A task selection (ids, split, limit) that cannot be applied: nothing is run."""
+
+
+def split_names(tasks: list[Task]) -> list[str]:
+    """The splits `tasks` carry (τ²'s `split_tasks.json` names, on imported tasks), sorted."""
+    return sorted({name for t in tasks for name in t.split})
+
+
+def select_tasks(env: str, tasks: list[Task], *, split: str | None, limit: int | None) -> list[Task]:
+    """`tasks` (of the env named `env`) narrowed to those listed in `split`, then to the first `limit`.
+
+    τ² reports results per split (train, test), so a run of one split must be one flag, not a list
+    of ids; a split the env does not have is an error rather than an empty run.
+    """
+    if split is not None:
+        names = split_names(tasks)
+        if not names:
+            raise TaskSelectionError(
+                f"split {split!r}: {env}'s tasks have no splits (only τ²-bench imports carry them)"
+            )
+        if split not in names:
+            raise TaskSelectionError(
+                f"split {split!r}: {env} has no such split (its splits: {', '.join(names)})"
+            )
+        tasks = [t for t in tasks if split in t.split]
+    if limit is not None:
+        if limit < 1:
+            raise TaskSelectionError(f"limit must be at least 1, not {limit}")
+        tasks = tasks[:limit]
+    return tasks
+
+
 def load_env_tasks(env_dir: str | Path, task_ids: list[str] | None = None) -> EnvTasks:
     """Load an env and its tasks; `task_ids` selects (unknown ids are ignored, order kept)."""
     env_dir = Path(env_dir)

@@ -365,6 +365,14 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _schema_diff(theirs: Any, ours: Any) -> str:
+    """Which keys of two parameter schemas differ, with both values (tools.json's first)."""
+    if not isinstance(theirs, dict) or not isinstance(ours, dict):
+        return f"schema (tools.json {_short(theirs)}, port {_short(ours)})"
+    keys = [k for k in (*theirs, *(k for k in ours if k not in theirs)) if theirs.get(k) != ours.get(k)]
+    return "; ".join(f"{k} (tools.json {_short(theirs.get(k))}, port {_short(ours.get(k))})" for k in keys)
+
+
 def tools_json_mismatches(path: Path, tools: dict[str, ToolSpec]) -> list[str]:
     """How τ²'s `tools.json` (tool schemas as τ² shows them to the agent) differs from the port's
     `tools`, one line per difference: tools missing on either side, their order, descriptions, and
@@ -399,8 +407,7 @@ def tools_json_mismatches(path: Path, tools: dict[str, ToolSpec]) -> list[str]:
                 out.append(f"{where}: parameter {p!r} is not a parameter of the port's tool")
             elif their_props[p] != ours_props[p]:
                 out.append(
-                    f"{where}: parameter {p!r} differs (tools.json {_short(their_props[p])}, "
-                    f"port {_short(ours_props[p])})"
+                    f"{where}: parameter {p!r} differs in {_schema_diff(their_props[p], ours_props[p])}"
                 )
         out += [f"{where}: lacks the port's parameter {p!r}" for p in ours_props if p not in their_props]
         if sorted(params.get("required") or []) != sorted(spec.input_schema.get("required") or []):

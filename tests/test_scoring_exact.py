@@ -179,19 +179,16 @@ TAU2_TASK = "24"
 
 @pytest.fixture(scope="module")
 def tau2_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`envforge import tau2` of one τ² task that asks for outputs, into a fresh env copy."""
+    """`envforge import tau2` of one τ² task that asks for outputs, into a fresh env folder."""
     root = tmp_path_factory.mktemp("tau2answers")
     src = root / "src"
     src.mkdir()
-    for name in ("db.json", "policy.md", "tools.json"):
+    for name in ("db.json", "policy.md"):
         shutil.copy(TAU2_RETAIL / name, src / name)
     raw = json.loads((TAU2_RETAIL / "tasks.json").read_text(encoding="utf-8"))
     (src / "tasks.json").write_text(json.dumps([t for t in raw if t["id"] == TAU2_TASK]), encoding="utf-8")
     (src / "split_tasks.json").write_text(json.dumps({"base": [TAU2_TASK]}), encoding="utf-8")
     env_dir = root / "tau2_retail"
-    env_dir.mkdir()
-    for name in ("env.toml", "schema.sql", "tools.py"):
-        shutil.copy(REPO / "envs" / "tau2_retail" / name, env_dir / name)
     result = CliRunner().invoke(app, ["import", "tau2", str(src), "-o", str(env_dir)])
     assert result.exit_code == 0, result.output
     return env_dir

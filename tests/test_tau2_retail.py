@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +23,17 @@ from envforge.synth.tau2 import (
     ORDER_OPTIONAL_FIELDS,
     Tau2ImportError,
     import_tau2_env,
+    port_tools,
     state_to_tau2_db,
     tau2_db_hash,
     tau2_db_to_seed,
+    tools_json_mismatches,
 )
 
 from conftest import TAU2_NO_DATA, TAU2_RETAIL, tau2_data_missing
 
 REPO = Path(__file__).resolve().parents[1]
-ENV_SRC = REPO / "envs" / "tau2_retail"
-TRACKED = ("env.toml", "schema.sql", "tools.py")
+PORT_CODE = ("env.toml", "schema.sql", "tools.py")
 RETAIL = TAU2_RETAIL
 
 pytestmark = pytest.mark.skipif(tau2_data_missing("db.json"), reason=TAU2_NO_DATA)
@@ -60,12 +60,9 @@ def _params(rows: list[dict[str, Any]], key: str) -> list[Any]:
 
 @pytest.fixture(scope="session")
 def tau2_env(tmp_path_factory: pytest.TempPathFactory) -> Environment:
-    """The env's tracked files copied to a temporary folder, imported from τ²'s data, and loaded."""
+    """The env imported from τ²'s data into a temporary folder (without tasks), and loaded."""
     env_dir = tmp_path_factory.mktemp("tau2") / "tau2_retail"
-    env_dir.mkdir()
-    for name in TRACKED:
-        shutil.copy(ENV_SRC / name, env_dir / name)
-    import_tau2_env(RETAIL, env_dir)
+    import_tau2_env(RETAIL, env_dir, tasks=False)
     return load_env(env_dir)
 
 
@@ -313,41 +310,84 @@ async def test_failed_write_changes_nothing(tau2_env: Environment) -> None:
 
 def test_import_is_idempotent(tau2_env: Environment, tmp_path: Path) -> None:
     env_dir = tau2_env.root
-    before = {n: (env_dir / n).read_bytes() for n in ("seed.json", "policy.md")}
-    import_tau2_env(RETAIL, env_dir)
+    written = (*PORT_CODE, "seed.json", "policy.md")
+    before = {n: (env_dir / n).read_bytes() for n in written}
+    import_tau2_env(RETAIL, env_dir, tasks=False)
     assert {n: (env_dir / n).read_bytes() for n in before} == before
     # A fresh import elsewhere (from the folder above retail/) gives the same bytes.
-    import_tau2_env(RETAIL.parent, tmp_path)
+    import_tau2_env(RETAIL.parent, tmp_path, tasks=False)
     assert {n: (tmp_path / n).read_bytes() for n in before} == before
     assert before["policy.md"] == (RETAIL / "policy.md").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(written)
 
 
-@pytest.mark.parametrize("missing", ["db.json", "policy.md", "tools.json"])
+@pytest.mark.parametrize("missing", ["db.json", "policy.md"])
 def test_import_names_a_missing_file(tmp_path: Path, missing: str) -> None:
     src = tmp_path / "src"
     src.mkdir()
-    for name in ("db.json", "policy.md", "tools.json"):
+    for name in ("db.json", "policy.md"):
         if name != missing:
             (src / name).symlink_to(RETAIL / name)
     out = tmp_path / "env"
     out.mkdir()
     with pytest.raises(Tau2ImportError, match=rf"{re.escape(missing)}: missing"):
-        import_tau2_env(src, out)
+        import_tau2_env(src, out, tasks=False)
     assert list(out.iterdir()) == []
 
 
-def test_import_rejects_invalid_tools_json(tmp_path: Path) -> None:
+def test_tools_json_is_a_cross_check(tmp_path: Path) -> None:
+    """tools.json is optional; one that disagrees with the port is reported (an error when strict),
+    and one that is not τ²'s list of function schemas is an error."""
     src = tmp_path / "src"
     src.mkdir()
     for name in ("db.json", "policy.md"):
         (src / name).symlink_to(RETAIL / name)
+    out = tmp_path / "env"
+    assert import_tau2_env(src, out, tasks=False).tools_json is None
     tools = json.loads((RETAIL / "tools.json").read_text(encoding="utf-8"))
+    (src / "tools.json").write_text(json.dumps(tools), encoding="utf-8")
+    agreed = import_tau2_env(src, out, tasks=False, strict_tools=True)
+    assert agreed.tools_json == src / "tools.json" and agreed.tool_mismatches == []
     (src / "tools.json").write_text(json.dumps(tools[:-1]), encoding="utf-8")
-    with pytest.raises(Tau2ImportError, match=r"tools\.json: expected"):
-        import_tau2_env(src, tmp_path)
+    assert import_tau2_env(src, out, tasks=False).tool_mismatches == [
+        f"{src / 'tools.json'}: lacks the port's tool 'transfer_to_human_agents'"
+    ]
+    with pytest.raises(Tau2ImportError, match=r"lacks the port's tool 'transfer_to_human_agents'"):
+        import_tau2_env(src, out, tasks=False, strict_tools=True)
     (src / "tools.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(Tau2ImportError, match=r"tools\.json: invalid JSON"):
-        import_tau2_env(src, tmp_path)
+        import_tau2_env(src, tmp_path, tasks=False)
+    (src / "tools.json").write_text(json.dumps({"tools": tools}), encoding="utf-8")
+    with pytest.raises(Tau2ImportError, match=r"tools\.json: not a list"):
+        import_tau2_env(src, tmp_path, tasks=False)
+
+
+def test_tools_json_mismatches_name_each_difference(tmp_path: Path) -> None:
+    tools = json.loads((RETAIL / "tools.json").read_text(encoding="utf-8"))
+    by_name = {t["function"]["name"]: t["function"] for t in tools}
+    by_name["get_user_details"]["description"] = "Get a user."
+    params = by_name["cancel_pending_order"]["parameters"]
+    params["properties"]["why"] = params["properties"].pop("reason")
+    params["required"] = ["order_id", "why"]
+    by_name["calculate"]["parameters"]["properties"]["expression"]["type"] = "number"
+    tools[0], tools[1] = tools[1], tools[0]
+    tools.append({"type": "function", "function": {"name": "book_flight", "parameters": {}}})
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(tools), encoding="utf-8")
+    lines = [line.removeprefix(f"{path}: ") for line in tools_json_mismatches(path, port_tools())]
+    assert lines[0] == "tool 'book_flight' is not one of the port's tools"
+    assert lines[1].startswith(
+        "lists the tools in another order than the port (cancel_pending_order, calculate"
+    )
+    assert lines[2].startswith("tool 'cancel_pending_order': parameter 'why' is not a parameter of the port")
+    assert lines[3] == "tool 'cancel_pending_order': lacks the port's parameter 'reason'"
+    assert lines[4].startswith("tool 'cancel_pending_order': required parameters differ")
+    assert (
+        lines[5]
+        == "tool 'calculate': parameter 'expression' differs in type (tools.json \"number\", port \"string\")"
+    )
+    assert lines[6] == "tool 'get_user_details': description differs (\"Get a user.\")"
+    assert len(lines) == 7
 
 
 def test_cli_replay_exports_tau2_shape(tau2_env: Environment, tmp_path: Path) -> None:

@@ -38,11 +38,10 @@ from envforge.synth.tau2 import (
 from conftest import TAU2_NO_DATA, TAU2_RETAIL, tau2_data_missing
 
 REPO = Path(__file__).resolve().parents[1]
-ENV_SRC = REPO / "envs" / "tau2_retail"
-TRACKED = ("env.toml", "schema.sql", "tools.py")
 RETAIL = TAU2_RETAIL
-DATA_FILES = ("db.json", "policy.md", "tools.json", "tasks.json", "split_tasks.json")
-GENERATED = ("seed.json", "policy.md", "tasks.jsonl")
+#: τ²-bench's retail folder as published (no tools.json).
+DATA_FILES = ("db.json", "policy.md", "tasks.json", "split_tasks.json")
+WRITTEN = ("env.toml", "schema.sql", "tools.py", "seed.json", "policy.md", "tasks.jsonl")
 #: The README's "gold leaves the DB unchanged" list.
 UNCHANGED = ["10", "12", "24", "25", "50", "57", "62", "65", "67", "68", "105"]
 
@@ -58,18 +57,10 @@ def _gold() -> dict[str, dict[str, Any]]:
     return {row["task_id"]: row for row in map(json.loads, filter(str.strip, lines))}
 
 
-def _env_copy(root: Path) -> Path:
-    env_dir = root / "tau2_retail"
-    env_dir.mkdir(parents=True)
-    for name in TRACKED:
-        shutil.copy(ENV_SRC / name, env_dir / name)
-    return env_dir
-
-
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Environment, list[Task]]:
-    env_dir = _env_copy(tmp_path_factory.mktemp("tau2tasks"))
-    tasks = import_tau2_env(RETAIL, env_dir)
+    env_dir = tmp_path_factory.mktemp("tau2tasks") / "tau2_retail"
+    tasks = import_tau2_env(RETAIL, env_dir).tasks
     assert tasks is not None
     return load_env(env_dir), tasks
 
@@ -205,14 +196,14 @@ def test_cli_import_is_idempotent(tmp_path: Path) -> None:
     (src / "tasks.json").write_text(json.dumps(raw), encoding="utf-8")
     splits = {name: [i for i in ids if i in keep] for name, ids in _read("split_tasks.json").items()}
     (src / "split_tasks.json").write_text(json.dumps(splits), encoding="utf-8")
-    env_dir = _env_copy(tmp_path / "out")
+    env_dir = tmp_path / "out" / "tau2_retail"
     args = ["import", "tau2", str(src), "-o", str(env_dir)]
     first = CliRunner().invoke(_cli(), args)
     assert first.exit_code == 0, first.output
-    before = {n: ((env_dir / n).read_bytes(), (env_dir / n).stat().st_mtime_ns) for n in GENERATED}
+    before = {n: ((env_dir / n).read_bytes(), (env_dir / n).stat().st_mtime_ns) for n in WRITTEN}
     second = CliRunner().invoke(_cli(), args)
     assert second.exit_code == 0, second.output
-    assert {n: ((env_dir / n).read_bytes(), (env_dir / n).stat().st_mtime_ns) for n in GENERATED} == before
+    assert {n: ((env_dir / n).read_bytes(), (env_dir / n).stat().st_mtime_ns) for n in WRITTEN} == before
     assert [t.id for t in load_tasks(env_dir)] == keep
     out = " ".join(second.output.split())
     assert "│ train │ 3 │" in out and "│ test │ 1 │" in out and "│ base │ 4 │" in out
@@ -220,14 +211,19 @@ def test_cli_import_is_idempotent(tmp_path: Path) -> None:
     assert "│ drop_write │ 1 │ 22 │" in out and "│ golden_replay │ 0 │ - │" in out
 
 
-def test_cli_needs_the_env_code(tmp_path: Path) -> None:
+def test_cli_writes_only_into_its_own_folder(tmp_path: Path) -> None:
+    """The import creates its folder, but never overwrites another env or a file."""
     app = _cli()
-    result = CliRunner().invoke(app, ["import", "tau2", str(RETAIL), "-o", str(tmp_path)])
+    other = tmp_path / "retail_orders"
+    shutil.copytree(REPO / "envs" / "retail_orders", other)
+    before = {p.name: p.read_bytes() for p in other.iterdir()}
+    result = CliRunner().invoke(app, ["import", "tau2", str(RETAIL), "-o", str(other)])
     assert result.exit_code == 2
-    assert "env.toml: missing" in " ".join(result.output.split())
-    assert list(tmp_path.iterdir()) == []
-    result = CliRunner().invoke(app, ["import", "tau2", str(RETAIL), "-o", str(tmp_path / "nope")])
-    assert result.exit_code == 2 and "nope: not a directory" in " ".join(result.output.split())
+    assert "holds another env" in " ".join(result.output.split()) and "'retail_orders'" in result.output
+    assert {p.name: p.read_bytes() for p in other.iterdir()} == before
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    result = CliRunner().invoke(app, ["import", "tau2", str(RETAIL), "-o", str(tmp_path / "file")])
+    assert result.exit_code == 2 and "file: not a directory" in " ".join(result.output.split())
 
 
 def _src_without(tmp_path: Path, missing: str) -> Path:
@@ -241,14 +237,14 @@ def _src_without(tmp_path: Path, missing: str) -> Path:
 
 @pytest.mark.parametrize("missing", ["tasks.json", "split_tasks.json"])
 def test_missing_task_file_is_named(tmp_path: Path, missing: str) -> None:
-    env_dir = _env_copy(tmp_path)
+    env_dir = tmp_path / "tau2_retail"
     with pytest.raises(Tau2ImportError, match=rf"{missing}: missing"):
         import_tau2_env(_src_without(tmp_path, missing), env_dir)
-    assert sorted(p.name for p in env_dir.iterdir()) == sorted(TRACKED)  # nothing written
+    assert not env_dir.exists()  # nothing written
 
 
 def test_wrong_task_files_are_named(tmp_path: Path) -> None:
-    env_dir = _env_copy(tmp_path)
+    env_dir = tmp_path / "tau2_retail"
     src = _src_without(tmp_path, "tasks.json")
     (src / "tasks.json").write_text("[{not json", encoding="utf-8")
     with pytest.raises(Tau2ImportError, match=r"tasks\.json: invalid JSON"):
@@ -258,7 +254,12 @@ def test_wrong_task_files_are_named(tmp_path: Path) -> None:
     (src / "tasks.json").write_text(json.dumps(raw), encoding="utf-8")
     with pytest.raises(Tau2ImportError, match=r"tasks\.json: task 1: reward basis 'ENV_ASSERTION'"):
         import_tau2_env(src, env_dir)
-    assert sorted(p.name for p in env_dir.iterdir()) == sorted(TRACKED)
+    raw = _read("tasks.json")[:2]
+    raw[1]["evaluation_criteria"]["actions"][0]["name"] = "book_reservation"
+    (src / "tasks.json").write_text(json.dumps(raw), encoding="utf-8")
+    with pytest.raises(Tau2ImportError, match=r"task 1: gold action 'book_reservation' is not a tool of"):
+        import_tau2_env(src, env_dir)
+    assert not env_dir.exists()
 
 
 def test_wrong_split_file_is_named(imported: tuple[Environment, list[Task]]) -> None:
@@ -272,9 +273,3 @@ def test_wrong_split_file_is_named(imported: tuple[Environment, list[Task]]) -> 
         tau2_tasks_to_envforge(raw, {"train": "0"}, env)  # type: ignore[dict-item]
     with pytest.raises(Tau2ImportError, match=r"nope\.json: missing"):
         tau2_tasks_to_envforge(RETAIL / "nope.json", RETAIL / "split_tasks.json", env)
-
-
-def test_tasks_need_the_env_code(tmp_path: Path) -> None:
-    with pytest.raises(Tau2ImportError, match=r"env\.toml: missing"):
-        import_tau2_env(RETAIL, tmp_path, tasks=True)
-    assert list(tmp_path.iterdir()) == []
