@@ -71,7 +71,12 @@ def select_tasks(env: str, tasks: list[Task], *, split: str | None, limit: int |
             raise TaskSelectionError(
                 f"split {split!r}: {env} has no such split (its splits: {', '.join(names)})"
             )
-        tasks = [t for t in tasks if split in t.split]
+        chosen = [t for t in tasks if split in t.split]
+        if tasks and not chosen:  # only task ids given alongside can leave nothing
+            raise TaskSelectionError(
+                f"split {split!r}: none of the {len(tasks)} selected task(s) of {env} is in it"
+            )
+        tasks = chosen
     if limit is not None:
         if limit < 1:
             raise TaskSelectionError(f"limit must be at least 1, not {limit}")
