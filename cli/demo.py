@@ -23,7 +23,7 @@ TASKS_PER_ENV = 5
 
 
 def demo_env_dirs() -> list[Path]:
-    """Bundled envs that ship tasks (tau2_retail needs an import first, so it is left out)."""
+    """Env folders under envs/ that hold tasks (envs/tau2_retail too, once `import tau2` wrote it)."""
     return sorted(
         p for p in (REPO / "envs").iterdir() if (p / "env.toml").exists() and (p / "tasks.jsonl").exists()
     )
