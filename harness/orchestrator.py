@@ -467,10 +467,12 @@ async def run_eval(
     `make_agent` / `make_user` replace the configured agent or user (custom Python agents).
     The run directory is locked for the whole call (`RunLocked` if another process has it).
     """
-    envs = [load_env_tasks(d, config.task_ids) for d in env_dirs]
+    envs = [load_env_tasks(d) for d in env_dirs]
     check_task_ids(config.task_ids, envs)
     for et in envs:
-        et.tasks = select_tasks(et.env.name, et.tasks, split=config.split, limit=config.limit)
+        et.tasks = select_tasks(
+            et.env.name, et.tasks, task_ids=config.task_ids, split=config.split, limit=config.limit
+        )
     for et in envs:
         et.tasks = with_answers(et.tasks, config.answers)
     rd = RunDir(out_dir)

@@ -55,14 +55,25 @@ def split_names(tasks: list[Task]) -> list[str]:
     return sorted({name for t in tasks for name in t.split})
 
 
-def select_tasks(env: str, tasks: list[Task], *, split: str | None, limit: int | None) -> list[Task]:
-    """`tasks` (of the env named `env`) narrowed to those listed in `split`, then to the first `limit`.
+def select_tasks(
+    env: str,
+    tasks: list[Task],
+    *,
+    task_ids: list[str] | None = None,
+    split: str | None = None,
+    limit: int | None = None,
+) -> list[Task]:
+    """`tasks` (all of the env named `env`, in file order) narrowed to `task_ids`, then to those
+    listed in `split`, then to the first `limit`.
 
     τ² reports results per split (train, test), so a run of one split must be one flag, not a list
     of ids; a split the env does not have is an error rather than an empty run.
     """
+    names = split_names(tasks)
+    if task_ids is not None:
+        wanted = set(task_ids)
+        tasks = [t for t in tasks if t.id in wanted]
     if split is not None:
-        names = split_names(tasks)
         if not names:
             raise TaskSelectionError(
                 f"split {split!r}: {env}'s tasks have no splits (only τ²-bench imports carry them)"
