@@ -365,6 +365,11 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """A JSON object of tools.json, or {} where tools.json has something else there."""
+    return value if isinstance(value, dict) else {}
+
+
 def _schema_diff(theirs: Any, ours: Any) -> str:
     """Which keys of two parameter schemas differ, with both values (tools.json's first)."""
     if not isinstance(theirs, dict) or not isinstance(ours, dict):
@@ -399,9 +404,9 @@ def tools_json_mismatches(path: Path, tools: dict[str, ToolSpec]) -> list[str]:
         spec, fn = tools[name], theirs[name]
         if fn.get("description") != spec.description:
             out.append(f"{where}: description differs ({_short(fn.get('description'))})")
-        params = fn.get("parameters") if isinstance(fn.get("parameters"), dict) else {}
+        params = _object(fn.get("parameters"))
         ours_props: dict[str, Any] = spec.input_schema.get("properties", {})
-        their_props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
+        their_props = _object(params.get("properties"))
         for p in their_props:
             if p not in ours_props:
                 out.append(f"{where}: parameter {p!r} is not a parameter of the port's tool")
