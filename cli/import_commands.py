@@ -35,7 +35,7 @@ def import_tau2(
         ...,
         "-o",
         "--out",
-        help="The env folder to write (new, empty, or an earlier import), e.g. envs/tau2_retail.",
+        help="The env folder to write (created if needed; never another env's), e.g. envs/tau2_retail.",
     ),
     strict_tools: bool = typer.Option(
         False,

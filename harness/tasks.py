@@ -101,8 +101,5 @@ def load_env_tasks(env_dir: str | Path, task_ids: list[str] | None = None) -> En
     env = load_env(env_dir)
     if not (env_dir / "tasks.jsonl").exists():
         raise FileNotFoundError(f"{env_dir} has no tasks.jsonl (run `envforge synth` first)")
-    tasks = load_tasks(env_dir)
-    if task_ids is not None:
-        wanted = set(task_ids)
-        tasks = [t for t in tasks if t.id in wanted]
+    tasks = select_tasks(env.name, load_tasks(env_dir), task_ids=task_ids)
     return EnvTasks(env_dir=env_dir, env=env, tasks=tasks)

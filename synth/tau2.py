@@ -916,7 +916,8 @@ class Tau2Import:
 
 
 def _check_target(env_dir: Path) -> None:
-    """The env folder may be new, empty, or an earlier import: never another env overwritten."""
+    """The env folder may be new, empty, or an earlier import (also one whose code was removed,
+    leaving generated files): never a file, nor a folder holding another env."""
     if env_dir.exists() and not env_dir.is_dir():
         raise Tau2ImportError(f"{env_dir}: not a directory")
     manifest = env_dir / "env.toml"
@@ -950,10 +951,11 @@ def import_tau2_env(
     """Write the `tau2_retail` env folder `env_dir` from τ²-bench's retail data folder `src_dir`.
 
     `src_dir` is the retail folder of a τ²-bench checkout as published (`CHECKOUT_FILES`; a folder
-    with a `retail/` subfolder holding them is accepted too). `env_dir` is created if needed; it
-    must be empty or an earlier import. The import writes the port's code (`ENV_CODE`), `seed.json`
-    from db.json, `policy.md` byte for byte (τ² gives it to the agent unchanged), and, with `tasks`,
-    `tasks.jsonl` from tasks.json and split_tasks.json (without, those two files are not read).
+    with a `retail/` subfolder holding them is accepted too). `env_dir` is created if needed; a
+    folder holding another env (an env.toml naming another) is refused. The import writes the
+    port's code (`ENV_CODE`), `seed.json` from db.json, `policy.md` byte for byte (τ² gives it to
+    the agent unchanged), and, with `tasks`, `tasks.jsonl` from tasks.json and split_tasks.json
+    (without, those two files are not read).
     A `tools.json` in `src_dir` is cross-checked against the port's tools: its differences are
     returned (`tool_mismatches`), or raised with `strict_tools`. Everything is validated before
     anything is written; re-running leaves the files byte-identical.
