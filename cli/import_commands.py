@@ -60,6 +60,8 @@ def import_tau2(
         fail(str(exc))
     except EnvLoadError as exc:
         fail(f"could not load {env_dir}: " + "; ".join(str(p) for p in exc.problems))
+    except OSError as exc:  # an -o that cannot be created or written
+        fail(f"cannot write {env_dir}: {exc}")
     for line in imported.tool_mismatches:
         console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False)
     tasks = imported.tasks
