@@ -15,13 +15,18 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
 
 from envforge.synth.models import Task
 
 from .llm import LLMConfig, complete
 from .records import Message, Usage
 from .users import STOP, TRANSFER, fact_text
+
+ErrorKind = Literal["wrong_fact", "contradiction", "leak", "premature_stop", "invented_fact"]
+"""The user errors the detector claims (and the labeled set, `user_error_set.py`, measures)."""
+ERROR_KINDS: tuple[ErrorKind, ...] = get_args(ErrorKind)
 
 ID = re.compile(r"\b([A-Z]{1,4})-(\d+)\b")
 
@@ -39,8 +44,17 @@ def _fact_ids(task: Task) -> dict[str, list[tuple[str, str]]]:
     return out
 
 
-def rule_user_error(task: Task, messages: list[Message]) -> tuple[bool, str | None]:
-    """The rule-based verdict: (user_error, reason)."""
+@dataclass(frozen=True)
+class RuleVerdict:
+    """Why the rules call a conversation a user error: the kind, a one-line reason, the message."""
+
+    kind: ErrorKind
+    reason: str
+    message: int
+
+
+def rule_verdict(task: Task, messages: list[Message]) -> RuleVerdict | None:
+    """The first user error the rules find, or None."""
     fact_ids = _fact_ids(task)
     allowed = {ident for _, ident in _ids(task.scenario.instruction)}
     allowed |= {ident for pairs in fact_ids.values() for _, ident in pairs}
@@ -52,14 +66,28 @@ def rule_user_error(task: Task, messages: list[Message]) -> tuple[bool, str | No
         for prefix, ident in _ids(text):
             if ident not in allowed and prefix in fact_ids:
                 name, known = fact_ids[prefix][0]
-                return True, f"user message {i} says {ident}, contradicting the known {name} = {known}"
+                return RuleVerdict(
+                    "contradiction", f"user message {i} says {ident}, contradicting the known {name} = {known}", i
+                )
         if STOP in text or TRANSFER in text:
             said = [p for p in messages[:i] if p.role == "assistant" and p.content]
             if not said:
-                return True, f"user message {i} ended the conversation before the agent said anything"
+                return RuleVerdict(
+                    "premature_stop", f"user message {i} ended the conversation before the agent said anything", i
+                )
             if (said[-1].content or "").rstrip().endswith("?"):
-                return True, f"user message {i} ended the conversation while the agent was asking a question"
-    return False, None
+                return RuleVerdict(
+                    "premature_stop",
+                    f"user message {i} ended the conversation while the agent was asking a question",
+                    i,
+                )
+    return None
+
+
+def rule_user_error(task: Task, messages: list[Message]) -> tuple[bool, str | None]:
+    """The rule-based verdict: (user_error, reason)."""
+    verdict = rule_verdict(task, messages)
+    return (True, verdict.reason) if verdict else (False, None)
 
 
 JUDGE_PROMPT = """You audit a simulated user in a customer-service conversation.
