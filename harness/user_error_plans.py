@@ -207,13 +207,17 @@ def contradiction_plan(ctx: TaskContext, rng: random.Random) -> Plan:
             error_slot=at,
         )
     first, second = (right, wrong) if form == "then_wrong" else (wrong, right)
-    said = rng.choice([f"{first}. No wait, sorry, it's {second}.", f"My {name} is {first}... actually, make that {second}."])
+    said = rng.choice(
+        [f"My {name} is {first}. No wait, sorry, it's {second}.", f"My {name} is {first}... actually, make that {second}."]
+        if len(ctx.asked_at(slot)) > 1
+        else [f"{first}. No wait, sorry, it's {second}.", f"It's {first}... actually, make that {second}."]
+    )
 
     def user_at(s: int, default: str, asked: list[Fact]) -> str:
         if s != slot:
             return default
-        rest = [f for f in asked if f.name != fact.name]
-        return (say_facts([(f.name, f.value) for f in rest], rng) + " " if rest else "") + said
+        rest = " ".join(f"My {spoken_name(f.name)} is {fact_text(f.value)}." for f in asked if f.name != fact.name)
+        return f"{rest} {said}".strip()
 
     return Plan(
         label="contradiction",

@@ -117,7 +117,9 @@ def other_value(value: Any, pool: Sequence[Any], rng: random.Random, avoid: set[
     if value.isupper() and value.isalpha():
         return "".join(rng.choice("ABCDEFGHJKLMNPRSTUVWXYZ") for _ in value)
     words = value.split()
-    return " ".join([*words[:-1], rng.choice(["urgently", "again", "twice", "today"])])
+    if len(words) == 1:
+        return rng.choice(sorted({"pending", "standard", "other", "replaced", "closed"} - {value.lower()}))
+    return " ".join([*words[:-1], rng.choice(["again", "later", "instead", "as well"])])
 
 
 # --------------------------------------------------------------------------- the conversation
@@ -153,7 +155,7 @@ PROGRESS = ("", "", "Thanks. ", "Got it. ", "I have looked that up. ", "That wen
 DONE = (
     "All done. {outputs}",
     "Everything is complete. {outputs}",
-    "Done: {outputs}",
+    "Done. {outputs}",
     "I have finished all the steps you asked for. {outputs}",
 )
 THANKS = (f"Thank you. {STOP}", f"Great, thanks for your help! {STOP}", f"Perfect. {STOP}", STOP)
