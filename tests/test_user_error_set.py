@@ -1,0 +1,104 @@
+"""The user-error detector against its labeled set (tests/fixtures/meu_labeled.jsonl).
+
+The set is clean conversations (including ones where the agent fails while the user behaves) and
+conversations with one injected user error each, played with real tool calls on the bundled envs.
+The rules must keep the precision and recall docs/benchmarks.md reports (floors a little under the
+measured figures), never flag a clean item, and point at the erring message itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from envforge.harness.records import Message
+from envforge.harness.user_error_eval import Evaluation, evaluate, rules_only, task_index
+from envforge.harness.user_error_set import DEFAULT_PER_ENV, DEFAULT_SEED, build_set, bundled_env_dirs, dump_set, load_set
+from envforge.harness.user_errors import ERROR_KINDS, rule_verdict
+from envforge.synth.pipeline import load_tasks
+
+from conftest import FIXTURES, REPO
+
+LABELED = FIXTURES / "meu_labeled.jsonl"
+
+# Measured with `python benchmarks/bench_meu.py`: 85 / 100 / 80 / 91 / 76 % recall, 86 % overall.
+RECALL_FLOORS = {
+    "wrong_fact": 0.80,
+    "contradiction": 0.95,
+    "leak": 0.75,
+    "premature_stop": 0.85,
+    "invented_fact": 0.70,
+}
+OVERALL_RECALL_FLOOR = 0.82
+
+
+@pytest.fixture(scope="module")
+def items():
+    return load_set(LABELED)
+
+
+@pytest.fixture(scope="module")
+def tasks(items):
+    return task_index(items, REPO / "envs")
+
+
+@pytest.fixture(scope="module")
+def rules(items, tasks) -> Evaluation:
+    return anyio.run(evaluate, items, tasks, rules_only)
+
+
+def test_the_set_covers_every_kind_and_every_bundled_env(items) -> None:
+    labels = {i.label for i in items}
+    assert labels == {"clean", *ERROR_KINDS}
+    assert {i.env for i in items} == {p.name for p in bundled_env_dirs(REPO / "envs")}
+    for item in items:
+        if item.label == "clean":
+            assert item.error_at is None
+        else:
+            assert item.messages[item.error_at].role == "user", item.task_id
+    # Surface forms vary within a kind: the rules are not graded on one template per kind.
+    for kind in ERROR_KINDS:
+        assert len({i.variant.split("/")[0] for i in items if i.label == kind}) >= 2, kind
+
+
+def test_rules_never_flag_a_clean_conversation(rules: Evaluation) -> None:
+    """A false user error masks an agent failure from training: none on the clean items, which
+    include agents that give up, claim done halfway, report writes they never made, mistype ids."""
+    assert rules.clean >= 60
+    assert rules.false_alarms == 0, rules.false_alarm_items
+
+
+def test_rules_keep_their_recall_per_kind(rules: Evaluation) -> None:
+    for kind, floor in RECALL_FLOORS.items():
+        score = rules.kinds[kind]
+        assert score.items >= 25, kind
+        assert score.recall is not None and score.recall >= floor, (kind, score.recall, rules.misses)
+        assert score.precision == 1.0, kind
+    assert rules.recall is not None and rules.recall >= OVERALL_RECALL_FLOOR
+    assert rules.precision == 1.0
+
+
+def test_rules_point_at_the_erring_message(items, tasks) -> None:
+    for item in items:
+        verdict = rule_verdict(tasks[(item.env, item.task_id)], item.messages)
+        if verdict is not None:
+            assert verdict.message == item.error_at, (item.task_id, item.label, verdict.reason)
+
+
+def test_a_correct_answer_in_other_words_is_not_an_error() -> None:
+    """The same facts said as a date in words, a count before its name, or a field list: clean."""
+    task = next(t for t in load_tasks(REPO / "envs" / "car_rental") if t.id == "car_rental-0-00000")
+    opening = Message(role="user", content="I need to rent a car.")
+    asked = Message(role="assistant", content="Which customer id and days for the rental?")
+    for answer in ("7 days, please. Customer C-504.", "customer id: C-504\ndays: 7", "It's C-504 for 7 days."):
+        assert rule_verdict(task, [opening, asked, Message(role="user", content=answer)]) is None, answer
+    wrong = Message(role="user", content="9 days, please. Customer C-504.")
+    verdict = rule_verdict(task, [opening, asked, wrong])
+    assert verdict is not None and verdict.kind == "wrong_fact" and "'9'" in verdict.reason
+
+
+async def test_regenerating_the_set_gives_the_same_bytes(tmp_path: Path) -> None:
+    items = await build_set(bundled_env_dirs(REPO / "envs"), seed=DEFAULT_SEED, per_env=DEFAULT_PER_ENV)
+    assert dump_set(items) == LABELED.read_bytes(), "rebuild it: python benchmarks/bench_meu.py --generate"
