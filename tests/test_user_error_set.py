@@ -8,7 +8,12 @@ measured figures), never flag a clean item, and point at the erring message itse
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -20,6 +25,7 @@ from envforge.harness.user_errors import ERROR_KINDS, rule_verdict
 from envforge.synth.pipeline import load_tasks
 
 from conftest import FIXTURES, REPO
+from test_harness_llm import FakeOpenAI, completion
 
 LABELED = FIXTURES / "meu_labeled.jsonl"
 
@@ -102,3 +108,35 @@ def test_a_correct_answer_in_other_words_is_not_an_error() -> None:
 async def test_regenerating_the_set_gives_the_same_bytes(tmp_path: Path) -> None:
     items = await build_set(bundled_env_dirs(REPO / "envs"), seed=DEFAULT_SEED, per_env=DEFAULT_PER_ENV)
     assert dump_set(items) == LABELED.read_bytes(), "rebuild it: python benchmarks/bench_meu.py --generate"
+
+
+def test_benchmark_measures_rules_then_a_judge_over_http() -> None:
+    """`bench_meu.py --judge MODEL --judge-api-base URL`: the judge (a real OpenAI-compatible HTTP
+    endpoint on 127.0.0.1) reads only what the rules let through, and its verdicts are scored."""
+
+    def brain(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        prompt = body["messages"][-1]["content"]
+        error = "premium member" in prompt or "promised a discount" in prompt
+        return 200, completion(json.dumps({"user_error": error, "reason": "claims a status it was not given"}))
+
+    items = load_set(LABELED)
+    tasks = task_index(items, REPO / "envs")
+    let_through = sum(1 for i in items if rule_verdict(tasks[(i.env, i.task_id)], i.messages) is None)
+    claims = [i for i in items if i.label == "invented_fact" and i.variant == "claim"]
+    with FakeOpenAI(brain) as fake:
+        out = subprocess.run(
+            [sys.executable, "benchmarks/bench_meu.py", "--judge", "openai/fake", "--judge-api-base", fake.url],
+            cwd=REPO,
+            env={**os.environ, "OPENAI_API_KEY": "x"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert out.returncode == 0, out.stderr
+    assert len(fake.requests) == let_through
+    rows = {line.split("|")[1].strip(): line for line in out.stdout.splitlines() if line.startswith("|")}
+    assert "rules + openai/fake recall" in out.stdout
+    assert rows["judge"].split("|")[5].strip() == "100%"  # every judge verdict was a real user error
+    assert rows["clean (false alarms)"].split("|")[5].strip() == "0 flagged"
+    rules_recall, judged_recall = (int(rows["invented_fact"].split("|")[c].strip(" %")) for c in (4, 6))
+    assert claims and judged_recall > rules_recall
