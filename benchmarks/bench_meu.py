@@ -21,7 +21,14 @@ import anyio
 from _util import REPO
 
 from envforge.harness.llm import LLMConfig
-from envforge.harness.user_error_eval import Evaluation, evaluate, rules_only, rules_then_judge, table, task_index
+from envforge.harness.user_error_eval import (
+    Evaluation,
+    evaluate,
+    rules_only,
+    rules_then_judge,
+    table,
+    task_index,
+)
 from envforge.harness.user_error_set import (
     DEFAULT_PER_ENV,
     DEFAULT_SEED,
@@ -46,6 +53,13 @@ async def main(args: argparse.Namespace) -> int:
     items = load_set(args.set)
     tasks = task_index(items, envs_root)
     results: dict[str, Evaluation] = {"rules": await evaluate(items, tasks, rules_only)}
+    if args.judge and (args.judge == "local" or args.judge.startswith("local/")) and not args.judge_api_base:
+        print(
+            f"error: --judge {args.judge} needs envforge's local model server, which this checkout lacks; "
+            "serve a model and pass --judge openai/NAME --judge-api-base URL",
+            file=sys.stderr,
+        )
+        return 2
     if args.judge:
         judge = LLMConfig(model=args.judge, api_base=args.judge_api_base, temperature=0.0)
         results[f"rules + {args.judge}"] = await evaluate(
@@ -65,7 +79,9 @@ if __name__ == "__main__":
     parser.add_argument("--generate", action="store_true", help="rebuild the set from the bundled envs first")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--per-env", type=int, default=DEFAULT_PER_ENV)
-    parser.add_argument("--judge", help="model judging what the rules let through (litellm/OpenAI-style name)")
+    parser.add_argument(
+        "--judge", help="model judging what the rules let through (litellm/OpenAI-style name)"
+    )
     parser.add_argument("--judge-api-base", help="the judge's OpenAI-compatible base URL")
     parser.add_argument("--concurrency", type=int, default=2, help="judge calls in flight")
     parser.add_argument("--misses", action="store_true", help="list the false alarms and missed items")

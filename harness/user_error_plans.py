@@ -81,10 +81,17 @@ class TaskContext:
         for call in self.task.golden_calls:
             for key, value in call.arguments.items():
                 text = fact_text(value)
-                if isinstance(value, str | int) and len(text) >= 3 and text not in request and text not in facts:
+                if (
+                    isinstance(value, str | int)
+                    and len(text) >= 3
+                    and text not in request
+                    and text not in facts
+                ):
                     out.append((key.replace("_", " "), text))
-        seen: set[str] = set()
-        return [(k, v) for k, v in out if not (v in seen or seen.add(v))]  # type: ignore[func-returns-value]
+        unique: dict[str, str] = {}
+        for what, value in out:
+            unique.setdefault(value, what)
+        return [(what, value) for value, what in unique.items()]
 
 
 def _say(name: str, value: Any, rng: random.Random) -> str:
@@ -139,7 +146,9 @@ def clean_plan(ctx: TaskContext, rng: random.Random, variant: str) -> Plan:
     if variant == "gives_up":
         return Plan(variant=variant, stop_after=rng.randrange(n), final_text=rng.choice(GIVE_UP))
     if variant == "false_done":
-        return Plan(variant=variant, stop_after=rng.randrange(1, n) if n > 1 else 0, final_text=rng.choice(FALSE_DONE))
+        return Plan(
+            variant=variant, stop_after=rng.randrange(1, n) if n > 1 else 0, final_text=rng.choice(FALSE_DONE)
+        )
     if variant == "claimed_write":
         writes = {nd.call.name for nd in ctx.task.dag.nodes if nd.write and nd.call}
         first = next((i for i, s in enumerate(ctx.steps) if s.call.name in writes), n)
@@ -149,8 +158,15 @@ def clean_plan(ctx: TaskContext, rng: random.Random, variant: str) -> Plan:
             ids = [(k, v) for k, v in step.call.arguments.items() if isinstance(v, str) and ID_RE.match(v)]
             if ids:
                 key, value = rng.choice(ids)
-                typo = Call(name=step.call.name, arguments={**step.call.arguments, key: other_id(value, rng, ctx.avoid)})
-                return Plan(variant=variant, extra_calls={i: typo}, note=f"agent called {step.call.name} with a wrong {key}")
+                typo = Call(
+                    name=step.call.name,
+                    arguments={**step.call.arguments, key: other_id(value, rng, ctx.avoid)},
+                )
+                return Plan(
+                    variant=variant,
+                    extra_calls={i: typo},
+                    note=f"agent called {step.call.name} with a wrong {key}",
+                )
     return Plan(variant="full")
 
 
@@ -208,7 +224,10 @@ def contradiction_plan(ctx: TaskContext, rng: random.Random) -> Plan:
         )
     first, second = (right, wrong) if form == "then_wrong" else (wrong, right)
     said = rng.choice(
-        [f"My {name} is {first}. No wait, sorry, it's {second}.", f"My {name} is {first}... actually, make that {second}."]
+        [
+            f"My {name} is {first}. No wait, sorry, it's {second}.",
+            f"My {name} is {first}... actually, make that {second}.",
+        ]
         if len(ctx.asked_at(slot)) > 1
         else [f"{first}. No wait, sorry, it's {second}.", f"It's {first}... actually, make that {second}."]
     )
@@ -216,7 +235,9 @@ def contradiction_plan(ctx: TaskContext, rng: random.Random) -> Plan:
     def user_at(s: int, default: str, asked: list[Fact]) -> str:
         if s != slot:
             return default
-        rest = " ".join(f"My {spoken_name(f.name)} is {fact_text(f.value)}." for f in asked if f.name != fact.name)
+        rest = " ".join(
+            f"My {spoken_name(f.name)} is {fact_text(f.value)}." for f in asked if f.name != fact.name
+        )
         return f"{rest} {said}".strip()
 
     return Plan(
@@ -273,7 +294,10 @@ STOP_ANSWERS = (
     f"Actually, forget it. {STOP}",
     f"I don't have time for this right now. {STOP}",
 )
-TRANSFER_ANSWERS = (f"Can you just transfer me to a human? {TRANSFER}", f"I want to talk to a person. {TRANSFER}")
+TRANSFER_ANSWERS = (
+    f"Can you just transfer me to a human? {TRANSFER}",
+    f"I want to talk to a person. {TRANSFER}",
+)
 ANNOUNCE = (
     "Next, I'll take care of the following step.",
     "Let me now continue with the rest of your request.",
@@ -303,7 +327,10 @@ def premature_stop_plan(ctx: TaskContext, rng: random.Random) -> Plan:
         slot = rng.choice(ctx.answer_slots)
         text = rng.choice(STOP_ANSWERS if form == "answer_stop" else TRANSFER_ANSWERS)
         return Plan(
-            label="premature_stop", variant=form, user_at=lambda s, d, a: text if s == slot else d, error_slot=slot
+            label="premature_stop",
+            variant=form,
+            user_at=lambda s, d, a: text if s == slot else d,
+            error_slot=slot,
         )
     slot = rng.choice(later if form == "after_announcement" else unwritten)
     if form == "after_announcement":
@@ -311,7 +338,11 @@ def premature_stop_plan(ctx: TaskContext, rng: random.Random) -> Plan:
     else:
         previous = ctx.steps[ctx.step_index_of(slot) - 1].call
         agent = rng.choice(
-            [f"Here is what {previous.name} returned.", "I found the record you mentioned.", "That lookup worked."]
+            [
+                f"Here is what {previous.name} returned.",
+                "I found the record you mentioned.",
+                "That lookup worked.",
+            ]
         )
     thanks = rng.choice(THANKS)
     return Plan(
@@ -328,22 +359,34 @@ LAST = ("Kim", "Nair", "Rossi", "Berg", "Novak", "Sato")
 
 
 def invented_fact_plan(ctx: TaskContext, rng: random.Random) -> Plan:
-    known_prefixes = sorted({m.group(1) for f in ctx.task.scenario.known_facts for m in _ids(fact_text(f.value))})
+    known_prefixes = sorted(
+        {m.group(1) for f in ctx.task.scenario.known_facts for m in _ids(fact_text(f.value))}
+    )
     forms = ["new_id", "email", "date", "phone", "amount", "name", "claim"]
     if known_prefixes:
         forms.append("known_prefix_id")
     form = rng.choice(forms)
     if form == "new_id":
-        what, prefix = rng.choice([("order number", "ORD"), ("confirmation code", "CNF"), ("loyalty number", "LY"),
-                                   ("case number", "CS"), ("account number", "ACC")])
+        what, prefix = rng.choice(
+            [
+                ("order number", "ORD"),
+                ("confirmation code", "CNF"),
+                ("loyalty number", "LY"),
+                ("case number", "CS"),
+                ("account number", "ACC"),
+            ]
+        )
         sentence = f"My {what} is {prefix}-{rng.randint(1000, 99999)}."
     elif form == "known_prefix_id":
         prefix = rng.choice(known_prefixes)
         ident = other_id(f"{prefix}-{rng.randint(1000, 9999)}", rng, ctx.avoid)
-        sentence = rng.choice([f"I also have another record, {ident}.", f"Last time you used {ident} for me."])
+        sentence = rng.choice(
+            [f"I also have another record, {ident}.", f"Last time you used {ident} for me."]
+        )
     elif form == "email":
         first, last = rng.choice(FIRST).lower(), rng.choice(LAST).lower()
-        sentence = f"You can reach me at {first}.{last}{rng.randint(1, 99)}@{rng.choice(['mail.com', 'example.org'])}."
+        number = rng.randint(1, 99)
+        sentence = f"You can reach me at {first}.{last}{number}@{rng.choice(['mail.com', 'example.org'])}."
     elif form == "date":
         day = f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
         sentence = f"I first contacted you on {day if rng.random() < 0.5 else spoken_date(day)}."
@@ -355,7 +398,10 @@ def invented_fact_plan(ctx: TaskContext, rng: random.Random) -> Plan:
         sentence = f"My name is {rng.choice(FIRST)} {rng.choice(LAST)}, by the way."
     else:
         sentence = rng.choice(
-            ["I'm a premium member, so there should be no fee.", "I was promised a discount on this last week."]
+            [
+                "I'm a premium member, so there should be no fee.",
+                "I was promised a discount on this last week.",
+            ]
         )
     slot = rng.choice([0, *ctx.answer_slots])
     return Plan(
@@ -401,4 +447,11 @@ ERROR_PLANS = {
     "premature_stop": premature_stop_plan,
     "invented_fact": invented_fact_plan,
 }
-LABELS: tuple[Label, ...] = ("clean", "wrong_fact", "contradiction", "leak", "premature_stop", "invented_fact")
+LABELS: tuple[Label, ...] = (
+    "clean",
+    "wrong_fact",
+    "contradiction",
+    "leak",
+    "premature_stop",
+    "invented_fact",
+)

@@ -105,12 +105,16 @@ def other_value(value: Any, pool: Sequence[Any], rng: random.Random, avoid: set[
     if ID_RE.match(value):
         return other_id(value, rng, avoid)
     if ISO_DATE_RE.match(value):
-        return (dt.date.fromisoformat(value) + dt.timedelta(days=rng.choice([-1, 1]) * rng.randint(1, 20))).isoformat()
+        return (
+            dt.date.fromisoformat(value) + dt.timedelta(days=rng.choice([-1, 1]) * rng.randint(1, 20))
+        ).isoformat()
     if EMAIL_RE.match(value):
         local, domain = value.split("@", 1)
         return f"{local}{rng.randint(2, 99)}@{domain}" if rng.random() < 0.5 else f"{local[::-1]}@{domain}"
     if value.isdigit():
-        return "".join(str((int(c) + rng.randint(1, 9)) % 10) if i >= len(value) - 2 else c for i, c in enumerate(value))
+        return "".join(
+            str((int(c) + rng.randint(1, 9)) % 10) if i >= len(value) - 2 else c for i, c in enumerate(value)
+        )
     others = sorted({fact_text(p) for p in pool} - {value} - avoid)
     if others:
         return rng.choice(others)

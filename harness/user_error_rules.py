@@ -152,7 +152,12 @@ class _TaskFacts:
         for call in task.golden_calls:
             for key, value in call.arguments.items():
                 text = fact_text(value)
-                if isinstance(value, str) and len(text) >= 3 and text not in facts and text not in instruction:
+                if (
+                    isinstance(value, str)
+                    and len(text) >= 3
+                    and text not in facts
+                    and text not in instruction
+                ):
                     hidden.append((key, text))
         return cls(fact_keys, named, hidden, request_text(task))
 
@@ -186,8 +191,8 @@ def _named_value_error(facts: _TaskFacts, text: str, known: _Known) -> str | Non
             continue
         n = re.escape(name)
         patterns = [
-            rf"\b(?:my|the|a)[ \t]+{n}(?:[ \t]+for[ \t]+step[ \t]+\d+)?[ \t]*(?:is|was|should be|would be|:|=)"
-            rf"[ \t]*\"?([\w@.-]+)",
+            rf"\b(?:my|the|a)[ \t]+{n}(?:[ \t]+for[ \t]+step[ \t]+\d+)?[ \t]*"
+            rf"(?:is|was|should be|would be|:|=)[ \t]*\"?([\w@.-]+)",
             rf"\buse\s+\"?([\w@.-]+)\"?\s+(?:as|for)\s+the\s+{n}\b",
             rf"(?:^|\n|[.!?][ \t])[ \t]*{n}(?:[ \t]+for[ \t]+step[ \t]+\d+)?[ \t]*[:=][ \t]*\"?([\w@.-]+)",
         ]
@@ -215,7 +220,9 @@ def _leak(facts: _TaskFacts, text: str, known: _Known) -> str | None:
     return None
 
 
-def _typed_error(facts: _TaskFacts, text: str, known: _Known, said_keys: set[str]) -> tuple[ErrorKind, str] | None:
+def _typed_error(
+    facts: _TaskFacts, text: str, known: _Known, said_keys: set[str]
+) -> tuple[ErrorKind, str] | None:
     for cls, value, written in _typed_values(text):
         if value in known.values:
             continue

@@ -53,7 +53,9 @@ async def _task_items(et: EnvTasks, fleet: Fleet, ctx: TaskContext, seed: int) -
 
     items = [await play(et, fleet, task, clean_plan(ctx, rng("clean/full"), "full"), rng("play/clean/full"))]
     variant = rng("clean/variant").choice(CLEAN_VARIANTS)
-    items.append(await play(et, fleet, task, clean_plan(ctx, rng("clean/fail"), variant), rng("play/clean/fail")))
+    items.append(
+        await play(et, fleet, task, clean_plan(ctx, rng("clean/fail"), variant), rng("play/clean/fail"))
+    )
     for kind, build in ERROR_PLANS.items():
         items.append(await play(et, fleet, task, build(ctx, rng(kind)), rng(f"play/{kind}")))
     for plan in leak_plan(ctx, rng("leak")):
@@ -91,4 +93,8 @@ def dump_set(items: Sequence[LabeledConversation]) -> bytes:
 
 
 def load_set(path: Path) -> list[LabeledConversation]:
-    return [LabeledConversation.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
+    return [
+        LabeledConversation.model_validate_json(line)
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]

@@ -17,15 +17,22 @@ from typing import Any
 
 import anyio
 import pytest
+from test_harness_llm import FakeOpenAI, completion
 
 from envforge.harness.records import Message
 from envforge.harness.user_error_eval import Evaluation, evaluate, rules_only, task_index
-from envforge.harness.user_error_set import DEFAULT_PER_ENV, DEFAULT_SEED, build_set, bundled_env_dirs, dump_set, load_set
+from envforge.harness.user_error_set import (
+    DEFAULT_PER_ENV,
+    DEFAULT_SEED,
+    build_set,
+    bundled_env_dirs,
+    dump_set,
+    load_set,
+)
 from envforge.harness.user_errors import ERROR_KINDS, rule_verdict
 from envforge.synth.pipeline import load_tasks
 
 from conftest import FIXTURES, REPO
-from test_harness_llm import FakeOpenAI, completion
 
 LABELED = FIXTURES / "meu_labeled.jsonl"
 
@@ -98,7 +105,11 @@ def test_a_correct_answer_in_other_words_is_not_an_error() -> None:
     task = next(t for t in load_tasks(REPO / "envs" / "car_rental") if t.id == "car_rental-0-00000")
     opening = Message(role="user", content="I need to rent a car.")
     asked = Message(role="assistant", content="Which customer id and days for the rental?")
-    for answer in ("7 days, please. Customer C-504.", "customer id: C-504\ndays: 7", "It's C-504 for 7 days."):
+    for answer in (
+        "7 days, please. Customer C-504.",
+        "customer id: C-504\ndays: 7",
+        "It's C-504 for 7 days.",
+    ):
         assert rule_verdict(task, [opening, asked, Message(role="user", content=answer)]) is None, answer
     wrong = Message(role="user", content="9 days, please. Customer C-504.")
     verdict = rule_verdict(task, [opening, asked, wrong])
@@ -117,7 +128,9 @@ def test_benchmark_measures_rules_then_a_judge_over_http() -> None:
     def brain(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         prompt = body["messages"][-1]["content"]
         error = "premium member" in prompt or "promised a discount" in prompt
-        return 200, completion(json.dumps({"user_error": error, "reason": "claims a status it was not given"}))
+        return 200, completion(
+            json.dumps({"user_error": error, "reason": "claims a status it was not given"})
+        )
 
     items = load_set(LABELED)
     tasks = task_index(items, REPO / "envs")
@@ -125,7 +138,14 @@ def test_benchmark_measures_rules_then_a_judge_over_http() -> None:
     claims = [i for i in items if i.label == "invented_fact" and i.variant == "claim"]
     with FakeOpenAI(brain) as fake:
         out = subprocess.run(
-            [sys.executable, "benchmarks/bench_meu.py", "--judge", "openai/fake", "--judge-api-base", fake.url],
+            [
+                sys.executable,
+                "benchmarks/bench_meu.py",
+                "--judge",
+                "openai/fake",
+                "--judge-api-base",
+                fake.url,
+            ],
             cwd=REPO,
             env={**os.environ, "OPENAI_API_KEY": "x"},
             capture_output=True,
