@@ -14,10 +14,10 @@ training, so an ambiguous case is left to the judge. Measured on the labeled set
 - Named values (`wrong_fact`): "my days is 5", "8 days", "priority: high", "use 10 as the days"
   where the fact of that name (at any step) has no such value and nobody said it.
 - Self-corrections (`contradiction`): the user takes back a value it gave ("no wait", "make that",
-  "I meant", "correction", "got my ... wrong", "X, not C-1021").
+  "I meant", "correction", "got my ... wrong", "X, not C-1021"), in a message that states a value.
 - Leaks (`leak`): the user states, before the agent or a tool did, a value only the agent could
   find: a required output (a small number only next to words such as "answer" or "total") or a
-  value the golden calls take from results.
+  specific value (with a digit or `@`, or a code such as `YYZ`) the golden calls take from results.
 - Premature stops (`premature_stop`): the user ends the conversation (`###STOP###` /
   `###TRANSFER###`) before the agent said anything, right after the agent asked something, or
   right after the agent announced more work ("let me ...", "next, I'll ...", "one moment").
@@ -105,9 +105,13 @@ class _Known:
 
     values: set[str] = field(default_factory=set)
     text: list[str] = field(default_factory=list)
+    heard: list[str] = field(default_factory=list)
+    """Only what the agent and tools said (a leak is a value the user had not heard)."""
 
-    def learn(self, text: str) -> None:
+    def learn(self, text: str, *, heard: bool = True) -> None:
         self.text.append(text)
+        if heard:
+            self.heard.append(text)
         for cls, value, _ in _typed_values(text):
             self.values.add(value)
             if cls == "date":
@@ -117,12 +121,25 @@ class _Known:
     def said(self, needle: str) -> bool:
         return any(_has_word(t, needle) for t in self.text)
 
+    def heard_of(self, needle: str) -> bool:
+        return any(_has_word(t, needle) for t in self.heard)
+
 
 def _has_word(text: str, needle: str) -> bool:
     return re.search(rf"(?<![\w.-]){re.escape(needle)}(?![\w-]|\.\d)", text, re.I) is not None
 
 
 # --------------------------------------------------------------------------- per task
+
+
+def _specific(value: object) -> bool:
+    """A value a user could not say by chance: with a digit or an `@`, or a code (`YYZ`).
+
+    Plain words ("pending", "urgent") a golden call took from a result are left out: a model
+    user may say them for its own reasons, and a false leak would mask an agent failure."""
+    if not isinstance(value, str) or len(value) < 3:
+        return False
+    return any(c.isdigit() for c in value) or "@" in value or (value.isalpha() and value.isupper())
 
 
 @dataclass
@@ -152,12 +169,7 @@ class _TaskFacts:
         for call in task.golden_calls:
             for key, value in call.arguments.items():
                 text = fact_text(value)
-                if (
-                    isinstance(value, str)
-                    and len(text) >= 3
-                    and text not in facts
-                    and text not in instruction
-                ):
+                if _specific(value) and text not in facts and text not in instruction:
                     hidden.append((key, text))
         return cls(fact_keys, named, hidden, request_text(task))
 
@@ -170,7 +182,10 @@ class _TaskFacts:
 
 
 CORRECTION = re.compile(
-    r"\b(no wait|make that|i meant|correction\b|got (?:my|the) [\w ]{1,30} wrong)|,\s*not\s+[\w@.-]*\d",
+    r"\b(?:no wait,?(?:\s+sorry,?)?(?:\s+it's|\s+it is)?|make (?:that|it)|i meant|correction:?(?:\s+use)?)"
+    r"\s+\"?(?P<value>[\w@.-]+)"
+    r"|\bgot (?:my|the) [\w ]{1,30} wrong\b.*?(?P<after>[\w@.-]*\d[\w@.-]*)"
+    r"|,\s*not\s+[\w@.-]*\d",
     re.I,
 )
 ANNOUNCE = re.compile(
@@ -182,7 +197,12 @@ ANNOUNCE = re.compile(
 CLOSING = re.compile(
     r"\b(done|complete[d]?|finished|all set|sorry|unable|cannot|can't|couldn't|not able|transfer)", re.I
 )
-ANSWER_CUE = re.compile(r"\b(answer|total|count|how many|comes? to|will be|should be|expect|result)\b", re.I)
+ANSWER_CUE = re.compile(
+    r"\b(?:answer|total|count|number|how many|comes? to|will be|should be|expected|result)"
+    r"(?:\s+(?:is|are|of|was))?",
+    re.I,
+)
+"""Words that make a small number an answer when the number follows them ("the count is 1")."""
 
 
 def _named_value_error(facts: _TaskFacts, text: str, known: _Known) -> str | None:
@@ -209,12 +229,12 @@ def _named_value_error(facts: _TaskFacts, text: str, known: _Known) -> str | Non
 def _leak(facts: _TaskFacts, text: str, known: _Known) -> str | None:
     rest = facts.unexplained(text)
     for what, value in facts.hidden:
-        if known.said(value) or not _has_word(rest, value) or _has_word(facts.request, value):
+        if known.heard_of(value) or not _has_word(rest, value):
+            continue
+        if what != "required output" and _has_word(facts.request, value):
             continue
         small_number = value.replace(".", "").isdigit() and len(value) <= 2
-        if small_number and not any(
-            ANSWER_CUE.search(s) and _has_word(s, value) for s in re.split(r"(?<=[.!?])\s+", rest)
-        ):
+        if small_number and not re.search(ANSWER_CUE.pattern + rf"\W{{0,3}}{re.escape(value)}\b", rest, re.I):
             continue
         return f"states the {what.replace('_', ' ')} {value} before the agent found it"
     return None
@@ -235,6 +255,19 @@ def _typed_error(
     return None
 
 
+def _takes_back(facts: _TaskFacts, text: str) -> bool:
+    """A correction cue and a value: "no wait, it's C-1021", "make that 5", "correction: use 10";
+    after the weaker cues ("I meant", "make that") only a number, id, email or a fact's word counts,
+    so "I meant to ask" takes nothing back."""
+    for m in CORRECTION.finditer(text):
+        value = m.group("value")
+        if value is None or re.match(r"(?:no wait|correction)", m.group(0), re.I):
+            return True
+        if re.search(r"\d|@", value) or any(value.lower() in values for values in facts.named.values()):
+            return True
+    return False
+
+
 def _stop_error(messages: list[Message], i: int) -> str | None:
     said = [p for p in messages[:i] if p.role == "assistant" and p.content]
     if not said:
@@ -251,9 +284,9 @@ def rule_verdict(task: Task, messages: list[Message]) -> RuleVerdict | None:
     """The first user error the rules find, or None."""
     facts = _TaskFacts.of(task)
     known = _Known()
-    known.learn(task.scenario.instruction)
+    known.learn(task.scenario.instruction, heard=False)
     for f in task.scenario.known_facts:
-        known.learn(fact_text(f.value))
+        known.learn(fact_text(f.value), heard=False)
     said_keys: set[str] = set()
     for i, m in enumerate(messages):
         text = m.content or ""
@@ -269,7 +302,7 @@ def rule_verdict(task: Task, messages: list[Message]) -> RuleVerdict | None:
         named = _named_value_error(facts, facts.unexplained(text), known)
         if named:
             return RuleVerdict("wrong_fact", f"user message {i} {named}", i)
-        if i > 0 and CORRECTION.search(text):
+        if i > 0 and _takes_back(facts, text):
             return RuleVerdict("contradiction", f"user message {i} takes back a value it gave", i)
         if STOP in text or TRANSFER in text:
             stop = _stop_error(messages, i)

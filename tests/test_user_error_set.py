@@ -36,11 +36,11 @@ from conftest import FIXTURES, REPO
 
 LABELED = FIXTURES / "meu_labeled.jsonl"
 
-# Measured with `python benchmarks/bench_meu.py`: 85 / 100 / 80 / 91 / 76 % recall, 86 % overall.
+# Measured with `python benchmarks/bench_meu.py`: 85 / 94 / 87 / 91 / 76 % recall, 86 % overall.
 RECALL_FLOORS = {
     "wrong_fact": 0.80,
-    "contradiction": 0.95,
-    "leak": 0.75,
+    "contradiction": 0.90,
+    "leak": 0.82,
     "premature_stop": 0.85,
     "invented_fact": 0.70,
 }
@@ -160,3 +160,22 @@ def test_benchmark_measures_rules_then_a_judge_over_http() -> None:
     assert rows["clean (false alarms)"].split("|")[5].strip() == "0 flagged"
     rules_recall, judged_recall = (int(rows["invented_fact"].split("|")[c].strip(" %")) for c in (4, 6))
     assert claims and judged_recall > rules_recall
+
+
+def test_what_a_model_user_says_for_its_own_reasons_is_not_an_error() -> None:
+    """A model user talks more freely than the scripted one. A plain word a golden call takes from a
+    result ("footwear"), a correction cue with no value ("I meant to ask"), a date of its facts in
+    words: none of these is a user error, and a false one would mask the agent's failure."""
+    task = next(t for t in load_tasks(REPO / "envs" / "retail_orders") if t.id == "retail_orders-0-00000")
+    assert any(c.arguments.get("category") == "footwear" for c in task.golden_calls)
+    conversation = [
+        Message(role="user", content="Hi, I'd like to place an order, I'm after some footwear."),
+        Message(role="assistant", content="Sure. Which product?"),
+        Message(role="user", content="Sorry, I meant to ask first: do you ship abroad? It is P-104."),
+        Message(role="assistant", content="We do. What is your customer id?"),
+        Message(role="user", content="C-1029. I'm not 100% sure about the address id, try A-2053."),
+    ]
+    assert rule_verdict(task, conversation) is None
+    leaked = Message(role="user", content="By the way, the address you'll need is A-2053 and the count is 1.")
+    verdict = rule_verdict(task, [*conversation[:4], leaked])
+    assert verdict is not None and verdict.kind == "leak" and verdict.message == 4
