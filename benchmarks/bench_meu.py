@@ -8,19 +8,26 @@ Rows: the rules alone, and with `--judge MODEL` also the rules then that judge (
 OpenAI-compatible endpoint: `--judge openai/NAME --judge-api-base http://127.0.0.1:PORT/v1`;
 `--judge local` once the packaged local model is served by envforge).
 
+`--harness-runs` also counts false alarms outside the set: every task of the bundled envs played by
+the built-in agents (oracle, noop, random, and the adversaries golden_prefix and spray) with the
+scripted user, which never errs, through the real harness.
+
 usage: python benchmarks/bench_meu.py [--generate] [--judge MODEL [--judge-api-base URL]] [--misses]
+                                      [--harness-runs]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 import anyio
 from _util import REPO
 
 from envforge.harness.llm import LLMConfig
+from envforge.harness.orchestrator import EvalConfig, run_eval
 from envforge.harness.user_error_eval import (
     Evaluation,
     evaluate,
@@ -39,6 +46,21 @@ from envforge.harness.user_error_set import (
 )
 
 FIXTURE = REPO / "tests" / "fixtures" / "meu_labeled.jsonl"
+
+
+HARNESS_AGENTS = ("oracle", "noop", "random", "golden_prefix", "spray")
+
+
+async def harness_false_alarms(env_dirs: list[Path]) -> None:
+    """Trials whose user is the scripted one (it never errs): every flag is a false alarm."""
+    print("\n| agent (scripted user) | trials | flagged as user error |\n|---|---|---|")
+    for agent in HARNESS_AGENTS:
+        with tempfile.TemporaryDirectory() as tmp:
+            _, records = await run_eval(env_dirs, EvalConfig(agent=agent, concurrency=8), Path(tmp) / "run")
+        flagged = [f"{r.task_id}: {r.user_error_reason}" for r in records if r.user_error]
+        print(f"| {agent} | {len(records)} | {len(flagged)} |")
+        for line in flagged[:5]:
+            print(f"  {line}")
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -66,6 +88,8 @@ async def main(args: argparse.Namespace) -> int:
             items, tasks, rules_then_judge(judge), concurrency=args.concurrency
         )
     print(table(results))
+    if args.harness_runs:
+        await harness_false_alarms(bundled_env_dirs(envs_root))
     if args.misses:
         for name, result in results.items():
             print(f"\n{name}: false alarms: {result.false_alarm_items}")
@@ -85,4 +109,7 @@ if __name__ == "__main__":
     parser.add_argument("--judge-api-base", help="the judge's OpenAI-compatible base URL")
     parser.add_argument("--concurrency", type=int, default=2, help="judge calls in flight")
     parser.add_argument("--misses", action="store_true", help="list the false alarms and missed items")
+    parser.add_argument(
+        "--harness-runs", action="store_true", help="also count flags on built-in agents' runs"
+    )
     sys.exit(anyio.run(main, parser.parse_args()))
