@@ -10,7 +10,8 @@ training, so an ambiguous case is left to the judge. Measured on the labeled set
   id (`C-1021`), an email, a date (ISO or "June 3, 2025"), a dollar amount or a phone number that
   is neither in the instruction, nor a fact, nor said earlier by the agent or a tool. An id with a
   fact's prefix, or a value of a class some fact has, is a wrong fact (a contradiction when the
-  user had already said a value of that class); anything else is invented.
+  user had already said a value of that class); anything else is invented (an id of a prefix no
+  fact has only with 3 digits or more: "USB-3" names a product).
 - Named values (`wrong_fact`): "my days is 5", "8 days", "priority: high", "use 10 as the days"
   where the fact of that name (at any step) has no such value and nobody said it.
 - Self-corrections (`contradiction`): the user takes back a value it gave ("no wait", "make that",
@@ -251,6 +252,8 @@ def _typed_error(
             name, fact = facts.fact_keys[key]
             kind: ErrorKind = "contradiction" if key in said_keys else "wrong_fact"
             return kind, f"says {written}, contradicting the known {name} = {fact}"
+        if cls == "id" and len(value.split("-")[1]) < 3:
+            continue  # a product name ("USB-3", "PS-5") rather than a record id of a new kind
         return "invented_fact", f"says {written}, which is not among its facts nor said to it"
     return None
 

@@ -164,8 +164,9 @@ def test_benchmark_measures_rules_then_a_judge_over_http() -> None:
 
 def test_what_a_model_user_says_for_its_own_reasons_is_not_an_error() -> None:
     """A model user talks more freely than the scripted one. A plain word a golden call takes from a
-    result ("footwear"), a correction cue with no value ("I meant to ask"), a date of its facts in
-    words: none of these is a user error, and a false one would mask the agent's failure."""
+    result ("footwear"), a correction cue with no value ("I meant to ask"), a product name shaped
+    like an id ("USB-3"): none of these is a user error, and a false one would mask the agent's
+    failure."""
     task = next(t for t in load_tasks(REPO / "envs" / "retail_orders") if t.id == "retail_orders-0-00000")
     assert any(c.arguments.get("category") == "footwear" for c in task.golden_calls)
     conversation = [
@@ -174,6 +175,8 @@ def test_what_a_model_user_says_for_its_own_reasons_is_not_an_error() -> None:
         Message(role="user", content="Sorry, I meant to ask first: do you ship abroad? It is P-104."),
         Message(role="assistant", content="We do. What is your customer id?"),
         Message(role="user", content="C-1029. I'm not 100% sure about the address id, try A-2053."),
+        Message(role="assistant", content="Thanks. Anything else?"),
+        Message(role="user", content="Does it come with a USB-3 cable?"),
     ]
     assert rule_verdict(task, conversation) is None
     leaked = Message(role="user", content="By the way, the address you'll need is A-2053 and the count is 1.")
