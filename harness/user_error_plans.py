@@ -18,7 +18,6 @@ from .user_error_play import (
     ID_RE,
     ISO_DATE_RE,
     THANKS,
-    Label,
     Plan,
     Step,
     base_name,
@@ -447,11 +446,3 @@ ERROR_PLANS = {
     "premature_stop": premature_stop_plan,
     "invented_fact": invented_fact_plan,
 }
-LABELS: tuple[Label, ...] = (
-    "clean",
-    "wrong_fact",
-    "contradiction",
-    "leak",
-    "premature_stop",
-    "invented_fact",
-)
