@@ -130,6 +130,7 @@ GIVE_UP = (
     "I'm sorry, I can't complete this request.",
     "Unfortunately I was unable to finish this: the system refused the change.",
     "I cannot help with this one, please contact support.",
+    "I'm sorry, I couldn't do that. Is there anything else I can help you with?",
 )
 FALSE_DONE = ("All done.", "That's everything, you're all set.", "Your request has been completed.")
 CLAIMED_WRITE = (

@@ -161,6 +161,8 @@ DONE = (
     "Everything is complete. {outputs}",
     "Done. {outputs}",
     "I have finished all the steps you asked for. {outputs}",
+    "All done. {outputs} Is there anything else I can help you with?",
+    "Everything is complete. {outputs} Can I help you with something else?",
 )
 THANKS = (f"Thank you. {STOP}", f"Great, thanks for your help! {STOP}", f"Perfect. {STOP}", STOP)
 

@@ -20,9 +20,11 @@ training, so an ambiguous case is left to the judge. Measured on the labeled set
   find: a required output (a small number only next to words such as "answer" or "total") or a
   specific value (with a digit or `@`, or a code such as `YYZ`) the golden calls take from results.
 - Premature stops (`premature_stop`): the user ends the conversation (`###STOP###` /
-  `###TRANSFER###`) before the agent said anything, right after the agent asked something, or
-  right after the agent announced more work ("let me ...", "next, I'll ...", "one moment").
-  A stop after the agent claims it is done, or gives up, is never the user's fault here.
+  `###TRANSFER###`) before the agent said anything, right after the agent asked something (not a
+  closing offer such as "anything else I can help you with?"), or right after the agent
+  announced more work ("let me ...", "next, I'll ...", "one moment"; the scripted user answers
+  those with "Okay, go ahead." and never stops there). A stop after the agent claims it is done,
+  or gives up, is never the user's fault here.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Literal, get_args
 from envforge.synth.models import Task
 
 from .records import Message
-from .users import STOP, TRANSFER, fact_text, request_text
+from .users import STOP, TRANSFER, announces_more_work, fact_text, request_text
 
 ErrorKind = Literal["wrong_fact", "contradiction", "leak", "premature_stop", "invented_fact"]
 """The user errors the detector claims (and the labeled set, `user_error_set.py`, measures)."""
@@ -189,15 +191,12 @@ CORRECTION = re.compile(
     r"|,\s*not\s+[\w@.-]*\d",
     re.I,
 )
-ANNOUNCE = re.compile(
-    r"\b(let me (?!know)\w+|next,? i(?:'ll| will)|now i(?:'ll| will| am going to|'m going to)"
-    r"|i(?:'m| am) going to|i(?:'ll| will) now|one moment|hold on|give me a (?:moment|second|minute)"
-    r"|please wait|bear with me)",
+OFFER = re.compile(
+    r"\b(anything else|something else|help you with|can i help|else i can do|done|completed?|all set)\b",
     re.I,
 )
-CLOSING = re.compile(
-    r"\b(done|complete[d]?|finished|all set|sorry|unable|cannot|can't|couldn't|not able|transfer)", re.I
-)
+"""A question that closes the conversation ("Anything else I can help you with?"): stopping on it is
+the user being done, not cut short."""
 ANSWER_CUE = re.compile(
     r"\b(?:answer|total|count|number|how many|comes? to|will be|should be|expected|result)"
     r"(?:\s+(?:is|are|of|was))?",
@@ -276,9 +275,9 @@ def _stop_error(messages: list[Message], i: int) -> str | None:
     if not said:
         return "ended the conversation before the agent said anything"
     last = (said[-1].content or "").strip()
-    if last.endswith("?"):
+    if last.endswith("?") and not OFFER.search(last):
         return "ended the conversation while the agent was asking a question"
-    if ANNOUNCE.search(last) and not CLOSING.search(last):
+    if announces_more_work(last):
         return "ended the conversation while the agent announced more work"
     return None
 
