@@ -1,11 +1,8 @@
 """Was a failure the simulated user's fault? (ERPO's MEU signal: don't punish the agent for it.)
 
-Rules first, because they are free and exact:
-- contradiction: a user message holds an id of the same kind as a known fact (same prefix, e.g.
-  `C-1021` next to the fact `customer_id = C-1020`) that is neither a fact, nor in the user's
-  own instruction, nor said earlier by the agent or a tool: the user gave a wrong value;
-- premature stop: the user ended the conversation (`###STOP###` / `###TRANSFER###`) right after
-  the agent asked something, or before the agent said anything at all.
+Rules first, because they are free and exact (`user_error_rules.py`: wrong facts, contradictions,
+leaks, premature stops and invented facts, each rule naming its kind; their precision and recall
+on the labeled set `user_error_set.py` are in docs/benchmarks.md).
 
 When the rules find nothing and a judge model is configured, an LLM judge reads the user's
 messages against the facts (`judge_user_error`).
@@ -21,45 +18,17 @@ from envforge.synth.models import Task
 
 from .llm import LLMConfig, complete
 from .records import Message, Usage
-from .users import STOP, TRANSFER, fact_text
+from .user_error_rules import ERROR_KINDS, ErrorKind, RuleVerdict, rule_user_error, rule_verdict
 
-ID = re.compile(r"\b([A-Z]{1,4})-(\d+)\b")
-
-
-def _ids(text: str) -> list[tuple[str, str]]:
-    return [(m.group(1), m.group(0)) for m in ID.finditer(text)]
-
-
-def _fact_ids(task: Task) -> dict[str, list[tuple[str, str]]]:
-    """prefix -> [(fact name, id)] for every id-like fact value."""
-    out: dict[str, list[tuple[str, str]]] = {}
-    for f in task.scenario.known_facts:
-        for prefix, ident in _ids(fact_text(f.value)):
-            out.setdefault(prefix, []).append((f.name, ident))
-    return out
-
-
-def rule_user_error(task: Task, messages: list[Message]) -> tuple[bool, str | None]:
-    """The rule-based verdict: (user_error, reason)."""
-    fact_ids = _fact_ids(task)
-    allowed = {ident for _, ident in _ids(task.scenario.instruction)}
-    allowed |= {ident for pairs in fact_ids.values() for _, ident in pairs}
-    for i, m in enumerate(messages):
-        text = m.content or ""
-        if m.role != "user":
-            allowed |= {ident for _, ident in _ids(text)}
-            continue
-        for prefix, ident in _ids(text):
-            if ident not in allowed and prefix in fact_ids:
-                name, known = fact_ids[prefix][0]
-                return True, f"user message {i} says {ident}, contradicting the known {name} = {known}"
-        if STOP in text or TRANSFER in text:
-            said = [p for p in messages[:i] if p.role == "assistant" and p.content]
-            if not said:
-                return True, f"user message {i} ended the conversation before the agent said anything"
-            if (said[-1].content or "").rstrip().endswith("?"):
-                return True, f"user message {i} ended the conversation while the agent was asking a question"
-    return False, None
+__all__ = [
+    "ERROR_KINDS",
+    "ErrorKind",
+    "RuleVerdict",
+    "detect_user_error",
+    "judge_user_error",
+    "rule_user_error",
+    "rule_verdict",
+]
 
 
 JUDGE_PROMPT = """You audit a simulated user in a customer-service conversation.

@@ -7,7 +7,9 @@ in-band with τ-bench's control tokens: `###STOP###` (satisfied, or giving up) a
 - `ScriptedUser`: deterministic and offline. It states the request, answers a question with the
   facts whose names (or values) the question mentions, says it does not know anything else
   (it never invents a fact), and stops when the agent's message is a statement rather than a
-  question (the agent reports done) or after `max_turns` replies. `lies` makes it state wrong
+  question (the agent reports done) or after `max_turns` replies; a statement announcing more work
+  ("let me check that") gets "Okay, go ahead.", so an agent that talks instead of acting is not
+  let off by a stop the user-error detector would blame on the user. `lies` makes it state wrong
   values for some facts: the fault the user-error detector must catch.
 - `LLMUser`: a model playing the persona, given the instruction and the facts with the rule to
   reveal them only when asked.
@@ -16,6 +18,7 @@ in-band with τ-bench's control tokens: `###STOP###` (satisfied, or giving up) a
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -26,6 +29,21 @@ from .records import Message, Usage
 
 STOP = "###STOP###"
 TRANSFER = "###TRANSFER###"
+
+ANNOUNCE = re.compile(
+    r"\b(let me (?!know)\w+|next,? i(?:'ll| will)|now i(?:'ll| will| am going to|'m going to)"
+    r"|i(?:'m| am) going to|i(?:'ll| will) now|one moment|hold on|give me a (?:moment|second|minute)"
+    r"|please wait|bear with me)",
+    re.I,
+)
+CLOSING = re.compile(
+    r"\b(done|complete[d]?|finished|all set|sorry|unable|cannot|can't|couldn't|not able|transfer)", re.I
+)
+
+
+def announces_more_work(text: str) -> bool:
+    """An agent message that says more is coming ("let me check...") and claims no ending."""
+    return bool(ANNOUNCE.search(text)) and not CLOSING.search(text)
 
 
 @dataclass
@@ -93,6 +111,8 @@ class ScriptedUser:
     async def reply(self, messages: list[Message]) -> UserReply:
         self.turns += 1
         said = next((m.content or "" for m in reversed(messages) if m.role == "assistant" and m.content), "")
+        if self.turns <= self.max_turns and "?" not in said and announces_more_work(said):
+            return UserReply("Okay, go ahead.")
         if self.turns > self.max_turns or "?" not in said:
             return UserReply(f"Thank you. {STOP}")
         asked = self._asked(said)

@@ -1,0 +1,115 @@
+"""The user-error (MEU) detector's precision and recall on the labeled set, per kind.
+
+ERPO masks what the detector flags, so these figures say how much of training's signal it keeps
+right. The set (`tests/fixtures/meu_labeled.jsonl`) is built from the bundled envs' tasks by
+`envforge.harness.user_error_set`; `--generate` rewrites it (same seed, same bytes).
+
+Rows: the rules alone, and with `--judge MODEL` also the rules then that judge (any
+OpenAI-compatible endpoint: `--judge openai/NAME --judge-api-base http://127.0.0.1:PORT/v1`;
+`--judge local` once the packaged local model is served by envforge).
+
+`--harness-runs` also counts false alarms outside the set: every task of the bundled envs played by
+the built-in agents (oracle, noop, random, and the adversaries golden_prefix and spray) with the
+scripted user, which never errs, through the real harness.
+
+usage: python benchmarks/bench_meu.py [--generate] [--judge MODEL [--judge-api-base URL]] [--misses]
+                                      [--harness-runs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import anyio
+from _util import REPO
+
+from envforge.harness.llm import LLMConfig
+from envforge.harness.orchestrator import EvalConfig, run_eval
+from envforge.harness.user_error_eval import (
+    Evaluation,
+    evaluate,
+    rules_only,
+    rules_then_judge,
+    table,
+    task_index,
+)
+from envforge.harness.user_error_set import (
+    DEFAULT_PER_ENV,
+    DEFAULT_SEED,
+    build_set,
+    bundled_env_dirs,
+    dump_set,
+    load_set,
+)
+
+FIXTURE = REPO / "tests" / "fixtures" / "meu_labeled.jsonl"
+
+
+HARNESS_AGENTS = ("oracle", "noop", "random", "golden_prefix", "spray")
+
+
+async def harness_false_alarms(env_dirs: list[Path]) -> None:
+    """Trials whose user is the scripted one (it never errs): every flag is a false alarm."""
+    print("\n| agent (scripted user) | trials | flagged as user error |\n|---|---|---|")
+    for agent in HARNESS_AGENTS:
+        with tempfile.TemporaryDirectory() as tmp:
+            _, records = await run_eval(env_dirs, EvalConfig(agent=agent, concurrency=8), Path(tmp) / "run")
+        flagged = [f"{r.task_id}: {r.user_error_reason}" for r in records if r.user_error]
+        print(f"| {agent} | {len(records)} | {len(flagged)} |")
+        for line in flagged[:5]:
+            print(f"  {line}")
+
+
+async def main(args: argparse.Namespace) -> int:
+    envs_root = REPO / "envs"
+    if args.generate:
+        items = await build_set(bundled_env_dirs(envs_root), seed=args.seed, per_env=args.per_env)
+        args.set.write_bytes(dump_set(items))
+        print(f"wrote {len(items)} items to {args.set}")
+    if not args.set.is_file():
+        print(f"error: no labeled set at {args.set} (run with --generate)", file=sys.stderr)
+        return 2
+    items = load_set(args.set)
+    tasks = task_index(items, envs_root)
+    results: dict[str, Evaluation] = {"rules": await evaluate(items, tasks, rules_only)}
+    if args.judge and (args.judge == "local" or args.judge.startswith("local/")) and not args.judge_api_base:
+        print(
+            f"error: --judge {args.judge} needs envforge's local model server, which this checkout lacks; "
+            "serve a model and pass --judge openai/NAME --judge-api-base URL",
+            file=sys.stderr,
+        )
+        return 2
+    if args.judge:
+        judge = LLMConfig(model=args.judge, api_base=args.judge_api_base, temperature=0.0)
+        results[f"rules + {args.judge}"] = await evaluate(
+            items, tasks, rules_then_judge(judge), concurrency=args.concurrency
+        )
+    print(table(results))
+    if args.harness_runs:
+        await harness_false_alarms(bundled_env_dirs(envs_root))
+    if args.misses:
+        for name, result in results.items():
+            print(f"\n{name}: false alarms: {result.false_alarm_items}")
+            print(f"{name}: misses: {result.misses}")
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--set", type=Path, default=FIXTURE, help="the labeled set (JSON lines)")
+    parser.add_argument("--generate", action="store_true", help="rebuild the set from the bundled envs first")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--per-env", type=int, default=DEFAULT_PER_ENV)
+    parser.add_argument(
+        "--judge", help="model judging what the rules let through (litellm/OpenAI-style name)"
+    )
+    parser.add_argument("--judge-api-base", help="the judge's OpenAI-compatible base URL")
+    parser.add_argument("--concurrency", type=int, default=2, help="judge calls in flight")
+    parser.add_argument("--misses", action="store_true", help="list the false alarms and missed items")
+    parser.add_argument(
+        "--harness-runs", action="store_true", help="also count flags on built-in agents' runs"
+    )
+    sys.exit(anyio.run(main, parser.parse_args()))

@@ -1,0 +1,184 @@
+"""The user-error detector against its labeled set (tests/fixtures/meu_labeled.jsonl).
+
+The set is clean conversations (including ones where the agent fails while the user behaves) and
+conversations with one injected user error each, played with real tool calls on the bundled envs.
+The rules must keep the precision and recall docs/benchmarks.md reports (floors a little under the
+measured figures), never flag a clean item, and point at the erring message itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from test_harness_llm import FakeOpenAI, completion
+
+from envforge.harness.records import Message
+from envforge.harness.user_error_eval import Evaluation, evaluate, rules_only, task_index
+from envforge.harness.user_error_set import (
+    DEFAULT_PER_ENV,
+    DEFAULT_SEED,
+    build_set,
+    bundled_env_dirs,
+    dump_set,
+    load_set,
+)
+from envforge.harness.user_errors import ERROR_KINDS, rule_verdict
+from envforge.synth.pipeline import load_tasks
+
+from conftest import FIXTURES, REPO
+
+LABELED = FIXTURES / "meu_labeled.jsonl"
+
+# Measured with `python benchmarks/bench_meu.py`: 85 / 94 / 87 / 91 / 76 % recall, 86 % overall.
+RECALL_FLOORS = {
+    "wrong_fact": 0.80,
+    "contradiction": 0.90,
+    "leak": 0.82,
+    "premature_stop": 0.85,
+    "invented_fact": 0.70,
+}
+OVERALL_RECALL_FLOOR = 0.82
+
+
+@pytest.fixture(scope="module")
+def items():
+    return load_set(LABELED)
+
+
+@pytest.fixture(scope="module")
+def tasks(items):
+    return task_index(items, REPO / "envs")
+
+
+@pytest.fixture(scope="module")
+def rules(items, tasks) -> Evaluation:
+    return anyio.run(evaluate, items, tasks, rules_only)
+
+
+def test_the_set_covers_every_kind_and_every_bundled_env(items) -> None:
+    labels = {i.label for i in items}
+    assert labels == {"clean", *ERROR_KINDS}
+    assert {i.env for i in items} == {p.name for p in bundled_env_dirs(REPO / "envs")}
+    for item in items:
+        if item.label == "clean":
+            assert item.error_at is None
+        else:
+            assert item.messages[item.error_at].role == "user", item.task_id
+    # Surface forms vary within a kind: the rules are not graded on one template per kind.
+    for kind in ERROR_KINDS:
+        assert len({i.variant.split("/")[0] for i in items if i.label == kind}) >= 2, kind
+
+
+def test_rules_never_flag_a_clean_conversation(rules: Evaluation) -> None:
+    """A false user error masks an agent failure from training: none on the clean items, which
+    include agents that give up, claim done halfway, report writes they never made, mistype ids."""
+    assert rules.clean >= 60
+    assert rules.false_alarms == 0, rules.false_alarm_items
+
+
+def test_rules_keep_their_recall_per_kind(rules: Evaluation) -> None:
+    for kind, floor in RECALL_FLOORS.items():
+        score = rules.kinds[kind]
+        assert score.items >= 25, kind
+        assert score.recall is not None and score.recall >= floor, (kind, score.recall, rules.misses)
+        assert score.precision == 1.0, kind
+    assert rules.recall is not None and rules.recall >= OVERALL_RECALL_FLOOR
+    assert rules.precision == 1.0
+
+
+def test_rules_point_at_the_erring_message(items, tasks) -> None:
+    for item in items:
+        verdict = rule_verdict(tasks[(item.env, item.task_id)], item.messages)
+        if verdict is not None:
+            assert verdict.message == item.error_at, (item.task_id, item.label, verdict.reason)
+
+
+def test_a_correct_answer_in_other_words_is_not_an_error() -> None:
+    """The same facts said as a date in words, a count before its name, or a field list: clean."""
+    task = next(t for t in load_tasks(REPO / "envs" / "car_rental") if t.id == "car_rental-0-00000")
+    opening = Message(role="user", content="I need to rent a car.")
+    asked = Message(role="assistant", content="Which customer id and days for the rental?")
+    for answer in (
+        "7 days, please. Customer C-504.",
+        "customer id: C-504\ndays: 7",
+        "It's C-504 for 7 days.",
+    ):
+        assert rule_verdict(task, [opening, asked, Message(role="user", content=answer)]) is None, answer
+    wrong = Message(role="user", content="9 days, please. Customer C-504.")
+    verdict = rule_verdict(task, [opening, asked, wrong])
+    assert verdict is not None and verdict.kind == "wrong_fact" and "'9'" in verdict.reason
+
+
+async def test_regenerating_the_set_gives_the_same_bytes(tmp_path: Path) -> None:
+    items = await build_set(bundled_env_dirs(REPO / "envs"), seed=DEFAULT_SEED, per_env=DEFAULT_PER_ENV)
+    assert dump_set(items) == LABELED.read_bytes(), "rebuild it: python benchmarks/bench_meu.py --generate"
+
+
+def test_benchmark_measures_rules_then_a_judge_over_http() -> None:
+    """`bench_meu.py --judge MODEL --judge-api-base URL`: the judge (a real OpenAI-compatible HTTP
+    endpoint on 127.0.0.1) reads only what the rules let through, and its verdicts are scored."""
+
+    def brain(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        prompt = body["messages"][-1]["content"]
+        error = "premium member" in prompt or "promised a discount" in prompt
+        return 200, completion(
+            json.dumps({"user_error": error, "reason": "claims a status it was not given"})
+        )
+
+    items = load_set(LABELED)
+    tasks = task_index(items, REPO / "envs")
+    let_through = sum(1 for i in items if rule_verdict(tasks[(i.env, i.task_id)], i.messages) is None)
+    claims = [i for i in items if i.label == "invented_fact" and i.variant == "claim"]
+    with FakeOpenAI(brain) as fake:
+        out = subprocess.run(
+            [
+                sys.executable,
+                "benchmarks/bench_meu.py",
+                "--judge",
+                "openai/fake",
+                "--judge-api-base",
+                fake.url,
+            ],
+            cwd=REPO,
+            env={**os.environ, "OPENAI_API_KEY": "x"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert out.returncode == 0, out.stderr
+    assert len(fake.requests) == let_through
+    rows = {line.split("|")[1].strip(): line for line in out.stdout.splitlines() if line.startswith("|")}
+    assert "rules + openai/fake recall" in out.stdout
+    assert rows["judge"].split("|")[5].strip() == "100%"  # every judge verdict was a real user error
+    assert rows["clean (false alarms)"].split("|")[5].strip() == "0 flagged"
+    rules_recall, judged_recall = (int(rows["invented_fact"].split("|")[c].strip(" %")) for c in (4, 6))
+    assert claims and judged_recall > rules_recall
+
+
+def test_what_a_model_user_says_for_its_own_reasons_is_not_an_error() -> None:
+    """A model user talks more freely than the scripted one. A plain word a golden call takes from a
+    result ("footwear"), a correction cue with no value ("I meant to ask"), a product name shaped
+    like an id ("USB-3"): none of these is a user error, and a false one would mask the agent's
+    failure."""
+    task = next(t for t in load_tasks(REPO / "envs" / "retail_orders") if t.id == "retail_orders-0-00000")
+    assert any(c.arguments.get("category") == "footwear" for c in task.golden_calls)
+    conversation = [
+        Message(role="user", content="Hi, I'd like to place an order, I'm after some footwear."),
+        Message(role="assistant", content="Sure. Which product?"),
+        Message(role="user", content="Sorry, I meant to ask first: do you ship abroad? It is P-104."),
+        Message(role="assistant", content="We do. What is your customer id?"),
+        Message(role="user", content="C-1029. I'm not 100% sure about the address id, try A-2053."),
+        Message(role="assistant", content="Thanks. Anything else?"),
+        Message(role="user", content="Does it come with a USB-3 cable?"),
+    ]
+    assert rule_verdict(task, conversation) is None
+    leaked = Message(role="user", content="By the way, the address you'll need is A-2053 and the count is 1.")
+    verdict = rule_verdict(task, [*conversation[:4], leaked])
+    assert verdict is not None and verdict.kind == "leak" and verdict.message == 4
