@@ -18,7 +18,8 @@ from envforge.synth.context import SynthContext
 from envforge.synth.graph import build_graph, graph_json, load_graph, to_dot, to_mermaid, write_graph
 from envforge.synth.models import Call
 from envforge.synth.pipeline import load_tasks, synthesize, write_tasks_to
-from envforge.synth.scoring import score_episode, with_answers
+from envforge.synth.rewards import score_episode
+from envforge.synth.scoring import with_answers
 from envforge.synth.tasks import SynthConfig
 from envforge.synth.verify import CHECKS, adversary_rewards, gamed_by, verify_task
 

@@ -21,13 +21,13 @@ from envforge.harness.runs import rescore
 from envforge.server import load_env
 from envforge.synth.models import Call, Dag, Difficulty, Fact, Task, UserScenario
 from envforge.synth.pipeline import load_tasks, synthesize
+from envforge.synth.rewards import score_episode
 from envforge.synth.scoring import (
     MAX_OTHER_CANDIDATES,
     number_tokens,
     oracle_messages,
     outputs_missing,
     parse_number,
-    score_episode,
     with_answers,
 )
 from envforge.synth.statediff import cents_hash

@@ -21,7 +21,8 @@ from envforge.server import Environment, Fleet, load_env, state_hash
 from envforge.synth.context import SynthContext
 from envforge.synth.models import Task, ToolGraph
 from envforge.synth.pipeline import load_tasks
-from envforge.synth.scoring import oracle_messages, score_episode
+from envforge.synth.rewards import score_episode
+from envforge.synth.scoring import oracle_messages
 from envforge.synth.statediff import primary_keys
 from envforge.synth.tau2 import (
     Tau2ImportError,

@@ -2,7 +2,7 @@
 
 One tool call (`press_green`) makes the final state match the golden one; the other three do not.
 Used by the learning tests, `bench_train.py` and as a smoke test for `envforge train` (a real env
-folder, real SQLite, real MCP, real `score_episode`), with a model small enough for a CPU.
+folder, real SQLite, real MCP, real `compose_reward`), with a model small enough for a CPU.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 The loop talks to environments only through the small `RolloutEnv`/`RolloutEpisode` protocols, so the
 evaluation harness can later supply episodes with simulated users and its own scoring (and flag
 `user_error`) without the trainer changing. `FleetRolloutEnv` is the built-in one: a single user turn
-(the task's instruction), tools over in-process MCP, reward from `score_episode` or a given function.
+(the task's instruction), tools over in-process MCP, reward from synth's `compose_reward` (the parts
+of the task's reward basis) or a given function.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pydantic import BaseModel, Field
 
 from envforge.server import Fleet, State, episode_client
 from envforge.synth.models import Task
-from envforge.synth.scoring import score_episode
+from envforge.synth.rewards import Evidence, compose_reward
 from envforge.synth.statediff import apply_diff, primary_keys
 
 from .backends import GenerationBackend
@@ -86,13 +87,8 @@ class _FleetEpisode:
         if self.env.reward_fn is not None:
             reward, parts = self.env.reward_fn(self.task, state, agent_messages)
             return RewardInfo(reward=reward, parts=parts)
-        score = score_episode(self.task, state, agent_messages)
-        parts = {
-            "state": float(score.state_match),
-            "outputs": score.outputs,
-            "checkpoints": score.checkpoints,
-        }
-        return RewardInfo(reward=score.reward, parts=parts)
+        composed = compose_reward(self.task, Evidence(state, agent_messages))
+        return RewardInfo(reward=composed.value, parts={str(p): s.value for p, s in composed.parts.items()})
 
 
 class FleetRolloutEnv:

@@ -22,7 +22,7 @@ from envforge.synth.context import SynthContext
 from envforge.synth.graph import build_graph
 from envforge.synth.models import Task
 from envforge.synth.pipeline import load_tasks, synthesize, write_tasks
-from envforge.synth.scoring import score_episode
+from envforge.synth.rewards import score_episode
 
 from conftest import REPO
 

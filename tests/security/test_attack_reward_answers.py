@@ -18,7 +18,8 @@ from envforge.synth.context import SynthContext
 from envforge.synth.graph import build_graph, load_graph
 from envforge.synth.models import Task
 from envforge.synth.pipeline import load_tasks
-from envforge.synth.scoring import oracle_messages, parse_number, score_episode
+from envforge.synth.rewards import score_episode
+from envforge.synth.scoring import oracle_messages, parse_number
 
 from conftest import bundled_env_dirs
 
