@@ -15,10 +15,11 @@ from pathlib import Path
 import anyio
 from rich.console import Console
 
+from envforge.harness.vocab import AgentName, UserName
 from envforge.synth.pipeline import load_tasks
 
 REPO = Path(__file__).resolve().parents[1]
-AGENTS = ("oracle", "random", "noop")
+AGENTS = (AgentName.ORACLE, AgentName.RANDOM, AgentName.NOOP)
 TASKS_PER_ENV = 5
 
 
@@ -40,7 +41,7 @@ async def _demo(console: Console, runs_root: Path, tasks_per_env: int) -> None:
         out = runs_root / f"demo-{agent}"
         shutil.rmtree(out, ignore_errors=True)
         started = time.perf_counter()
-        config = EvalConfig(agent=agent, user="scripted", trials=1, concurrency=4, task_ids=task_ids)
+        config = EvalConfig(agent=agent, user=UserName.SCRIPTED, trials=1, concurrency=4, task_ids=task_ids)
         manifest, records = await run_eval(dirs, config, out)
         console.rule(f"agent [bold]{agent}[/] ({time.perf_counter() - started:.1f} s)")
         print_summary(summarize(records, manifest.trials), console)

@@ -17,13 +17,15 @@ import anyio
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from envforge.harness.vocab import UserName
+
 from .common import console, fail, print_json
 
 
 def evaluate(
     env_dirs: Annotated[list[Path], typer.Argument(help="Env folders (each with tasks.jsonl).")],
     agent: Annotated[str, typer.Option(help="oracle | noop | random | a litellm model string.")],
-    user: Annotated[str, typer.Option(help="scripted | a litellm model string.")] = "scripted",
+    user: Annotated[str, typer.Option(help="scripted | a litellm model string.")] = UserName.SCRIPTED,
     agent_api_base: Annotated[str | None, typer.Option(help="API base of the agent's model.")] = None,
     user_api_base: Annotated[str | None, typer.Option(help="API base of the user's model.")] = None,
     judge: Annotated[
@@ -95,7 +97,7 @@ def evaluate(
         agent=agent,
         user=user,
         agent_llm=None if agent in BUILTIN_AGENTS else llm(agent, agent_api_base, temperature),
-        user_llm=llm(user, user_api_base, user_temperature) if user != "scripted" else None,
+        user_llm=llm(user, user_api_base, user_temperature) if user != UserName.SCRIPTED else None,
         judge_llm=llm(judge, judge_api_base) if judge else None,
         trials=trials,
         concurrency=concurrency,
@@ -172,7 +174,7 @@ def check_agent_name(agent: str, builtins: tuple[str, ...]) -> None:
     if routable_model(agent):
         return
     close = difflib.get_close_matches(agent, builtins, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    hint = f" (did you mean {str(close[0])!r}?)" if close else ""
     fail(
         f"unknown agent {agent!r}{hint}: not a built-in ({', '.join(builtins)}) "
         "and not a model string (use provider/model, e.g. openai/gpt-4o)"

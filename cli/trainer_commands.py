@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import anyio
 import typer
 
+from envforge.harness.vocab import UserName
+
 from .common import console, fail
 
 if TYPE_CHECKING:
@@ -120,7 +122,7 @@ def train_cmd(
     mcp: bool = typer.Option(True, "--mcp/--no-mcp", help="Call tools over in-process MCP or directly."),
     save_trajectories: bool = typer.Option(False, "--save-trajectories"),
     env_kind: EnvKindOption = "harness",
-    user: UserOption = "scripted",
+    user: UserOption = UserName.SCRIPTED,
     user_api_base: UserApiBaseOption = None,
     judge: JudgeOption = None,
     ray_workers: RayWorkersOption = 0,
@@ -211,7 +213,7 @@ def collect_cmd(
     seed: int = typer.Option(0, "--seed"),
     mcp: bool = typer.Option(True, "--mcp/--no-mcp"),
     env_kind: EnvKindOption = "harness",
-    user: UserOption = "scripted",
+    user: UserOption = UserName.SCRIPTED,
     user_api_base: UserApiBaseOption = None,
     judge: JudgeOption = None,
     ray_workers: RayWorkersOption = 0,

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from envforge.server import State
 from envforge.synth.models import Call, RewardPart, Score, TableDiff, Task
@@ -157,9 +157,14 @@ Answer with JSON only, one result per expected outcome, in the order given:
 judge model or a grader prompt tuned for τ² works here unchanged."""
 
 
-async def judge_nl_assertions(
-    assertions: list[str], messages: list[Message], cfg: LLMConfig
-) -> tuple[float, Usage]:
+class NLJudgement(NamedTuple):
+    """The judge's verdict on a task's NL assertions (1.0: all met) and what its call cost."""
+
+    value: float
+    usage: Usage
+
+
+async def judge_nl_assertions(assertions: list[str], messages: list[Message], cfg: LLMConfig) -> NLJudgement:
     """1.0 when the judge finds every assertion met, else 0.0 (an answer it cannot parse fails)."""
     conversation = "\n".join(f"{m.role}: {m.content}" for m in messages if m.content and m.role != "tool")
     prompt = f"conversation:\n{conversation}\n\nexpectedOutcomes:\n{json.dumps(assertions)}"
@@ -176,7 +181,7 @@ async def judge_nl_assertions(
         and len(results) == len(assertions)
         and all(isinstance(r, dict) and r.get("metExpectation") is True for r in results)
     )
-    return (1.0 if ok else 0.0), usage
+    return NLJudgement(1.0 if ok else 0.0, usage)
 
 
 @dataclass

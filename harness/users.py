@@ -23,9 +23,10 @@ from envforge.synth.models import Task
 
 from .llm import LLMConfig, complete
 from .records import Message, Usage
+from .vocab import ControlToken, UserName
 
-STOP = "###STOP###"
-TRANSFER = "###TRANSFER###"
+STOP = ControlToken.STOP
+TRANSFER = ControlToken.TRANSFER
 
 
 @dataclass
@@ -150,6 +151,6 @@ class LLMUser:
 
 
 def build_user(spec: str, task: Task, *, llm: LLMConfig | None = None, max_turns: int = 10) -> User:
-    if spec == "scripted":
+    if spec == UserName.SCRIPTED:
         return ScriptedUser(task, max_turns=max_turns)
     return LLMUser(task, llm or LLMConfig(model=spec))

@@ -10,7 +10,7 @@ import hashlib
 import json
 import sqlite3
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 State = dict[str, list[dict[str, Any]]]
 
@@ -116,3 +116,10 @@ def canonical_json(state: State) -> str:
 
 def state_hash(state: State) -> str:
     return hashlib.sha256(canonical_json(state).encode()).hexdigest()
+
+
+class ExportedState(NamedTuple):
+    """An episode's exported state and its `state_hash`."""
+
+    state: State
+    state_hash: str

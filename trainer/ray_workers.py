@@ -35,6 +35,8 @@ import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 from pydantic import BaseModel, ConfigDict, Field
 
+from envforge.harness.vocab import UserName
+
 from .backends import GenerationBackend
 from .loop import Group, Job, make_group
 from .rollout import RolloutConfig, rollout_group
@@ -66,7 +68,7 @@ class EnvSpec(BaseModel):
     envs: list[str] = Field(description="env dirs with tasks.jsonl, as seen on the worker")
     env_kind: Literal["harness", "fleet"] = "harness"
     use_mcp: bool = True
-    user: str = "scripted"
+    user: str = UserName.SCRIPTED
     user_api_base: str | None = None
     judge: str | None = None
     fleet_url: str | None = Field(None, description="an `envforge serve` URL; None: in-process fleet")
