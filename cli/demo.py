@@ -15,8 +15,8 @@ from pathlib import Path
 import anyio
 from rich.console import Console
 
-from envforge.harness.vocab import AgentName, UserName
-from envforge.synth.pipeline import load_tasks
+from envforge.harness import AgentName, UserName
+from envforge.synth import load_tasks
 
 REPO = Path(__file__).resolve().parents[1]
 AGENTS = (AgentName.ORACLE, AgentName.RANDOM, AgentName.NOOP)
@@ -31,8 +31,12 @@ def demo_env_dirs() -> list[Path]:
 
 
 async def _demo(console: Console, runs_root: Path, tasks_per_env: int) -> None:
-    from envforge.harness.metrics import print_summary, summarize  # litellm: imported only when needed
-    from envforge.harness.orchestrator import EvalConfig, run_eval
+    from envforge.harness import (  # litellm: imported only when needed
+        EvalConfig,
+        print_summary,
+        run_eval,
+        summarize,
+    )
 
     dirs = demo_env_dirs()
     task_ids = [t.id for d in dirs for t in load_tasks(d)[:tasks_per_env]]
@@ -46,7 +50,7 @@ async def _demo(console: Console, runs_root: Path, tasks_per_env: int) -> None:
         console.rule(f"agent [bold]{agent}[/] ({time.perf_counter() - started:.1f} s)")
         print_summary(summarize(records, manifest.trials), console)
         try:
-            from envforge.harness.report import write_report
+            from envforge.harness import write_report
         except ImportError:
             console.print(f"run: {out}")
         else:

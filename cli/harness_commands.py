@@ -17,7 +17,7 @@ import anyio
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from envforge.harness.vocab import UserName
+from envforge.harness import UserName
 
 from .common import console, fail, print_json
 
@@ -73,11 +73,19 @@ def evaluate(
 ) -> None:
     """Evaluate an agent on env tasks with a simulated user; prints pass^1..pass^k per env."""
     # Imported here: litellm takes seconds to import, and `serve` or `inspect` must not pay for it.
-    from envforge.harness.agents import BUILTIN_AGENTS
-    from envforge.harness.llm import LLMConfig
-    from envforge.harness.metrics import print_summary, summarize
-    from envforge.harness.orchestrator import EvalConfig, Limits, RunExists, UnknownTasks, run_eval
-    from envforge.harness.runs import RunConfigMismatch, RunLocked
+    from envforge.harness import (
+        BUILTIN_AGENTS,
+        EvalConfig,
+        Limits,
+        LLMConfig,
+        RunConfigMismatch,
+        RunExists,
+        RunLocked,
+        UnknownTasks,
+        print_summary,
+        run_eval,
+        summarize,
+    )
 
     if answers not in ("task", "strict"):
         fail(f"--answers must be task or strict, not {answers!r}")
@@ -169,7 +177,7 @@ def check_agent_name(agent: str, builtins: tuple[str, ...]) -> None:
     a typo like `oracl` would otherwise turn every trial into an infra failure."""
     if agent in builtins or "/" in agent:
         return
-    from envforge.harness.llm import routable_model
+    from envforge.harness import routable_model
 
     if routable_model(agent):
         return

@@ -22,8 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 import mcp_types as types
 
 from envforge.server import EpisodeClient
-from envforge.synth.adversaries import ADVERSARIES, ToolShape, adversary_calls, adversary_message
-from envforge.synth.models import Call, Task
+from envforge.synth import ADVERSARIES, Call, Task, ToolShape, adversary_calls, adversary_message
 
 from .llm import LLMConfig, complete, to_openai
 from .records import Message, ToolCall, Usage

@@ -36,8 +36,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from envforge.server import EpisodeClient, Fleet, State, episode_client, http_episode_client, state_hash
-from envforge.synth.models import Task
-from envforge.synth.scoring import AnswersMode, with_answers
+from envforge.synth import AnswersMode, Task, with_answers
 
 from .agents import BUILTIN_AGENTS, Agent, as_reply, build_agent, openai_tools
 from .llm import (

@@ -18,8 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from envforge.synth.models import Score
-from envforge.synth.scoring import AnswersMode
+from envforge.synth import AnswersMode, Score
 
 from .vocab import Fault, Termination, TrialStatus
 

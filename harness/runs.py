@@ -29,9 +29,20 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from envforge.server import State
-from envforge.synth.models import Call, RewardPart, Score, TableDiff, Task
-from envforge.synth.rewards import OFFLINE_PARTS, SCORERS, Evidence, PartScore, compose_reward, detailed_score
-from envforge.synth.scoring import with_answers
+from envforge.synth import (
+    OFFLINE_PARTS,
+    SCORERS,
+    Call,
+    Evidence,
+    PartScore,
+    RewardPart,
+    Score,
+    TableDiff,
+    Task,
+    compose_reward,
+    detailed_score,
+    with_answers,
+)
 
 from .llm import LLMConfig, complete, http_sessions
 from .records import Message, RunManifest, TrialRecord, TrialsRead, Usage, read_trials

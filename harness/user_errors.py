@@ -17,7 +17,7 @@ import json
 import re
 from typing import Any, NamedTuple
 
-from envforge.synth.models import Task
+from envforge.synth import Task
 
 from .llm import LLMConfig, complete
 from .records import Message, Usage

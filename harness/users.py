@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from envforge.synth.models import Task
+from envforge.synth import Task
 
 from .llm import LLMConfig, complete
 from .records import Message, Usage

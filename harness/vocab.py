@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from envforge.synth.adversaries import Adversary
-from envforge.synth.models import RewardPart
+from envforge.synth import Adversary, RewardPart
 
 __all__ = ["AgentName", "ControlToken", "Fault", "RewardPart", "Termination", "TrialStatus", "UserName"]
 

@@ -10,9 +10,18 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from envforge.harness.metrics import (
+from envforge.harness import (
+    AgentName,
+    Fault,
+    RewardPart,
+    RunManifest,
     RunReadError,
+    Termination,
+    TrialRecord,
+    TrialStatus,
     TruncatedRecordWarning,
+    Usage,
+    UserName,
     bootstrap_ci,
     bucket,
     pass_hat_k,
@@ -20,8 +29,6 @@ from envforge.harness.metrics import (
     read_run,
     summarize,
 )
-from envforge.harness.records import RunManifest, TrialRecord, Usage
-from envforge.harness.vocab import AgentName, Fault, RewardPart, Termination, TrialStatus, UserName
 
 
 def rec(

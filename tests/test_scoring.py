@@ -6,22 +6,26 @@ from __future__ import annotations
 
 import pytest
 
-from envforge.harness.records import Message, ToolCall
-from envforge.harness.runs import score_trial
-from envforge.synth.models import (
+from envforge.harness import Message, ToolCall, score_trial
+from envforge.synth import (
+    SCORERS,
     ActionCheck,
     Call,
     Checkpoint,
     Dag,
     Difficulty,
+    Evidence,
     RewardPart,
     RowCheck,
     Task,
     UserScenario,
+    apply_diff,
+    cents_hash,
+    compose_reward,
+    diff_states,
+    oracle_messages,
+    score_episode,
 )
-from envforge.synth.rewards import SCORERS, Evidence, compose_reward, score_episode
-from envforge.synth.scoring import oracle_messages
-from envforge.synth.statediff import apply_diff, cents_hash, diff_states
 
 GOLDEN = {
     "accounts": [{"id": "A-1", "balance": 70.5}, {"id": "A-2", "balance": 30.0}],

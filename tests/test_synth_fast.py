@@ -16,22 +16,27 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envforge.server import Environment, Fleet, ScratchPool, execute, export_state, load_env
-from envforge.synth.context import SynthContext
-from envforge.synth.graph import build_graph
-from envforge.synth.hashing import StateHasher, loose_columns, same_row
-from envforge.synth.pipeline import load_tasks, synthesize
-from envforge.synth.rewards import Evidence, compose_reward, score_episode
-from envforge.synth.scoring import oracle_messages
-from envforge.synth.statediff import (
-    _table_json,
+from envforge.synth import (
+    BuildFailed,
+    Evidence,
+    SynthConfig,
+    SynthContext,
+    build_graph,
+    build_task,
+    checkpoint_rows,
+    compose_reward,
     diff_states,
-    json_key,
+    load_tasks,
+    oracle_messages,
     primary_keys,
+    score_episode,
     state_hashes,
     states_match,
+    synthesize,
+    write_indices,
 )
-from envforge.synth.tasks import BuildFailed, SynthConfig, build_task
-from envforge.synth.verify import checkpoint_rows, write_indices
+from envforge.synth.hashing import StateHasher, loose_columns, same_row
+from envforge.synth.statediff import _table_json, json_key
 
 REPO = Path(__file__).resolve().parents[1]
 

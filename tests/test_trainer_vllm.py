@@ -13,10 +13,17 @@ from starlette.routing import Route
 from transformers import AutoModelForCausalLM
 
 from envforge.server import Fleet, load_env
-from envforge.trainer.backends import VLLMBackend, load_tokenizer
-from envforge.trainer.bandit import bandit_corpus, bandit_tasks, write_bandit_env
-from envforge.trainer.rollout import FleetRolloutEnv, RolloutConfig, rollout
-from envforge.trainer.tiny import build_tiny_model
+from envforge.trainer import (
+    FleetRolloutEnv,
+    RolloutConfig,
+    VLLMBackend,
+    bandit_corpus,
+    bandit_tasks,
+    build_tiny_model,
+    load_tokenizer,
+    write_bandit_env,
+)
+from envforge.trainer.rollout import rollout
 
 from conftest import ServerThread
 

@@ -11,8 +11,7 @@ import json
 from pathlib import Path
 
 from envforge.server import Fleet
-from envforge.synth.models import Call, Dag, Difficulty, Task, UserScenario
-from envforge.synth.statediff import cents_hash
+from envforge.synth import Call, Dag, Difficulty, Task, UserScenario, cents_hash
 
 COLORS = ("red", "green", "blue", "yellow")
 INSTRUCTIONS = ("Press the button", "Please press the button", "Press a button", "Please press a button")

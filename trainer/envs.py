@@ -7,11 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from envforge.harness.llm import LLMConfig
-from envforge.harness.tasks import load_env_tasks
-from envforge.harness.vocab import UserName
+from envforge.harness import LLMConfig, UserName, load_env_tasks
 from envforge.server import Fleet, load_env
-from envforge.synth.pipeline import load_tasks
+from envforge.synth import load_tasks
 
 from .harness_env import HarnessRolloutEnv
 from .rollout import FleetRolloutEnv, RolloutEnv

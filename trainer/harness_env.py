@@ -32,15 +32,24 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from envforge.harness.llm import InfraError, LLMConfig
-from envforge.harness.records import Message, ToolCall
-from envforge.harness.runs import score_trial
-from envforge.harness.tasks import EnvTasks
-from envforge.harness.user_errors import detect_user_error
-from envforge.harness.users import LLMUser, ScriptedUser, User
-from envforge.harness.vocab import ControlToken, Termination, TrialStatus, UserName
+from envforge.harness import (
+    ControlToken,
+    EnvTasks,
+    InfraError,
+    LLMConfig,
+    LLMUser,
+    Message,
+    ScriptedUser,
+    Termination,
+    ToolCall,
+    TrialStatus,
+    User,
+    UserName,
+    detect_user_error,
+    score_trial,
+)
 from envforge.server import Fleet, episode_client
-from envforge.synth.models import Task
+from envforge.synth import Task
 
 from .rollout import RewardInfo, ToolOutcome
 

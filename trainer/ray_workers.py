@@ -35,7 +35,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 from pydantic import BaseModel, ConfigDict, Field
 
-from envforge.harness.vocab import UserName
+from envforge.harness import UserName
 
 from .backends import GenerationBackend
 from .loop import Group, Job, make_group
@@ -216,7 +216,7 @@ class RolloutWorker:
         return [asdict(v) for env in self.envs.values() for v in getattr(env, "verdicts", [])]
 
     async def close(self) -> None:
-        from envforge.harness.llm import aclose_http_sessions
+        from envforge.harness import aclose_http_sessions
 
         await aclose_http_sessions()  # an LLM user's pooled connections
         if self.backend is not None:

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from envforge.harness.orchestrator import HTTPBackend
+from envforge.harness import HTTPBackend
 from envforge.server import Environment, ExportedState, State, ToolResult, http_episode_client, state_hash
 
 

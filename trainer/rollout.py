@@ -20,9 +20,7 @@ import anyio
 from pydantic import BaseModel, Field
 
 from envforge.server import Fleet, State, episode_client
-from envforge.synth.models import Task
-from envforge.synth.rewards import Evidence, compose_reward
-from envforge.synth.statediff import apply_diff, primary_keys
+from envforge.synth import Evidence, Task, apply_diff, compose_reward, primary_keys
 
 from .backends import GenerationBackend
 from .trajectory import SequenceBuilder, TokenizerLike, Trajectory

@@ -26,8 +26,7 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel
 
-from envforge.harness.llm import http_sessions
-from envforge.harness.vocab import UserName
+from envforge.harness import UserName, http_sessions
 from envforge.server import Fleet, load_env
 
 from .backends import GenerationBackend, HFBackend, VLLMBackend, load_tokenizer
