@@ -284,10 +284,6 @@ def with_answers(tasks: Iterable[Task], answers: AnswersMode) -> list[Task]:
 # --------------------------------------------------------------------------- state and checkpoints
 
 
-def _row_key(row: dict[str, Any], cols: Sequence[str]) -> str:
-    return json.dumps([row.get(c) for c in cols])
-
-
 def _lookup(state: State, table: str, key: dict[str, Any]) -> dict[str, Any] | None:
     """The first row of `table` whose `key` columns hold `key`'s values.
 
