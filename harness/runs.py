@@ -47,8 +47,18 @@ from envforge.synth import (
 from .llm import LLMConfig, complete, http_sessions
 from .records import Message, RunManifest, TrialRecord, TrialsRead, Usage, read_trials
 from .tasks import EnvTasks, load_env_tasks
+from .vocab import TrialStatus
 
-PREMATURE = ("timeout", "max_turns", "max_errors", "context_overflow", "malformed_output")
+PREMATURE = frozenset(
+    {
+        TrialStatus.TIMEOUT,
+        TrialStatus.MAX_TURNS,
+        TrialStatus.MAX_ERRORS,
+        TrialStatus.CONTEXT_OVERFLOW,
+        TrialStatus.MALFORMED_OUTPUT,
+    }
+)
+"""Endings before the conversation did: such a trial earns 0 whatever its parts."""
 MANIFEST_IGNORED = {
     "run_id",
     "created_at",
@@ -226,7 +236,8 @@ async def score_trial(
             verdicts[RewardPart.NL_ASSERTIONS] = PartScore(1.0, "no assertions to judge")
         elif judge is not None:
             value, judge_usage = await judge_nl_assertions(task.nl_assertions, messages, judge)
-            verdicts[RewardPart.NL_ASSERTIONS] = PartScore(value, "judged by an LLM", int(value), 1)
+            reason = "the judge found every assertion met" if value == 1.0 else "the judge found one not met"
+            verdicts[RewardPart.NL_ASSERTIONS] = PartScore(value, reason)
     evidence = Evidence(
         final_state,
         agent_texts(messages),
