@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .report import REPORT_FILE, render_report, write_report
     from .runs import NLJudgement, RunConfigMismatch, RunDir, RunLocked, TrialScore, rescore, score_trial
     from .tasks import EnvTasks, load_env_tasks
-    from .user_errors import UserErrorVerdict, detect_user_error, rule_user_error
+    from .user_errors import RuleVerdict, UserErrorVerdict, detect_user_error, rule_user_error
     from .users import STOP, TRANSFER, LLMUser, ScriptedUser, User, build_user, request_text
     from .vocab import AgentName, ControlToken, Fault, RewardPart, Termination, TrialStatus, UserName
 
@@ -94,6 +94,7 @@ _LAZY = {
     "UserErrorVerdict": "user_errors",
     "detect_user_error": "user_errors",
     "rule_user_error": "user_errors",
+    "RuleVerdict": "user_errors",
     "LLMUser": "users",
     "STOP": "users",
     "ScriptedUser": "users",
@@ -146,6 +147,7 @@ __all__ = [
     "NLJudgement",
     "OracleAgent",
     "RewardPart",
+    "RuleVerdict",
     "RunConfigMismatch",
     "RunContents",
     "RunDir",

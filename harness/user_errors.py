@@ -39,8 +39,15 @@ def _fact_ids(task: Task) -> dict[str, list[tuple[str, str]]]:
     return out
 
 
-def rule_user_error(task: Task, messages: list[Message]) -> tuple[bool, str | None]:
-    """The rule-based verdict: (user_error, reason)."""
+class RuleVerdict(NamedTuple):
+    """The rules' verdict: whether the simulated user erred, and why."""
+
+    error: bool
+    reason: str | None
+
+
+def rule_user_error(task: Task, messages: list[Message]) -> RuleVerdict:
+    """The rule-based verdict."""
     fact_ids = _fact_ids(task)
     allowed = {ident for _, ident in _ids(task.scenario.instruction)}
     allowed |= {ident for pairs in fact_ids.values() for _, ident in pairs}
@@ -52,14 +59,20 @@ def rule_user_error(task: Task, messages: list[Message]) -> tuple[bool, str | No
         for prefix, ident in _ids(text):
             if ident not in allowed and prefix in fact_ids:
                 name, known = fact_ids[prefix][0]
-                return True, f"user message {i} says {ident}, contradicting the known {name} = {known}"
+                return RuleVerdict(
+                    True, f"user message {i} says {ident}, contradicting the known {name} = {known}"
+                )
         if STOP in text or TRANSFER in text:
             said = [p for p in messages[:i] if p.role == "assistant" and p.content]
             if not said:
-                return True, f"user message {i} ended the conversation before the agent said anything"
+                return RuleVerdict(
+                    True, f"user message {i} ended the conversation before the agent said anything"
+                )
             if (said[-1].content or "").rstrip().endswith("?"):
-                return True, f"user message {i} ended the conversation while the agent was asking a question"
-    return False, None
+                return RuleVerdict(
+                    True, f"user message {i} ended the conversation while the agent was asking a question"
+                )
+    return RuleVerdict(False, None)
 
 
 JUDGE_PROMPT = """You audit a simulated user in a customer-service conversation.
