@@ -22,9 +22,9 @@ from _util import REPO
 from rich.console import Console
 from rich.table import Table
 
-from envforge.harness.orchestrator import EvalConfig, run_eval
+from envforge.harness import EvalConfig, run_eval
 from envforge.server import Fleet, load_env
-from envforge.synth.pipeline import load_tasks
+from envforge.synth import load_tasks
 
 ENVS = [REPO / "envs" / n for n in ("retail_orders", "flight_booking", "it_tickets")]
 

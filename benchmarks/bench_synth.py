@@ -47,10 +47,7 @@ from pathlib import Path
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from envforge.server import Environment, EnvLoadError, load_env
-from envforge.synth.graph import build_graph
-from envforge.synth.models import ToolGraph
-from envforge.synth.pipeline import SynthReport, synthesize
-from envforge.synth.tasks import SynthConfig
+from envforge.synth import SynthConfig, SynthReport, ToolGraph, build_graph, synthesize
 
 ENVS = ("retail_orders", "flight_booking", "it_tickets")
 MODES = {"steered": (SynthConfig(), True), "unsteered": (SynthConfig(steer=False), True)}

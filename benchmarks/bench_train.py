@@ -42,11 +42,18 @@ async def bench_envforge(args: argparse.Namespace, model_dir: Path, tmp: Path) -
     from transformers import AutoModelForCausalLM
 
     from envforge.server import Fleet, load_env
-    from envforge.trainer.backends import HFBackend, load_tokenizer
-    from envforge.trainer.bandit import bandit_tasks, write_bandit_env
-    from envforge.trainer.learner import Learner, LearnerConfig
-    from envforge.trainer.loop import TrainConfig, train
-    from envforge.trainer.rollout import FleetRolloutEnv, RolloutConfig
+    from envforge.trainer import (
+        FleetRolloutEnv,
+        HFBackend,
+        Learner,
+        LearnerConfig,
+        RolloutConfig,
+        TrainConfig,
+        bandit_tasks,
+        load_tokenizer,
+        train,
+        write_bandit_env,
+    )
 
     fleet = Fleet([load_env(write_bandit_env(tmp))])
     env = FleetRolloutEnv(fleet, "bandit", await bandit_tasks(fleet, "bandit", n=max(2, args.tasks)))
@@ -79,8 +86,7 @@ def bench_trl(args: argparse.Namespace, model_dir: Path, tmp: Path) -> dict[str,
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from envforge.trainer.backends import load_tokenizer
-    from envforge.trainer.bandit import INSTRUCTIONS
+    from envforge.trainer import INSTRUCTIONS, load_tokenizer
 
     tok = load_tokenizer(model_dir)
     tok.padding_side = "left"
@@ -154,8 +160,7 @@ def main() -> None:
     p.add_argument("--skip-trl", action="store_true")
     args = p.parse_args()
 
-    from envforge.trainer.bandit import bandit_corpus
-    from envforge.trainer.tiny import build_tiny_model
+    from envforge.trainer import bandit_corpus, build_tiny_model
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)

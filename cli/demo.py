@@ -15,10 +15,11 @@ from pathlib import Path
 import anyio
 from rich.console import Console
 
-from envforge.synth.pipeline import load_tasks
+from envforge.harness import AgentName, UserName
+from envforge.synth import load_tasks
 
 REPO = Path(__file__).resolve().parents[1]
-AGENTS = ("oracle", "random", "noop")
+AGENTS = (AgentName.ORACLE, AgentName.RANDOM, AgentName.NOOP)
 TASKS_PER_ENV = 5
 
 
@@ -30,8 +31,12 @@ def demo_env_dirs() -> list[Path]:
 
 
 async def _demo(console: Console, runs_root: Path, tasks_per_env: int) -> None:
-    from envforge.harness.metrics import print_summary, summarize  # litellm: imported only when needed
-    from envforge.harness.orchestrator import EvalConfig, run_eval
+    from envforge.harness import (  # litellm: imported only when needed
+        EvalConfig,
+        print_summary,
+        run_eval,
+        summarize,
+    )
 
     dirs = demo_env_dirs()
     task_ids = [t.id for d in dirs for t in load_tasks(d)[:tasks_per_env]]
@@ -40,12 +45,12 @@ async def _demo(console: Console, runs_root: Path, tasks_per_env: int) -> None:
         out = runs_root / f"demo-{agent}"
         shutil.rmtree(out, ignore_errors=True)
         started = time.perf_counter()
-        config = EvalConfig(agent=agent, user="scripted", trials=1, concurrency=4, task_ids=task_ids)
+        config = EvalConfig(agent=agent, user=UserName.SCRIPTED, trials=1, concurrency=4, task_ids=task_ids)
         manifest, records = await run_eval(dirs, config, out)
         console.rule(f"agent [bold]{agent}[/] ({time.perf_counter() - started:.1f} s)")
         print_summary(summarize(records, manifest.trials), console)
         try:
-            from envforge.harness.report import write_report
+            from envforge.harness import write_report
         except ImportError:
             console.print(f"run: {out}")
         else:

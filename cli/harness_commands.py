@@ -17,13 +17,15 @@ import anyio
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from envforge.harness import UserName
+
 from .common import console, fail, print_json
 
 
 def evaluate(
     env_dirs: Annotated[list[Path], typer.Argument(help="Env folders (each with tasks.jsonl).")],
     agent: Annotated[str, typer.Option(help="oracle | noop | random | a litellm model string.")],
-    user: Annotated[str, typer.Option(help="scripted | a litellm model string.")] = "scripted",
+    user: Annotated[str, typer.Option(help="scripted | a litellm model string.")] = UserName.SCRIPTED,
     agent_api_base: Annotated[str | None, typer.Option(help="API base of the agent's model.")] = None,
     user_api_base: Annotated[str | None, typer.Option(help="API base of the user's model.")] = None,
     judge: Annotated[
@@ -77,12 +79,19 @@ def evaluate(
 ) -> None:
     """Evaluate an agent on env tasks with a simulated user; prints pass^1..pass^k per env."""
     # Imported here: litellm takes seconds to import, and `serve` or `inspect` must not pay for it.
-    from envforge.harness.agents import BUILTIN_AGENTS
-    from envforge.harness.llm import LLMConfig
-    from envforge.harness.metrics import print_summary, summarize
-    from envforge.harness.orchestrator import EvalConfig, Limits, RunExists, run_eval
-    from envforge.harness.runs import RunConfigMismatch, RunLocked
-    from envforge.harness.tasks import TaskSelectionError
+    from envforge.harness import (
+        BUILTIN_AGENTS,
+        EvalConfig,
+        Limits,
+        LLMConfig,
+        RunConfigMismatch,
+        RunExists,
+        RunLocked,
+        TaskSelectionError,
+        print_summary,
+        run_eval,
+        summarize,
+    )
 
     if answers not in ("task", "strict"):
         fail(f"--answers must be task or strict, not {answers!r}")
@@ -106,7 +115,7 @@ def evaluate(
         agent=agent,
         user=user,
         agent_llm=None if agent in BUILTIN_AGENTS else llm(agent, agent_api_base, temperature),
-        user_llm=llm(user, user_api_base, user_temperature) if user != "scripted" else None,
+        user_llm=llm(user, user_api_base, user_temperature) if user != UserName.SCRIPTED else None,
         judge_llm=llm(judge, judge_api_base) if judge else None,
         trials=trials,
         concurrency=concurrency,
@@ -180,12 +189,12 @@ def check_agent_name(agent: str, builtins: tuple[str, ...]) -> None:
     a typo like `oracl` would otherwise turn every trial into an infra failure."""
     if agent in builtins or "/" in agent:
         return
-    from envforge.harness.llm import routable_model
+    from envforge.harness import routable_model
 
     if routable_model(agent):
         return
     close = difflib.get_close_matches(agent, builtins, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    hint = f" (did you mean {str(close[0])!r}?)" if close else ""
     fail(
         f"unknown agent {agent!r}{hint}: not a built-in ({', '.join(builtins)}) "
         "and not a model string (use provider/model, e.g. openai/gpt-4o)"

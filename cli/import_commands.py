@@ -11,14 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from envforge.server import EnvLoadError, load_env
-from envforge.synth.tau2 import (
-    CHECK_REASONS,
-    ENV_CODE,
-    GENERATED,
-    Tau2ImportError,
-    import_tau2_env,
-    verify_report,
-)
+from envforge.synth import CHECK_REASONS, ENV_CODE, GENERATED, Tau2ImportError, import_tau2_env, verify_report
 
 from .common import console, fail
 

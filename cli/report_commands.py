@@ -9,8 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from envforge.harness.metrics import RunReadError, print_summary, read_run, summarize
-from envforge.harness.report import REPORT_FILE, render_report
+from envforge.harness import REPORT_FILE, RunReadError, print_summary, read_run, render_report, summarize
 from envforge.server import EnvLoadError
 
 from .common import console, fail, print_json
@@ -66,7 +65,7 @@ def rescore(
     """
     import anyio
 
-    from envforge.harness.runs import rescore as rescore_run
+    from envforge.harness import rescore as rescore_run
 
     if not (run_dir / "manifest.json").is_file():
         fail(f"{run_dir}: not a run directory (no manifest.json)")

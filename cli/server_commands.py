@@ -174,7 +174,7 @@ def replay_command(
     result = anyio.run(lambda: replay(fleet, env.name, parsed))
     payload = result.model_dump()
     if export is ExportFormat.tau2:
-        from envforge.synth.tau2 import state_to_tau2_db
+        from envforge.synth import state_to_tau2_db
 
         payload["tau2_db"] = state_to_tau2_db(result.final_state)
     if json_out:

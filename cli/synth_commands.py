@@ -13,14 +13,27 @@ import typer
 from rich.table import Table
 
 from envforge.server import Environment, Fleet
-from envforge.synth.adversaries import ADVERSARIES
-from envforge.synth.context import SynthContext
-from envforge.synth.graph import build_graph, graph_json, load_graph, to_dot, to_mermaid, write_graph
-from envforge.synth.models import Call
-from envforge.synth.pipeline import load_tasks, synthesize, write_tasks_to
-from envforge.synth.scoring import score_episode, with_answers
-from envforge.synth.tasks import SynthConfig
-from envforge.synth.verify import CHECKS, adversary_rewards, gamed_by, verify_task
+from envforge.synth import (
+    ADVERSARIES,
+    CHECKS,
+    Call,
+    SynthConfig,
+    SynthContext,
+    adversary_rewards,
+    build_graph,
+    gamed_by,
+    graph_json,
+    load_graph,
+    load_tasks,
+    score_episode,
+    synthesize,
+    to_dot,
+    to_mermaid,
+    verify_task,
+    with_answers,
+    write_graph,
+    write_tasks_to,
+)
 
 from .common import console, fail, load_envs, print_json
 

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import anyio
 import typer
 
+from envforge.harness import UserName
+
 from .common import console, fail
 
 if TYPE_CHECKING:
-    from envforge.trainer.loop import StepMetrics
-    from envforge.trainer.run import RunOptions
-    from envforge.trainer.trajectory import Trajectory
+    from envforge.trainer import RunOptions, StepMetrics, Trajectory
 
 # Options shared by `train` and `collect` (one definition, one help text).
 EnvKindOption = Annotated[
@@ -67,7 +67,7 @@ def _opts(
     mcp: bool,
     **extra: Any,
 ) -> RunOptions:
-    from envforge.trainer.run import RunOptions
+    from envforge.trainer import RunOptions
 
     if backend not in ("hf", "vllm"):
         fail("--backend must be hf or vllm")
@@ -120,7 +120,7 @@ def train_cmd(
     mcp: bool = typer.Option(True, "--mcp/--no-mcp", help="Call tools over in-process MCP or directly."),
     save_trajectories: bool = typer.Option(False, "--save-trajectories"),
     env_kind: EnvKindOption = "harness",
-    user: UserOption = "scripted",
+    user: UserOption = UserName.SCRIPTED,
     user_api_base: UserApiBaseOption = None,
     judge: JudgeOption = None,
     ray_workers: RayWorkersOption = 0,
@@ -130,10 +130,7 @@ def train_cmd(
     """Train a policy with asynchronous ERPO on env tasks; writes metrics, checkpoints and plots."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from envforge.trainer.learner import LearnerConfig
-    from envforge.trainer.loop import TrainConfig
-    from envforge.trainer.rollout import RolloutConfig
-    from envforge.trainer.run import run_training
+    from envforge.trainer import LearnerConfig, RolloutConfig, TrainConfig, run_training
 
     opts = _opts(
         model,
@@ -211,7 +208,7 @@ def collect_cmd(
     seed: int = typer.Option(0, "--seed"),
     mcp: bool = typer.Option(True, "--mcp/--no-mcp"),
     env_kind: EnvKindOption = "harness",
-    user: UserOption = "scripted",
+    user: UserOption = UserName.SCRIPTED,
     user_api_base: UserApiBaseOption = None,
     judge: JudgeOption = None,
     ray_workers: RayWorkersOption = 0,
@@ -219,8 +216,7 @@ def collect_cmd(
     fleet_url: FleetUrlOption = None,
 ) -> None:
     """Collect rollouts only (no updates) and write them to OUT/trajectories.jsonl."""
-    from envforge.trainer.rollout import RolloutConfig
-    from envforge.trainer.run import run_collection
+    from envforge.trainer import RolloutConfig, run_collection
 
     opts = _opts(
         model,

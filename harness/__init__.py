@@ -1,0 +1,234 @@
+"""The evaluation harness: agents against simulated users, trials scored by synth's reward
+composer, run directories, metrics and reports, and the closed vocabularies of a run (`vocab`).
+
+This is the harness's public surface: the trainer, the CLI, tests and benchmarks import from
+here, never from its modules (ruff's banned-api checks it). Every name loads on first use
+through a module `__getattr__`: litellm, which most of the harness needs, is imported only
+when a name that needs it is.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .agents import BUILTIN_AGENTS, Agent, LLMAgent, OracleAgent, build_agent
+    from .llm import InfraError, LLMConfig, aclose_http_sessions, http_sessions, routable_model
+    from .metrics import (
+        RunContents,
+        RunReadError,
+        TruncatedRecordWarning,
+        bootstrap_ci,
+        bucket,
+        pass_hat_k,
+        print_summary,
+        read_run,
+        summarize,
+    )
+    from .orchestrator import (
+        Ending,
+        EvalConfig,
+        HTTPBackend,
+        Limits,
+        RunExists,
+        UnknownTasks,
+        converse,
+        run_eval,
+    )
+    from .records import Message, RunManifest, ToolCall, TrialRecord, Usage, read_trials
+    from .report import REPORT_FILE, render_report, write_report
+    from .runs import NLJudgement, RunConfigMismatch, RunDir, RunLocked, TrialScore, rescore, score_trial
+    from .tasks import EnvTasks, TaskSelectionError, load_env_tasks, select_tasks
+    from .user_error_eval import Evaluation, evaluate, rules_only, rules_then_judge, task_index
+    from .user_error_set import DEFAULT_PER_ENV, DEFAULT_SEED, build_set, bundled_env_dirs, dump_set, load_set
+    from .user_errors import (
+        ERROR_KINDS,
+        ErrorKind,
+        RuleVerdict,
+        UserErrorVerdict,
+        detect_user_error,
+        rule_user_error,
+        rule_verdict,
+    )
+    from .users import STOP, TRANSFER, LLMUser, ScriptedUser, User, build_user, request_text
+    from .vocab import AgentName, ControlToken, Fault, RewardPart, Termination, TrialStatus, UserName
+
+# name -> module (inside this package) that defines it, imported on first access
+_LAZY = {
+    "Agent": "agents",
+    "BUILTIN_AGENTS": "agents",
+    "LLMAgent": "agents",
+    "OracleAgent": "agents",
+    "build_agent": "agents",
+    "InfraError": "llm",
+    "LLMConfig": "llm",
+    "aclose_http_sessions": "llm",
+    "http_sessions": "llm",
+    "routable_model": "llm",
+    "RunContents": "metrics",
+    "RunReadError": "metrics",
+    "TruncatedRecordWarning": "metrics",
+    "bootstrap_ci": "metrics",
+    "bucket": "metrics",
+    "pass_hat_k": "metrics",
+    "print_summary": "metrics",
+    "read_run": "metrics",
+    "summarize": "metrics",
+    "Ending": "orchestrator",
+    "EvalConfig": "orchestrator",
+    "HTTPBackend": "orchestrator",
+    "Limits": "orchestrator",
+    "RunExists": "orchestrator",
+    "UnknownTasks": "orchestrator",
+    "TaskSelectionError": "tasks",
+    "Evaluation": "user_error_eval",
+    "evaluate": "user_error_eval",
+    "rules_only": "user_error_eval",
+    "rules_then_judge": "user_error_eval",
+    "task_index": "user_error_eval",
+    "DEFAULT_PER_ENV": "user_error_set",
+    "DEFAULT_SEED": "user_error_set",
+    "build_set": "user_error_set",
+    "bundled_env_dirs": "user_error_set",
+    "dump_set": "user_error_set",
+    "load_set": "user_error_set",
+    "ERROR_KINDS": "user_errors",
+    "ErrorKind": "user_errors",
+    "rule_verdict": "user_errors",
+    "select_tasks": "tasks",
+    "converse": "orchestrator",
+    "run_eval": "orchestrator",
+    "Message": "records",
+    "RunManifest": "records",
+    "ToolCall": "records",
+    "TrialRecord": "records",
+    "Usage": "records",
+    "read_trials": "records",
+    "REPORT_FILE": "report",
+    "render_report": "report",
+    "write_report": "report",
+    "NLJudgement": "runs",
+    "RunConfigMismatch": "runs",
+    "RunDir": "runs",
+    "RunLocked": "runs",
+    "TrialScore": "runs",
+    "rescore": "runs",
+    "score_trial": "runs",
+    "EnvTasks": "tasks",
+    "load_env_tasks": "tasks",
+    "UserErrorVerdict": "user_errors",
+    "detect_user_error": "user_errors",
+    "rule_user_error": "user_errors",
+    "RuleVerdict": "user_errors",
+    "LLMUser": "users",
+    "STOP": "users",
+    "ScriptedUser": "users",
+    "TRANSFER": "users",
+    "User": "users",
+    "build_user": "users",
+    "request_text": "users",
+    "AgentName": "vocab",
+    "ControlToken": "vocab",
+    "Fault": "vocab",
+    "RewardPart": "vocab",
+    "Termination": "vocab",
+    "TrialStatus": "vocab",
+    "UserName": "vocab",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
+
+__all__ = [
+    "BUILTIN_AGENTS",
+    "DEFAULT_PER_ENV",
+    "DEFAULT_SEED",
+    "ERROR_KINDS",
+    "REPORT_FILE",
+    "STOP",
+    "TRANSFER",
+    "Agent",
+    "AgentName",
+    "ControlToken",
+    "Ending",
+    "EnvTasks",
+    "ErrorKind",
+    "EvalConfig",
+    "Evaluation",
+    "Fault",
+    "HTTPBackend",
+    "InfraError",
+    "LLMAgent",
+    "LLMConfig",
+    "LLMUser",
+    "Limits",
+    "Message",
+    "NLJudgement",
+    "OracleAgent",
+    "RewardPart",
+    "RuleVerdict",
+    "RunConfigMismatch",
+    "RunContents",
+    "RunDir",
+    "RunExists",
+    "RunLocked",
+    "RunManifest",
+    "RunReadError",
+    "ScriptedUser",
+    "TaskSelectionError",
+    "Termination",
+    "ToolCall",
+    "TrialRecord",
+    "TrialScore",
+    "TrialStatus",
+    "TruncatedRecordWarning",
+    "UnknownTasks",
+    "Usage",
+    "User",
+    "UserErrorVerdict",
+    "UserName",
+    "aclose_http_sessions",
+    "bootstrap_ci",
+    "bucket",
+    "build_agent",
+    "build_set",
+    "build_user",
+    "bundled_env_dirs",
+    "converse",
+    "detect_user_error",
+    "dump_set",
+    "evaluate",
+    "http_sessions",
+    "load_env_tasks",
+    "load_set",
+    "pass_hat_k",
+    "print_summary",
+    "read_run",
+    "read_trials",
+    "render_report",
+    "request_text",
+    "rescore",
+    "routable_model",
+    "rule_user_error",
+    "rule_verdict",
+    "rules_only",
+    "rules_then_judge",
+    "run_eval",
+    "score_trial",
+    "select_tasks",
+    "summarize",
+    "task_index",
+    "write_report",
+]

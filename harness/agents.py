@@ -22,13 +22,13 @@ from typing import Any, Protocol, runtime_checkable
 import mcp_types as types
 
 from envforge.server import EpisodeClient
-from envforge.synth.adversaries import ADVERSARIES, ToolShape, adversary_calls, adversary_message
-from envforge.synth.models import Call, Task
+from envforge.synth import ADVERSARIES, Call, Task, ToolShape, adversary_calls, adversary_message
 
 from .llm import LLMConfig, complete, to_openai
 from .records import Message, ToolCall, Usage
+from .vocab import AgentName
 
-BUILTIN_AGENTS = ("oracle", "noop", "random", *ADVERSARIES)
+BUILTIN_AGENTS: tuple[AgentName, ...] = tuple(AgentName)
 
 
 @dataclass
@@ -213,11 +213,11 @@ class LLMAgent:
 
 def build_agent(spec: str, task: Task, *, seed: int, policy: str, llm: LLMConfig | None = None) -> Agent:
     """A fresh agent for one trial: a built-in name, or a model (`llm` says how to reach it)."""
-    if spec == "oracle":
+    if spec == AgentName.ORACLE:
         return OracleAgent(task)
-    if spec == "noop":
+    if spec == AgentName.NOOP:
         return NoopAgent()
-    if spec == "random":
+    if spec == AgentName.RANDOM:
         return RandomAgent(seed)
     if spec in ADVERSARIES:
         return AdversaryAgent(spec, task)

@@ -26,11 +26,12 @@ import warnings
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from .records import Fault, RunManifest, TrialRecord, Usage, read_trials
+from .records import RunManifest, TrialRecord, Usage, read_trials
+from .vocab import Fault
 
 MANIFEST_FILE = "manifest.json"
 TRIALS_FILE = "trials.jsonl"
@@ -62,7 +63,14 @@ def latest(records: Iterable[TrialRecord]) -> list[TrialRecord]:
     return sorted(by_key.values(), key=lambda r: (r.env, r.task_id, r.trial, r.trial_key))
 
 
-def read_run(run_dir: Path | str) -> tuple[RunManifest, list[TrialRecord]]:
+class RunContents(NamedTuple):
+    """A run's manifest and its current records."""
+
+    manifest: RunManifest
+    records: list[TrialRecord]
+
+
+def read_run(run_dir: Path | str) -> RunContents:
     """The run's manifest and its current records (last per trial_key, sorted env/task/trial).
 
     Records come through `records.read_trials`, the reader `--resume` uses too: unreadable lines
@@ -81,7 +89,7 @@ def read_run(run_dir: Path | str) -> tuple[RunManifest, list[TrialRecord]]:
     read = read_trials(run_dir / TRIALS_FILE)
     if read.skipped:
         warnings.warn(read.describe_skipped(run_dir / TRIALS_FILE), TruncatedRecordWarning, stacklevel=2)
-    return manifest, [r for r in latest(read.records) if r.run_id == manifest.run_id]
+    return RunContents(manifest, [r for r in latest(read.records) if r.run_id == manifest.run_id])
 
 
 # --------------------------------------------------------------------------- statistics

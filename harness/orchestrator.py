@@ -29,15 +29,14 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import anyio
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from envforge.server import EpisodeClient, Fleet, State, episode_client, http_episode_client, state_hash
-from envforge.synth.models import Task
-from envforge.synth.scoring import AnswersMode, with_answers
+from envforge.synth import AnswersMode, Task, with_answers
 
 from .agents import BUILTIN_AGENTS, Agent, as_reply, build_agent, openai_tools
 from .llm import (
@@ -49,11 +48,12 @@ from .llm import (
     http_sessions,
     model_waits,
 )
-from .records import FAULT_OF_STATUS, Message, RunManifest, TrialRecord, TrialStatus, Usage
+from .records import FAULT_OF_STATUS, Message, RunManifest, TrialRecord, Usage
 from .runs import RunConfigMismatch, RunDir, check_resumable, dump_diff, records_for, score_trial, trial_key
 from .tasks import EnvTasks, TaskSelectionError, load_env_tasks, select_tasks
 from .user_errors import detect_user_error
 from .users import User, build_user
+from .vocab import ControlToken, Termination, TrialStatus, UserName
 
 
 class Limits(BaseModel):
@@ -71,7 +71,7 @@ class EvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     agent: str
-    user: str = "scripted"
+    user: str = UserName.SCRIPTED
     agent_llm: LLMConfig | None = None
     user_llm: LLMConfig | None = None
     judge_llm: LLMConfig | None = None
@@ -94,7 +94,7 @@ class EvalConfig(BaseModel):
         return self.agent_llm or LLMConfig(model=self.agent)
 
     def user_cfg(self) -> LLMConfig | None:
-        if self.user == "scripted":
+        if self.user == UserName.SCRIPTED:
             return None
         return self.user_llm or LLMConfig(model=self.user)
 
@@ -216,6 +216,13 @@ def trial_seed(run_seed: int, key: str) -> int:
     return int(hashlib.sha256(f"{run_seed}:{key}".encode()).hexdigest()[:8], 16)
 
 
+class Ending(NamedTuple):
+    """How a conversation ended: the trial's status and, in detail, why."""
+
+    status: TrialStatus
+    termination: Termination
+
+
 async def converse(
     agent: Agent,
     user: User,
@@ -225,8 +232,8 @@ async def converse(
     usage: dict[str, Usage],
     limits: Limits,
     env_errors: list[str] | None = None,
-) -> tuple[str, str]:
-    """The conversation loop; fills `messages` and `usage`, returns (status, termination).
+) -> Ending:
+    """The conversation loop; fills `messages` and `usage`, returns how it ended.
 
     A call to a tool the env does not have, or with arguments that are not a JSON object, never
     reaches the env: the agent gets a tool error saying so. Tool results the env reports as its
@@ -237,7 +244,7 @@ async def converse(
     add_usage(usage, "user", first.usage)
     messages.append(Message(role="user", content=first.text, turn=0))
     if first.stop or first.transfer:
-        return "completed", "user_stop" if first.stop else "transfer"
+        return Ending(TrialStatus.COMPLETED, Termination.USER_STOP if first.stop else Termination.TRANSFER)
     errors = 0
     for turn in range(1, limits.max_turns + 1):
         for _ in range(limits.max_steps):
@@ -261,19 +268,19 @@ async def converse(
                 )
                 errors += is_error
                 if errors > limits.max_tool_errors:
-                    return "max_errors", "max_tool_errors"
+                    return Ending(TrialStatus.MAX_ERRORS, Termination.MAX_TOOL_ERRORS)
         else:
-            return "max_turns", "max_steps"
-        if said.content and "###STOP###" in said.content:
-            return "completed", "agent_stop"
+            return Ending(TrialStatus.MAX_TURNS, Termination.MAX_STEPS)
+        if said.content and ControlToken.STOP in said.content:
+            return Ending(TrialStatus.COMPLETED, Termination.AGENT_STOP)
         answer = await user.reply(list(messages))
         add_usage(usage, "user", answer.usage)
         messages.append(Message(role="user", content=answer.text, turn=turn))
         if answer.stop:
-            return "completed", "user_stop"
+            return Ending(TrialStatus.COMPLETED, Termination.USER_STOP)
         if answer.transfer:
-            return "completed", "transfer"
-    return "max_turns", "max_turns"
+            return Ending(TrialStatus.COMPLETED, Termination.TRANSFER)
+    return Ending(TrialStatus.MAX_TURNS, Termination.MAX_TURNS)
 
 
 @dataclass
@@ -304,7 +311,8 @@ async def run_trial(
     started, t0 = time.time(), time.perf_counter()
     messages: list[Message] = []
     usage: dict[str, Usage] = {}
-    status, termination, error = "completed", "", None
+    status, error = TrialStatus.COMPLETED, None
+    termination: Termination  # set by the conversation, or by the failure that ended it
     final: State | None = None
     episode_id: str | None = None
     env_errors: list[str] = []
@@ -319,15 +327,15 @@ async def run_trial(
             if scope.cancelled_caught and waits.interrupted:
                 # The clock ran out while a model server was still answering: the server's delay,
                 # not the agent's doing.
-                status, termination = TrialStatus.INFRA_FAILURE, "timeout"
+                status, termination = TrialStatus.INFRA_FAILURE, Termination.TIMEOUT
                 limit = config.limits.trial_timeout_s
                 error = f"model server did not answer within the trial timeout ({limit:g} s)"
             elif scope.cancelled_caught:
-                status, termination = TrialStatus.TIMEOUT, "timeout"
+                status, termination = TrialStatus.TIMEOUT, Termination.TIMEOUT
         final = await backend.export(episode_id)
     except Exception as exc:
         status, error = _classify(exc)
-        termination = status
+        termination = Termination(status)
         if status in (TrialStatus.CONTEXT_OVERFLOW, TrialStatus.MALFORMED_OUTPUT) and episode_id is not None:
             try:
                 final = await backend.export(episode_id)

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from envforge.synth.models import Score
-from envforge.synth.scoring import AnswersMode
+from envforge.synth import AnswersMode, Score
+
+from .vocab import Fault, Termination, TrialStatus
 
 
 class _Model(BaseModel):
@@ -51,38 +51,6 @@ class Usage(_Model):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
-
-
-class TrialStatus(StrEnum):
-    """How a trial ended, in detail; `FAULT_OF_STATUS` says whose side each ending is on."""
-
-    COMPLETED = "completed"
-    INFRA_FAILURE = "infra_failure"
-    ENV_FAILURE = "env_failure"
-    CONTEXT_OVERFLOW = "context_overflow"
-    TIMEOUT = "timeout"
-    MAX_TURNS = "max_turns"
-    MAX_ERRORS = "max_errors"
-    MALFORMED_OUTPUT = "malformed_output"
-
-
-class Fault(StrEnum):
-    """Whose side a trial's ending is on; decides pass^k counting and what `--resume` re-runs.
-
-    - `none`: the conversation ended normally; the reward is the agent's.
-    - `agent`: the agent's own doing (malformed or unknown tool calls, arguments that are not JSON,
-      content that is not text, step/turn/tool-error limits, its own context overflow, running
-      out of wall-clock time while it was the one working): reward 0, counted, never re-run.
-    - `infra`: provider errors after retries, connection failures, a model server that did not
-      answer in time, an env server that failed: not a measurement, left out, re-run by `--resume`.
-    - `env`: the environment had a bug (a tool result of kind `env_error`) and the trial did not
-      succeed: left out of pass^k and reported; not re-run, since the same bug would recur.
-    """
-
-    NONE = "none"
-    AGENT = "agent"
-    INFRA = "infra"
-    ENV = "env"
 
 
 FAULT_OF_STATUS: dict[TrialStatus, Fault] = {
@@ -117,7 +85,7 @@ class TrialRecord(_Model):
     fault: Fault = Field(
         Fault.NONE, description="whose side the ending is on; derived from status in older records"
     )
-    termination: str = Field(description="why the conversation ended: user_stop, transfer, agent_stop, ...")
+    termination: Termination = Field(description="why the conversation ended (`Termination`)")
     error: str | None = None
     messages: list[Message]
     final_state_hash: str | None = None

@@ -11,9 +11,9 @@ A run directory is owned by one process at a time: `RunDir.lock()` takes an excl
 a second `eval` or `--resume` on a directory in use refuses instead of running trials twice.
 
 Scoring lives here because re-scoring must use exactly the code the run used: `score_trial`
-combines the synth scorer's parts (state, outputs, checkpoints) with the two the harness owns
-(`actions`: τ²'s action matching; `nl_assertions`: an LLM judge, left out and recorded in
-`not_judged` when no judge model is configured).
+gathers what only a trial has (the agent's calls for `actions`, an LLM judge's verdict on
+`nl_assertions`, left out and recorded in `not_judged` when no judge model is configured) and
+hands it to synth's one reward composer, `compose_reward`.
 """
 
 from __future__ import annotations
@@ -26,18 +26,39 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from envforge.server import State
-from envforge.synth.models import ActionCheck, Score, TableDiff, Task
-from envforge.synth.scoring import score_episode, with_answers
+from envforge.synth import (
+    OFFLINE_PARTS,
+    SCORERS,
+    Call,
+    Evidence,
+    PartScore,
+    RewardPart,
+    Score,
+    TableDiff,
+    Task,
+    compose_reward,
+    detailed_score,
+    with_answers,
+)
 
 from .llm import LLMConfig, complete, http_sessions
 from .records import Message, RunManifest, TrialRecord, TrialsRead, Usage, read_trials
 from .tasks import EnvTasks, load_env_tasks
+from .vocab import TrialStatus
 
-SYNTH_PARTS = ("state", "outputs", "checkpoints")
-PREMATURE = ("timeout", "max_turns", "max_errors", "context_overflow", "malformed_output")
+PREMATURE = frozenset(
+    {
+        TrialStatus.TIMEOUT,
+        TrialStatus.MAX_TURNS,
+        TrialStatus.MAX_ERRORS,
+        TrialStatus.CONTEXT_OVERFLOW,
+        TrialStatus.MALFORMED_OUTPUT,
+    }
+)
+"""Endings before the conversation did: such a trial earns 0 whatever its parts."""
 MANIFEST_IGNORED = {
     "run_id",
     "created_at",
@@ -149,19 +170,6 @@ def agent_texts(messages: list[Message]) -> list[str]:
     return [m.content for m in messages if m.role == "assistant" and m.content]
 
 
-def actions_matched(checks: list[ActionCheck], messages: list[Message]) -> bool:
-    """Every expected action is matched by some agent call: same name, same compared arguments."""
-    calls = [c for m in messages if m.role == "assistant" for c in m.tool_calls]
-    for check in checks:
-        keys = check.compare_args if check.compare_args is not None else list(check.arguments)
-        if not any(
-            c.name == check.name and all(c.arguments.get(k) == check.arguments.get(k) for k in keys)
-            for c in calls
-        ):
-            return False
-    return True
-
-
 NL_SYSTEM = """You judge whether a customer-service conversation meets a list of expected outcomes.
 Judge only from what the conversation shows; an outcome that is not clearly met is not met.
 Answer with JSON only, one result per expected outcome, in the order given:
@@ -170,9 +178,14 @@ Answer with JSON only, one result per expected outcome, in the order given:
 judge model or a grader prompt tuned for τ² works here unchanged."""
 
 
-async def judge_nl_assertions(
-    assertions: list[str], messages: list[Message], cfg: LLMConfig
-) -> tuple[float, Usage]:
+class NLJudgement(NamedTuple):
+    """The judge's verdict on a task's NL assertions (1.0: all met) and what its call cost."""
+
+    value: float
+    usage: Usage
+
+
+async def judge_nl_assertions(assertions: list[str], messages: list[Message], cfg: LLMConfig) -> NLJudgement:
     """1.0 when the judge finds every assertion met, else 0.0 (an answer it cannot parse fails)."""
     conversation = "\n".join(f"{m.role}: {m.content}" for m in messages if m.content and m.role != "tool")
     prompt = f"conversation:\n{conversation}\n\nexpectedOutcomes:\n{json.dumps(assertions)}"
@@ -189,7 +202,7 @@ async def judge_nl_assertions(
         and len(results) == len(assertions)
         and all(isinstance(r, dict) and r.get("metExpectation") is True for r in results)
     )
-    return (1.0 if ok else 0.0), usage
+    return NLJudgement(1.0 if ok else 0.0, usage)
 
 
 @dataclass
@@ -200,38 +213,44 @@ class TrialScore:
     judge_usage: Usage | None = None
 
 
+def agent_calls(messages: list[Message]) -> list[Call]:
+    """The tool calls the agent made, in order (what the `actions` part matches)."""
+    return [
+        Call(name=c.name, arguments=c.arguments)
+        for m in messages
+        if m.role == "assistant"
+        for c in m.tool_calls
+    ]
+
+
 async def score_trial(
     task: Task, final_state: State, messages: list[Message], *, status: str, judge: LLMConfig | None = None
 ) -> TrialScore:
-    """The reward: product of the parts in the task's basis; 0 when the trial ended prematurely."""
-    synth_basis = [p for p in task.reward_basis if p in SYNTH_PARTS]
-    base = score_episode(
-        task.model_copy(update={"reward_basis": synth_basis}), final_state, agent_texts(messages)
-    )
-    parts: dict[str, float] = {
-        "state": 1.0 if base.state_match else 0.0,
-        "outputs": 1.0 if not base.outputs_missing else 0.0,
-        "checkpoints": base.checkpoints,
-    }
-    not_judged: list[str] = []
+    """The trial's reward from `compose_reward`, with the evidence only a trial has: the agent's
+    calls, the LLM judge's verdict on the task's NL assertions (when a judge is configured; none
+    to judge are met), and whether the trial ended prematurely (then it earns 0)."""
+    verdicts: dict[RewardPart, PartScore] = {}
     judge_usage = None
-    if "actions" in task.reward_basis:
-        parts["actions"] = 1.0 if actions_matched(task.action_checks, messages) else 0.0
-    if "nl_assertions" in task.reward_basis and task.nl_assertions:
-        if judge is None:
-            not_judged.append("nl_assertions")
-        else:
-            parts["nl_assertions"], judge_usage = await judge_nl_assertions(
-                task.nl_assertions, messages, judge
-            )
-    reward = 1.0
-    for part in task.reward_basis:
-        if part in parts:
-            reward *= parts[part]
-    if status in PREMATURE:
-        reward = 0.0
-    score = base.model_copy(update={"reward": reward, "basis": list(task.reward_basis)})
-    return TrialScore(score, {p: parts[p] for p in task.reward_basis if p in parts}, not_judged, judge_usage)
+    if RewardPart.NL_ASSERTIONS in task.reward_basis:
+        if not task.nl_assertions:
+            verdicts[RewardPart.NL_ASSERTIONS] = PartScore(1.0, "no assertions to judge")
+        elif judge is not None:
+            value, judge_usage = await judge_nl_assertions(task.nl_assertions, messages, judge)
+            reason = "the judge found every assertion met" if value == 1.0 else "the judge found one not met"
+            verdicts[RewardPart.NL_ASSERTIONS] = PartScore(value, reason)
+    evidence = Evidence(
+        final_state,
+        agent_texts(messages),
+        agent_calls=agent_calls(messages),
+        verdicts=verdicts,
+        finished=status not in PREMATURE,
+    )
+    scored = {p: SCORERS[p](task, evidence) for p in OFFLINE_PARTS}
+    reward = compose_reward(task, evidence, scored=scored)
+    parts = {str(p): s.value for p, s in reward.parts.items()}
+    return TrialScore(
+        detailed_score(task, scored, reward), parts, [str(p) for p in reward.not_judged], judge_usage
+    )
 
 
 @dataclass

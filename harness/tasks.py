@@ -11,9 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envforge.server import Environment, State, load_env
-from envforge.synth.models import StateDiff, Task
-from envforge.synth.pipeline import load_tasks
-from envforge.synth.statediff import apply_diff, diff_states, primary_keys
+from envforge.synth import StateDiff, Task, apply_diff, diff_states, load_tasks, primary_keys
 
 
 @dataclass

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import anyio
 
-from envforge.synth.models import Task
-from envforge.synth.pipeline import load_tasks
+from envforge.synth import Task, load_tasks
 
 from .llm import LLMConfig
 from .user_error_play import LabeledConversation

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from envforge.synth.models import Call, Fact, Task
+from envforge.synth import Call, Fact, Task
 
 from .user_error_play import (
     ID_RE,

@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from envforge.server import Fleet
-from envforge.synth.models import Call, Fact, Task
+from envforge.synth import Call, Fact, Task
 
 from .records import Message, ToolCall
 from .tasks import EnvTasks

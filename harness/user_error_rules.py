@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from envforge.synth.models import Task
+from envforge.synth import Task
 
 from .records import Message
 from .users import STOP, TRANSFER, announces_more_work, fact_text, request_text

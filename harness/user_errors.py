@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
-from envforge.synth.models import Task
+from envforge.synth import Task
 
 from .llm import LLMConfig, complete
 from .records import Message, Usage
@@ -55,9 +55,15 @@ def _parse_verdict(text: str) -> tuple[bool, str | None]:
     return error, (str(verdict.get("reason") or "judged a user error") if error else None)
 
 
-async def judge_user_error(
-    task: Task, messages: list[Message], cfg: LLMConfig
-) -> tuple[bool, str | None, Usage]:
+class UserErrorVerdict(NamedTuple):
+    """Whether the simulated user erred (and why), and what a judge's call cost (None: no judge asked)."""
+
+    error: bool
+    reason: str | None
+    usage: Usage | None
+
+
+async def judge_user_error(task: Task, messages: list[Message], cfg: LLMConfig) -> UserErrorVerdict:
     """The LLM judge's verdict on the user's messages."""
     facts: dict[str, Any] = {f.name: f.value for f in task.scenario.known_facts}
     prompt = JUDGE_PROMPT.format(
@@ -67,14 +73,14 @@ async def judge_user_error(
     )
     message, usage = await complete(cfg, [{"role": "user", "content": prompt}])
     error, reason = _parse_verdict(message.content or "")
-    return error, (f"judge: {reason}" if reason else None), usage
+    return UserErrorVerdict(error, (f"judge: {reason}" if reason else None), usage)
 
 
 async def detect_user_error(
     task: Task, messages: list[Message], judge: LLMConfig | None = None
-) -> tuple[bool, str | None, Usage | None]:
+) -> UserErrorVerdict:
     """Rules, then the judge (when given) if the rules find nothing."""
     error, reason = rule_user_error(task, messages)
     if error or judge is None:
-        return error, reason, None
+        return UserErrorVerdict(error, reason, None)
     return await judge_user_error(task, messages, judge)

@@ -22,13 +22,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from envforge.synth.models import Task
+from envforge.synth import Task
 
 from .llm import LLMConfig, complete
 from .records import Message, Usage
+from .vocab import ControlToken, UserName
 
-STOP = "###STOP###"
-TRANSFER = "###TRANSFER###"
+STOP = ControlToken.STOP
+TRANSFER = ControlToken.TRANSFER
 
 ANNOUNCE = re.compile(
     r"\b(let me (?!know)\w+|next,? i(?:'ll| will)|now i(?:'ll| will| am going to|'m going to)"
@@ -170,6 +171,6 @@ class LLMUser:
 
 
 def build_user(spec: str, task: Task, *, llm: LLMConfig | None = None, max_turns: int = 10) -> User:
-    if spec == "scripted":
+    if spec == UserName.SCRIPTED:
         return ScriptedUser(task, max_turns=max_turns)
     return LLMUser(task, llm or LLMConfig(model=spec))

@@ -21,10 +21,12 @@ from .errors import EnvLoadError, EpisodeLimitReached, EpisodeNotFound, LoadProb
 from .fleet import Fleet
 from .loader import Environment, load_env, open_database
 from .mcp_server import EPISODE_META_KEY, ERROR_META_KEY
-from .runtime import MAX_STRING_CHARS, ToolResult, execute, render_result
+from .runtime import MAX_STRING_CHARS, CheckedArguments, ToolResult, check_arguments, execute, render_result
 from .state import (
+    ExportedState,
     State,
     TableInfo,
+    TableQuery,
     canonical_json,
     export_state,
     freeze,
@@ -76,6 +78,7 @@ __all__ = [
     "EPISODE_META_KEY",
     "ERROR_META_KEY",
     "MAX_STRING_CHARS",
+    "CheckedArguments",
     "Db",
     "EnvLoadError",
     "Environment",
@@ -84,6 +87,7 @@ __all__ = [
     "EpisodeLimitReached",
     "EpisodeNotFound",
     "EpisodeStore",
+    "ExportedState",
     "Fleet",
     "HTTPLimits",
     "InlineConnection",
@@ -93,12 +97,14 @@ __all__ = [
     "ScratchPool",
     "State",
     "TableInfo",
+    "TableQuery",
     "ToolError",
     "ToolResult",
     "ToolSpec",
     "WriteTracker",
     "build_app",
     "canonical_json",
+    "check_arguments",
     "episode_client",
     "episode_connector",
     "execute",

@@ -17,7 +17,7 @@ from .episodes import Episode, EpisodeStore
 from .loader import Environment, load_env
 from .mcp_server import EnvMCPServer
 from .runtime import ToolResult, execute
-from .state import State, state_hash
+from .state import ExportedState, State, state_hash
 
 
 class Fleet:
@@ -91,9 +91,9 @@ class Fleet:
         """Call a tool directly in the runtime (no MCP framing): for synthesis and replay checks."""
         return await execute(self.store.get(episode_id), tool, arguments or {})
 
-    async def export(self, episode_id: str) -> tuple[State, str]:
+    async def export(self, episode_id: str) -> ExportedState:
         state = await self.store.get(episode_id).export()
-        return state, state_hash(state)
+        return ExportedState(state, state_hash(state))
 
     async def close_episode(self, episode_id: str) -> None:
         await self.store.close(episode_id)

@@ -19,7 +19,8 @@ was closed answers an error saying so; nothing is ever restarted from the seed b
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import anyio
 import mcp_types as types
@@ -27,12 +28,10 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from .episodes import Episode
+from .episodes import Episode, EpisodeStore
 from .errors import EpisodeLimitReached, EpisodeNotFound
+from .loader import Environment
 from .runtime import ToolResult, execute
-
-if TYPE_CHECKING:
-    from .fleet import Fleet
 
 EPISODE_META_KEY = "envforge/episode"
 CLIENT_SCOPE_KEY = "envforge.client"
@@ -42,8 +41,25 @@ ERROR_META_KEY = "envforge/error"
 so a client can tell an env's crash from a refusal without parsing text."""
 
 
-def list_tools_result(fleet: Fleet, env_name: str) -> types.ListToolsResult:
-    env = fleet.envs[env_name]
+class EpisodeHost(Protocol):
+    """What an env's MCP server needs of whoever serves it (a `Fleet`): the envs, the episode
+    store, and the episode lifecycle. Defined here, where it is used, so the server does not
+    import the fleet that builds it."""
+
+    @property
+    def envs(self) -> Mapping[str, Environment]: ...
+
+    @property
+    def store(self) -> EpisodeStore: ...
+
+    async def shared_seed_episode(self, env_name: str) -> Episode: ...
+
+    async def create_episode(self, env_name: str, *, owner: str | None = None) -> Episode: ...
+
+    async def close_episode(self, episode_id: str) -> None: ...
+
+
+def list_tools_result(env: Environment) -> types.ListToolsResult:
     tools = [
         types.Tool(
             name=spec.name,
@@ -76,13 +92,13 @@ def _refusal(text: str) -> types.CallToolResult:
 class EnvMCPServer:
     """Builds the low-level `mcp.server.Server` for one env of a fleet and resolves episodes."""
 
-    def __init__(self, fleet: Fleet, env_name: str, default_episode_id: str | None = None) -> None:
+    def __init__(self, fleet: EpisodeHost, env_name: str, default_episode_id: str | None = None) -> None:
         self.fleet = fleet
         self.env_name = env_name
         self.default_episode_id = default_episode_id
         self._session_episodes: dict[str, str] = {}
         self._session_lock = anyio.Lock()
-        self._tools = list_tools_result(fleet, env_name)
+        self._tools = list_tools_result(fleet.envs[env_name])
         env = fleet.envs[env_name]
         self.server: Server[Any] = Server(
             f"envforge-{env_name}",

@@ -21,7 +21,7 @@ import json
 import logging
 import sqlite3
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import anyio
 from pydantic import BaseModel, ValidationError
@@ -128,10 +128,22 @@ def _enumerate_names(names: list[str]) -> str:
     return ", ".join(quoted[:-1]) + f", and {quoted[-1]}"
 
 
-def check_arguments(
+class CheckedArguments(NamedTuple):
+    """A call's arguments as checked: the keyword arguments to call the tool with, or (`kwargs`
+    None) the problem, a message naming the offending parameter."""
+
+    kwargs: dict[str, Any] | None
+    problem: str | None
+
+
+def check_arguments(env: Environment, spec: ToolSpec, arguments: Any) -> CheckedArguments:
+    """Validated keyword arguments, or an error message naming the offending parameter."""
+    return CheckedArguments(*_check_arguments(env, spec, arguments))
+
+
+def _check_arguments(
     env: Environment, spec: ToolSpec, arguments: Any
 ) -> tuple[dict[str, Any] | None, str | None]:
-    """Validated keyword arguments, or an error message naming the offending parameter."""
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):

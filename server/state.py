@@ -10,7 +10,7 @@ import hashlib
 import json
 import sqlite3
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 State = dict[str, list[dict[str, Any]]]
 
@@ -61,7 +61,14 @@ def export_state(
     return state
 
 
-def table_query(t: TableInfo, volatile: dict[str, list[str]] | None = None) -> tuple[list[str], str]:
+class TableQuery(NamedTuple):
+    """A table's exported columns and the SELECT that reads them in export order."""
+
+    columns: list[str]
+    sql: str
+
+
+def table_query(t: TableInfo, volatile: dict[str, list[str]] | None = None) -> TableQuery:
     """The exported columns of one table and the SELECT that reads them in export order.
 
     The SELECT's rows, zipped with the columns, are `export_state`'s rows for the table.
@@ -70,7 +77,7 @@ def table_query(t: TableInfo, volatile: dict[str, list[str]] | None = None) -> t
     cols = [c for c in t.columns if c not in dropped]
     order = ", ".join(quote_ident(c) for c in t.primary_key) if t.primary_key else "rowid"
     select = ", ".join(quote_ident(c) for c in cols)
-    return cols, f"SELECT {select} FROM {quote_ident(t.name)} ORDER BY {order}"
+    return TableQuery(cols, f"SELECT {select} FROM {quote_ident(t.name)} ORDER BY {order}")
 
 
 def _dumps(value: Any) -> str:
@@ -116,3 +123,10 @@ def canonical_json(state: State) -> str:
 
 def state_hash(state: State) -> str:
     return hashlib.sha256(canonical_json(state).encode()).hexdigest()
+
+
+class ExportedState(NamedTuple):
+    """An episode's exported state and its `state_hash`."""
+
+    state: State
+    state_hash: str

@@ -24,11 +24,22 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from .models import Call, Task
 
-ADVERSARIES = ("spray", "read_all", "double_write", "golden_prefix")
+
+class Adversary(StrEnum):
+    """The adversarial agents (a closed set: the harness plays each as a built-in agent)."""
+
+    SPRAY = "spray"
+    READ_ALL = "read_all"
+    DOUBLE_WRITE = "double_write"
+    GOLDEN_PREFIX = "golden_prefix"
+
+
+ADVERSARIES: tuple[Adversary, ...] = tuple(Adversary)
 
 # The numbers every spray states, whatever it saw: a short numeric answer is among them.
 SPRAY_NUMBERS = range(1000)

@@ -6,6 +6,7 @@ evaluation harness reads tasks back through them, so every field is explicit and
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -188,11 +189,22 @@ class Difficulty(_Model):
     tables: int
 
 
-RewardPart = Literal["state", "outputs", "checkpoints", "actions", "nl_assertions"]
-"""Parts a reward can be the product of: `state` (DB match), `outputs` (communicated), `checkpoints`
-(partial credit), `actions` (τ²'s action matching) and `nl_assertions` (judged by an LLM)."""
+class RewardPart(StrEnum):
+    """The parts a reward can be the product of; `synth/rewards.py` has one scorer per part.
+
+    A StrEnum so that task files and run records keep their plain strings (`"state"`) and a
+    member compares equal to its string.
+    """
+
+    STATE = "state"  # the final state matches the golden one
+    OUTPUTS = "outputs"  # every required output was communicated
+    CHECKPOINTS = "checkpoints"  # partial credit: write checkpoints holding their golden rows
+    ACTIONS = "actions"  # τ²'s action matching on the agent's calls
+    NL_ASSERTIONS = "nl_assertions"  # natural-language outcomes, judged by an LLM
+
+
 # the parts a task is scored on when its file names none
-DEFAULT_REWARD_BASIS: tuple[RewardPart, ...] = ("state", "outputs")
+DEFAULT_REWARD_BASIS: tuple[RewardPart, ...] = (RewardPart.STATE, RewardPart.OUTPUTS)
 
 
 AnswerRule = Literal["exact", "substring"]

@@ -142,10 +142,6 @@ def _sort_key(row: Row, pk: tuple[str, ...]) -> tuple[Any, ...]:
     )
 
 
-def changed_rows(diff: StateDiff) -> int:
-    return sum(len(d.inserted) + len(d.deleted) + len(d.updated) for d in diff.values())
-
-
 def to_cents(value: Any) -> Any:
     """Floats rounded to cents, recursively: money computed two ways must still compare equal."""
     if isinstance(value, float):

@@ -53,6 +53,7 @@ from .models import (
     ToolGraph,
     UserScenario,
 )
+from .rewards import OFFLINE_PARTS
 from .statediff import apply_diff, cents_hash, diff_states, primary_keys, to_cents
 from .verify import CHECKS, verify_task
 
@@ -453,9 +454,6 @@ REWARD_BASIS = {
 #: τ² scores it (`envforge eval --answers strict` applies the exact rule instead).
 TAU2_ANSWER_RULE: AnswerRule = "substring"
 
-#: Reward parts `score_episode` judges from an end state and the agent's messages alone: `actions`
-#: needs the trajectory and `nl_assertions` an LLM judge, so the self-checks leave them out.
-OFFLINE_PARTS: tuple[RewardPart, ...] = ("state", "outputs", "checkpoints")
 TASK_SOURCE = "tau2"
 #: The env the import writes (the name in the port's env.toml).
 ENV_NAME = "tau2_retail"
@@ -839,7 +837,7 @@ def tau2_tasks_to_envforge(
 
 
 def offline_view(task: Task) -> Task:
-    """`task` with only the reward parts `score_episode` can judge without a trajectory or an LLM."""
+    """`task` with only the reward parts judged without a trajectory or an LLM (`OFFLINE_PARTS`)."""
     return task.model_copy(update={"reward_basis": [p for p in task.reward_basis if p in OFFLINE_PARTS]})
 
 

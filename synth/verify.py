@@ -27,7 +27,8 @@ from envforge.server import State, execute, state_hash
 from .adversaries import ADVERSARIES, ToolShape, adversary_calls, adversary_message, counts, write_positions
 from .context import setup_key
 from .models import Call, DagNode, RowCheck, Task
-from .scoring import oracle_messages, reward_of
+from .rewards import Evidence, compose_reward
+from .scoring import oracle_messages
 from .statediff import cents_hash, states_match
 
 CHECKS = (
@@ -39,6 +40,11 @@ CHECKS = (
     "refusals",
     "untaken_branch",
 )
+
+
+def _reward(task: Task, final: State, messages: list[str], *, golden_state: State | None) -> float:
+    """The reward `compose_reward` gives the episode: only the parts of the task's basis are scored."""
+    return compose_reward(task, Evidence(final, messages, golden_state=golden_state)).value
 
 
 def write_indices(ctx: Any, task: Task) -> list[int]:
@@ -121,9 +127,9 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
         assert golden_state is not None
         final = golden_state
     h1 = state_hash(final) if golden_state is None else ""
-    if reward_of(task, final, messages, golden_state=golden_state) != 1.0:
+    if _reward(task, final, messages, golden_state=golden_state) != 1.0:
         failed.append("golden_replay")
-    if reward_of(task, initial_state, [], golden_state=golden_state) != 0.0:
+    if _reward(task, initial_state, [], golden_state=golden_state) != 0.0:
         failed.append("do_nothing")
     tables = None
     golden_part = None
@@ -143,7 +149,7 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
             if await ctx.replay_differs(snapshots[i], rest, golden_state, order, rows=changed.get(i, [])):
                 continue
         dropped, _ = await ctx.replay(snapshots[i], rest, tables=tables, hashed=False)
-        if reward_of(task, dropped, messages, golden_state=golden_part) >= 1.0:
+        if _reward(task, dropped, messages, golden_state=golden_part) >= 1.0:
             failed.append("drop_write")
             break
     for at_call, node in branches:
@@ -213,7 +219,7 @@ async def adversary_rewards(
             continue
         if (
             name == "read_all"
-            and reward_of(task, initial_state, oracle_messages(task), golden_state=golden_state) == 0.0
+            and _reward(task, initial_state, oracle_messages(task), golden_state=golden_state) == 0.0
         ):
             rewards[name] = 0.0
             continue
@@ -237,7 +243,7 @@ async def adversary_rewards(
             else cents_hash(final) == task.golden_cents_hash
         )
         if counts(name, task, tools, reached_golden=reached):
-            rewards[name] = reward_of(task, final, [message], golden_state=golden_state)
+            rewards[name] = _reward(task, final, [message], golden_state=golden_state)
             if until_gamed and rewards[name] == 1.0:
                 break
         else:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from envforge.server import Fleet, load_env
-from envforge.synth.context import SynthContext
+from envforge.synth import SynthContext, build_graph, load_tasks, verify_task
 from envforge.synth.envsynth.docs_input import (
     ToolDoc,
     introspect_mcp,
@@ -25,9 +25,6 @@ from envforge.synth.envsynth.llm import ReplayResponder
 from envforge.synth.envsynth.pipeline import SynthSettings, synthesize_env
 from envforge.synth.envsynth.probes import schema_problems
 from envforge.synth.envsynth.report import GATES
-from envforge.synth.graph import build_graph
-from envforge.synth.pipeline import load_tasks
-from envforge.synth.verify import verify_task
 
 from conftest import REPO
 

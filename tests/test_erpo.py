@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from envforge.trainer.erpo import env_batch_stats, erpo_advantages, unbiased_std
+from envforge.trainer import env_batch_stats, erpo_advantages, unbiased_std
 
 EPS = 1e-6
 

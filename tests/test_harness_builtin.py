@@ -9,17 +9,27 @@ from pathlib import Path
 import anyio
 import pytest
 
-from envforge.harness.agents import OracleAgent
-from envforge.harness.llm import LLMConfig
-from envforge.harness.metrics import summarize
-from envforge.harness.orchestrator import EvalConfig, Limits, RunExists, run_eval
-from envforge.harness.records import Message, ToolCall
-from envforge.harness.runs import RunConfigMismatch, RunDir, rescore, score_trial
-from envforge.harness.tasks import load_env_tasks
-from envforge.harness.user_errors import detect_user_error, rule_user_error
-from envforge.harness.users import STOP, ScriptedUser
-from envforge.synth.models import ActionCheck
-from envforge.synth.pipeline import load_tasks
+from envforge.harness import (
+    STOP,
+    EvalConfig,
+    Limits,
+    LLMConfig,
+    Message,
+    OracleAgent,
+    RunConfigMismatch,
+    RunDir,
+    RunExists,
+    ScriptedUser,
+    ToolCall,
+    detect_user_error,
+    load_env_tasks,
+    rescore,
+    rule_user_error,
+    run_eval,
+    score_trial,
+    summarize,
+)
+from envforge.synth import ActionCheck, load_tasks
 
 from conftest import REPO
 

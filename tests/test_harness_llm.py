@@ -14,13 +14,8 @@ from typing import Any
 
 import pytest
 
-from envforge.harness.agents import LLMAgent
-from envforge.harness.llm import LLMConfig
-from envforge.harness.metrics import summarize
-from envforge.harness.orchestrator import EvalConfig, run_eval
-from envforge.harness.runs import RunDir
-from envforge.synth.models import Task
-from envforge.synth.pipeline import load_tasks
+from envforge.harness import EvalConfig, LLMAgent, LLMConfig, RunDir, run_eval, summarize
+from envforge.synth import Task, load_tasks
 
 from conftest import REPO
 

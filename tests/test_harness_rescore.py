@@ -11,9 +11,8 @@ from pathlib import Path
 
 from test_harness_llm import FakeOpenAI, scripted_brain
 
-from envforge.harness.llm import LLMConfig
-from envforge.harness.orchestrator import EvalConfig, run_eval
-from envforge.synth.pipeline import load_tasks
+from envforge.harness import EvalConfig, LLMConfig, run_eval
+from envforge.synth import load_tasks
 
 from conftest import REPO
 

@@ -15,10 +15,8 @@ import anyio
 import httpx
 import pytest
 
-from envforge.harness.agents import OracleAgent
-from envforge.harness.orchestrator import EvalConfig, Limits, run_eval
-from envforge.harness.runs import RunDir
-from envforge.synth.pipeline import load_tasks
+from envforge.harness import EvalConfig, Limits, OracleAgent, RunDir, run_eval
+from envforge.synth import load_tasks
 
 from conftest import REPO, free_port
 

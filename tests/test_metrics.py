@@ -10,9 +10,18 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from envforge.harness.metrics import (
+from envforge.harness import (
+    AgentName,
+    Fault,
+    RewardPart,
+    RunManifest,
     RunReadError,
+    Termination,
+    TrialRecord,
+    TrialStatus,
     TruncatedRecordWarning,
+    Usage,
+    UserName,
     bootstrap_ci,
     bucket,
     pass_hat_k,
@@ -20,7 +29,6 @@ from envforge.harness.metrics import (
     read_run,
     summarize,
 )
-from envforge.harness.records import RunManifest, TrialRecord, Usage
 
 
 def rec(
@@ -273,3 +281,51 @@ def test_records_written_before_fault_existed_still_read(
     _, (read,) = read_run(run)
     assert (read.fault, read.counted) == (fault, counted)
     assert summarize([read], 4)["overall"]["n_trials"] == int(counted)
+
+
+OLD_LINE = {
+    "run_id": "r1",
+    "trial_key": "shop/a/0",
+    "env": "shop",
+    "task_id": "a",
+    "trial": 0,
+    "seed": 0,
+    "status": "max_turns",
+    "termination": "max_steps",
+    "messages": [],
+    "score": {
+        "reward": 0.0,
+        "state_match": True,
+        "outputs": 0.5,
+        "outputs_missing": ["42"],
+        "checkpoints": 1.0,
+        "checkpoints_passed": 1,
+        "checkpoints_total": 1,
+        "basis": ["state", "outputs", "nl_assertions"],
+        "not_judged": ["nl_assertions"],
+    },
+    "reward": 0.0,
+    "parts": {"state": 1.0, "outputs": 0.0},
+    "not_judged": ["nl_assertions"],
+    "started_at": 1000.0,
+    "duration_s": 1.0,
+    "agent": "oracle",
+    "user": "scripted",
+}
+
+
+def test_records_written_as_plain_strings_read_back_as_the_vocabularies(tmp_path: Path) -> None:
+    """A line written before the closed vocabularies were enums (status, termination, reward parts
+    as plain strings, no `fault`) reads back as their members, and is written back as the same
+    strings."""
+    run = write_run(tmp_path / "run", [], tail=json.dumps(OLD_LINE) + "\n")
+    _, (read,) = read_run(run)
+    assert read.status is TrialStatus.MAX_TURNS and read.fault is Fault.AGENT
+    assert read.termination is Termination.MAX_STEPS
+    assert read.score is not None
+    assert read.score.basis == [RewardPart.STATE, RewardPart.OUTPUTS, RewardPart.NL_ASSERTIONS]
+    assert all(isinstance(p, RewardPart) for p in [*read.score.basis, *read.score.not_judged])
+    assert read.agent == AgentName.ORACLE and read.user == UserName.SCRIPTED
+    again = json.loads(read.model_dump_json())
+    assert {k: again[k] for k in OLD_LINE} == OLD_LINE | {"score": again["score"]}
+    assert again["score"]["basis"] == OLD_LINE["score"]["basis"]  # type: ignore[index]

@@ -12,9 +12,8 @@ import typer
 from typer.testing import CliRunner
 
 from envforge.cli.report_commands import register
-from envforge.harness.records import Message, RunManifest, ToolCall, TrialRecord, Usage
-from envforge.harness.report import REPORT_FILE, write_report
-from envforge.synth.models import Score
+from envforge.harness import REPORT_FILE, Message, RunManifest, ToolCall, TrialRecord, Usage, write_report
+from envforge.synth import Score
 
 EVIL = "<script>alert('pwned')</script>"
 

@@ -1,17 +1,31 @@
-"""The scorer's parts on hand-made cases: state to the cent, τ-bench output matching, checkpoints."""
+"""The scorer's parts on hand-made cases: state to the cent, τ-bench output matching, checkpoints;
+the one reward composer (only the basis's parts scored, the same reward from the offline scorer and
+the harness's trial scorer)."""
 
 from __future__ import annotations
 
-from envforge.synth.models import (
+import pytest
+
+from envforge.harness import Message, ToolCall, score_trial
+from envforge.synth import (
+    SCORERS,
+    ActionCheck,
+    Call,
     Checkpoint,
     Dag,
     Difficulty,
+    Evidence,
+    RewardPart,
     RowCheck,
     Task,
     UserScenario,
+    apply_diff,
+    cents_hash,
+    compose_reward,
+    diff_states,
+    oracle_messages,
+    score_episode,
 )
-from envforge.synth.scoring import oracle_messages, score_episode
-from envforge.synth.statediff import apply_diff, cents_hash, diff_states
 
 GOLDEN = {
     "accounts": [{"id": "A-1", "balance": 70.5}, {"id": "A-2", "balance": 30.0}],
@@ -125,3 +139,63 @@ def test_parts_needing_a_judge_are_reported_not_guessed() -> None:
     bad = score_episode(task, _with(1.0), [])
     assert bad.reward == 0.0 and bad.not_judged == ["nl_assertions", "actions"]
     assert score_episode(make_task(), GOLDEN, []).not_judged == []
+
+
+def test_every_reward_part_has_one_scorer() -> None:
+    assert set(SCORERS) == set(RewardPart)
+
+
+def test_only_the_parts_the_basis_names_are_scored_and_multiplied() -> None:
+    half_done = _with(70.5, notes=[{"id": 1, "body": "refund"}, {"id": 2, "body": "x"}])
+    task = make_task(["42"], basis=["checkpoints", "outputs"])
+    reward = compose_reward(task, Evidence(half_done, ["it is 42"]))
+    assert reward.value == 0.5 and list(reward.parts) == ["checkpoints", "outputs"]
+    assert reward.parts[RewardPart.CHECKPOINTS].reason == "1 of 2 checkpoint(s) hold"
+    silent = compose_reward(task, Evidence(half_done, ["no idea"]))
+    assert silent.value == 0.0 and silent.parts[RewardPart.OUTPUTS].missing == ("42",)
+
+
+def test_an_unfinished_episode_earns_nothing_whatever_its_parts() -> None:
+    task = make_task()
+    assert compose_reward(task, Evidence(GOLDEN)).value == 1.0
+    assert compose_reward(task, Evidence(GOLDEN, finished=False)).value == 0.0
+
+
+def test_parts_the_evidence_cannot_judge_are_reported_not_guessed() -> None:
+    task = make_task(basis=["state", "actions"]).model_copy(
+        update={"action_checks": [ActionCheck(name="refund", arguments={"id": "A-1"})]}
+    )
+    unrecorded = compose_reward(task, Evidence(GOLDEN))
+    assert unrecorded.value == 1.0 and unrecorded.not_judged == [RewardPart.ACTIONS]
+    wrong = compose_reward(task, Evidence(GOLDEN, agent_calls=[Call(name="refund", arguments={"id": "A-2"})]))
+    assert wrong.value == 0.0 and not wrong.not_judged
+    right = compose_reward(task, Evidence(GOLDEN, agent_calls=[Call(name="refund", arguments={"id": "A-1"})]))
+    assert right.value == 1.0
+
+
+@pytest.mark.parametrize(
+    "basis",
+    [["state", "outputs"], ["checkpoints"], ["outputs", "checkpoints", "state"], ["state", "actions"]],
+)
+async def test_the_harness_and_the_offline_scorer_give_the_same_reward(basis: list[str]) -> None:
+    task = make_task(["42"], basis=basis).model_copy(
+        update={"action_checks": [ActionCheck(name="refund", arguments={"id": "A-1"})]}
+    )
+    call = ToolCall(id="c1", name="refund", arguments={"id": "A-1"})
+    for state in (GOLDEN, _with(1.0), _with(70.5, notes=[{"id": 2, "body": "x"}])):
+        for said in ("it is 42", "no idea"):
+            messages = [
+                Message(role="user", content="hi"),
+                Message(role="assistant", content=None, tool_calls=[call]),
+                Message(role="assistant", content=said),
+            ]
+            offline = score_episode(task, state, [said])
+            trial = await score_trial(task, state, messages, status="completed")
+            assert trial.score.reward == offline.reward
+            outputs = 0.0 if offline.outputs_missing else 1.0
+            judged = {
+                "state": float(offline.state_match),
+                "outputs": outputs,
+                "checkpoints": offline.checkpoints,
+            }
+            assert trial.parts == {p: judged.get(p, 1.0) for p in basis}  # the call matches: actions 1.0

@@ -14,23 +14,26 @@ import pytest
 from typer.testing import CliRunner
 
 from envforge.cli.main import app
-from envforge.harness.metrics import summarize
-from envforge.harness.orchestrator import EvalConfig, run_eval
-from envforge.harness.report import render_report
-from envforge.harness.runs import rescore
+from envforge.harness import EvalConfig, render_report, rescore, run_eval, summarize
 from envforge.server import load_env
-from envforge.synth.models import Call, Dag, Difficulty, Fact, Task, UserScenario
-from envforge.synth.pipeline import load_tasks, synthesize
-from envforge.synth.scoring import (
+from envforge.synth import (
     MAX_OTHER_CANDIDATES,
+    Call,
+    Dag,
+    Difficulty,
+    Fact,
+    Task,
+    UserScenario,
+    cents_hash,
+    load_tasks,
     number_tokens,
     oracle_messages,
     outputs_missing,
     parse_number,
     score_episode,
+    synthesize,
     with_answers,
 )
-from envforge.synth.statediff import cents_hash
 
 from conftest import TAU2_NO_DATA, TAU2_RETAIL, bundled_env_dirs, tau2_data_missing
 

@@ -15,19 +15,19 @@ from typer.testing import CliRunner
 
 from envforge.cli.main import app
 from envforge.server import Environment, Fleet, execute, load_env
-from envforge.synth.adversaries import (
+from envforge.synth import (
+    SynthContext,
+    Task,
     ToolShape,
     adversary_calls,
     adversary_message,
-    counts,
-    entity_ids,
-    write_positions,
+    adversary_rewards,
+    build_graph,
+    load_tasks,
+    synthesize,
+    tool_shapes,
 )
-from envforge.synth.context import SynthContext
-from envforge.synth.graph import build_graph
-from envforge.synth.models import Task
-from envforge.synth.pipeline import load_tasks, synthesize
-from envforge.synth.verify import adversary_rewards, tool_shapes
+from envforge.synth.adversaries import counts, entity_ids, write_positions
 
 from conftest import REPO, bundled_env_dirs
 

@@ -16,21 +16,27 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envforge.server import Environment, Fleet, ScratchPool, execute, export_state, load_env
-from envforge.synth.context import SynthContext
-from envforge.synth.graph import build_graph
-from envforge.synth.hashing import StateHasher, loose_columns, same_row
-from envforge.synth.pipeline import load_tasks, synthesize
-from envforge.synth.scoring import oracle_messages, reward_of, score_episode
-from envforge.synth.statediff import (
-    _table_json,
+from envforge.synth import (
+    BuildFailed,
+    Evidence,
+    SynthConfig,
+    SynthContext,
+    build_graph,
+    build_task,
+    checkpoint_rows,
+    compose_reward,
     diff_states,
-    json_key,
+    load_tasks,
+    oracle_messages,
     primary_keys,
+    score_episode,
     state_hashes,
     states_match,
+    synthesize,
+    write_indices,
 )
-from envforge.synth.tasks import BuildFailed, SynthConfig, build_task
-from envforge.synth.verify import checkpoint_rows, write_indices
+from envforge.synth.hashing import StateHasher, loose_columns, same_row
+from envforge.synth.statediff import _table_json, json_key
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -206,7 +212,9 @@ def test_state_hasher_gives_state_hashes_and_tells_1_from_1_0(
     assert hasher.hashes(state) == state_hashes(state) != state_hashes(base)
 
 
-async def test_reward_of_and_replay_differs_match_the_full_computations(unlucky_shop: Environment) -> None:
+async def test_basis_only_rewards_and_replay_differs_match_the_full_computations(
+    unlucky_shop: Environment,
+) -> None:
     fleet = Fleet([unlucky_shop])
     try:
         graph = await build_graph(unlucky_shop, fleet)
@@ -223,7 +231,7 @@ async def test_reward_of_and_replay_differs_match_the_full_computations(unlucky_
                 for state, messages in ((golden, said), (initial, said), (golden, []), (initial, [])):
                     for given in (None, golden):
                         full = score_episode(t, state, messages, golden_state=given).reward
-                        assert reward_of(t, state, messages, golden_state=given) == full
+                        assert compose_reward(t, Evidence(state, messages, golden_state=given)).value == full
             changed = checkpoint_rows(task)
             for rows in changed.values():  # the full replay holds every golden row
                 assert not await ctx.replay_differs(database, task.golden_calls, golden, [], rows=rows)

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from envforge.cli.synth_commands import register
 from envforge.server import Environment, load_env
-from envforge.synth.graph import build_graph, graph_json, to_dot, to_mermaid
+from envforge.synth import build_graph, graph_json, to_dot, to_mermaid
 
 SHOP_SCHEMA = """
 CREATE TABLE customers (customer_id TEXT PRIMARY KEY, name TEXT NOT NULL, email TEXT NOT NULL UNIQUE,

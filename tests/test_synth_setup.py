@@ -8,13 +8,21 @@ from pathlib import Path
 import pytest
 
 from envforge.server import Environment, Fleet, export_state, load_env, open_database
-from envforge.synth.context import SynthContext
-from envforge.synth.graph import build_graph
-from envforge.synth.models import Call, Task
-from envforge.synth.pipeline import synthesize, task_keys, tasks_jsonl
-from envforge.synth.statediff import apply_diff, primary_keys, state_hashes
-from envforge.synth.tasks import SynthConfig
-from envforge.synth.verify import CHECKS, verify_task
+from envforge.synth import (
+    CHECKS,
+    Call,
+    SynthConfig,
+    SynthContext,
+    Task,
+    apply_diff,
+    build_graph,
+    primary_keys,
+    state_hashes,
+    synthesize,
+    task_keys,
+    tasks_jsonl,
+    verify_task,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -17,14 +17,20 @@ from typing import Any
 import pytest
 
 from envforge.server import Fleet, ToolResult, load_env
-from envforge.synth.context import SynthContext
+from envforge.synth import (
+    BuildFailed,
+    Call,
+    ParamDomain,
+    SynthConfig,
+    SynthContext,
+    build_graph,
+    build_task,
+    synthesize,
+    tasks_jsonl,
+    verify_task,
+)
 from envforge.synth.domains import accepts, weighted_choice
-from envforge.synth.graph import build_graph
-from envforge.synth.models import Call, ParamDomain
 from envforge.synth.outcomes import COVERAGE_SPAN, FLOOR, Outcomes, Tally
-from envforge.synth.pipeline import synthesize, tasks_jsonl
-from envforge.synth.tasks import BuildFailed, SynthConfig, build_task
-from envforge.synth.verify import verify_task
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -14,14 +14,20 @@ from typer.testing import CliRunner
 
 from envforge.cli.synth_commands import register
 from envforge.server import Environment, Fleet, load_env, state_hash
-from envforge.synth.context import SynthContext
-from envforge.synth.graph import build_graph
-from envforge.synth.models import Call, Task
-from envforge.synth.pipeline import load_tasks, synthesize, tasks_jsonl
-from envforge.synth.render import rewrite_scenario
-from envforge.synth.statediff import cents_hash, diff_states
-from envforge.synth.tasks import SynthConfig
-from envforge.synth.verify import verify_task
+from envforge.synth import (
+    Call,
+    SynthConfig,
+    SynthContext,
+    Task,
+    build_graph,
+    cents_hash,
+    diff_states,
+    load_tasks,
+    rewrite_scenario,
+    synthesize,
+    tasks_jsonl,
+    verify_task,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = ("retail_orders", "flight_booking", "it_tickets")

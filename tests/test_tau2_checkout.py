@@ -23,8 +23,8 @@ import pytest
 from typer.testing import CliRunner
 
 from envforge.cli.main import app
-from envforge.harness.runs import RunDir
-from envforge.synth.pipeline import load_tasks
+from envforge.harness import RunDir
+from envforge.synth import load_tasks
 
 from conftest import REPO, TAU2_NO_DATA, TAU2_RETAIL, free_port, tau2_data_missing
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from envforge.server import Environment, Fleet, load_env
-from envforge.synth.tau2 import (
+from envforge.synth import (
     INITIAL_DB_HASH,
     ORDER_OPTIONAL_FIELDS,
     Tau2ImportError,

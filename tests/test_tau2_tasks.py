@@ -17,17 +17,19 @@ from typer.testing import CliRunner
 
 from envforge.cli.import_commands import register
 from envforge.server import Environment, Fleet, load_env, state_hash
-from envforge.synth.context import SynthContext
-from envforge.synth.models import Task, ToolGraph
-from envforge.synth.pipeline import load_tasks
-from envforge.synth.scoring import oracle_messages, score_episode
-from envforge.synth.statediff import primary_keys
-from envforge.synth.tau2 import (
+from envforge.synth import (
+    SynthContext,
+    Task,
     Tau2ImportError,
+    ToolGraph,
     VerifyReport,
     golden_end_state,
     import_tau2_env,
+    load_tasks,
     offline_view,
+    oracle_messages,
+    primary_keys,
+    score_episode,
     state_to_tau2_db,
     tau2_db_hash,
     tau2_tasks_to_envforge,

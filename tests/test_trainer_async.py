@@ -10,12 +10,22 @@ import pytest
 from transformers import AutoModelForCausalLM
 
 from envforge.server import Fleet, load_env
-from envforge.trainer.backends import HFBackend, load_tokenizer
-from envforge.trainer.bandit import bandit_corpus, bandit_tasks, write_bandit_env
-from envforge.trainer.learner import Learner, LearnerConfig
-from envforge.trainer.loop import Group, TrainConfig, select_batch, train
-from envforge.trainer.rollout import FleetRolloutEnv, RolloutConfig
-from envforge.trainer.tiny import build_tiny_model
+from envforge.trainer import (
+    FleetRolloutEnv,
+    Group,
+    HFBackend,
+    Learner,
+    LearnerConfig,
+    RolloutConfig,
+    TrainConfig,
+    bandit_corpus,
+    bandit_tasks,
+    build_tiny_model,
+    load_tokenizer,
+    select_batch,
+    train,
+    write_bandit_env,
+)
 
 
 class Slow:

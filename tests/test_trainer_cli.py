@@ -11,8 +11,7 @@ from typer.testing import CliRunner
 
 from envforge.cli import trainer_commands
 from envforge.server import Fleet, load_env
-from envforge.trainer.bandit import bandit_corpus, bandit_tasks, write_bandit_env
-from envforge.trainer.tiny import build_tiny_model
+from envforge.trainer import bandit_corpus, bandit_tasks, build_tiny_model, write_bandit_env
 
 
 async def _setup(tmp_path: Path) -> tuple[Path, Path]:

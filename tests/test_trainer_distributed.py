@@ -17,12 +17,18 @@ from test_trainer_tokens import ROWS, _trajs_on_policy
 from transformers import AutoModelForCausalLM
 
 from envforge.server import Fleet, load_env
-from envforge.trainer.bandit import bandit_corpus, bandit_tasks, write_bandit_env
-from envforge.trainer.distributed import init_from_env, shutdown
-from envforge.trainer.learner import Learner, LearnerConfig
-from envforge.trainer.ray_workers import state_checksum
-from envforge.trainer.tiny import build_tiny_model
-from envforge.trainer.trajectory import Trajectory
+from envforge.trainer import (
+    Learner,
+    LearnerConfig,
+    Trajectory,
+    bandit_corpus,
+    bandit_tasks,
+    build_tiny_model,
+    init_from_env,
+    shutdown,
+    state_checksum,
+    write_bandit_env,
+)
 
 from conftest import free_port
 

@@ -22,16 +22,17 @@ import typer
 from typer.testing import CliRunner
 
 from envforge.cli import trainer_commands
-from envforge.harness.tasks import EnvTasks, load_env_tasks
-from envforge.harness.users import ScriptedUser, request_text
+from envforge.harness import EnvTasks, ScriptedUser, load_env_tasks, request_text
 from envforge.server import Fleet
-from envforge.synth.models import Task
-from envforge.trainer.backends import Generation
-from envforge.trainer.erpo import erpo_advantages
-from envforge.trainer.harness_env import HarnessRolloutEnv
-from envforge.trainer.loop import collect
-from envforge.trainer.rollout import RolloutConfig
-from envforge.trainer.trajectory import Trajectory
+from envforge.synth import Task
+from envforge.trainer import (
+    Generation,
+    HarnessRolloutEnv,
+    RolloutConfig,
+    Trajectory,
+    collect,
+    erpo_advantages,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 RETAIL = REPO / "envs" / "retail_orders"
@@ -169,7 +170,7 @@ async def test_lying_user_is_masked_and_gets_no_loss() -> None:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from envforge.trainer.learner import Learner, LearnerConfig
+    from envforge.trainer import Learner, LearnerConfig
 
     tok = ChunkTokenizer()
     lied, env, _ = await _collect(liar, tok)
@@ -228,7 +229,7 @@ async def test_lying_user_is_masked_and_gets_no_loss() -> None:
 
 
 def test_envforge_collect_writes_harness_trajectories(tmp_path: Path) -> None:
-    from envforge.trainer.tiny import build_tiny_model
+    from envforge.trainer import build_tiny_model
 
     et = load_env_tasks(RETAIL, TASK_IDS)
     env_dir = tmp_path / "retail_orders"
@@ -263,8 +264,8 @@ def test_envforge_collect_writes_harness_trajectories(tmp_path: Path) -> None:
 
 def test_llm_user_spec_builds_llm_user() -> None:
     """`--user MODEL --user-api-base URL` reaches the env as an LLMUser with that config."""
-    from envforge.harness.users import LLMUser
-    from envforge.trainer.envs import build_envs
+    from envforge.harness import LLMUser
+    from envforge.trainer import build_envs
 
     fleet = Fleet([load_env_tasks(RETAIL, TASK_IDS).env])
     (env,) = build_envs(

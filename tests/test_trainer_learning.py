@@ -12,12 +12,20 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from envforge.server import Fleet, load_env
-from envforge.trainer.backends import HFBackend, load_tokenizer
-from envforge.trainer.bandit import bandit_corpus, bandit_tasks, write_bandit_env
-from envforge.trainer.learner import Learner, LearnerConfig
-from envforge.trainer.loop import TrainConfig, train
-from envforge.trainer.rollout import FleetRolloutEnv, RolloutConfig
-from envforge.trainer.tiny import build_tiny_model
+from envforge.trainer import (
+    FleetRolloutEnv,
+    HFBackend,
+    Learner,
+    LearnerConfig,
+    RolloutConfig,
+    TrainConfig,
+    bandit_corpus,
+    bandit_tasks,
+    build_tiny_model,
+    load_tokenizer,
+    train,
+    write_bandit_env,
+)
 
 
 async def test_bandit_reward_rises_from_chance_to_08(tmp_path: Path) -> None:

@@ -25,15 +25,32 @@ from typer.testing import CliRunner
 
 from envforge.cli import trainer_commands
 from envforge.server import Fleet, build_app, load_env
-from envforge.trainer.backends import VLLMBackend, load_tokenizer
-from envforge.trainer.bandit import bandit_corpus, bandit_tasks, write_bandit_env
-from envforge.trainer.envs import build_envs
-from envforge.trainer.learner import Learner, LearnerConfig, token_logprobs
-from envforge.trainer.loop import StepMetrics, TrainConfig, collect, job_stream, train
-from envforge.trainer.ray_workers import BackendSpec, EnvSpec, RayWorkers, WorkerSpec, state_checksum
-from envforge.trainer.rollout import RolloutConfig, RolloutEnv
-from envforge.trainer.tiny import build_tiny_model
-from envforge.trainer.trajectory import SequenceBuilder, Trajectory
+from envforge.trainer import (
+    BackendSpec,
+    EnvSpec,
+    Learner,
+    LearnerConfig,
+    RayWorkers,
+    RolloutConfig,
+    RolloutEnv,
+    SequenceBuilder,
+    StepMetrics,
+    TrainConfig,
+    Trajectory,
+    VLLMBackend,
+    WorkerSpec,
+    bandit_corpus,
+    bandit_tasks,
+    build_envs,
+    build_tiny_model,
+    collect,
+    job_stream,
+    load_tokenizer,
+    state_checksum,
+    token_logprobs,
+    train,
+    write_bandit_env,
+)
 
 from conftest import ServerThread
 

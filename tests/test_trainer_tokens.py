@@ -11,13 +11,27 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from envforge.server import Fleet, load_env
-from envforge.trainer.backends import Generation, HFBackend, load_tokenizer
-from envforge.trainer.bandit import bandit_corpus, bandit_tasks, write_bandit_env
-from envforge.trainer.erpo import erpo_advantages
-from envforge.trainer.learner import Learner, LearnerConfig, clipped_pg_loss, token_logprobs
-from envforge.trainer.rollout import FleetRolloutEnv, RolloutConfig, parse_tool_call, rollout
-from envforge.trainer.tiny import build_tiny_model
-from envforge.trainer.trajectory import IM_END, SequenceBuilder, Trajectory
+from envforge.trainer import (
+    IM_END,
+    FleetRolloutEnv,
+    Generation,
+    HFBackend,
+    Learner,
+    LearnerConfig,
+    RolloutConfig,
+    SequenceBuilder,
+    Trajectory,
+    bandit_corpus,
+    bandit_tasks,
+    build_tiny_model,
+    clipped_pg_loss,
+    erpo_advantages,
+    load_tokenizer,
+    parse_tool_call,
+    token_logprobs,
+    write_bandit_env,
+)
+from envforge.trainer.rollout import rollout
 
 
 @pytest.fixture(scope="module")

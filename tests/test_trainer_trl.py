@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from envforge.trainer.erpo import erpo_advantages, unbiased_std
+from envforge.trainer import erpo_advantages, unbiased_std
 
 G = 4
 EPS = 1e-6
@@ -74,8 +74,7 @@ def run_trl_step(tmp_path: Path, masked_as: str) -> dict[tuple[str, str, int], f
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
-    from envforge.trainer.backends import load_tokenizer
-    from envforge.trainer.tiny import build_tiny_model
+    from envforge.trainer import build_tiny_model, load_tokenizer
 
     by_prompt = {f"solve {e} {t}": (e, t) for e, t in BATCH}
     model_dir = build_tiny_model(tmp_path / f"model_{masked_as}", list(by_prompt))

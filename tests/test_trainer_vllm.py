@@ -13,10 +13,17 @@ from starlette.routing import Route
 from transformers import AutoModelForCausalLM
 
 from envforge.server import Fleet, load_env
-from envforge.trainer.backends import VLLMBackend, load_tokenizer
-from envforge.trainer.bandit import bandit_corpus, bandit_tasks, write_bandit_env
-from envforge.trainer.rollout import FleetRolloutEnv, RolloutConfig, rollout
-from envforge.trainer.tiny import build_tiny_model
+from envforge.trainer import (
+    FleetRolloutEnv,
+    RolloutConfig,
+    VLLMBackend,
+    bandit_corpus,
+    bandit_tasks,
+    build_tiny_model,
+    load_tokenizer,
+    write_bandit_env,
+)
+from envforge.trainer.rollout import rollout
 
 from conftest import ServerThread
 
@@ -88,7 +95,7 @@ async def test_vllm_rollout_and_weight_sync(tmp_path: Path, model_dir: Path) -> 
             traj = await rollout(env, tasks[0].id, backend, tok, RolloutConfig(max_turns=1, max_new_tokens=4))
             assert traj.policy_tokens() == [green, tok.eos_token_id]
             assert [lp for lp, m in zip(traj.logprobs, traj.loss_mask, strict=True) if m] == [-0.25, -0.5]
-            assert traj.reward == 1.0  # press_green through MCP, scored by score_episode
+            assert traj.reward == 1.0  # press_green through MCP, scored by compose_reward
             req = fake.requests[0]
             assert req["prompt"] == traj.token_ids[: len(req["prompt"])]
             assert (

@@ -19,18 +19,22 @@ import anyio
 import pytest
 from test_harness_llm import FakeOpenAI, completion
 
-from envforge.harness.records import Message
-from envforge.harness.user_error_eval import Evaluation, evaluate, rules_only, task_index
-from envforge.harness.user_error_set import (
+from envforge.harness import (
     DEFAULT_PER_ENV,
     DEFAULT_SEED,
+    ERROR_KINDS,
+    Evaluation,
+    Message,
     build_set,
     bundled_env_dirs,
     dump_set,
+    evaluate,
     load_set,
+    rule_verdict,
+    rules_only,
+    task_index,
 )
-from envforge.harness.user_errors import ERROR_KINDS, rule_verdict
-from envforge.synth.pipeline import load_tasks
+from envforge.synth import load_tasks
 
 from conftest import FIXTURES, REPO
 

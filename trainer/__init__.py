@@ -1,0 +1,149 @@
+"""RL on the fleet: rollouts, ERPO advantages, the learner, the collection/update loop, Ray workers.
+
+This is the trainer's public surface: the CLI, tests and benchmarks import from here, never
+from its modules (ruff's banned-api checks it). Every name loads on first use through a module
+`__getattr__`, so `import envforge.trainer` imports neither torch nor transformers: a name
+whose module needs them loads them when it is first used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .backends import Generation, HFBackend, VLLMBackend, load_tokenizer
+    from .bandit import INSTRUCTIONS, bandit_corpus, bandit_tasks, write_bandit_env
+    from .distributed import init_from_env, shutdown
+    from .envs import build_envs
+    from .erpo import env_batch_stats, erpo_advantages, unbiased_std
+    from .harness_env import HarnessRolloutEnv
+    from .learner import Learner, LearnerConfig, clipped_pg_loss, token_logprobs
+    from .loop import Group, StepMetrics, TrainConfig, collect, job_stream, select_batch, train
+    from .ray_workers import BackendSpec, EnvSpec, RayWorkers, WorkerSpec, state_checksum
+    from .rollout import (
+        FleetRolloutEnv,
+        ParsedCall,
+        RewardInfo,
+        RolloutConfig,
+        RolloutEnv,
+        RolloutEpisode,
+        ToolOutcome,
+        parse_tool_call,
+    )
+    from .run import RunOptions, run_collection, run_training
+    from .tiny import build_tiny_model
+    from .trajectory import IM_END, SequenceBuilder, Trajectory
+
+# name -> module (inside this package) that defines it, imported on first access
+_LAZY = {
+    "Generation": "backends",
+    "HFBackend": "backends",
+    "VLLMBackend": "backends",
+    "load_tokenizer": "backends",
+    "INSTRUCTIONS": "bandit",
+    "bandit_corpus": "bandit",
+    "bandit_tasks": "bandit",
+    "write_bandit_env": "bandit",
+    "init_from_env": "distributed",
+    "shutdown": "distributed",
+    "build_envs": "envs",
+    "env_batch_stats": "erpo",
+    "erpo_advantages": "erpo",
+    "unbiased_std": "erpo",
+    "HarnessRolloutEnv": "harness_env",
+    "Learner": "learner",
+    "LearnerConfig": "learner",
+    "clipped_pg_loss": "learner",
+    "token_logprobs": "learner",
+    "Group": "loop",
+    "StepMetrics": "loop",
+    "TrainConfig": "loop",
+    "collect": "loop",
+    "job_stream": "loop",
+    "select_batch": "loop",
+    "train": "loop",
+    "BackendSpec": "ray_workers",
+    "EnvSpec": "ray_workers",
+    "RayWorkers": "ray_workers",
+    "WorkerSpec": "ray_workers",
+    "state_checksum": "ray_workers",
+    "FleetRolloutEnv": "rollout",
+    "ParsedCall": "rollout",
+    "RewardInfo": "rollout",
+    "RolloutConfig": "rollout",
+    "RolloutEnv": "rollout",
+    "RolloutEpisode": "rollout",
+    "ToolOutcome": "rollout",
+    "parse_tool_call": "rollout",
+    "RunOptions": "run",
+    "run_collection": "run",
+    "run_training": "run",
+    "build_tiny_model": "tiny",
+    "IM_END": "trajectory",
+    "SequenceBuilder": "trajectory",
+    "Trajectory": "trajectory",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
+
+__all__ = [
+    "IM_END",
+    "INSTRUCTIONS",
+    "BackendSpec",
+    "EnvSpec",
+    "FleetRolloutEnv",
+    "Generation",
+    "Group",
+    "HFBackend",
+    "HarnessRolloutEnv",
+    "Learner",
+    "LearnerConfig",
+    "ParsedCall",
+    "RayWorkers",
+    "RewardInfo",
+    "RolloutConfig",
+    "RolloutEnv",
+    "RolloutEpisode",
+    "RunOptions",
+    "SequenceBuilder",
+    "StepMetrics",
+    "ToolOutcome",
+    "TrainConfig",
+    "Trajectory",
+    "VLLMBackend",
+    "WorkerSpec",
+    "bandit_corpus",
+    "bandit_tasks",
+    "build_envs",
+    "build_tiny_model",
+    "clipped_pg_loss",
+    "collect",
+    "env_batch_stats",
+    "erpo_advantages",
+    "init_from_env",
+    "job_stream",
+    "load_tokenizer",
+    "parse_tool_call",
+    "run_collection",
+    "run_training",
+    "select_batch",
+    "shutdown",
+    "state_checksum",
+    "token_logprobs",
+    "train",
+    "unbiased_std",
+    "write_bandit_env",
+]

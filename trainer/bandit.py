@@ -2,7 +2,7 @@
 
 One tool call (`press_green`) makes the final state match the golden one; the other three do not.
 Used by the learning tests, `bench_train.py` and as a smoke test for `envforge train` (a real env
-folder, real SQLite, real MCP, real `score_episode`), with a model small enough for a CPU.
+folder, real SQLite, real MCP, real `compose_reward`), with a model small enough for a CPU.
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import json
 from pathlib import Path
 
 from envforge.server import Fleet
-from envforge.synth.models import Call, Dag, Difficulty, Task, UserScenario
-from envforge.synth.statediff import cents_hash
+from envforge.synth import Call, Dag, Difficulty, Task, UserScenario, cents_hash
 
 COLORS = ("red", "green", "blue", "yellow")
 INSTRUCTIONS = ("Press the button", "Please press the button", "Press a button", "Please press a button")

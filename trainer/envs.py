@@ -7,10 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from envforge.harness.llm import LLMConfig
-from envforge.harness.tasks import load_env_tasks
+from envforge.harness import LLMConfig, UserName, load_env_tasks
 from envforge.server import Fleet, load_env
-from envforge.synth.pipeline import load_tasks
+from envforge.synth import load_tasks
 
 from .harness_env import HarnessRolloutEnv
 from .rollout import FleetRolloutEnv, RolloutEnv
@@ -22,7 +21,7 @@ def build_envs(
     use_mcp: bool,
     *,
     env_kind: Literal["harness", "fleet"] = "fleet",
-    user: str = "scripted",
+    user: str = UserName.SCRIPTED,
     user_api_base: str | None = None,
     judge: str | None = None,
 ) -> list[RolloutEnv]:
@@ -32,7 +31,7 @@ def build_envs(
         if not tasks_file.exists():
             raise FileNotFoundError(f"{tasks_file} is missing: synthesize tasks first (envforge synth tasks)")
         if env_kind == "harness":
-            user_llm = None if user == "scripted" else LLMConfig(model=user, api_base=user_api_base)
+            user_llm = None if user == UserName.SCRIPTED else LLMConfig(model=user, api_base=user_api_base)
             envs.append(
                 HarnessRolloutEnv(
                     fleet,

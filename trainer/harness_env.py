@@ -32,16 +32,26 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from envforge.harness.llm import InfraError, LLMConfig
-from envforge.harness.records import Message, ToolCall
-from envforge.harness.runs import score_trial
-from envforge.harness.tasks import EnvTasks
-from envforge.harness.user_errors import detect_user_error
-from envforge.harness.users import STOP, LLMUser, ScriptedUser, User
+from envforge.harness import (
+    ControlToken,
+    EnvTasks,
+    InfraError,
+    LLMConfig,
+    LLMUser,
+    Message,
+    ScriptedUser,
+    Termination,
+    ToolCall,
+    TrialStatus,
+    User,
+    UserName,
+    detect_user_error,
+    score_trial,
+)
 from envforge.server import Fleet, episode_client
-from envforge.synth.models import Task
+from envforge.synth import Task
 
-from .rollout import RewardInfo
+from .rollout import RewardInfo, ToolOutcome
 
 UserFactory = Callable[[Task], User]
 
@@ -52,8 +62,8 @@ class EpisodeVerdict:
 
     env: str
     task_id: str
-    status: str
-    termination: str
+    status: TrialStatus
+    termination: Termination
     reward: float
     parts: dict[str, float]
     user_error: bool
@@ -71,10 +81,10 @@ class _HarnessEpisode:
         self.messages: list[Message] = [Message(role="user", content=opening, turn=0)]
         self.turn = 0
         self.calls = 0
-        self.termination: str | None = None
+        self.termination: Termination | None = None
         self.infra_error: str | None = None
-        if STOP in opening:
-            self.termination = "user_stop"
+        if ControlToken.STOP in opening:
+            self.termination = Termination.USER_STOP
 
     def initial_messages(self) -> list[dict[str, str]]:
         return [
@@ -82,7 +92,7 @@ class _HarnessEpisode:
             {"role": "user", "content": self.messages[0].content or ""},
         ]
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolOutcome:
         self.calls += 1
         call = ToolCall(id=f"call_{self.calls}", name=name, arguments=arguments)
         self.messages.append(Message(role="assistant", tool_calls=[call], turn=self.turn))
@@ -99,32 +109,32 @@ class _HarnessEpisode:
                 turn=self.turn,
             )
         )
-        return result.text, result.is_error
+        return ToolOutcome(result.text, result.is_error)
 
     async def user_reply(self, assistant_text: str) -> str | None:
         self.messages.append(Message(role="assistant", content=assistant_text, turn=self.turn))
         if self.termination is not None:
             return None
         if not assistant_text.strip():
-            self.termination = "agent_empty"
+            self.termination = Termination.AGENT_EMPTY
             return None
-        if STOP in assistant_text:
-            self.termination = "agent_stop"
+        if ControlToken.STOP in assistant_text:
+            self.termination = Termination.AGENT_STOP
             return None
         self.turn += 1
         try:
             answer = await self.user.reply(list(self.messages))
         except InfraError as exc:
-            self.termination, self.infra_error = "infra_failure", f"infra_failure: {exc}"
+            self.termination, self.infra_error = Termination.INFRA_FAILURE, f"infra_failure: {exc}"
             return None
         self.messages.append(Message(role="user", content=answer.text, turn=self.turn))
         if answer.stop or answer.transfer:
-            self.termination = "user_stop" if answer.stop else "transfer"
+            self.termination = Termination.USER_STOP if answer.stop else Termination.TRANSFER
             return None
         return answer.text
 
     async def finish(self, agent_messages: list[str]) -> RewardInfo:
-        status = "completed" if self.termination is not None else "max_turns"
+        status = TrialStatus.COMPLETED if self.termination is not None else TrialStatus.MAX_TURNS
         if self.infra_error is not None:
             info = RewardInfo(reward=0.0, user_error=True, user_error_reason=self.infra_error)
         else:
@@ -145,7 +155,7 @@ class _HarnessEpisode:
                 env=self.env.name,
                 task_id=self.task.id,
                 status=status,
-                termination=self.termination or "max_turns",
+                termination=self.termination or Termination.MAX_TURNS,
                 reward=info.reward,
                 parts=info.parts,
                 user_error=info.user_error,
@@ -169,7 +179,7 @@ class HarnessRolloutEnv:
         fleet: Fleet,
         env_tasks: EnvTasks,
         *,
-        user: str = "scripted",
+        user: str = UserName.SCRIPTED,
         user_llm: LLMConfig | None = None,
         judge: LLMConfig | None = None,
         make_user: UserFactory | None = None,
@@ -208,7 +218,7 @@ class HarnessRolloutEnv:
     def _user(self, task: Task) -> User:
         if self.make_user is not None:
             return self.make_user(task)
-        if self.user == "scripted":
+        if self.user == UserName.SCRIPTED:
             return ScriptedUser(task, max_turns=self.user_max_turns)
         return LLMUser(task, self.user_llm or LLMConfig(model=self.user))
 

@@ -35,6 +35,8 @@ import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 from pydantic import BaseModel, ConfigDict, Field
 
+from envforge.harness import UserName
+
 from .backends import GenerationBackend
 from .loop import Group, Job, make_group
 from .rollout import RolloutConfig, rollout_group
@@ -66,7 +68,7 @@ class EnvSpec(BaseModel):
     envs: list[str] = Field(description="env dirs with tasks.jsonl, as seen on the worker")
     env_kind: Literal["harness", "fleet"] = "harness"
     use_mcp: bool = True
-    user: str = "scripted"
+    user: str = UserName.SCRIPTED
     user_api_base: str | None = None
     judge: str | None = None
     fleet_url: str | None = Field(None, description="an `envforge serve` URL; None: in-process fleet")
@@ -214,7 +216,7 @@ class RolloutWorker:
         return [asdict(v) for env in self.envs.values() for v in getattr(env, "verdicts", [])]
 
     async def close(self) -> None:
-        from envforge.harness.llm import aclose_http_sessions
+        from envforge.harness import aclose_http_sessions
 
         await aclose_http_sessions()  # an LLM user's pooled connections
         if self.backend is not None:

@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from envforge.harness.orchestrator import HTTPBackend
-from envforge.server import Environment, State, ToolResult, http_episode_client, state_hash
+from envforge.harness import HTTPBackend
+from envforge.server import Environment, ExportedState, State, ToolResult, http_episode_client, state_hash
 
 
 @dataclass
@@ -61,9 +61,9 @@ class RemoteFleet:
         async with http_episode_client(self.base + self.http.paths[episode_id], episode_id) as client:
             return await client.call_tool(tool, arguments or {})
 
-    async def export(self, episode_id: str) -> tuple[State, str]:
+    async def export(self, episode_id: str) -> ExportedState:
         state = await self.http.export(episode_id)
-        return state, state_hash(state)
+        return ExportedState(state, state_hash(state))
 
     async def close_episode(self, episode_id: str) -> None:
         await self.http.close(episode_id)

@@ -3,7 +3,8 @@
 The loop talks to environments only through the small `RolloutEnv`/`RolloutEpisode` protocols, so the
 evaluation harness can later supply episodes with simulated users and its own scoring (and flag
 `user_error`) without the trainer changing. `FleetRolloutEnv` is the built-in one: a single user turn
-(the task's instruction), tools over in-process MCP, reward from `score_episode` or a given function.
+(the task's instruction), tools over in-process MCP, reward from synth's `compose_reward` (the parts
+of the task's reward basis) or a given function.
 """
 
 from __future__ import annotations
@@ -13,15 +14,13 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import anyio
 from pydantic import BaseModel, Field
 
 from envforge.server import Fleet, State, episode_client
-from envforge.synth.models import Task
-from envforge.synth.scoring import score_episode
-from envforge.synth.statediff import apply_diff, primary_keys
+from envforge.synth import Evidence, Task, apply_diff, compose_reward, primary_keys
 
 from .backends import GenerationBackend
 from .trajectory import SequenceBuilder, TokenizerLike, Trajectory
@@ -34,10 +33,17 @@ class RewardInfo(BaseModel):
     user_error_reason: str | None = None
 
 
+class ToolOutcome(NamedTuple):
+    """What a tool call gave the policy: the result's text, and whether it was an error."""
+
+    text: str
+    is_error: bool
+
+
 class RolloutEpisode(Protocol):
     def initial_messages(self) -> list[dict[str, str]]: ...
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]: ...
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolOutcome: ...
 
     async def user_reply(self, assistant_text: str) -> str | None:
         """The user's next message, or None when the conversation is over."""
@@ -71,12 +77,12 @@ class _FleetEpisode:
             {"role": "user", "content": self.task.scenario.instruction},
         ]
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolOutcome:
         if self.client is not None:
             result = await self.client.call_tool(name, arguments)
         else:
             result = await self.env.fleet.call(self.episode_id, name, arguments)
-        return result.text, result.is_error
+        return ToolOutcome(result.text, result.is_error)
 
     async def user_reply(self, assistant_text: str) -> str | None:
         return None
@@ -86,13 +92,8 @@ class _FleetEpisode:
         if self.env.reward_fn is not None:
             reward, parts = self.env.reward_fn(self.task, state, agent_messages)
             return RewardInfo(reward=reward, parts=parts)
-        score = score_episode(self.task, state, agent_messages)
-        parts = {
-            "state": float(score.state_match),
-            "outputs": score.outputs,
-            "checkpoints": score.checkpoints,
-        }
-        return RewardInfo(reward=score.reward, parts=parts)
+        composed = compose_reward(self.task, Evidence(state, agent_messages))
+        return RewardInfo(reward=composed.value, parts={str(p): s.value for p, s in composed.parts.items()})
 
 
 class FleetRolloutEnv:
@@ -147,7 +148,14 @@ _TAGGED = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
 _PLAIN = re.compile(r"^\s*([A-Za-z_][\w.-]*)\s*(\{.*\})?\s*$", re.S)
 
 
-def parse_tool_call(text: str, tool_names: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
+class ParsedCall(NamedTuple):
+    """A tool call read from the policy's text."""
+
+    name: str
+    arguments: dict[str, Any]
+
+
+def parse_tool_call(text: str, tool_names: Sequence[str]) -> ParsedCall | None:
     """`<tool_call>{"name":..., "arguments":...}</tool_call>` or `name {json}` / bare `name`; else None.
 
     Word-level tokenizers decode with spaces between tokens, so JSON is parsed after removing the
@@ -157,19 +165,19 @@ def parse_tool_call(text: str, tool_names: Sequence[str]) -> tuple[str, dict[str
     if m:
         try:
             obj = json.loads(m.group(1))
-            return str(obj["name"]), dict(obj.get("arguments") or {})
+            return ParsedCall(str(obj["name"]), dict(obj.get("arguments") or {}))
         except (ValueError, KeyError, TypeError):
             return None
     m = _PLAIN.match(text)
     if not m or m.group(1) not in tool_names:
         return None
     if not m.group(2):
-        return m.group(1), {}
+        return ParsedCall(m.group(1), {})
     try:
         args = json.loads(m.group(2))
     except ValueError:
         return None
-    return (m.group(1), args) if isinstance(args, dict) else None
+    return ParsedCall(m.group(1), args) if isinstance(args, dict) else None
 
 
 class RolloutConfig(BaseModel):

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel
 
-from envforge.harness.llm import http_sessions
+from envforge.harness import UserName, http_sessions
 from envforge.server import Fleet, load_env
 
 from .backends import GenerationBackend, HFBackend, VLLMBackend, load_tokenizer
@@ -54,7 +54,7 @@ class RunOptions(BaseModel):
     checkpoint_every: int = 0
     save_trajectories: bool = False
     env_kind: Literal["harness", "fleet"] = "harness"
-    user: str = "scripted"
+    user: str = UserName.SCRIPTED
     user_api_base: str | None = None
     judge: str | None = None
     fleet_url: str | None = None

@@ -13,10 +13,9 @@ from test_synth_graph import write_shop_env
 from typer.testing import CliRunner
 
 from envforge.cli.main import app
-from envforge.harness.orchestrator import EvalConfig, run_eval
+from envforge.harness import EvalConfig, run_eval
 from envforge.server import ERROR_META_KEY, Fleet, build_app, load_env
-from envforge.synth.pipeline import synthesize, tasks_jsonl
-from envforge.synth.tasks import SynthConfig
+from envforge.synth import SynthConfig, synthesize, tasks_jsonl
 
 from conftest import FIXTURES, ServerThread
 
@@ -89,7 +88,7 @@ def test_check_fails_a_task_whose_expected_refusal_is_an_env_error(tmp_path: Pat
 
 
 def test_old_run_records_without_the_count_still_read() -> None:
-    from envforge.harness.records import TrialRecord
+    from envforge.harness import TrialRecord
 
     new = TrialRecord(
         run_id="r",

@@ -19,11 +19,8 @@ from typing import Any
 import pytest
 from test_harness_llm import FakeOpenAI, completion, scripted_brain
 
-from envforge.harness.llm import LLMConfig
-from envforge.harness.metrics import summarize
-from envforge.harness.orchestrator import EvalConfig, Limits, run_eval
-from envforge.synth.models import Task
-from envforge.synth.pipeline import load_tasks
+from envforge.harness import EvalConfig, Limits, LLMConfig, run_eval, summarize
+from envforge.synth import Task, load_tasks
 
 from conftest import REPO
 

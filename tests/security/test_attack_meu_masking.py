@@ -17,11 +17,8 @@ from typing import Any
 
 from test_harness_llm import FakeOpenAI, completion
 
-from envforge.harness.llm import LLMConfig
-from envforge.harness.orchestrator import EvalConfig, Limits, run_eval
-from envforge.harness.records import Message
-from envforge.harness.users import STOP, LLMUser
-from envforge.synth.pipeline import load_tasks
+from envforge.harness import STOP, EvalConfig, Limits, LLMConfig, LLMUser, Message, run_eval
+from envforge.synth import load_tasks
 
 from conftest import REPO
 

@@ -18,11 +18,7 @@ from typer.testing import CliRunner
 
 from envforge.cli.main import app
 from envforge.server import Fleet, load_env
-from envforge.synth.context import SynthContext
-from envforge.synth.graph import build_graph
-from envforge.synth.models import Task
-from envforge.synth.pipeline import load_tasks, synthesize, write_tasks
-from envforge.synth.scoring import score_episode
+from envforge.synth import SynthContext, Task, build_graph, load_tasks, score_episode, synthesize, write_tasks
 
 from conftest import REPO
 

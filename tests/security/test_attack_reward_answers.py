@@ -14,11 +14,16 @@ from typer.testing import CliRunner
 
 from envforge.cli.main import app
 from envforge.server import Fleet, State, load_env
-from envforge.synth.context import SynthContext
-from envforge.synth.graph import build_graph, load_graph
-from envforge.synth.models import Task
-from envforge.synth.pipeline import load_tasks
-from envforge.synth.scoring import oracle_messages, parse_number, score_episode
+from envforge.synth import (
+    SynthContext,
+    Task,
+    build_graph,
+    load_graph,
+    load_tasks,
+    oracle_messages,
+    parse_number,
+    score_episode,
+)
 
 from conftest import bundled_env_dirs
 

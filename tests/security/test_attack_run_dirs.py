@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from envforge.synth.pipeline import load_tasks
+from envforge.synth import load_tasks
 
 from conftest import REPO
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from envforge.cli.main import app
 from envforge.server import load_env
-from envforge.synth.tau2 import Tau2ImportError, import_tau2_env, port_tools
+from envforge.synth import Tau2ImportError, import_tau2_env, port_tools
 
 from conftest import REPO, TAU2_NO_DATA, TAU2_RETAIL, tau2_data_missing
 

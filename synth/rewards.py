@@ -1,0 +1,195 @@
+"""The one reward composer: a scorer per reward part, and the function that multiplies them.
+
+Every place that rewards an episode — `envforge score`, self-verification and the adversaries,
+the harness's trials and re-scoring, the trainer's rollouts — calls `compose_reward`, so a reward
+means the same thing wherever it is read. A task's `reward_basis` names the parts it is scored
+on; the reward is the product of the named parts that could be judged, in the basis's order (so
+the float is the same whoever computes it), and 0 for an episode that did not finish.
+
+A scorer judges one part from the task and the episode's evidence. It returns None when the
+evidence cannot judge its part (no agent calls recorded for `actions`, no judge's verdict for
+`nl_assertions`): the part is reported as not judged and left out of the product rather than
+guessed. Synthesis makes no model calls, so the verdict on `nl_assertions` is made by the caller
+that owns a judge (the harness) and handed over in `Evidence.verdicts`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from envforge.server import State
+
+from .models import ActionCheck, Call, RewardPart, Score, Task
+from .scoring import checkpoint_passed, task_outputs_missing
+from .statediff import cents_hash, states_match
+
+#: Parts judged from an end state and the agent's messages alone: no trajectory, no judge.
+OFFLINE_PARTS: tuple[RewardPart, ...] = (RewardPart.STATE, RewardPart.OUTPUTS, RewardPart.CHECKPOINTS)
+
+
+@dataclass(frozen=True)
+class PartScore:
+    """One part's score in [0, 1], why, and (for counted parts) how many of how many were met."""
+
+    value: float
+    reason: str
+    met: int = 0
+    of: int = 0
+    missing: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What an episode left to judge it by.
+
+    `agent_calls` is None where the calls were not recorded (a replayed action list is scored on
+    its end state); `golden_state`, when the caller holds it (self-verification), replaces the
+    hash comparison by a direct one that is cheaper, with the same verdict; `finished` is False
+    for an episode that ended before its conversation did (a timeout, the turn limit).
+    """
+
+    final_state: State
+    agent_messages: Sequence[str] = ()
+    agent_calls: Sequence[Call] | None = None
+    golden_state: State | None = None
+    verdicts: Mapping[RewardPart, PartScore] = field(default_factory=dict)
+    finished: bool = True
+
+
+PartScorer = Callable[[Task, Evidence], PartScore | None]
+"""Judges one part of `task`'s reward from the evidence; None when the evidence cannot judge it."""
+
+
+def score_state(task: Task, evidence: Evidence) -> PartScore:
+    """The final state equals the golden one, floats compared to cents."""
+    if evidence.golden_state is not None:
+        match = states_match(evidence.final_state, evidence.golden_state)
+    else:
+        match = cents_hash(evidence.final_state) == task.golden_cents_hash
+    return (
+        PartScore(1.0, "final state matches the golden state")
+        if match
+        else PartScore(0.0, "final state differs from the golden state")
+    )
+
+
+def score_outputs(task: Task, evidence: Evidence) -> PartScore:
+    """All or nothing: every required output communicated under the task's answer rule."""
+    missing = task_outputs_missing(task, evidence.agent_messages)
+    total = len(task.required_outputs)
+    met = total - len(missing)
+    if missing:
+        return PartScore(0.0, f"not communicated: {', '.join(missing)}", met, total, tuple(missing))
+    return PartScore(1.0, f"{total} required output(s) communicated", met, total)
+
+
+def score_checkpoints(task: Task, evidence: Evidence) -> PartScore:
+    """Partial credit: the fraction of write checkpoints whose rows hold their golden values."""
+    total = len(task.checkpoints)
+    passed = sum(checkpoint_passed(c, evidence.final_state) for c in task.checkpoints)
+    value = 1.0 if total == 0 else passed / total
+    return PartScore(value, f"{passed} of {total} checkpoint(s) hold", passed, total)
+
+
+def actions_matched(checks: Sequence[ActionCheck], calls: Sequence[Call]) -> bool:
+    """Every expected action is matched by some agent call: same name, same compared arguments."""
+    for check in checks:
+        keys = check.compare_args if check.compare_args is not None else list(check.arguments)
+        if not any(
+            c.name == check.name and all(c.arguments.get(k) == check.arguments.get(k) for k in keys)
+            for c in calls
+        ):
+            return False
+    return True
+
+
+def score_actions(task: Task, evidence: Evidence) -> PartScore | None:
+    """τ²'s action matching over the agent's calls; not judged when the calls were not recorded."""
+    if evidence.agent_calls is None:
+        return None
+    if actions_matched(task.action_checks, evidence.agent_calls):
+        return PartScore(1.0, "every expected action was called")
+    return PartScore(0.0, "an expected action was not called")
+
+
+def score_nl_assertions(task: Task, evidence: Evidence) -> PartScore | None:
+    """The judge's verdict handed over by its caller; not judged without one."""
+    return evidence.verdicts.get(RewardPart.NL_ASSERTIONS)
+
+
+SCORERS: Mapping[RewardPart, PartScorer] = {
+    RewardPart.STATE: score_state,
+    RewardPart.OUTPUTS: score_outputs,
+    RewardPart.CHECKPOINTS: score_checkpoints,
+    RewardPart.ACTIONS: score_actions,
+    RewardPart.NL_ASSERTIONS: score_nl_assertions,
+}
+
+
+class Reward(NamedTuple):
+    """A composed reward: its value, the judged parts of the basis, and the parts left unjudged."""
+
+    value: float
+    parts: dict[RewardPart, PartScore]
+    not_judged: list[RewardPart]
+
+
+def compose_reward(
+    task: Task, evidence: Evidence, *, scored: Mapping[RewardPart, PartScore | None] | None = None
+) -> Reward:
+    """The reward of `task`'s episode: the product of the parts its `reward_basis` names.
+
+    Only the named parts are scored (self-verification asks for rewards many times per task);
+    `scored` holds parts the caller has already scored on the same evidence, so none is computed
+    twice.
+    """
+    value = 1.0
+    parts: dict[RewardPart, PartScore] = {}
+    not_judged: list[RewardPart] = []
+    for name in task.reward_basis:
+        part = RewardPart(name)
+        if scored is not None and part in scored:
+            score = scored[part]
+        elif part in parts:
+            score = parts[part]
+        else:
+            score = SCORERS[part](task, evidence)
+        if score is None:
+            not_judged.append(part)
+            continue
+        parts[part] = score
+        value *= score.value
+    if not evidence.finished:
+        value = 0.0
+    return Reward(value, parts, not_judged)
+
+
+def score_episode(
+    task: Task, final_state: State, agent_messages: Sequence[str], *, golden_state: State | None = None
+) -> Score:
+    """Score one finished episode of `task` from its end state and the agent's messages, with the
+    detail a record shows: every offline part is scored (whether or not the basis names it), the
+    reward composed from them; `actions` and `nl_assertions` are reported as not judged."""
+    evidence = Evidence(final_state, agent_messages, golden_state=golden_state)
+    scored = {p: SCORERS[p](task, evidence) for p in OFFLINE_PARTS}
+    return detailed_score(task, scored, compose_reward(task, evidence, scored=scored))
+
+
+def detailed_score(task: Task, scored: Mapping[RewardPart, PartScore | None], reward: Reward) -> Score:
+    """The `Score` record of an episode: its `reward`, and the detail of its `scored` offline parts."""
+    state, outputs, checkpoints = (scored[p] for p in OFFLINE_PARTS)
+    assert state is not None and outputs is not None and checkpoints is not None  # offline parts always judge
+    return Score(
+        reward=reward.value,
+        state_match=state.value == 1.0,
+        outputs=1.0 if outputs.of == 0 else outputs.met / outputs.of,
+        outputs_missing=list(outputs.missing),
+        checkpoints=checkpoints.value,
+        checkpoints_passed=checkpoints.met,
+        checkpoints_total=checkpoints.of,
+        basis=list(task.reward_basis),
+        not_judged=reward.not_judged,
+        answer_rule=task.answer_rule,
+    )
