@@ -20,6 +20,7 @@ import logging
 import os
 import sqlite3
 import subprocess
+import time
 import weakref
 from pathlib import Path
 from typing import Any
@@ -336,21 +337,38 @@ class ToolWorker:
         self._death = ""
 
     def _route(self, msg: SqlRequest | Result) -> None:
-        """Hand one of the worker's messages to its call; a statement goes straight to the SQLite thread."""
+        """Hand one of the worker's messages to its call; a statement is run at once.
+
+        A read the call sends when none of its statements is pending runs right here, on the
+        event loop's thread (see `_read_inline`); any other statement is queued to the episode's
+        SQLite thread behind the call's earlier ones, and answered from there.
+        """
         pending = self._calls.get(msg.id)
         if pending is None:
             return  # a call that is over (cancelled, timed out): nothing it sends matters any more
         if type(msg) is SqlRequest and pending.conn is not None:
+            conn = pending.conn
+            last = pending.last_statement
+            if (last is None or last.done()) and conn._connection is not None and _is_read(msg):
+                try:
+                    reply = _read_inline(conn._conn, msg)
+                except _TransactionLost as exc:
+                    pending.put(_Raise(exc))
+                    return
+                if reply is not None:
+                    if not pending.transport.is_closing():
+                        pending.transport.write(reply)
+                    return
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             pending.last_statement = done
             then = functools.partial(self._answer, msg.id, pending, done)
             try:
-                submit_on_db_thread(pending.conn, _answer_on_thread, pending.conn._conn, msg, then=then)
+                submit_on_db_thread(conn, _answer_statement, conn._conn, msg, then=then)
             except ValueError as exc:  # the episode's connection is closed
-                then(
-                    encode(SqlReply(id=msg.id, req=msg.req, error=str(exc), error_class="ProgrammingError")),
-                    None,
+                reply = encode(
+                    SqlReply(id=msg.id, req=msg.req, error=str(exc), error_class="ProgrammingError")
                 )
+                then(reply, None)
             return
         pending.put(msg)
 
@@ -434,8 +452,54 @@ class ToolWorker:
             self._calls.pop(call_id, None)
 
 
-def _answer_on_thread(conn: sqlite3.Connection, msg: SqlRequest) -> bytes:
-    """Run one of the worker's statements on the episode's SQLite thread; the encoded `SqlReply`.
+INLINE_READ_BUDGET_S = 0.02
+"""How long a read may hold the event loop's thread before it is stopped and run on the SQLite thread."""
+_PROGRESS_STEPS = 1000  # SQLite VM instructions between two looks at the clock
+
+
+class _TransactionLost(ConfinedToolCrash):
+    """Stopping a read ended the call's transaction (SQLite keeps it for reads; checked all the same)."""
+
+
+def _is_read(msg: SqlRequest) -> bool:
+    """A plain SELECT: it cannot change the database, so stopping it part way and running it again
+    is harmless."""
+    return msg.op != "executemany" and msg.sql.lstrip()[:6].upper() == "SELECT"
+
+
+def _read_inline(conn: sqlite3.Connection, msg: SqlRequest) -> bytes | None:
+    """Run a read on this (the event loop's) thread; None when it ran past `INLINE_READ_BUDGET_S`.
+
+    A statement's trip to the SQLite thread and back wakes two threads; on a loaded machine each
+    wake waits for a core, and that was most of a confined call's cost. A tool's reads on a small
+    in-memory database take microseconds, so they run here. The episode's lock is held by the
+    call and no statement of the call is pending on the SQLite thread, so nothing else uses the
+    connection meanwhile. A read that runs long is interrupted (a SELECT leaves the transaction as
+    it was) and the caller queues it to the SQLite thread, so the loop is never held for longer.
+    """
+    deadline = time.monotonic() + INLINE_READ_BUDGET_S
+    stopped = False
+
+    def past_budget() -> bool:
+        nonlocal stopped
+        stopped = time.monotonic() > deadline
+        return stopped
+
+    in_transaction = conn.in_transaction
+    conn.set_progress_handler(past_budget, _PROGRESS_STEPS)
+    try:
+        reply = _answer_statement(conn, msg)
+    finally:
+        conn.set_progress_handler(None, 0)
+    if not stopped:
+        return reply
+    if in_transaction and not conn.in_transaction:
+        raise _TransactionLost("a read was stopped part way and the call's transaction ended with it")
+    return None
+
+
+def _answer_statement(conn: sqlite3.Connection, msg: SqlRequest) -> bytes:
+    """Run one of the worker's statements on the episode's connection; the encoded `SqlReply`.
 
     The same operations as the `Db` methods the worker's `RemoteDb` mirrors, one trip each.
     """
@@ -532,7 +596,7 @@ async def serve_sql(db: Any, msg: SqlRequest) -> SqlReply:
     """Run one of the worker's statements through the episode's `Db` and package the answer.
 
     For connections that must see each statement through their own methods; a plain episode
-    connection runs it in one function on its thread instead (`_answer_on_thread`).
+    connection runs it in one function on its thread instead (`_answer_statement`).
     """
     params = from_wire(msg.params)
     if params is None:
