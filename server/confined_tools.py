@@ -352,7 +352,7 @@ class ToolWorker:
             if (last is None or last.done()) and conn._connection is not None and _is_read(msg):
                 try:
                     reply = _read_inline(conn._conn, msg)
-                except _TransactionLost as exc:
+                except Exception as exc:  # a value SQLite cannot bind (as on the thread): the call fails
                     pending.put(_Raise(exc))
                     return
                 if reply is not None:

@@ -85,6 +85,12 @@ FORGING_TOOLS = textwrap.dedent(
 
 
     @tool
+    async def unbindable(db: Db) -> int:
+        """Read with a parameter SQLite cannot bind (an integer past 64 bits)."""
+        return await db.fetch_value("SELECT ?", (10**30,))
+
+
+    @tool
     async def slow_count(db: Db, n: int) -> int:
         """Count to n in SQL (a read that takes a while).
 
@@ -179,6 +185,19 @@ async def test_a_line_that_never_ends_is_cut_off_at_the_size_limit(forging_env: 
         assert result.kind == "env_error", result.text
         assert "exceeds" in caplog.text, caplog.text[-2000:]
         await _assert_worker_ended_and_replaced(fleet, forging_env, episode.id, caplog)
+    finally:
+        await fleet.aclose()
+
+
+async def test_a_statement_sqlite_cannot_run_fails_the_call_not_the_worker(forging_env: Environment) -> None:
+    fleet = Fleet([forging_env])
+    try:
+        episode = await fleet.create_episode(forging_env.name)
+        assert (await fleet.call(episode.id, "count_notes", {})).text == "1"
+        result = await fleet.call(episode.id, "unbindable", {})
+        assert result.kind == "env_error", result.text
+        assert (await fleet.call(episode.id, "count_notes", {})).text == "1"
+        assert _worker_starts(forging_env) == 1
     finally:
         await fleet.aclose()
 
