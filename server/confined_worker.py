@@ -54,6 +54,7 @@ from envforge.server.confined_protocol import (  # noqa: E402
     Init,
     LoadFailed,
     Problem,
+    ProtocolError,
     Ready,
     Result,
     SqlOp,
@@ -369,7 +370,11 @@ class _Serving:
         buffer += data
         start = 0
         while (end := buffer.find(b"\n", start)) >= 0:
-            self.handle(decode_to_worker(bytes(buffer[start : end + 1])))
+            try:
+                msg = decode_to_worker(bytes(buffer[start : end + 1]))
+            except ProtocolError as exc:  # the parent is trusted: a bug, and nothing to go on with
+                raise SystemExit(f"confined worker: {exc}") from None
+            self.handle(msg)
             start = end + 1
         del buffer[:start]
         if len(buffer) > MAX_MESSAGE_BYTES:
