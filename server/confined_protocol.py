@@ -1,28 +1,40 @@
-"""The parent <-> confined worker protocol: one JSON object per line, validated on both ends.
+"""The parent <-> confined worker protocol: one JSON object per line, checked on both ends.
 
 JSON only, never pickle: the serving process must never deserialise anything executable that a
-worker sent. Every line is bounded (`MAX_MESSAGE_BYTES`) and validated against these models, so a
-worker that misbehaves produces a protocol error, not a surprise. Calls carry an id so concurrent
-episodes can share one worker; a tool's SQL travels back to the parent under its call's id.
-SQLite values are JSON scalars, except blobs, which travel as `{"$bytes": "<base64>"}`.
+worker sent. Every line is bounded (`MAX_MESSAGE_BYTES`) and checked against the shapes below, so
+a worker that misbehaves produces a protocol error, not a surprise. Calls carry an id so
+concurrent episodes can share one worker; a tool's SQL travels back to the parent under its
+call's id. SQLite values are JSON scalars, except blobs, which travel as `{"$bytes": "<base64>"}`.
+
+The start-up messages (`Init`, `Ready`, `LoadFailed`) are pydantic models: they travel once per
+worker. The per-call messages (`Call`, `Cancel`, `SqlRequest`, `SqlReply`, `Result`) travel
+several times per tool call, so they are slotted classes checked by hand (`decode_from_worker`,
+`decode_to_worker`): exact field sets, exact types (`bool` is not an `int`), bounded SQL text, no
+lone surrogates in text. Pydantic costs tens of microseconds a message; a call is four of them.
 """
 
 from __future__ import annotations
 
 import base64
-from typing import Annotated, Any, Literal
+import json
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+MAX_SQL_CHARS = 1_000_000
 BYTES_KEY = "$bytes"
+
+
+class ProtocolError(RuntimeError):
+    """A line that is too long, not JSON, or not one of the messages below."""
 
 
 class _Msg(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-# parent -> worker
+# start-up messages (pydantic: once per worker)
 
 
 class Init(_Msg):
@@ -32,37 +44,6 @@ class Init(_Msg):
     source: str
     argument_errors: Literal["envforge", "python"] = "envforge"
     limits: dict[str, float]
-
-
-class Call(_Msg):
-    type: Literal["call"] = "call"
-    id: int
-    tool: str
-    arguments: dict[str, Any]
-
-
-class Cancel(_Msg):
-    type: Literal["cancel"] = "cancel"
-    id: int
-
-
-class SqlReply(_Msg):
-    type: Literal["sql_reply"] = "sql_reply"
-    id: int
-    req: int
-    error: str | None = None
-    error_class: str | None = None
-    columns: list[str] | None = None
-    rows: list[list[Any]] = Field(default_factory=list)
-    rowcount: int = -1
-    lastrowid: int | None = None
-
-
-ToWorker = Annotated[Init | Call | Cancel | SqlReply, Field(discriminator="type")]
-
-# worker -> parent
-
-SqlOp = Literal["execute", "executemany", "execute_fetchall", "fetch_all", "fetch_one", "fetch_value"]
 
 
 class ToolDescription(_Msg):
@@ -90,39 +71,215 @@ class LoadFailed(_Msg):
     problems: list[Problem]
 
 
-class SqlRequest(_Msg):
-    type: Literal["sql"] = "sql"
-    id: int
-    req: int
-    op: SqlOp
-    sql: str = Field(max_length=1_000_000)
-    params: Any = None
+INIT: TypeAdapter[Init] = TypeAdapter(Init)
+STARTED: TypeAdapter[Ready | LoadFailed] = TypeAdapter(Ready | LoadFailed)
 
 
-class Result(_Msg):
-    type: Literal["result"] = "result"
-    id: int
-    outcome: Literal["ok", "refused", "crashed"]
-    text: str
+# per-call messages (checked by hand: several per call)
+
+SqlOp = Literal["execute", "executemany", "execute_fetchall", "fetch_all", "fetch_one", "fetch_value"]
+SQL_OPS: frozenset[str] = frozenset(get_args(SqlOp))
+Outcome = Literal["ok", "refused", "crashed"]
+OUTCOMES: frozenset[str] = frozenset(get_args(Outcome))
 
 
-FromWorker = Annotated[Ready | LoadFailed | SqlRequest | Result, Field(discriminator="type")]
-TO_WORKER: TypeAdapter[Init | Call | Cancel | SqlReply] = TypeAdapter(ToWorker)
-FROM_WORKER: TypeAdapter[Ready | LoadFailed | SqlRequest | Result] = TypeAdapter(FromWorker)
+class Call:
+    """Parent -> worker: run `tool` with `arguments` (JSON values) as call `id`."""
+
+    __slots__ = ("arguments", "id", "tool")
+    type = "call"
+
+    def __init__(self, id: int, tool: str, arguments: dict[str, Any]) -> None:
+        self.id, self.tool, self.arguments = id, tool, arguments
+
+    def wire(self) -> dict[str, Any]:
+        return {"type": "call", "id": self.id, "tool": self.tool, "arguments": self.arguments}
 
 
-class ProtocolError(RuntimeError):
-    """A line that is too long, not JSON, or not one of the messages above."""
+class Cancel:
+    """Parent -> worker: the caller gave up on call `id`; no answer is expected."""
+
+    __slots__ = ("id",)
+    type = "cancel"
+
+    def __init__(self, id: int) -> None:
+        self.id = id
+
+    def wire(self) -> dict[str, Any]:
+        return {"type": "cancel", "id": self.id}
 
 
-def encode(message: _Msg) -> bytes:
-    line = message.model_dump_json().encode() + b"\n"
+class SqlReply:
+    """Parent -> worker: the answer to statement `req` of call `id` (rows already fetched)."""
+
+    __slots__ = ("columns", "error", "error_class", "id", "lastrowid", "req", "rowcount", "rows")
+    type = "sql_reply"
+
+    def __init__(
+        self,
+        id: int,
+        req: int,
+        error: str | None = None,
+        error_class: str | None = None,
+        columns: list[str] | None = None,
+        rows: list[list[Any]] | None = None,
+        rowcount: int = -1,
+        lastrowid: int | None = None,
+    ) -> None:
+        self.id, self.req, self.error, self.error_class = id, req, error, error_class
+        self.columns, self.rows = columns, [] if rows is None else rows
+        self.rowcount, self.lastrowid = rowcount, lastrowid
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "type": "sql_reply",
+            "id": self.id,
+            "req": self.req,
+            "error": self.error,
+            "error_class": self.error_class,
+            "columns": self.columns,
+            "rows": self.rows,
+            "rowcount": self.rowcount,
+            "lastrowid": self.lastrowid,
+        }
+
+
+class SqlRequest:
+    """Worker -> parent: run one statement for call `id` (its `req`-th) on the episode."""
+
+    __slots__ = ("id", "op", "params", "req", "sql")
+    type = "sql"
+
+    def __init__(self, id: int, req: int, op: SqlOp, sql: str, params: Any = None) -> None:
+        self.id, self.req, self.op, self.sql, self.params = id, req, op, sql, params
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "type": "sql",
+            "id": self.id,
+            "req": self.req,
+            "op": self.op,
+            "sql": self.sql,
+            "params": self.params,
+        }
+
+
+class Result:
+    """Worker -> parent: call `id` ended: returned (`ok`), raised `ToolError` or crashed."""
+
+    __slots__ = ("id", "outcome", "text")
+    type = "result"
+
+    def __init__(self, id: int, outcome: Outcome, text: str) -> None:
+        self.id, self.outcome, self.text = id, outcome, text
+
+    def wire(self) -> dict[str, Any]:
+        return {"type": "result", "id": self.id, "outcome": self.outcome, "text": self.text}
+
+
+PerCall = Call | Cancel | SqlReply | SqlRequest | Result
+
+
+def encode(message: _Msg | PerCall) -> bytes:
+    """One protocol line (the newline included), refused when over `MAX_MESSAGE_BYTES`."""
+    if isinstance(message, BaseModel):
+        line = message.model_dump_json().encode() + b"\n"
+    else:
+        try:
+            line = json.dumps(message.wire(), separators=(",", ":")).encode() + b"\n"
+        except (TypeError, ValueError) as exc:  # a value JSON cannot carry
+            raise ProtocolError(f"cannot encode {message.type!r}: {exc}") from exc
     if len(line) > MAX_MESSAGE_BYTES:
         raise ProtocolError(f"message of {len(line)} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit")
     return line
 
 
+def _load(line: bytes) -> dict[str, Any]:
+    if len(line) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"message of {len(line)} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit")
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, or nested past the C stack's care
+        raise ProtocolError(f"invalid message: not JSON ({type(exc).__name__})") from None
+    if type(obj) is not dict:
+        raise ProtocolError("invalid message: not a JSON object")
+    return obj
+
+
+def _fields(obj: dict[str, Any], required: frozenset[str], optional: frozenset[str] = frozenset()) -> None:
+    keys = obj.keys()
+    if not (required <= keys and keys <= required | optional):
+        raise ProtocolError(f"invalid {obj['type']!r} message: fields {sorted(keys)}")
+
+
+def _int(obj: dict[str, Any], key: str) -> int:
+    value = obj[key]
+    if type(value) is not int:
+        raise ProtocolError(f"invalid {obj['type']!r} message: {key} is not an integer")
+    return value
+
+
+def _text(obj: dict[str, Any], key: str, limit: int = MAX_MESSAGE_BYTES) -> str:
+    value = obj[key]
+    if type(value) is not str or len(value) > limit:
+        raise ProtocolError(
+            f"invalid {obj['type']!r} message: {key} is not a string of at most {limit} chars"
+        )
+    try:
+        value.encode()
+    except UnicodeEncodeError:  # a lone surrogate escaped in the JSON
+        raise ProtocolError(f"invalid {obj['type']!r} message: {key} is not valid Unicode") from None
+    return value
+
+
+_SQL_FIELDS = frozenset({"type", "id", "req", "op", "sql"})
+_RESULT_FIELDS = frozenset({"type", "id", "outcome", "text"})
+_PARAMS = frozenset({"params"})
+
+
+def decode_from_worker(line: bytes) -> SqlRequest | Result:
+    """A per-call line from an (untrusted) worker, checked field by field; else `ProtocolError`."""
+    obj = _load(line)
+    kind = obj.get("type")
+    if kind == "sql":
+        _fields(obj, _SQL_FIELDS, _PARAMS)
+        op = obj["op"]
+        if op not in SQL_OPS:
+            raise ProtocolError("invalid 'sql' message: unknown op")
+        return SqlRequest(
+            _int(obj, "id"), _int(obj, "req"), op, _text(obj, "sql", MAX_SQL_CHARS), obj.get("params")
+        )
+    if kind == "result":
+        _fields(obj, _RESULT_FIELDS)
+        outcome = obj["outcome"]
+        if outcome not in OUTCOMES:
+            raise ProtocolError("invalid 'result' message: unknown outcome")
+        return Result(_int(obj, "id"), outcome, _text(obj, "text"))
+    raise ProtocolError(f"unexpected message type {str(kind)[:40]!r}")
+
+
+def decode_to_worker(line: bytes) -> Call | Cancel | SqlReply:
+    """A per-call line from the parent (trusted, but checked all the same: a bug must not pass)."""
+    obj = _load(line)
+    kind = obj.get("type")
+    try:
+        if kind == "call" and type(obj["arguments"]) is dict:
+            return Call(_int(obj, "id"), _text(obj, "tool"), obj["arguments"])
+        if kind == "cancel":
+            return Cancel(_int(obj, "id"))
+        if kind == "sql_reply":
+            del obj["type"]
+            reply = SqlReply(**obj)
+            if type(reply.rows) is not list or type(reply.id) is not int or type(reply.req) is not int:
+                raise ProtocolError("invalid 'sql_reply' message")
+            return reply
+    except (KeyError, TypeError) as exc:
+        raise ProtocolError(f"invalid {kind!r} message: {exc}") from None
+    raise ProtocolError(f"unexpected message type {str(kind)[:40]!r}")
+
+
 def decode(adapter: TypeAdapter[Any], line: bytes) -> Any:
+    """A start-up message (`INIT`, `STARTED`), validated by its pydantic model."""
     if len(line) > MAX_MESSAGE_BYTES:
         raise ProtocolError(f"message of {len(line)} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit")
     try:
@@ -142,6 +299,17 @@ def to_wire(value: Any) -> Any:
     return value
 
 
+def rows_to_wire(rows: list[Any]) -> list[Any]:
+    """Fetched rows as JSON lists; rows without a blob (the common case) are not walked value by value."""
+    out = []
+    for row in rows:
+        if any(type(v) is bytes for v in row):
+            out.append([to_wire(v) for v in row])
+        else:
+            out.append(list(row))
+    return out
+
+
 def from_wire(value: Any) -> Any:
     if isinstance(value, dict):
         if set(value) == {BYTES_KEY} and isinstance(value[BYTES_KEY], str):
@@ -150,3 +318,10 @@ def from_wire(value: Any) -> Any:
     if isinstance(value, list):
         return [from_wire(v) for v in value]
     return value
+
+
+def row_from_wire(row: list[Any]) -> tuple[Any, ...]:
+    """A row of scalars as a tuple; only a row holding a tagged blob is walked."""
+    if any(type(v) is dict for v in row):
+        return tuple(from_wire(v) for v in row)
+    return tuple(row)

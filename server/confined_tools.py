@@ -13,11 +13,14 @@ mid-call or a call over its time limit becomes `ConfinedToolCrash`.
 from __future__ import annotations
 
 import asyncio
+import collections
+import functools
 import itertools
 import logging
 import os
 import sqlite3
 import subprocess
+import time
 import weakref
 from pathlib import Path
 from typing import Any
@@ -27,8 +30,8 @@ from pydantic import ConfigDict, create_model
 
 from . import confinement
 from .confined_protocol import (
-    FROM_WORKER,
     MAX_MESSAGE_BYTES,
+    STARTED,
     Call,
     Cancel,
     Init,
@@ -40,11 +43,13 @@ from .confined_protocol import (
     SqlRequest,
     ToolDescription,
     decode,
+    decode_from_worker,
     encode,
     from_wire,
+    rows_to_wire,
     to_wire,
 )
-from .dbthreads import on_db_thread
+from .dbthreads import submit_on_db_thread
 from .errors import EnvLoadError, LoadProblem, ToolError
 from .manifest import EnvManifest
 from .tooldef import ToolSpec
@@ -97,6 +102,61 @@ class _StderrLog(asyncio.Protocol):
                 log.warning("confined env %s: %s", self.env, line[:500])
 
 
+class _WorkerOutput(asyncio.Protocol):
+    """A worker's stdout as one event loop reads it: lines split, each acted on in this callback.
+
+    No pump task and no queue between the pipe and a call: a statement is queued to the
+    episode's SQLite thread, and a result handed to its call, straight from `data_received`.
+    The first line (`Ready` or `LoadFailed`) goes to `first` instead. A line over
+    `MAX_MESSAGE_BYTES` (complete or not), or one that is not a per-call message, ends the worker.
+    Output of a pipe from an earlier attachment (a detached loop) never touches the worker.
+    """
+
+    def __init__(
+        self, worker: ToolWorker, proc: subprocess.Popen[bytes], first: asyncio.Future[bytes] | None
+    ) -> None:
+        self.worker, self.proc, self.attachment = worker, proc, worker._attachment
+        self.first: asyncio.Future[bytes] | None = first
+        self.buffer = bytearray()
+        self.scanned = 0  # how much of `buffer` holds no newline
+
+    def current(self) -> bool:
+        return self.worker._proc is self.proc and self.worker._attachment == self.attachment
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer
+        buffer += data
+        start = 0
+        try:
+            while (end := buffer.find(b"\n", self.scanned)) >= 0:
+                line, start = bytes(buffer[start : end + 1]), end + 1
+                self.scanned = start
+                if self.first is not None:
+                    first, self.first = self.first, None
+                    if not first.done():
+                        first.set_result(line)
+                elif self.current():
+                    self.worker._route(decode_from_worker(line))
+            if len(buffer) - start > MAX_MESSAGE_BYTES:
+                raise ProtocolError(f"a message exceeds the {MAX_MESSAGE_BYTES}-byte limit")
+        except ProtocolError as exc:
+            self.buffer.clear()
+            self.end(f"protocol violation: {exc}")
+            return
+        del buffer[:start]
+        self.scanned = len(buffer)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.end("it exited")
+
+    def end(self, reason: str) -> None:
+        if self.first is not None and not self.first.done():
+            self.first.set_result(b"")
+        self.first = None
+        if self.current():
+            self.worker.stop(reason)
+
+
 _WORKERS: weakref.WeakSet[ToolWorker] = weakref.WeakSet()
 """Every live worker, so a closing fleet can detach those attached to its event loop."""
 
@@ -114,6 +174,55 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+def _plain_connection(db: Any) -> aiosqlite.Connection | None:
+    """The episode's connection when its statements can be run by function on its thread.
+
+    A subclass that tracks writes in `execute` (synthesis's scratch connections) must see every
+    statement through its own methods: it gets None, and its statements take `serve_sql`.
+    """
+    conn = getattr(db, "_conn", None)
+    if isinstance(conn, aiosqlite.Connection) and type(conn).execute is aiosqlite.Connection.execute:
+        return conn
+    return None
+
+
+class _Raise:
+    """An exception, queued to a call in place of a message, that the call raises."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class _PendingCall:
+    """One call in flight: what the worker sent it and the call has not yet read, and its statements."""
+
+    __slots__ = ("conn", "db", "inbox", "last_statement", "transport", "waiter")
+
+    def __init__(self, db: Any, transport: asyncio.WriteTransport) -> None:
+        self.db, self.transport = db, transport
+        self.conn = _plain_connection(db)
+        self.inbox: collections.deque[Any] = collections.deque()
+        self.waiter: asyncio.Future[None] | None = None
+        self.last_statement: asyncio.Future[None] | None = None  # done once every statement sent is
+
+    def put(self, item: Any) -> None:
+        self.inbox.append(item)
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> Any:
+        while not self.inbox:
+            self.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+        return self.inbox.popleft()
+
+
 class ToolWorker:
     """One env's confined worker process, shared by every episode of that env."""
 
@@ -127,10 +236,9 @@ class ToolWorker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock: asyncio.Lock | None = None
         self._transport: asyncio.WriteTransport | None = None
-        self._calls: dict[int, asyncio.Queue[Any]] = {}
+        self._calls: dict[int, _PendingCall] = {}
         self._ids = itertools.count(1)
         self._death = ""
-        self._pump_task: asyncio.Task[None] | None = None
         self._read_transports: list[asyncio.BaseTransport] = []
         self._attachment = 0  # which (process, event loop) pairing the current pipes belong to
         _WORKERS.add(self)
@@ -153,7 +261,7 @@ class ToolWorker:
                 # the loop that served it is gone (e.g. one loop per test): keep the worker, new pipes
                 self._transport = None
                 self._attachment += 1
-                self._pump_task = loop.create_task(self._pump(await self._connect(loop), self._proc))
+                await self._connect(loop, None)
             else:
                 self.stop("the event loop changed")
         async with self._lock:
@@ -163,33 +271,32 @@ class ToolWorker:
         assert self._transport is not None
         return self._transport
 
-    async def _connect(self, loop: asyncio.AbstractEventLoop) -> asyncio.StreamReader:
-        """This loop's transports over duplicates of the worker's pipes (the originals stay ours)."""
+    async def _connect(self, loop: asyncio.AbstractEventLoop, first: asyncio.Future[bytes] | None) -> None:
+        """This loop's transports over duplicates of the worker's pipes (the originals stay ours).
+
+        `first` receives the worker's first line when it is starting; a reattached worker has none.
+        """
         proc = self._proc
         assert proc is not None and proc.stdout and proc.stderr and proc.stdin
         out, err, inp = (os.fdopen(os.dup(f.fileno()), mode, 0) for f, mode in (
             (proc.stdout, "rb"), (proc.stderr, "rb"), (proc.stdin, "wb")
         ))  # fmt: skip
-        reader = asyncio.StreamReader(limit=MAX_MESSAGE_BYTES + 1)
-        out_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), out)
+        out_transport, _ = await loop.connect_read_pipe(lambda: _WorkerOutput(self, proc, first), out)
         err_transport, _ = await loop.connect_read_pipe(lambda: _StderrLog(self.init.env), err)
         self._read_transports = [out_transport, err_transport]
         self._transport, _ = await loop.connect_write_pipe(asyncio.Protocol, inp)
-        return reader
 
     def detach(self) -> None:
-        """Let go of the current event loop (its pipe transports and pump); the process keeps running.
+        """Let go of the current event loop (its pipe transports); the process keeps running.
 
         The next call, from this loop or another, attaches again (new pipes, no restart). A fleet
-        detaches when it closes, so no pump is left pending in a loop that goes on without it (a
-        pump collected while pending is what asyncio reports as "Task was destroyed").
+        detaches when it closes, so no reader is left registered in a loop that goes on without it.
         """
         if self._calls:
-            return  # calls in flight on this loop still need their pump
-        self._attachment += 1  # the old pump, if it ever runs again, must not declare the worker dead
-        task, self._pump_task = self._pump_task, None
-        if task is not None and not task.done():
-            task.cancel()
+            return  # calls in flight on this loop still need their pipes
+        self._attachment += (
+            1  # the old pipes' reader, if it ever runs again, must not declare the worker dead
+        )
         for transport in [*self._read_transports, self._transport]:
             if transport is not None and not transport.is_closing():
                 try:
@@ -211,14 +318,15 @@ class ToolWorker:
         self._proc = proc
         self._attachment += 1
         self.starts += 1
-        reader = await self._connect(loop)
+        first: asyncio.Future[bytes] = loop.create_future()
+        await self._connect(loop, first)
         transport = self._transport
         assert transport is not None
         self._transport = None  # not alive until it said Ready
         transport.write(encode(self.init))
         try:
-            ready = decode(FROM_WORKER, await asyncio.wait_for(reader.readline(), START_TIMEOUT_S))
-        except (TimeoutError, ProtocolError, ValueError) as exc:
+            ready = decode(STARTED, await asyncio.wait_for(first, START_TIMEOUT_S))
+        except (TimeoutError, ProtocolError) as exc:
             _kill(proc)
             why = f"env {self.init.env!r}: its confined worker did not start ({exc})"
             raise ConfinedToolCrash(why) from exc
@@ -227,31 +335,59 @@ class ToolWorker:
             raise ConfinedToolCrash(f"env {self.init.env!r}: its confined worker came up with other tools")
         self._transport = transport
         self._death = ""
-        self._pump_task = loop.create_task(self._pump(reader, proc))  # held: the loop keeps tasks weakly
 
-    async def _pump(self, reader: asyncio.StreamReader, proc: subprocess.Popen[bytes]) -> None:
-        """Route each worker line to the call it belongs to; any misbehaviour ends the worker.
+    def _route(self, msg: SqlRequest | Result) -> None:
+        """Hand one of the worker's messages to its call; a statement is run at once.
 
-        A pump abandoned with its event loop (closed or collected) ends without touching the
-        worker: only the current attachment's pump may declare it dead.
+        A read the call sends when none of its statements is pending runs right here, on the
+        event loop's thread (see `_read_inline`); any other statement is queued to the episode's
+        SQLite thread behind the call's earlier ones, and answered from there.
         """
-        attachment = self._attachment
-        reason = "it exited"
-        try:
-            while True:
-                line = await reader.readline()
-                if not line:
-                    break
-                msg = decode(FROM_WORKER, line)
-                if not isinstance(msg, SqlRequest | Result):
-                    raise ProtocolError(f"unexpected {msg.type!r} message")
-                queue = self._calls.get(msg.id)
-                if queue is not None:
-                    queue.put_nowait(msg)
-        except (ProtocolError, ValueError) as exc:
-            reason = f"protocol violation: {exc}"
-        if self._proc is proc and self._attachment == attachment:
-            self.stop(reason)
+        pending = self._calls.get(msg.id)
+        if pending is None:
+            return  # a call that is over (cancelled, timed out): nothing it sends matters any more
+        if type(msg) is SqlRequest and pending.conn is not None:
+            conn = pending.conn
+            last = pending.last_statement
+            if (last is None or last.done()) and conn._connection is not None and _is_read(msg):
+                try:
+                    reply = _read_inline(conn._conn, msg)
+                except Exception as exc:  # a value SQLite cannot bind (as on the thread): the call fails
+                    pending.put(_Raise(exc))
+                    return
+                if reply is not None:
+                    if not pending.transport.is_closing():
+                        pending.transport.write(reply)
+                    return
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            pending.last_statement = done
+            then = functools.partial(self._answer, msg.id, pending, done)
+            try:
+                submit_on_db_thread(conn, _answer_statement, conn._conn, msg, then=then)
+            except ValueError as exc:  # the episode's connection is closed
+                reply = encode(
+                    SqlReply(id=msg.id, req=msg.req, error=str(exc), error_class="ProgrammingError")
+                )
+                then(reply, None)
+            return
+        pending.put(msg)
+
+    def _answer(
+        self,
+        call_id: int,
+        pending: _PendingCall,
+        done: asyncio.Future[None],
+        reply: bytes | None,
+        exc: BaseException | None,
+    ) -> None:
+        """On the loop: send a statement's answer, if its call still waits for it."""
+        done.set_result(None)
+        if self._calls.get(call_id) is not pending:
+            return
+        if exc is not None:
+            pending.put(_Raise(exc))
+        elif reply is not None and not pending.transport.is_closing():
+            pending.transport.write(reply)
 
     def stop(self, reason: str) -> None:
         """Kill the worker (if any) and fail the calls it was running."""
@@ -268,28 +404,35 @@ class ToolWorker:
                 if pipe is not None:
                     pipe.close()
             self._death = f"{reason}; exit status {proc.returncode}"
-            for queue in self._calls.values():
-                queue.put_nowait(_DIED)
+            for pending in self._calls.values():
+                pending.put(_DIED)
 
     async def call(self, db: Any, tool: str, arguments: dict[str, Any]) -> str:
         """Run `tool` in the worker, serving its SQL with `db`; the rendered result text."""
         transport = await self._ensure()
         call_id = next(self._ids)
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-        self._calls[call_id] = queue
+        pending = _PendingCall(db, transport)
+        self._calls[call_id] = pending
         proc = self._proc
         try:
             transport.write(encode(Call(id=call_id, tool=tool, arguments=to_wire(arguments))))
             async with asyncio.timeout(self.limits.call_timeout_s):
                 while True:
-                    msg = await queue.get()
+                    msg = await pending.get()
                     if msg is _DIED:
                         raise ConfinedToolCrash(f"tool '{tool}': its confined worker died ({self._death})")
-                    if isinstance(msg, SqlRequest):
+                    if type(msg) is _Raise:
+                        raise msg.exc
+                    if type(msg) is SqlRequest:
                         if not transport.is_closing():
                             transport.write(encode(await serve_sql(db, msg)))
                         continue
-                    assert isinstance(msg, Result)
+                    assert type(msg) is Result
+                    last = pending.last_statement
+                    if last is not None and not last.done():
+                        # a result sent before a statement's answer (a tool that did not await it):
+                        # that statement still runs before the runtime commits or rolls back
+                        await asyncio.wait([last])
                     if msg.outcome == "ok":
                         return msg.text
                     if msg.outcome == "refused":
@@ -307,6 +450,104 @@ class ToolWorker:
             raise
         finally:
             self._calls.pop(call_id, None)
+
+
+INLINE_READ_BUDGET_S = 0.02
+"""How long a read may hold the event loop's thread before it is stopped and run on the SQLite thread."""
+_PROGRESS_STEPS = 1000  # SQLite VM instructions between two looks at the clock
+
+
+class _TransactionLost(ConfinedToolCrash):
+    """Stopping a read ended the call's transaction (SQLite keeps it for reads; checked all the same)."""
+
+
+def _is_read(msg: SqlRequest) -> bool:
+    """A plain SELECT: it cannot change the database, so stopping it part way and running it again
+    is harmless."""
+    return msg.op != "executemany" and msg.sql.lstrip()[:6].upper() == "SELECT"
+
+
+def _read_inline(conn: sqlite3.Connection, msg: SqlRequest) -> bytes | None:
+    """Run a read on this (the event loop's) thread; None when it ran past `INLINE_READ_BUDGET_S`.
+
+    A statement's trip to the SQLite thread and back wakes two threads; on a loaded machine each
+    wake waits for a core, and that was most of a confined call's cost. A tool's reads on a small
+    in-memory database take microseconds, so they run here. The episode's lock is held by the
+    call and no statement of the call is pending on the SQLite thread, so nothing else uses the
+    connection meanwhile. A read that runs long is interrupted (a SELECT leaves the transaction as
+    it was) and the caller queues it to the SQLite thread, so the loop is never held for longer.
+    """
+    deadline = time.monotonic() + INLINE_READ_BUDGET_S
+    stopped = False
+
+    def past_budget() -> bool:
+        nonlocal stopped
+        stopped = time.monotonic() > deadline
+        return stopped
+
+    in_transaction = conn.in_transaction
+    conn.set_progress_handler(past_budget, _PROGRESS_STEPS)
+    try:
+        reply = _answer_statement(conn, msg)
+    finally:
+        conn.set_progress_handler(None, 0)
+    if not stopped:
+        return reply
+    if in_transaction and not conn.in_transaction:
+        raise _TransactionLost("a read was stopped part way and the call's transaction ended with it")
+    return None
+
+
+def _answer_statement(conn: sqlite3.Connection, msg: SqlRequest) -> bytes:
+    """Run one of the worker's statements on the episode's connection; the encoded `SqlReply`.
+
+    The same operations as the `Db` methods the worker's `RemoteDb` mirrors, one trip each.
+    """
+    params = from_wire(msg.params)
+    if params is None:
+        params = ()
+    try:
+        op = msg.op
+        if op == "execute":
+            columns, rows, rowcount, lastrowid = _run_statement(conn, msg.sql, params)
+            reply = SqlReply(
+                msg.id,
+                msg.req,
+                columns=columns,
+                rows=rows_to_wire(rows),
+                rowcount=rowcount,
+                lastrowid=lastrowid,
+            )
+        elif op == "executemany":
+            conn.executemany(msg.sql, params).close()
+            reply = SqlReply(msg.id, msg.req)
+        elif op == "execute_fetchall" or op == "fetch_all":
+            columns, rows, _, _ = _run_statement(conn, msg.sql, params)
+            if op == "fetch_all":
+                reply = SqlReply(
+                    msg.id, msg.req, columns=(columns or []) if rows else [], rows=rows_to_wire(rows)
+                )
+            else:
+                reply = SqlReply(msg.id, msg.req, rows=rows_to_wire(rows))
+        elif op == "fetch_one":
+            row = _first_row(conn, msg.sql, params)
+            reply = SqlReply(
+                msg.id,
+                msg.req,
+                columns=[] if row is None else row[0],
+                rows=[] if row is None else rows_to_wire([row[1]]),
+            )
+        else:
+            value = _first_row(conn, msg.sql, params)
+            reply = SqlReply(msg.id, msg.req, rows=rows_to_wire([[None if value is None else value[1][0]]]))
+    except sqlite3.Error as exc:
+        reply = SqlReply(msg.id, msg.req, error=str(exc), error_class=type(exc).__name__)
+    except (TypeError, ValueError) as exc:
+        reply = SqlReply(msg.id, msg.req, error=str(exc), error_class="ProgrammingError")
+    try:
+        return encode(reply)
+    except ProtocolError:
+        return encode(SqlReply(msg.id, msg.req, error="result too large", error_class="OperationalError"))
 
 
 def _reply_rows(msg: SqlRequest, **fields: Any) -> SqlReply:
@@ -331,16 +572,17 @@ def _run_statement(conn: sqlite3.Connection, sql: str, params: Any) -> Statement
         cur.close()
 
 
-async def _statement(db: Any, sql: str, params: Any) -> Statement:
-    """One statement with its cursor's facts, in one trip to the episode's SQLite thread.
+def _first_row(conn: sqlite3.Connection, sql: str, params: Any) -> tuple[list[str], list[Any]] | None:
+    cur = conn.execute(sql, params)
+    try:
+        row = cur.fetchone()
+        return None if row is None else ([d[0] for d in cur.description], list(row))
+    finally:
+        cur.close()
 
-    `Db.execute` gives an aiosqlite cursor whose fetch and close are a trip each; the episode's
-    connection runs a function on its thread in one (as `Db.fetch_all` does).
-    """
-    conn = getattr(db, "_conn", None)
-    if isinstance(conn, aiosqlite.Connection) and type(conn).execute is aiosqlite.Connection.execute:
-        # a plain episode connection; subclasses that track writes in `execute` take the long way
-        return await on_db_thread(conn, _run_statement, conn._conn, sql, params)
+
+async def _statement(db: Any, sql: str, params: Any) -> Statement:
+    """One statement with its cursor's facts, through the `Db` (a connection that tracks writes)."""
     cur = await db.execute(sql, params)
     try:
         desc = cur.description
@@ -351,7 +593,11 @@ async def _statement(db: Any, sql: str, params: Any) -> Statement:
 
 
 async def serve_sql(db: Any, msg: SqlRequest) -> SqlReply:
-    """Run one of the worker's statements on the episode's `Db` and package the answer."""
+    """Run one of the worker's statements through the episode's `Db` and package the answer.
+
+    For connections that must see each statement through their own methods; a plain episode
+    connection runs it in one function on its thread instead (`_answer_statement`).
+    """
     params = from_wire(msg.params)
     if params is None:
         params = ()
@@ -422,7 +668,7 @@ def _describe(command: list[str], init: Init, path: Path) -> Ready:
         raise EnvLoadError([LoadProblem(path, None, why)]) from exc
     first = done.stdout.split(b"\n", 1)[0]
     try:
-        reply = decode(FROM_WORKER, first)
+        reply = decode(STARTED, first)
     except ProtocolError as exc:
         tail = (done.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
         raise EnvLoadError([LoadProblem(path, None, f"confined worker failed: {tail[:300]}")]) from exc

@@ -5,9 +5,11 @@ Run as a script (`python -I confined_worker.py [--require-seccomp]`) under bubbl
 db, loader, runtime: no MCP, no HTTP) so that starting it is cheap, reads the `Init` line (the
 tools source travels over the pipe: the worker cannot even read the env folder), confines itself
 (`confinement_inner`), and only then executes tools.py. It answers `Ready` with the tool specs,
-then serves `Call`s concurrently, one asyncio task each. A tool gets a `RemoteDb`: every
-statement is a `SqlRequest` the parent runs on the episode's connection; the worker holds no
-database. Protocol output goes to a private duplicate of stdout; fd 1 is pointed at stderr so a
+then serves `Call`s concurrently: each call's coroutine is stepped by hand from the pipe's
+reader callback (`_DrivenCall`), not by an asyncio task, since a call is mostly waits for its
+statements and a task step per message is most of a message's cost. A tool gets a `RemoteDb`:
+every statement is a `SqlRequest` the parent runs on the episode's connection; the worker holds
+no database. Protocol output goes to a private duplicate of stdout; fd 1 is pointed at stderr so a
 tool's `print` cannot forge protocol lines.
 """
 
@@ -15,13 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import functools
 import os
 import sqlite3
 import sys
 import traceback
 import types
-from collections.abc import Iterable
+from collections.abc import Coroutine, Generator, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -46,13 +47,14 @@ _light_package()
 
 from envforge.server import confinement_inner, loader, runtime  # noqa: E402
 from envforge.server.confined_protocol import (  # noqa: E402
+    INIT,
     MAX_MESSAGE_BYTES,
-    TO_WORKER,
     Call,
     Cancel,
     Init,
     LoadFailed,
     Problem,
+    ProtocolError,
     Ready,
     Result,
     SqlOp,
@@ -60,12 +62,16 @@ from envforge.server.confined_protocol import (  # noqa: E402
     SqlRequest,
     ToolDescription,
     decode,
+    decode_to_worker,
     encode,
     from_wire,
+    row_from_wire,
     to_wire,
 )
 from envforge.server.errors import EnvLoadError, ToolError  # noqa: E402
 from envforge.server.tooldef import ToolSpec  # noqa: E402
+
+READ_CHUNK = 1 << 16
 
 
 def _param(value: Any) -> Any:
@@ -92,30 +98,67 @@ def _sql_error(reply: SqlReply) -> Exception:
     return sqlite3.DatabaseError(reply.error)
 
 
-class Channel:
-    """The worker's end of the pipes: sends lines, matches SQL replies to their requests."""
+class _Suspend:
+    """What a hand-driven tool yields while its statement is away: the driver sends the reply in."""
 
-    def __init__(self, transport: asyncio.WriteTransport) -> None:
-        self.transport = transport
+    __slots__ = ("key",)
+
+    def __init__(self, key: tuple[int, int]) -> None:
+        self.key = key
+
+    def __await__(self) -> Generator[_Suspend, SqlReply, SqlReply]:
+        reply = yield self
+        return reply
+
+
+class Channel:
+    """The worker's end of the pipes: sends lines, routes each SQL reply to the statement awaiting it.
+
+    A call's coroutine is driven by hand (`_DrivenCall`), so a statement costs no asyncio task
+    step: the coroutine yields a `_Suspend`, and the reply is sent straight into it from the
+    pipe's reader callback. A statement awaited elsewhere (in a task the tool started itself)
+    waits on an asyncio future instead.
+    """
+
+    def __init__(self, protocol_fd: int) -> None:
+        self.fd = protocol_fd
+        self.suspended: dict[tuple[int, int], _DrivenCall] = {}
         self.waiting: dict[tuple[int, int], asyncio.Future[SqlReply]] = {}
+        self.driving: int | None = None  # the id of the call being stepped by hand right now
         self.next_req = 0
 
     def send(self, message: Any) -> None:
-        self.transport.write(encode(message))
+        data = memoryview(encode(message))
+        while data:
+            data = data[os.write(self.fd, data) :]
 
     async def sql(self, call_id: int, op: SqlOp, sql: str, params: Any) -> SqlReply:
         self.next_req += 1
         key = (call_id, self.next_req)
-        future: asyncio.Future[SqlReply] = asyncio.get_running_loop().create_future()
-        self.waiting[key] = future
-        try:
+        if self.driving == call_id:
             self.send(SqlRequest(id=call_id, req=key[1], op=op, sql=sql, params=params))
-            reply = await future
-        finally:
-            self.waiting.pop(key, None)
+            reply = await _Suspend(key)
+        else:
+            future: asyncio.Future[SqlReply] = asyncio.get_running_loop().create_future()
+            self.waiting[key] = future
+            try:
+                self.send(SqlRequest(id=call_id, req=key[1], op=op, sql=sql, params=params))
+                reply = await future
+            finally:
+                self.waiting.pop(key, None)
         if reply.error is not None:
             raise _sql_error(reply)
         return reply
+
+    def deliver(self, reply: SqlReply) -> None:
+        key = (reply.id, reply.req)
+        call = self.suspended.pop(key, None)
+        if call is not None:
+            call.step(reply)
+            return
+        future = self.waiting.get(key)
+        if future is not None and not future.done():
+            future.set_result(reply)
 
 
 class RemoteCursor:
@@ -127,7 +170,7 @@ class RemoteCursor:
         self.description = None if cols is None else tuple((c, *blank) for c in cols)
         self.rowcount = reply.rowcount
         self.lastrowid = reply.lastrowid
-        self._rows = [tuple(from_wire(r)) for r in reply.rows]
+        self._rows = [row_from_wire(r) for r in reply.rows]
 
     async def fetchone(self) -> tuple[Any, ...] | None:
         return self._rows.pop(0) if self._rows else None
@@ -189,18 +232,18 @@ class RemoteDb:
 
     async def execute_fetchall(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
         reply = await self._channel.sql(self._call, "execute_fetchall", sql, _params(params))
-        return [tuple(from_wire(r)) for r in reply.rows]
+        return [row_from_wire(r) for r in reply.rows]
 
     async def fetch_all(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
         reply = await self._channel.sql(self._call, "fetch_all", sql, _params(params))
         cols = reply.columns or []
-        return [dict(zip(cols, from_wire(r), strict=True)) for r in reply.rows]
+        return [dict(zip(cols, row_from_wire(r), strict=True)) for r in reply.rows]
 
     async def fetch_one(self, sql: str, params: Any = ()) -> dict[str, Any] | None:
         reply = await self._channel.sql(self._call, "fetch_one", sql, _params(params))
         if not reply.rows:
             return None
-        return dict(zip(reply.columns or [], from_wire(reply.rows[0]), strict=True))
+        return dict(zip(reply.columns or [], row_from_wire(reply.rows[0]), strict=True))
 
     async def fetch_value(self, sql: str, params: Any = ()) -> Any:
         reply = await self._channel.sql(self._call, "fetch_value", sql, _params(params))
@@ -224,11 +267,6 @@ class _EnvShim:
 
     def __init__(self, argument_errors: str) -> None:
         self.manifest = _Manifest(argument_errors)
-
-
-def _forget(running: dict[int, asyncio.Task[None]], call_id: int, _task: asyncio.Task[None]) -> None:
-    """A finished call's task leaves the table of running ones (a done-callback)."""
-    running.pop(call_id, None)
 
 
 async def _run_call(channel: Channel, tools: dict[str, ToolSpec], env: _EnvShim, msg: Call) -> None:
@@ -255,34 +293,120 @@ async def _run_call(channel: Channel, tools: dict[str, ToolSpec], env: _EnvShim,
         channel.send(Result(id=msg.id, outcome="crashed", text=str(exc) or type(exc).__name__))
 
 
+class _DrivenCall:
+    """One call's coroutine, stepped by hand instead of by an asyncio task.
+
+    A tool awaits its `RemoteDb` almost always; stepping its coroutine straight from the pipe's
+    reader callback saves the task machinery (a loop iteration and a future per statement).
+    Whatever else it awaits is honoured as an asyncio task would: an asyncio future resumes it
+    from that future's done-callback, a bare `yield` (`asyncio.sleep(0)`) on the next loop pass.
+    """
+
+    __slots__ = ("_future", "_handle", "channel", "coro", "id", "running")
+
+    def __init__(
+        self, channel: Channel, call_id: int, coro: Coroutine[Any, Any, None], running: dict[int, _DrivenCall]
+    ) -> None:
+        self.channel, self.id, self.coro, self.running = channel, call_id, coro, running
+        self._future: asyncio.Future[Any] | None = None
+        self._handle: asyncio.Handle | None = None
+
+    def step(self, value: Any = None, exc: BaseException | None = None) -> None:
+        self._future = self._handle = None
+        channel = self.channel
+        channel.driving = self.id
+        try:
+            yielded = self.coro.send(value) if exc is None else self.coro.throw(exc)
+        except BaseException:  # _run_call answered (or was cancelled): the call is over
+            self.running.pop(self.id, None)
+            return
+        finally:
+            channel.driving = None
+        if type(yielded) is _Suspend:
+            channel.suspended[yielded.key] = self
+        elif asyncio.isfuture(yielded) and getattr(yielded, "_asyncio_future_blocking", False):
+            yielded._asyncio_future_blocking = False
+            self._future = yielded
+            yielded.add_done_callback(self._wake)
+        elif yielded is None:
+            self._handle = asyncio.get_running_loop().call_soon(self.step)
+        else:
+            error = RuntimeError(f"a confined tool awaited something other than its database: {yielded!r}")
+            self._handle = asyncio.get_running_loop().call_soon(self.step, None, error)
+
+    def _wake(self, _future: asyncio.Future[Any]) -> None:
+        self.step()
+
+    def cancel(self) -> None:
+        """As `Task.cancel`: what it waits on is dropped and `CancelledError` is raised inside it."""
+        for key in [k for k, call in self.channel.suspended.items() if call is self]:
+            del self.channel.suspended[key]
+        if self._future is not None:
+            self._future.remove_done_callback(self._wake)
+            self._future.cancel()
+        if self._handle is not None:
+            self._handle.cancel()
+        self.step(None, asyncio.CancelledError())
+
+
+class _Serving:
+    """Reads the parent's lines from stdin in the loop's reader callback and acts on each at once."""
+
+    def __init__(
+        self, tools: dict[str, ToolSpec], init: Init, channel: Channel, done: asyncio.Future[None]
+    ) -> None:
+        self.tools, self.channel, self.done = tools, channel, done
+        self.env = _EnvShim(init.argument_errors)
+        self.cpu_budget = int(init.limits["cpu_seconds_per_call"])
+        self.running: dict[int, _DrivenCall] = {}
+        self.buffer = bytearray()
+
+    def readable(self) -> None:
+        data = os.read(0, READ_CHUNK)
+        if not data:
+            self.finish()
+            return
+        buffer = self.buffer
+        buffer += data
+        start = 0
+        while (end := buffer.find(b"\n", start)) >= 0:
+            try:
+                msg = decode_to_worker(bytes(buffer[start : end + 1]))
+            except ProtocolError as exc:  # the parent is trusted: a bug, and nothing to go on with
+                raise SystemExit(f"confined worker: {exc}") from None
+            self.handle(msg)
+            start = end + 1
+        del buffer[:start]
+        if len(buffer) > MAX_MESSAGE_BYTES:
+            raise SystemExit("confined worker: a message from the parent exceeds the size limit")
+
+    def handle(self, msg: Call | Cancel | SqlReply) -> None:
+        if type(msg) is SqlReply:
+            self.channel.deliver(msg)
+        elif type(msg) is Call:
+            confinement_inner.arm_cpu_budget(self.cpu_budget)
+            call = _DrivenCall(
+                self.channel, msg.id, _run_call(self.channel, self.tools, self.env, msg), self.running
+            )
+            self.running[msg.id] = call
+            call.step()
+        elif type(msg) is Cancel and (cancelled := self.running.get(msg.id)) is not None:
+            cancelled.cancel()
+
+    def finish(self) -> None:
+        asyncio.get_running_loop().remove_reader(0)
+        for call in list(self.running.values()):
+            call.cancel()
+        if not self.done.done():
+            self.done.set_result(None)
+
+
 async def serve(tools: dict[str, ToolSpec], init: Init, protocol_fd: int) -> None:
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=MAX_MESSAGE_BYTES)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(0, "rb", 0))
-    transport, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(protocol_fd, "wb", 0))
-    channel = Channel(transport)
-    env = _EnvShim(init.argument_errors)
-    running: dict[int, asyncio.Task[None]] = {}
-    cpu_budget = int(init.limits["cpu_seconds_per_call"])
-    while True:
-        line = await reader.readline()
-        if not line:
-            break
-        msg = decode(TO_WORKER, line)
-        if isinstance(msg, Call):
-            confinement_inner.arm_cpu_budget(cpu_budget)
-            task = asyncio.create_task(_run_call(channel, tools, env, msg))
-            running[msg.id] = task
-            task.add_done_callback(functools.partial(_forget, running, msg.id))
-        elif isinstance(msg, Cancel):
-            if (cancelled := running.get(msg.id)) is not None:
-                cancelled.cancel()
-        elif isinstance(msg, SqlReply):
-            future = channel.waiting.get((msg.id, msg.req))
-            if future is not None and not future.done():
-                future.set_result(msg)
-    for task in list(running.values()):
-        task.cancel()
+    done: asyncio.Future[None] = loop.create_future()
+    serving = _Serving(tools, init, Channel(protocol_fd), done)
+    loop.add_reader(0, serving.readable)
+    await done
 
 
 def _describe(tools: dict[str, ToolSpec]) -> Ready:
@@ -306,7 +430,7 @@ def main() -> None:
     protocol_fd = os.dup(1)
     os.dup2(2, 1)  # anything the env prints goes to stderr, never into the protocol
     sys.stdout = sys.stderr
-    init = decode(TO_WORKER, sys.stdin.buffer.readline(MAX_MESSAGE_BYTES + 1))
+    init = decode(INIT, sys.stdin.buffer.readline(MAX_MESSAGE_BYTES + 1))
     if not isinstance(init, Init):
         raise SystemExit("confined worker: the first message must be 'init'")
     confinement_inner.confine_self(init.limits, require_seccomp="--require-seccomp" in sys.argv)

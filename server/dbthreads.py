@@ -11,6 +11,7 @@ a thread to stop. Tools see a plain `aiosqlite.Connection`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import os
 import sqlite3
@@ -37,6 +38,55 @@ async def on_db_thread(
     """
     execute = cast(Callable[..., Awaitable[_T]], conn._execute)
     return await execute(fn, *args, **kwargs)
+
+
+class _Completion:
+    """Receives a queued job's outcome in place of a future and hands it straight to a callback.
+
+    Both thread loops (ours and aiosqlite's own) deliver a job's outcome with
+    `future.get_loop().call_soon_threadsafe(deliver, future, ...)`, and `deliver` checks `done()`
+    then calls `set_result` or `set_exception`; this object offers exactly that, so the callback
+    runs in that one loop pass, not in a second one scheduled by a future's done-callbacks.
+    """
+
+    __slots__ = ("_done", "_loop", "_then")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, then: Callable[[Any, BaseException | None], None]):
+        self._loop, self._then, self._done = loop, then, False
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, value: Any) -> None:
+        self._done = True
+        self._then(value, None)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._done = True
+        self._then(None, exc)
+
+
+def submit_on_db_thread(
+    conn: aiosqlite.Connection,
+    fn: Callable[_P, _T],
+    *args: Any,
+    then: Callable[[_T | None, BaseException | None], None],
+) -> None:
+    """Queue `fn(*args)` on `conn`'s thread now; `then(value, None)` or `then(None, exc)` runs on
+    the event loop when it is done.
+
+    `on_db_thread` for callers that are callbacks, not coroutines (a pipe's reader): the job is
+    queued before this returns, in order with every other job of the connection, so a rollback
+    queued after it also comes after it. Raises ValueError when the connection is closed.
+    """
+    if not conn._running or conn._connection is None:
+        raise ValueError("Connection closed")
+    completion = _Completion(asyncio.get_running_loop(), then)
+    # duck-typed as the future both thread loops expect (see `_Completion`)
+    conn._tx.put_nowait((cast("asyncio.Future[Any]", completion), functools.partial(fn, *args)))
 
 
 def _deliver(future: asyncio.Future[Any], ok: bool, value: Any) -> None:

@@ -171,7 +171,7 @@ class HTTPGuard:
         """Run the app with a receive that enforces the body's size and read time.
 
         On a breach the app is told the client went away (so it stops), and the client gets 413
-        or 408 if no response had started.
+        or 408 if no response had started; whatever the app answers to that disconnect is dropped.
         """
         received = 0
         body_done = False
@@ -197,6 +197,8 @@ class HTTPGuard:
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
+            if breach is not None and not started:
+                return  # the app's answer to the "disconnect" (the MCP SDK's is a 500): the breach answers
             if message["type"] == "http.response.start":
                 started = True
             await send(message)
