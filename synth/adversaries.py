@@ -35,6 +35,9 @@ SPRAY_NUMBERS = range(1000)
 # Argument sets `read_all` tries per read tool at most.
 READ_ALL_PER_TOOL = 5
 
+# The numbers' texts, made once (every spray message starts with them).
+_SPRAY_NUMBER_TEXTS: dict[str, None] = {str(i): None for i in SPRAY_NUMBERS}
+
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/-]*")
 
 
@@ -150,7 +153,7 @@ def result_values(texts: Iterable[str]) -> list[str]:
 
 def spray_message(results: Iterable[str], entity_ids: Iterable[str] = ()) -> str:
     """One message stating every candidate answer, one a line: 0..999, what the results showed, the ids."""
-    seen: dict[str, None] = {str(i): None for i in SPRAY_NUMBERS}
+    seen = dict(_SPRAY_NUMBER_TEXTS)
     for value in (*result_values(results), *entity_ids):
         seen.setdefault(" ".join(value.split()), None)
     return "The answer is one of:\n" + "\n".join(seen)

@@ -117,20 +117,21 @@ async def synthesize(
             task_id = f"{env.name}-{seed}-{k:05d}"
             k += 1
             try:
-                task, golden = await build_task(ctx, task_id, task_seed, cfg)
+                built = await build_task(ctx, task_id, task_seed, cfg)
             except BuildFailed as exc:
                 report.discarded[f"build:{exc.reason}"] += 1
                 continue
+            task, golden = built.task, built.golden
             keys = task_keys(task)
             if any(key in seen for key in keys):
                 report.discarded["duplicate"] += 1
                 continue
-            failed = await verify_task(ctx, task, golden_state=golden)
+            failed = await verify_task(ctx, task, golden_state=golden.state)
             if failed:
                 report.discarded[f"check:{failed[0]}"] += 1
                 continue
             if adversaries:
-                gamed = gamed_by(await adversary_rewards(ctx, task, golden_state=golden, until_gamed=True))
+                gamed = gamed_by(await adversary_rewards(ctx, task, golden=golden, until_gamed=True))
                 if gamed:
                     report.discarded[f"adversary:{gamed[0]}"] += 1
                     continue

@@ -25,6 +25,7 @@ from envforge.server import State
 from . import reasoning as R
 from .context import SynthContext, call_key, setup_key
 from .domains import DomainValues, accepts, weighted_choice
+from .golden import BuiltTask, GoldenRun
 from .mirror import Mirror
 from .models import (
     ArgSource,
@@ -132,6 +133,12 @@ class Builder:
     _reasonings: dict[tuple[Any, ...], list[tuple[Any, ...]]] = field(default_factory=dict)
     # The episode's state as (initial state, successful write calls...): the key of the call memo.
     history: tuple[Any, ...] = ("",)
+    # Each executed call node's result text (`GoldenRun.texts`).
+    texts: dict[str, str] = field(default_factory=dict)
+    # The state right after the first successful write (`GoldenRun.after_first_write`), taken
+    # when a second write is about to run; None until then, or when the mirror did not hold it whole.
+    after_first_write: State | None = None
+    _first_write_taken: bool = False
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -252,10 +259,16 @@ class Builder:
     async def _run(self, call: Call) -> tuple[bool, Any, StateDiff | None, str]:
         """Execute one call; (ok, parsed result, state diff for writes, text)."""
         key = self._key(call)
+        read_only = self.env.tools[call.name].read_only
+        if not read_only and self.writes == 1 and not self._first_write_taken:
+            # Only successful writes that change something change the state, and each is recorded
+            # as it runs: with one recorded, the state now is the one right after it.
+            self._first_write_taken = True
+            if not self.stale:
+                self.after_first_write = dict(self.mirror.state)  # the mirror replaces, never mutates, lists
         res = await self.ctx.call(self.episode, self.history, call, key)
         self.last_kind = res.kind
         written = self.episode.conn.take_written()
-        read_only = self.env.tools[call.name].read_only
         if res.is_error:
             self.ctx.outcomes.record(call.name, read_only, call.arguments, False, res.text)
             return False, None, None, res.text
@@ -304,6 +317,7 @@ class Builder:
         *,
         refused: bool = False,
         executed: bool = True,
+        text: str = "",
     ) -> DagNode:
         spec = self.env.tools[call.name]
         node = DagNode(
@@ -326,6 +340,7 @@ class Builder:
                 self._add_fact(s.param, call.arguments[s.param], node.id)
         if executed:
             self.calls += 1
+            self.texts[node.id] = text
             self.done_calls.add(self._key(call))
             reads = set(self.ctx.tool(call.name).reads)
             for prev in self.nodes[:-1]:
@@ -391,9 +406,9 @@ class Builder:
         for _ in range(self.cfg.tries_per_step):
             args, sources = self._fill(tool, fixed)
             call = Call(name=tool, arguments=args)
-            ok, data, diff, _ = await self._run(call)
+            ok, data, diff, text = await self._run(call)
             if ok and (diff is None or diff):
-                self._record_call(call, sources, data, diff)
+                self._record_call(call, sources, data, diff, text=text)
                 return
         raise BuildFailed("start_failed")
 
@@ -510,7 +525,7 @@ class Builder:
         call = Call(name=e.target, arguments=args)
         if self._key(call) in self.done_calls:
             return False
-        ok, data, diff, _ = await self._run(call)
+        ok, data, diff, text = await self._run(call)
         self.ctx.outcomes.record_edge(o.feeds, ok and (diff is None or bool(diff)))
         refuse = (
             not ok
@@ -524,7 +539,7 @@ class Builder:
         if ok and diff is not None and not diff:
             return False  # a write that changed nothing proves nothing
         self._commit_reasoning(pre)
-        self._record_call(call, sources, data, diff, refused=refuse)
+        self._record_call(call, sources, data, diff, refused=refuse, text=text)
         return True
 
     def _pick_value(self, o: _Option) -> Any:
@@ -666,7 +681,7 @@ class Builder:
             )
         if not works:
             return False
-        ok, result, diff, _ = await self._run(run)
+        ok, result, diff, text = await self._run(run)
         if not ok or not diff:
             return False
         bid = self._new_id()
@@ -698,7 +713,12 @@ class Builder:
             (else_call, second_src, not take_then),
         ):
             node = self._record_call(
-                call, sources, result if executed else None, diff if executed else None, executed=executed
+                call,
+                sources,
+                result if executed else None,
+                diff if executed else None,
+                executed=executed,
+                text=text if executed else "",
             )
             self._edge(bid, node.id, "control", "then" if call is then_call else "else")
         return True
@@ -818,8 +838,9 @@ def dag_depth(dag: Dag) -> int:
     return max(depth.values(), default=0)
 
 
-async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tuple[Task, State]:
-    """Build and execute one task: (task, golden state). Raises `BuildFailed` when the walk cannot finish."""
+async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> BuiltTask:
+    """Build and execute one task, with what its golden run showed. Raises `BuildFailed` when the
+    walk cannot finish."""
     rng = random.Random(seed)
     setup = None
     setup_rng = random.Random(f"{seed}:setup")
@@ -910,4 +931,9 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tup
             tables=len(tables),
         ),
     )
-    return task, golden
+    run = GoldenRun(
+        state=golden,
+        texts=tuple(b.texts[n.id] for n in executed),
+        after_first_write=b.after_first_write,
+    )
+    return BuiltTask(task=task, golden=run)

@@ -26,6 +26,7 @@ from envforge.server import State, execute, state_hash
 
 from .adversaries import ADVERSARIES, ToolShape, adversary_calls, adversary_message, counts, write_positions
 from .context import setup_key
+from .golden import GoldenRun
 from .models import Call, DagNode, RowCheck, Task
 from .scoring import oracle_messages, reward_of
 from .statediff import cents_hash, states_match
@@ -189,23 +190,30 @@ async def _run_reads_too(
 
 
 async def adversary_rewards(
-    ctx: Any, task: Task, *, golden_state: State | None = None, until_gamed: bool = False
+    ctx: Any, task: Task, *, golden: GoldenRun | None = None, until_gamed: bool = False
 ) -> dict[str, float | None]:
     """Each adversary's reward on `task`; None where its run is the golden solution in disguise
     (`adversaries.counts`).
 
     Standalone (`envforge check`) every judged run is executed and scored against the task's
-    stored hashes. Right after synthesis, `golden_state` (what the golden calls reached, shown
-    deterministic by `verify_task`) lets runs that provably cannot earn full reward be skipped:
-    a spray's calls are the golden ones, so it ends in `golden_state`; `read_all` only reads, so it
-    ends in the initial state, where not even the required outputs stated verbatim earn anything
-    on a task whose state must change; and with the state in the reward basis a double writer
-    that is judged (it left the golden state) earns 0. `until_gamed` stops at the first adversary
-    that earns full reward (synthesis needs the verdict only): the later ones are left out.
+    stored hashes. Right after synthesis, `golden` (what building the task saw of its golden run,
+    shown deterministic by `verify_task`) stands in for the runs whose end is known, and runs
+    that provably cannot earn full reward are skipped; the rewards are those the runs would earn:
+
+    - a spray's calls are the golden ones: it ends in the golden state, having seen the golden
+      run's result texts;
+    - `read_all` only reads, so it ends in the initial state, where not even the required outputs
+      stated verbatim earn anything on a task whose state must change;
+    - `golden_prefix` ends in the state the golden run passed right after its first write;
+    - a double writer that is judged (it left the golden state) earns 0 with the state in the
+      reward basis; otherwise it is the one run replayed.
+
+    `until_gamed` stops at the first adversary that earns full reward (synthesis needs the
+    verdict only): the later ones are left out.
     """
     database, initial_state, _ = ctx.task_initial(task)
     tools = tool_shapes(ctx)
-    fast = golden_state is not None
+    golden_state = golden.state if golden is not None else None
     rewards: dict[str, float | None] = {}
     for name in ADVERSARIES:
         if name in ("spray", "golden_prefix") and not counts(name, task, tools, reached_golden=False):
@@ -217,20 +225,26 @@ async def adversary_rewards(
         ):
             rewards[name] = 0.0
             continue
-        if name == "double_write" and fast and "state" in task.reward_basis:
+        if name == "double_write" and golden is not None and "state" in task.reward_basis:
             rewards[name] = 0.0
             continue
         calls = adversary_calls(name, task, tools)
-        if name in ("spray", "read_all"):
-            # A spray's calls are the golden ones; `read_all`'s only read, so it ends where it began.
-            final, texts = await _run_reads_too(ctx, database, calls, export=name == "spray" and not fast)
-            final = final or (golden_state if name == "spray" else initial_state)
-            ids = ctx.entity_ids(setup_key(task.setup), initial_state)
-            message = adversary_message(name, task, texts, ids)
+        final: State | None
+        if name == "spray" and golden is not None:
+            final, texts = golden.state, list(golden.texts)
+        elif name in ("spray", "read_all"):
+            # `read_all` only reads, so it ends where it began.
+            final, texts = await _run_reads_too(ctx, database, calls, export=name == "spray")
+            final = final or initial_state
+        elif name == "golden_prefix" and golden is not None and golden.after_first_write is not None:
+            final, texts = golden.after_first_write, []
         else:
             final, _ = await ctx.replay(database, calls, hashed=False)
+            texts = []
+        if name in ("spray", "read_all"):
+            message = adversary_message(name, task, texts, ctx.entity_ids(setup_key(task.setup), initial_state))
+        else:
             message = adversary_message(name, task, [])
-        assert final is not None
         reached = (
             states_match(final, golden_state)
             if golden_state is not None

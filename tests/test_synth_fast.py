@@ -30,7 +30,7 @@ from envforge.synth.statediff import (
     states_match,
 )
 from envforge.synth.tasks import BuildFailed, SynthConfig, build_task
-from envforge.synth.verify import checkpoint_rows, write_indices
+from envforge.synth.verify import adversary_rewards, checkpoint_rows, write_indices
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -250,9 +250,10 @@ async def test_reward_of_and_replay_differs_match_the_full_computations(unlucky_
         # are compared with those (only rows that differ become dicts).
         for k in range(8):
             try:
-                task, golden = await build_task(ctx, f"t{k}", f"3:{k}", SynthConfig(min_calls=2, max_calls=6))
+                built = await build_task(ctx, f"t{k}", f"3:{k}", SynthConfig(min_calls=2, max_calls=6))
             except BuildFailed:
                 continue
+            task, golden = built.task, built.golden.state
             database, _, _ = ctx.task_initial(task)
             assert ctx.golden_db(golden) is not None
             for i in write_indices(ctx, task):
@@ -263,6 +264,46 @@ async def test_reward_of_and_replay_differs_match_the_full_computations(unlucky_
                     assert differs == (not states_match(dropped, golden))
                 compared += 1
         assert compared >= 15
+    finally:
+        await fleet.aclose()
+
+
+@pytest.mark.parametrize("name", ["retail_orders", "it_tickets"])
+async def test_golden_run_holds_what_replays_find_and_adversaries_score_the_same(name: str) -> None:
+    """What a build keeps of its golden run (`GoldenRun`) is what replaying the golden calls finds,
+    and the adversaries' rewards from it are those of their real runs (`envforge check`'s way)."""
+    env = load_env(REPO / "envs" / name)
+    fleet = Fleet([env])
+    try:
+        ctx = SynthContext.create(env, await build_graph(env, fleet), fleet)
+        built = prefixes = 0
+        for k in range(60):
+            try:
+                made = await build_task(ctx, f"t{k}", f"5:{k}", SynthConfig())
+            except BuildFailed:
+                continue
+            task, golden = made.task, made.golden
+            built += 1
+            database, _, _ = ctx.task_initial(task)
+            episode = await ctx.open_episode(database)
+            try:
+                texts = [(await execute(episode, c.name, c.arguments)).text for c in task.golden_calls]
+                assert await episode.export() == golden.state
+            finally:
+                await ctx.close_episode(episode)
+            assert list(golden.texts) == texts
+            writes = write_indices(ctx, task)
+            if len(writes) > 1 and golden.after_first_write is not None:
+                prefix, _ = await ctx.replay(database, task.golden_calls[: writes[0] + 1], hashed=False)
+                assert golden.after_first_write == prefix
+                prefixes += 1
+            fast = await adversary_rewards(ctx, task, golden=golden)
+            full = await adversary_rewards(ctx, task)
+            for adversary in ("spray", "read_all", "golden_prefix"):
+                assert fast[adversary] == full[adversary], (task.id, adversary)
+            # Skipped where the state is rewarded: a judged double writer left the golden state.
+            assert fast["double_write"] == 0.0 and full["double_write"] in (None, 0.0)
+        assert built >= 20 and prefixes >= 5
     finally:
         await fleet.aclose()
 

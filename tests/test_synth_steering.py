@@ -162,7 +162,8 @@ async def test_walks_pass_only_arguments_the_schema_allows(name: str) -> None:
         built = 0
         for k in range(40):
             try:
-                task, golden = await build_task(ctx, f"t{k}", f"9:{k}", SynthConfig())
+                made = await build_task(ctx, f"t{k}", f"9:{k}", SynthConfig())
+                task, golden = made.task, made.golden.state
             except BuildFailed:
                 continue
             built += 1
