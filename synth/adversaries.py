@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .memo import BoundedMemo
 from .models import Call, Task
 
 ADVERSARIES = ("spray", "read_all", "double_write", "golden_prefix")
@@ -132,15 +133,27 @@ def _scalars(value: Any) -> Iterable[Any]:
 def result_values(texts: Iterable[str]) -> list[str]:
     """Every value tool results showed, as text: JSON leaves (a float also to cents, as answers
     about money are written), or the word-like tokens of a plain-text result."""
+    return [value for text in texts for value in _text_values(text)]
+
+
+# Result texts whose values are kept: the same lookups' results recur from task to task.
+_VALUES_KEPT = 4096
+_values_of: BoundedMemo[str, tuple[str, ...]] = BoundedMemo(_VALUES_KEPT)
+
+
+def _text_values(text: str) -> tuple[str, ...]:
+    """`result_values` of one text, worked out once per text."""
+    hit = _values_of.get(text)
+    if hit is not None:
+        return hit
+    try:
+        data = json.loads(text) if text[:1] in "[{" else None
+    except ValueError:
+        data = None
     out: list[str] = []
-    for text in texts:
-        try:
-            data = json.loads(text) if text[:1] in "[{" else None
-        except ValueError:
-            data = None
-        if data is None:
-            out.extend(_TOKEN.findall(text))
-            continue
+    if data is None:
+        out.extend(_TOKEN.findall(text))
+    else:
         for v in _scalars(data):
             if isinstance(v, bool):
                 out.append(str(v).lower())
@@ -148,14 +161,19 @@ def result_values(texts: Iterable[str]) -> list[str]:
                 out.extend((repr(v), f"{v:.2f}"))
             else:
                 out.append(str(v))
-    return out
+    return _values_of.put(text, tuple(out))
+
+
+def _spaced(value: str) -> str:
+    """`value` with each run of white space made one space, its ends trimmed."""
+    return " ".join(value.split())
 
 
 def spray_message(results: Iterable[str], entity_ids: Iterable[str] = ()) -> str:
     """One message stating every candidate answer, one a line: 0..999, what the results showed, the ids."""
     seen = dict(_SPRAY_NUMBER_TEXTS)
-    for value in (*result_values(results), *entity_ids):
-        seen.setdefault(" ".join(value.split()), None)
+    # `update` leaves a key already there where it is: first mentions keep their place
+    seen.update(dict.fromkeys(map(_spaced, (*result_values(results), *entity_ids))))
     return "The answer is one of:\n" + "\n".join(seen)
 
 

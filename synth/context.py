@@ -32,6 +32,7 @@ from .adversaries import entity_ids
 from .domains import DomainValues, derive_domains, fillable, key_columns
 from .footprint import parse_result
 from .hashing import StateHasher, loose_columns, same_row
+from .memo import BoundedMemo
 from .mirror import Mirror, TableReader, table_readers
 from .models import Call, GraphEdge, ParamDomain, Row, RowCheck, StateDiff, Task, ToolGraph, ToolNode
 from .outcomes import Outcomes
@@ -41,7 +42,7 @@ from .statediff import apply_diff, cents_hash, cents_row, json_key, primary_keys
 
 __all__ = ["SynthContext", "call_key", "run_inline", "setup_key"]
 
-# Memoised tool results kept per context before the memo is dropped and refilled (bounds memory).
+# Memoised tool results (and parsed results, and `try_instead` verdicts) kept per context.
 MEMO_LIMIT = 50_000
 # Task-specific initial states (seed plus setup rows) kept besides the seed's.
 SETUP_STATES_KEPT = 8
@@ -87,9 +88,10 @@ class SynthContext:
     _out_edges: dict[str, list[GraphEdge]] = field(default_factory=dict)
     _values: dict[str, DomainValues] = field(default_factory=dict)
     _write_tables: dict[tuple[str, ...], list[str]] = field(default_factory=dict)
-    _memo: dict[tuple[Any, ...], ToolResult] = field(default_factory=dict)
-    _tried: dict[tuple[Any, ...], bool] = field(default_factory=dict)  # `try_instead` verdicts
-    _parsed: dict[int, tuple[ToolResult, Any]] = field(default_factory=dict)
+    _memo: BoundedMemo[tuple[Any, ...], ToolResult] = field(default_factory=lambda: BoundedMemo(MEMO_LIMIT))
+    # `try_instead` verdicts
+    _tried: BoundedMemo[tuple[Any, ...], bool] = field(default_factory=lambda: BoundedMemo(MEMO_LIMIT))
+    _parsed: BoundedMemo[int, tuple[ToolResult, Any]] = field(default_factory=lambda: BoundedMemo(MEMO_LIMIT))
     _usable: dict[str, bool] = field(default_factory=dict)
     _edge_plans: dict[str, list[PlannedEdge]] = field(default_factory=dict)
     _keyed_by: dict[str, list[str]] = field(default_factory=dict)
@@ -414,11 +416,7 @@ class SynthContext:
         return res
 
     def _remember(self, key: tuple[Any, ...], res: ToolResult) -> None:
-        if len(self._memo) >= MEMO_LIMIT:
-            self._memo.clear()
-            self._tried.clear()
-            self._parsed.clear()
-        self._memo[key] = res
+        self._memo.put(key, res)
 
     def parsed(self, res: ToolResult) -> Any:
         """`parse_result(res.text)`, parsed once per remembered result (walks only read the data)."""
@@ -426,9 +424,7 @@ class SynthContext:
         if hit is not None and hit[0] is res:
             return hit[1]
         data = parse_result(res.text)
-        if len(self._parsed) >= MEMO_LIMIT:
-            self._parsed.clear()
-        self._parsed[id(res)] = (res, data)
+        self._parsed.put(id(res), (res, data))
         return data
 
     def reads_only(self, call: Call) -> bool:
@@ -561,7 +557,7 @@ class SynthContext:
         finally:
             await self.close_episode(episode)
         if history is not None and key is not None:
-            self._tried[(history, key)] = verdict
+            self._tried.put((history, key), verdict)
         return verdict
 
     async def replay_snapshots(

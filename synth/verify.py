@@ -242,7 +242,8 @@ async def adversary_rewards(
             final, _ = await ctx.replay(database, calls, hashed=False)
             texts = []
         if name in ("spray", "read_all"):
-            message = adversary_message(name, task, texts, ctx.entity_ids(setup_key(task.setup), initial_state))
+            ids = ctx.entity_ids(setup_key(task.setup), initial_state)
+            message = adversary_message(name, task, texts, ids)
         else:
             message = adversary_message(name, task, [])
         reached = (
