@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envforge.server import Environment, Fleet
+from envforge.server import Environment, Fleet, run_inline
 
-from .context import SynthContext, run_inline
+from .context import SynthContext
 from .graph import build_graph
 from .models import Task, ToolGraph
 from .outcomes import Outcomes

@@ -20,7 +20,7 @@ from .outcomes import value_key
 from .statediff import json_key
 
 if TYPE_CHECKING:
-    from .context import PlannedEdge
+    from .graphindex import PlannedEdge
 
 # Results whose readings are kept (bounds memory: the results of writes are new objects every
 # time, and seldom read again).

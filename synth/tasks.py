@@ -23,7 +23,7 @@ from typing import Any, Literal
 from envforge.server import State
 
 from . import reasoning as R
-from .context import SynthContext, call_key, setup_key
+from .context import SynthContext
 from .domains import DomainValues, accepts, weighted_choice
 from .golden import BuiltTask, GoldenRun
 from .mirror import Mirror
@@ -44,8 +44,10 @@ from .models import (
     Task,
 )
 from .render import render_scenario
+from .replayer import call_key
 from .setup import Fresh
 from .statediff import json_key
+from .states import setup_key
 
 
 @dataclass(frozen=True)
@@ -146,7 +148,7 @@ class Builder:
         return self.ctx.env
 
     def _usable(self, tool: str) -> bool:
-        return self.ctx.usable(tool)
+        return self.ctx.index.usable(tool)
 
     def _key(self, call: Call) -> str:
         """The call's identity (`context.call_key`), for the memo, the history and `done_calls`.
@@ -179,7 +181,7 @@ class Builder:
         self, tool: str, fixed: dict[str, tuple[Any, ArgSource]]
     ) -> tuple[dict[str, Any], list[ArgSource]]:
         """Arguments for `tool`: the fixed ones, then earlier results by name, then user facts."""
-        parameters, required = self.ctx.parameters(tool)
+        parameters, required = self.ctx.index.parameters(tool)
         args: dict[str, Any] = {}
         sources: dict[str, ArgSource] = {}
         bindings: dict[str, Any] = {}
@@ -212,7 +214,7 @@ class Builder:
     def _bind_row(self, bindings: dict[str, Any], column: str) -> None:
         """Bind the key columns of the one row whose primary key `column` equals the bound value."""
         values = self._values
-        for table in self.ctx.keyed_by(column):
+        for table in self.ctx.index.keyed_by(column):
             rows = values.rows_with(table, column, bindings[column])
             if rows:
                 for k, v in values.key_items(rows[0], self.ctx.key_names):
@@ -231,13 +233,13 @@ class Builder:
     def _find_result(self, tool: str, param: str) -> tuple[Any, ArgSource] | None:
         # `data` holds exactly the executed, not refused call nodes that returned JSON, in order.
         domain = self.ctx.domains[tool][param]
-        if not self.ctx.tool(tool).read_only and not self.ctx.names_entity(domain):
+        if not self.ctx.index.tool(tool).read_only and not self.ctx.index.names_entity(domain):
             # An attribute an earlier result shows (a ticket's priority, a reservation's cabin) is
             # the entity's current value: a write given it back changes nothing or is refused.
             return None
         for node_id in reversed(self.data):
             node = self._by_id[node_id]
-            for key in self.ctx.name_keys(node.call.name, tool, param):  # type: ignore[union-attr]
+            for key in self.ctx.index.name_keys(node.call.name, tool, param):  # type: ignore[union-attr]
                 vals = self._key_values(node_id, key)
                 if len(vals) == 1 and accepts(domain, vals[0]):
                     value = [vals[0]] if domain.is_list else vals[0]
@@ -252,7 +254,7 @@ class Builder:
     @property
     def _values(self) -> DomainValues:
         if not hasattr(self, "_dv"):
-            self._dv = self.ctx.domain_values(self.history[0], self.initial_state)
+            self._dv = self.ctx.states.domain_values(self.history[0], self.initial_state)
         return self._dv
 
     # ------------------------------------------------------------------ execution
@@ -266,7 +268,7 @@ class Builder:
             self._first_write_taken = True
             if not self.stale:
                 self.after_first_write = dict(self.mirror.state)  # the mirror replaces, never mutates, lists
-        res = await self.ctx.call(self.episode, self.history, call, key)
+        res = await self.ctx.replayer.call(self.episode, self.history, call, key)
         self.last_kind = res.kind
         written = self.episode.conn.take_written()
         if res.is_error:
@@ -277,7 +279,7 @@ class Builder:
             self.history = (*self.history, key)
             # The diff covers the tool's write tables; of those, a call can change only the ones
             # its statements were authorized to write (`written`): the rest are not re-read.
-            tables = self.ctx.write_tables([call.name])
+            tables = self.ctx.index.write_tables([call.name])
             if "*" not in written:
                 tables = [t for t in tables if t in written]
             updated = self.episode.conn.taken_columns
@@ -292,7 +294,7 @@ class Builder:
             self.stale.difference_update(tables)
         # A write that changed nothing is of no use to a walk: it counts as a failure.
         self.ctx.outcomes.record(call.name, read_only, call.arguments, diff is None or bool(diff))
-        return True, self.ctx.parsed(res), diff, res.text
+        return True, self.ctx.replayer.parsed(res), diff, res.text
 
     def _current_tuples(self, table: str) -> list[tuple[Any, ...]] | None:
         """The episode's rows of `table` now, as the mirror holds them (None: not held, or stale)."""
@@ -342,11 +344,11 @@ class Builder:
             self.calls += 1
             self.texts[node.id] = text
             self.done_calls.add(self._key(call))
-            reads = set(self.ctx.tool(call.name).reads)
+            reads = set(self.ctx.index.tool(call.name).reads)
             for prev in self.nodes[:-1]:
                 if prev.kind == "call" and prev.write and prev.executed and not prev.expect_error:
                     assert prev.call is not None  # a call node carries its call
-                    if reads & set(self.ctx.tool(prev.call.name).writes):
+                    if reads & set(self.ctx.index.tool(prev.call.name).writes):
                         self._edge(prev.id, node.id, "state", "")
         if data is not None and executed and not refused:
             self.data[node.id] = data
@@ -388,7 +390,7 @@ class Builder:
         starts = sorted(
             t.name
             for t in graph.tools
-            if t.read_only and self._usable(t.name) and t.required and self.ctx.out_edges(t.name)
+            if t.read_only and self._usable(t.name) and t.required and self.ctx.index.out_edges(t.name)
         )
         if not starts:
             starts = sorted(t.name for t in graph.tools if self._usable(t.name))
@@ -452,7 +454,7 @@ class Builder:
                 options = self._node_options[node_id] = [
                     _Option(node, planned.edge, vals, weight, planned.writes, planned.feeds, single)
                     for planned, vals, single in self.ctx.readings.extensions(
-                        tool, self.data[node_id], self.ctx.edge_plan(tool)
+                        tool, self.data[node_id], self.ctx.index.edge_plan(tool)
                     )
                 ]
             out.extend(options)
@@ -513,7 +515,7 @@ class Builder:
                 src = _user(e.param)
         if domain.is_list:
             value = [value]
-        target = self.ctx.tool(e.target)
+        target = self.ctx.index.tool(e.target)
         if (
             not target.read_only
             and not pre
@@ -545,7 +547,7 @@ class Builder:
     def _pick_value(self, o: _Option) -> Any:
         """One of the option's values, those that have worked for calls like this one likelier."""
         target = o.edge.target
-        read_only = self.ctx.tool(target).read_only
+        read_only = self.ctx.index.tool(target).read_only
         weigh = self.ctx.outcomes.value_weight
         return weighted_choice(self.rng, o.values, lambda v: weigh(target, read_only, o.edge.param, v))
 
@@ -625,11 +627,11 @@ class Builder:
             alts = self._alts[(source, o.edge.key, o.edge.target)] = sorted(
                 {
                     e.target
-                    for e in self.ctx.out_edges(source)
+                    for e in self.ctx.index.out_edges(source)
                     if e.key == o.edge.key
                     and e.target != o.edge.target
                     and self._usable(e.target)
-                    and not self.ctx.tool(e.target).read_only
+                    and not self.ctx.index.tool(e.target).read_only
                 }
             )
         if not figures or not alts:
@@ -641,7 +643,7 @@ class Builder:
         alt = self.rng.choice(alts)
         alt_edge = next(
             e
-            for e in self.ctx.out_edges(o.node.call.name)  # type: ignore[union-attr]
+            for e in self.ctx.index.out_edges(o.node.call.name)  # type: ignore[union-attr]
             if e.key == o.edge.key and e.target == alt
         )
         first_args, first_src = self._fill(o.edge.target, {o.edge.param: (value, src)})
@@ -670,13 +672,13 @@ class Builder:
             return False
         # The call not taken must be one that would have worked here (what `verify` checks as
         # `untaken_branch`): tried on a copy of the episode, before the branch is taken.
-        if self.ctx.tried(self.history, self._key(run)) is False:
+        if self.ctx.replayer.tried(self.history, self._key(run)) is False:
             return False  # `run` failed here before: `_run` would say so from memory
         key = self._key(untaken)
-        works = self.ctx.tried(self.history, key)
+        works = self.ctx.replayer.tried(self.history, key)
         if works is None:
             snapshot = await self.episode.snapshot()
-            works = await self.ctx.try_instead(
+            works = await self.ctx.replayer.try_instead(
                 snapshot, untaken, history=self.history, key=key, before=self._current_tuples
             )
         if not works:
@@ -849,15 +851,15 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> Bui
         if setup is None:
             raise BuildFailed("setup_rejected")
     key = setup_key(setup.diff if setup else {})
-    database, initial_state, initial_cents = ctx.initial(
+    database, initial_state, initial_cents = ctx.states.initial(
         key, setup.diff if setup else {}, database=setup.database if setup else None
     )
     b = Builder(ctx=ctx, rng=rng, cfg=cfg, initial_state=initial_state, history=(key,))
     b.fresh = setup.fresh if setup else None
     target = rng.randint(cfg.min_calls, cfg.max_calls)
-    episode = await ctx.open_episode(database)
+    episode = await ctx.replayer.open_episode(database)
     b.episode = episode
-    b.mirror = ctx.mirror(key, initial_state)
+    b.mirror = ctx.states.mirror(key, initial_state)
     try:
         await b.start()
         stalls = 0
@@ -878,9 +880,9 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> Bui
         if b.fresh is not None and not b.acts_on_fresh():
             raise BuildFailed("setup_unused")
         golden = await b.golden_state()
-        ctx.note_golden_db(golden, await episode.snapshot(), b.mirror)
+        ctx.replayer.note_golden_db(golden, await episode.snapshot(), b.mirror)
     finally:
-        await ctx.close_episode(episode)
+        await ctx.replayer.close_episode(episode)
     if rng.random() < cfg.p_summary or not b.reasoned:
         b._summarise()
     dag = Dag(nodes=b.nodes, edges=b.edges)
@@ -897,7 +899,7 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> Bui
             find = finders.get(table)
             if find is None:
                 tuples = b.mirror.tuples_of(table)
-                find = finders[table] = _RowFinder(golden[table], tuples, ctx.readers[table].cols)
+                find = finders[table] = _RowFinder(golden[table], tuples, ctx.states.readers[table].cols)
             for row_key in keys:
                 rows.append(RowCheck(table=table, key=row_key, row=find(row_key)))
         checkpoints.append(Checkpoint(node=node.id, tool=node.call.name, rows=rows))  # type: ignore[union-attr]
@@ -907,7 +909,7 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> Bui
         t = ctx.graph.tool(n.call.name)  # type: ignore[union-attr]
         tables |= set(t.reads) | set(t.writes)
     scenario = render_scenario(ctx.env.name, dag, b.facts, b.outputs, b.data, b.output_labels)
-    golden_hash, golden_cents = ctx.hasher.hashes(golden)
+    golden_hash, golden_cents = ctx.states.hasher.hashes(golden)
     if golden_cents == initial_cents:
         raise BuildFailed("no_change")
     task = Task(

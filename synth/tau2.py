@@ -698,7 +698,7 @@ async def _gold_task(
                 edges.append(DagEdge(source=f"n{i - 1}", target=node.id, kind="control", label="then"))
             if node.write and not result.is_error:
                 written = sorted(fp.writes)
-                after = await ctx.export_tables(episode.id, written)
+                after = await ctx.replayer.export_tables(episode.id, written)
                 write_diffs[node.id] = _diff(pks, {t: state[t] for t in written}, after)
                 state.update(after)
         golden = await episode.export()

@@ -25,11 +25,11 @@ from typing import Any
 from envforge.server import State, execute, state_hash
 
 from .adversaries import ADVERSARIES, ToolShape, adversary_calls, adversary_message, counts, write_positions
-from .context import setup_key
 from .golden import GoldenRun
 from .models import Call, DagNode, RowCheck, Task
 from .scoring import oracle_messages, reward_of
 from .statediff import cents_hash, states_match
+from .states import setup_key
 
 CHECKS = (
     "golden_replay",
@@ -105,7 +105,7 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
     from (noted by `build_task`), that export is the replay's export and is not repeated.
     """
     failed: list[str] = []
-    database, initial_state, initial_cents = ctx.task_initial(task)
+    database, initial_state, initial_cents = ctx.states.task_initial(task)
     messages = oracle_messages(task)
     if initial_cents == task.golden_cents_hash:
         failed.append("not_presatisfied")
@@ -113,8 +113,8 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
     branches = untaken_calls(task)
     at = sorted(set(drops) | {i for i, _ in branches if i is not None})
     kinds: dict[int, str] = {}
-    final, snapshots = await ctx.replay_snapshots(
-        database, task.golden_calls, at, unless_equal=ctx.golden_db(golden_state), kinds=kinds
+    final, snapshots = await ctx.replayer.replay_snapshots(
+        database, task.golden_calls, at, unless_equal=ctx.replayer.golden_db(golden_state), kinds=kinds
     )
     if any(kinds.get(i, "refused") != "refused" for i in refusal_indices(task)):
         failed.append("refusals")  # an expected refusal that succeeds, or is an env's crash
@@ -129,7 +129,7 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
     tables = None
     golden_part = None
     if golden_state is not None:
-        tables = ctx.write_tables([c.name for c in task.golden_calls])
+        tables = ctx.index.write_tables([c.name for c in task.golden_calls])
         golden_part = {t: golden_state[t] for t in tables}
     tools = ctx.env.tools
     changed = checkpoint_rows(task)
@@ -139,11 +139,13 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
             # A state part of 0 makes the reward 0 whatever the other parts: one table unlike the
             # golden one settles it. The dropped write's own tables are the likeliest to differ,
             # and the smaller ones are cheaper to read: those come first.
-            first = ctx.write_tables([task.golden_calls[i].name])
+            first = ctx.index.write_tables([task.golden_calls[i].name])
             order = sorted(tables, key=lambda t: (t not in first, len(golden_state[t]), t))
-            if await ctx.replay_differs(snapshots[i], rest, golden_state, order, rows=changed.get(i, [])):
+            if await ctx.replayer.replay_differs(
+                snapshots[i], rest, golden_state, order, rows=changed.get(i, [])
+            ):
                 continue
-        dropped, _ = await ctx.replay(snapshots[i], rest, tables=tables, hashed=False)
+        dropped, _ = await ctx.replayer.replay(snapshots[i], rest, tables=tables, hashed=False)
         if reward_of(task, dropped, messages, golden_state=golden_part) >= 1.0:
             failed.append("drop_write")
             break
@@ -151,13 +153,13 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
         if at_call is None or node.call is None:
             failed.append("untaken_branch")
             break
-        if not await ctx.try_instead(snapshots[at_call], node.call, refused=node.expect_error):
+        if not await ctx.replayer.try_instead(snapshots[at_call], node.call, refused=node.expect_error):
             failed.append("untaken_branch")
             break
     if golden_state is not None:
         if final != golden_state:
             failed.append("deterministic")
-    elif h1 != (await ctx.replay(database, task.golden_calls))[1]:
+    elif h1 != (await ctx.replayer.replay(database, task.golden_calls))[1]:
         failed.append("deterministic")
     return [c for c in CHECKS if c in failed]
 
@@ -180,12 +182,12 @@ async def _run_reads_too(
 ) -> tuple[State | None, list[str]]:
     """Run every call (reads included: their results are what a spray repeats) in a fresh episode;
     the end state (when `export`) and each result's text."""
-    episode = await ctx.open_episode(database)
+    episode = await ctx.replayer.open_episode(database)
     try:
         texts = [(await execute(episode, c.name, c.arguments)).text for c in calls]
         state = await episode.export() if export else None
     finally:
-        await ctx.close_episode(episode)
+        await ctx.replayer.close_episode(episode)
     return state, texts
 
 
@@ -211,7 +213,7 @@ async def adversary_rewards(
     `until_gamed` stops at the first adversary that earns full reward (synthesis needs the
     verdict only): the later ones are left out.
     """
-    database, initial_state, _ = ctx.task_initial(task)
+    database, initial_state, _ = ctx.states.task_initial(task)
     tools = tool_shapes(ctx)
     golden_state = golden.state if golden is not None else None
     rewards: dict[str, float | None] = {}
@@ -239,10 +241,10 @@ async def adversary_rewards(
         elif name == "golden_prefix" and golden is not None and golden.after_first_write is not None:
             final, texts = golden.after_first_write, []
         else:
-            final, _ = await ctx.replay(database, calls, hashed=False)
+            final, _ = await ctx.replayer.replay(database, calls, hashed=False)
             texts = []
         if name in ("spray", "read_all"):
-            ids = ctx.entity_ids(setup_key(task.setup), initial_state)
+            ids = ctx.states.entity_ids(setup_key(task.setup), initial_state)
             message = adversary_message(name, task, texts, ids)
         else:
             message = adversary_message(name, task, [])
