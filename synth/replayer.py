@@ -15,6 +15,7 @@ from envforge.server import (
     Environment,
     Episode,
     Fleet,
+    ScratchConnection,
     ScratchPool,
     State,
     ToolResult,
@@ -41,6 +42,13 @@ def call_key(call: Call) -> str | None:
         return call.name + "\0" + json_key(call.arguments)
     except (TypeError, ValueError):
         return None
+
+
+def scratch_connection(episode: Episode) -> ScratchConnection:
+    """The connection of a scratch episode (`Replayer.open_episode`): it reports what each call wrote."""
+    conn = episode.conn
+    assert isinstance(conn, ScratchConnection), "not a scratch episode"
+    return conn
 
 
 class Replayer:
@@ -230,9 +238,10 @@ class Replayer:
         """
         episode = await self.open_episode(database)
         try:
-            episode.conn.take_written()  # type: ignore[attr-defined]
+            conn = scratch_connection(episode)
+            conn.take_written()
             res = await execute(episode, call.name, call.arguments)
-            written = episode.conn.take_written()  # type: ignore[attr-defined]
+            written = conn.take_written()
             if res.is_error and history is not None and key is not None:
                 self._remember((history, key), res)
             if refused or res.is_error:

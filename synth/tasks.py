@@ -18,9 +18,9 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from itertools import accumulate
 from operator import itemgetter
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
-from envforge.server import State
+from envforge.server import Environment, Episode, ScratchConnection, State
 
 from . import reasoning as R
 from .context import SynthContext
@@ -44,7 +44,7 @@ from .models import (
     Task,
 )
 from .render import render_scenario
-from .replayer import call_key
+from .replayer import call_key, scratch_connection
 from .setup import Fresh
 from .statediff import json_key
 from .states import setup_key
@@ -85,6 +85,19 @@ def _json_key(v: Any) -> str:
     return json_key(v)
 
 
+class CallOutcome(NamedTuple):
+    """What one call of a walk came to."""
+
+    ok: bool
+    """It returned (it was not refused, invalid or an env error)."""
+    data: Any
+    """Its parsed result (`footprint.parse_result`; None when not ok)."""
+    diff: StateDiff | None
+    """For a write that returned, the state diff it made (empty: it changed nothing)."""
+    text: str
+    """Its result as the agent would see it."""
+
+
 @dataclass(slots=True)
 class _Option:
     """A way to extend the DAG: feed `edge.param` of `edge.target` from node `node`'s result."""
@@ -121,7 +134,8 @@ class Builder:
     refusals: int = 0
     last_kind: str = "ok"  # the kind of the last call's result (`ToolResult.kind`)
     reasoned: bool = False
-    episode: Any = None  # the walk's Episode
+    episode: Episode = field(init=False)  # the walk's episode (set by `build_task`)
+    conn: ScratchConnection = field(init=False)  # its connection, which reports what each call wrote
     mirror: Mirror = field(init=False)  # the walk's state as the golden run leaves it (set by `build`)
     stale: set[str] = field(default_factory=set)
     fresh: Fresh | None = None  # the entity a setup added, for the walk to act on
@@ -144,7 +158,7 @@ class Builder:
 
     # ------------------------------------------------------------------ helpers
     @property
-    def env(self):  # type: ignore[no-untyped-def]
+    def env(self) -> Environment:
         return self.ctx.env
 
     def _usable(self, tool: str) -> bool:
@@ -258,8 +272,8 @@ class Builder:
         return self._dv
 
     # ------------------------------------------------------------------ execution
-    async def _run(self, call: Call) -> tuple[bool, Any, StateDiff | None, str]:
-        """Execute one call; (ok, parsed result, state diff for writes, text)."""
+    async def _run(self, call: Call) -> CallOutcome:
+        """Execute one call (or answer it from the call memo)."""
         key = self._key(call)
         read_only = self.env.tools[call.name].read_only
         if not read_only and self.writes == 1 and not self._first_write_taken:
@@ -270,10 +284,10 @@ class Builder:
                 self.after_first_write = dict(self.mirror.state)  # the mirror replaces, never mutates, lists
         res = await self.ctx.replayer.call(self.episode, self.history, call, key)
         self.last_kind = res.kind
-        written = self.episode.conn.take_written()
+        written = self.conn.take_written()
         if res.is_error:
             self.ctx.outcomes.record(call.name, read_only, call.arguments, False, res.text)
-            return False, None, None, res.text
+            return CallOutcome(ok=False, data=None, diff=None, text=res.text)
         diff = None
         if not read_only:
             self.history = (*self.history, key)
@@ -282,7 +296,7 @@ class Builder:
             tables = self.ctx.index.write_tables([call.name])
             if "*" not in written:
                 tables = [t for t in tables if t in written]
-            updated = self.episode.conn.taken_columns
+            updated = self.conn.taken_columns
             if updated is not None and self.stale:  # a stale table may have changed anywhere
                 updated = {t: cols for t, cols in updated.items() if t not in self.stale}
             diff = await self.mirror.refresh(self.episode, tables, updated)
@@ -294,7 +308,7 @@ class Builder:
             self.stale.difference_update(tables)
         # A write that changed nothing is of no use to a walk: it counts as a failure.
         self.ctx.outcomes.record(call.name, read_only, call.arguments, diff is None or bool(diff))
-        return True, self.ctx.replayer.parsed(res), diff, res.text
+        return CallOutcome(ok=True, data=self.ctx.replayer.parsed(res), diff=diff, text=res.text)
 
     def _current_tuples(self, table: str) -> list[tuple[Any, ...]] | None:
         """The episode's rows of `table` now, as the mirror holds them (None: not held, or stale)."""
@@ -408,9 +422,9 @@ class Builder:
         for _ in range(self.cfg.tries_per_step):
             args, sources = self._fill(tool, fixed)
             call = Call(name=tool, arguments=args)
-            ok, data, diff, text = await self._run(call)
-            if ok and (diff is None or diff):
-                self._record_call(call, sources, data, diff, text=text)
+            out = await self._run(call)
+            if out.ok and (out.diff is None or out.diff):
+                self._record_call(call, sources, out.data, out.diff, text=out.text)
                 return
         raise BuildFailed("start_failed")
 
@@ -527,7 +541,8 @@ class Builder:
         call = Call(name=e.target, arguments=args)
         if self._key(call) in self.done_calls:
             return False
-        ok, data, diff, text = await self._run(call)
+        out = await self._run(call)
+        ok, data, diff = out.ok, out.data, out.diff
         self.ctx.outcomes.record_edge(o.feeds, ok and (diff is None or bool(diff)))
         refuse = (
             not ok
@@ -541,7 +556,7 @@ class Builder:
         if ok and diff is not None and not diff:
             return False  # a write that changed nothing proves nothing
         self._commit_reasoning(pre)
-        self._record_call(call, sources, data, diff, refused=refuse, text=text)
+        self._record_call(call, sources, data, diff, refused=refuse, text=out.text)
         return True
 
     def _pick_value(self, o: _Option) -> Any:
@@ -683,8 +698,8 @@ class Builder:
             )
         if not works:
             return False
-        ok, result, diff, text = await self._run(run)
-        if not ok or not diff:
+        out = await self._run(run)
+        if not out.ok or not out.diff:
             return False
         bid = self._new_id()
         then_id, else_id = f"n{len(self.nodes) + 1}", f"n{len(self.nodes) + 2}"
@@ -717,10 +732,10 @@ class Builder:
             node = self._record_call(
                 call,
                 sources,
-                result if executed else None,
-                diff if executed else None,
+                out.data if executed else None,
+                out.diff if executed else None,
                 executed=executed,
-                text=text if executed else "",
+                text=out.text if executed else "",
             )
             self._edge(bid, node.id, "control", "then" if call is then_call else "else")
         return True
@@ -840,7 +855,7 @@ def dag_depth(dag: Dag) -> int:
     return max(depth.values(), default=0)
 
 
-async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> BuiltTask:
+async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfig) -> BuiltTask:
     """Build and execute one task, with what its golden run showed. Raises `BuildFailed` when the
     walk cannot finish."""
     rng = random.Random(seed)
@@ -859,6 +874,7 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> Bui
     target = rng.randint(cfg.min_calls, cfg.max_calls)
     episode = await ctx.replayer.open_episode(database)
     b.episode = episode
+    b.conn = scratch_connection(episode)
     b.mirror = ctx.states.mirror(key, initial_state)
     try:
         await b.start()

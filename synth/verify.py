@@ -20,11 +20,10 @@ of them earns full reward can be gamed, and is neither shipped by synthesis nor 
 
 from __future__ import annotations
 
-from typing import Any
-
 from envforge.server import State, execute, state_hash
 
 from .adversaries import ADVERSARIES, ToolShape, adversary_calls, adversary_message, counts, write_positions
+from .context import SynthContext
 from .golden import GoldenRun
 from .models import Call, DagNode, RowCheck, Task
 from .scoring import oracle_messages, reward_of
@@ -42,7 +41,7 @@ CHECKS = (
 )
 
 
-def write_indices(ctx: Any, task: Task) -> list[int]:
+def write_indices(ctx: SynthContext, task: Task) -> list[int]:
     """Positions in `golden_calls` of write calls that are meant to succeed."""
     return write_positions(task, {name for name, spec in ctx.env.tools.items() if not spec.read_only})
 
@@ -89,7 +88,7 @@ def checkpoint_rows(task: Task) -> dict[int, list[RowCheck]]:
     return {at[c.node]: c.rows for c in task.checkpoints if c.node in at}
 
 
-async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None) -> list[str]:
+async def verify_task(ctx: SynthContext, task: Task, *, golden_state: State | None = None) -> list[str]:
     """The names of the checks `task` fails (empty: it passes).
 
     Standalone (`envforge check`), everything is judged against the task's stored hashes and the
@@ -164,7 +163,7 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
     return [c for c in CHECKS if c in failed]
 
 
-def tool_shapes(ctx: Any) -> list[ToolShape]:
+def tool_shapes(ctx: SynthContext) -> list[ToolShape]:
     """The env's tools as the adversaries see them."""
     return [
         ToolShape(
@@ -178,7 +177,7 @@ def tool_shapes(ctx: Any) -> list[ToolShape]:
 
 
 async def _run_reads_too(
-    ctx: Any, database: bytes, calls: list[Call], *, export: bool
+    ctx: SynthContext, database: bytes, calls: list[Call], *, export: bool
 ) -> tuple[State | None, list[str]]:
     """Run every call (reads included: their results are what a spray repeats) in a fresh episode;
     the end state (when `export`) and each result's text."""
@@ -192,7 +191,7 @@ async def _run_reads_too(
 
 
 async def adversary_rewards(
-    ctx: Any, task: Task, *, golden: GoldenRun | None = None, until_gamed: bool = False
+    ctx: SynthContext, task: Task, *, golden: GoldenRun | None = None, until_gamed: bool = False
 ) -> dict[str, float | None]:
     """Each adversary's reward on `task`; None where its run is the golden solution in disguise
     (`adversaries.counts`).
