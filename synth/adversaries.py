@@ -58,7 +58,7 @@ def write_positions(task: Task, write_tools: set[str]) -> list[int]:
     refused = {
         json.dumps(n.call.model_dump(), sort_keys=True)
         for n in task.dag.nodes
-        if n.kind == "call" and n.expect_error and n.call is not None
+        if n.kind == "call" and n.expect_error
     }
     return [
         i
@@ -80,7 +80,7 @@ def _argument_pool(task: Task) -> dict[str, list[Any]]:
         for name, value in call.arguments.items():
             add(name, value)
     for node in task.dag.nodes:
-        if node.call is not None:
+        if node.kind == "call":
             for name, value in node.call.arguments.items():
                 add(name, value)
     for fact in task.scenario.known_facts:

@@ -147,7 +147,11 @@ async def synthesize(
             last_shipped = k
             ctx.outcomes.record_task(
                 write_tools,
-                [n.call.name for n in task.dag.nodes if n.write and n.executed and not n.expect_error],  # type: ignore[union-attr]
+                [
+                    n.call.name
+                    for n in task.dag.nodes
+                    if n.kind == "call" and n.write and n.executed and not n.expect_error
+                ],
             )
         report.attempts = k
         report.calls_tried, report.calls_failed = ctx.outcomes.calls, ctx.outcomes.failed

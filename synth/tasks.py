@@ -30,6 +30,7 @@ from .mirror import Mirror
 from .models import (
     ArgSource,
     Call,
+    CallNode,
     Checkpoint,
     Dag,
     DagEdge,
@@ -37,6 +38,7 @@ from .models import (
     Difficulty,
     Fact,
     GraphEdge,
+    ReasonNode,
     ReasonOp,
     Row,
     RowCheck,
@@ -102,7 +104,7 @@ class CallOutcome(NamedTuple):
 class _Option:
     """A way to extend the DAG: feed `edge.param` of `edge.target` from node `node`'s result."""
 
-    node: DagNode
+    node: CallNode
     edge: GraphEdge
     values: list[Any]
     weight: float  # before the step's adjustments: later nodes are likelier sources
@@ -140,7 +142,7 @@ class Builder:
     stale: set[str] = field(default_factory=set)
     fresh: Fresh | None = None  # the entity a setup added, for the walk to act on
     _last_key: tuple[Call, str] | None = None
-    _by_id: dict[str, DagNode] = field(default_factory=dict)  # call nodes
+    _by_id: dict[str, CallNode] = field(default_factory=dict)
     _node_options: dict[str, list[_Option]] = field(default_factory=dict)
     # `_from_results` answers
     _fed: dict[tuple[str, str], tuple[Any, ArgSource] | None] = field(default_factory=dict)
@@ -253,7 +255,7 @@ class Builder:
             return None
         for node_id in reversed(self.data):
             node = self._by_id[node_id]
-            for key in self.ctx.index.name_keys(node.call.name, tool, param):  # type: ignore[union-attr]
+            for key in self.ctx.index.name_keys(node.call.name, tool, param):
                 vals = self._key_values(node_id, key)
                 if len(vals) == 1 and accepts(domain, vals[0]):
                     value = [vals[0]] if domain.is_list else vals[0]
@@ -334,9 +336,9 @@ class Builder:
         refused: bool = False,
         executed: bool = True,
         text: str = "",
-    ) -> DagNode:
+    ) -> CallNode:
         spec = self.env.tools[call.name]
-        node = DagNode(
+        node = CallNode(
             id=self._new_id(),
             kind="call",
             text="",
@@ -361,7 +363,6 @@ class Builder:
             reads = set(self.ctx.index.tool(call.name).reads)
             for prev in self.nodes[:-1]:
                 if prev.kind == "call" and prev.write and prev.executed and not prev.expect_error:
-                    assert prev.call is not None  # a call node carries its call
                     if reads & set(self.ctx.index.tool(prev.call.name).writes):
                         self._edge(prev.id, node.id, "state", "")
         if data is not None and executed and not refused:
@@ -378,8 +379,7 @@ class Builder:
         if not any(e.source == a and e.target == b and e.kind == kind for e in self.edges):
             self.edges.append(DagEdge(source=a, target=b, kind=kind, label=label))
 
-    def _call_text(self, node: DagNode) -> str:
-        assert node.call is not None
+    def _call_text(self, node: CallNode) -> str:
         spec = self.env.tools[node.call.name]
         desc = spec.description.strip().split("\n")[0].rstrip(".")
         parts = []
@@ -463,7 +463,7 @@ class Builder:
             options = self._node_options.get(node_id)
             if options is None:
                 node = self._by_id[node_id]
-                tool = node.call.name  # type: ignore[union-attr]
+                tool = node.call.name
                 weight = 1.0 + int(node_id[1:]) * 0.5
                 options = self._node_options[node_id] = [
                     _Option(node, planned.edge, vals, weight, planned.writes, planned.feeds, single)
@@ -512,7 +512,7 @@ class Builder:
         e = o.edge
         domain = self.ctx.domains[e.target][e.param]
         value: Any
-        pre: list[DagNode] = []
+        pre: list[ReasonNode] = []
         if len(o.values) == 1:
             value = o.values[0]
             src = ArgSource(param=e.param, source="node", node=o.node.id, key=e.key)
@@ -566,7 +566,7 @@ class Builder:
         weigh = self.ctx.outcomes.value_weight
         return weighted_choice(self.rng, o.values, lambda v: weigh(target, read_only, o.edge.param, v))
 
-    def _commit_reasoning(self, pre: list[DagNode]) -> None:
+    def _commit_reasoning(self, pre: list[ReasonNode]) -> None:
         for r in pre:
             assert r.id == self._new_id(), "reasoning node ids are assigned just before use"
             self.nodes.append(r)
@@ -574,7 +574,7 @@ class Builder:
                 self._edge(r.source, r.id, "data", r.field or "")
             self.reasoned = True
 
-    def _select_reasoning(self, o: _Option) -> tuple[DagNode, Any] | None:
+    def _select_reasoning(self, o: _Option) -> tuple[ReasonNode, Any] | None:
         """argmax/argmin/filter over a list in the source result that carries the edge's key."""
         e = o.edge
         domain = self.ctx.domains[e.target][e.param]
@@ -615,7 +615,7 @@ class Builder:
             text = (
                 f"From the list in the result of {ref}, take the item with the {which} {f}; use its {e.key}"
             )
-        node = DagNode(
+        node = ReasonNode(
             id=nid,
             kind="reason",
             text=text,
@@ -636,7 +636,7 @@ class Builder:
         if figures is None:
             items = data.items() if isinstance(data, dict) else []
             figures = self._figures[o.node.id] = sorted(k for k, v in items if R.is_number(v))
-        source = o.node.call.name  # type: ignore[union-attr]
+        source = o.node.call.name
         alts = self._alts.get((source, o.edge.key, o.edge.target))
         if alts is None:
             alts = self._alts[(source, o.edge.key, o.edge.target)] = sorted(
@@ -657,9 +657,7 @@ class Builder:
             return False
         alt = self.rng.choice(alts)
         alt_edge = next(
-            e
-            for e in self.ctx.index.out_edges(o.node.call.name)  # type: ignore[union-attr]
-            if e.key == o.edge.key and e.target == alt
+            e for e in self.ctx.index.out_edges(o.node.call.name) if e.key == o.edge.key and e.target == alt
         )
         first_args, first_src = self._fill(o.edge.target, {o.edge.param: (value, src)})
         alt_src = src.model_copy(update={"param": alt_edge.param})
@@ -703,7 +701,7 @@ class Builder:
             return False
         bid = self._new_id()
         then_id, else_id = f"n{len(self.nodes) + 1}", f"n{len(self.nodes) + 2}"
-        branch = DagNode(
+        branch = ReasonNode(
             id=bid,
             kind="reason",
             op="branch",
@@ -745,7 +743,7 @@ class Builder:
         # the figure itself is computed for the one chosen
         cands: list[tuple[ReasonOp, str, Any, str, Any, Any]] = []
         for node in self.nodes:
-            if node.id not in self.data or node.write:
+            if node.id not in self.data or node.kind != "call" or node.write:
                 continue
             for path, items in R.collections(self.data[node.id]):
                 for f in R.numeric_fields(items):
@@ -768,7 +766,7 @@ class Builder:
         else:
             label = f"how many of {items_of} have {f} {json.dumps(eq)} (a whole number)"
             text = f"Count {items_of} whose {f} is {json.dumps(eq)}; tell the user how many (a whole number)"
-        node = DagNode(
+        node = ReasonNode(
             id=self._new_id(),
             kind="reason",
             op=op,
@@ -887,7 +885,9 @@ async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfi
                 if stalls >= (STALLS_AFTER_WRITE if b.writes else STALLS_BEFORE_WRITE):
                     break
         if b.nodes:
-            ctx.outcomes.record_walk(b.nodes[0].call.name, b.writes > 0)  # type: ignore[union-attr]
+            first = b.nodes[0]  # the start call
+            assert first.kind == "call"
+            ctx.outcomes.record_walk(first.call.name, b.writes > 0)
         # A walk that is rejected anyway is rejected before the full export it would not use.
         if b.writes == 0:
             raise BuildFailed("no_write")
@@ -906,7 +906,7 @@ async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfi
     finders: dict[str, _RowFinder] = {}
     for node in b.nodes:
         diff = b.write_diffs.get(node.id)
-        if not diff:
+        if not diff or node.kind != "call":  # only call nodes write
             continue
         rows = []
         for table, d in diff.items():
@@ -918,11 +918,11 @@ async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfi
                 find = finders[table] = _RowFinder(golden[table], tuples, ctx.states.readers[table].cols)
             for row_key in keys:
                 rows.append(RowCheck(table=table, key=row_key, row=find(row_key)))
-        checkpoints.append(Checkpoint(node=node.id, tool=node.call.name, rows=rows))  # type: ignore[union-attr]
+        checkpoints.append(Checkpoint(node=node.id, tool=node.call.name, rows=rows))
     executed = [n for n in b.nodes if n.kind == "call" and n.executed]
     tables = set()
     for n in executed:
-        t = ctx.graph.tool(n.call.name)  # type: ignore[union-attr]
+        t = ctx.graph.tool(n.call.name)
         tables |= set(t.reads) | set(t.writes)
     scenario = render_scenario(ctx.env.name, dag, b.facts, b.outputs, b.data, b.output_labels)
     golden_hash, golden_cents = ctx.states.hasher.hashes(golden)

@@ -36,10 +36,10 @@ from .models import (
     ActionCheck,
     AnswerRule,
     Call,
+    CallNode,
     Checkpoint,
     Dag,
     DagEdge,
-    DagNode,
     Difficulty,
     Fact,
     RewardPart,
@@ -672,7 +672,7 @@ async def _gold_task(
     initial = env.seed_state()
     episode = await fleet.create_episode(env.name, database=env.seed_db)
     ctx = _context(env, fleet)
-    nodes: list[DagNode] = []
+    nodes: list[CallNode] = []
     edges: list[DagEdge] = []
     write_diffs: dict[str, Any] = {}
     tables: set[str] = set()
@@ -685,7 +685,7 @@ async def _gold_task(
             await set_authorizer(episode, None)
             tables |= set(fp.reads) | set(fp.writes)
             spec = env.tools.get(call.name)
-            node = DagNode(
+            node = CallNode(
                 id=f"n{i}",
                 kind="call",
                 text=_call_text(env, call),
@@ -716,7 +716,7 @@ async def _gold_task(
             for key in keys:
                 final = next((r for r in golden[table] if all(r.get(c) == v for c, v in key.items())), None)
                 rows.append(RowCheck(table=table, key=key, row=final))
-        checkpoints.append(Checkpoint(node=node.id, tool=node.call.name, rows=rows))  # type: ignore[union-attr]
+        checkpoints.append(Checkpoint(node=node.id, tool=node.call.name, rows=rows))
     return Task(
         id=p.id,
         env=env.name,

@@ -25,7 +25,7 @@ from envforge.server import State, execute, state_hash
 from .adversaries import ADVERSARIES, ToolShape, adversary_calls, adversary_message, counts, write_positions
 from .context import SynthContext
 from .golden import GoldenRun
-from .models import Call, DagNode, RowCheck, Task
+from .models import Call, CallNode, RowCheck, Task
 from .scoring import oracle_messages, reward_of
 from .statediff import cents_hash, states_match
 from .states import setup_key
@@ -57,22 +57,22 @@ def refusal_indices(task: Task) -> list[int]:
     ]
 
 
-def untaken_calls(task: Task) -> list[tuple[int | None, DagNode]]:
+def untaken_calls(task: Task) -> list[tuple[int | None, CallNode | None]]:
     """Per branch node, the position in `golden_calls` of the call it took (None when the calls do
-    not hold it there) and the call node it did not take."""
+    not hold it there) and the call node it did not take (None when the DAG has none)."""
     executed = [n for n in task.dag.nodes if n.kind == "call" and n.executed]
     position = {n.id: i for i, n in enumerate(executed)}
-    out: list[tuple[int | None, DagNode]] = []
+    out: list[tuple[int | None, CallNode | None]] = []
     for b in task.dag.nodes:
-        if b.op != "branch" or b.then_node is None or b.else_node is None:
+        if b.kind != "reason" or b.op != "branch" or b.then_node is None or b.else_node is None:
             continue
         taken, untaken = (b.then_node, b.else_node) if b.value else (b.else_node, b.then_node)
         i = position.get(taken)
         if i is not None and (i >= len(task.golden_calls) or task.golden_calls[i] != executed[i].call):
             i = None
         node = next((n for n in task.dag.nodes if n.id == untaken), None)
-        if node is None or node.call is None:
-            out.append((None, b))  # nothing to run: the branch cannot be shown to work
+        if node is None or node.kind != "call":
+            out.append((None, None))  # nothing to run: the branch cannot be shown to work
         else:
             out.append((i, node))
     return out
@@ -149,7 +149,7 @@ async def verify_task(ctx: SynthContext, task: Task, *, golden_state: State | No
             failed.append("drop_write")
             break
     for at_call, node in branches:
-        if at_call is None or node.call is None:
+        if at_call is None or node is None:
             failed.append("untaken_branch")
             break
         if not await ctx.replayer.try_instead(snapshots[at_call], node.call, refused=node.expect_error):

@@ -95,12 +95,13 @@ async def test_reasoning_nodes_decide_arguments(shop: Environment) -> None:
     ops = {n.op for t in report.tasks for n in t.dag.nodes if n.kind == "reason"}
     assert ops & {"argmax", "argmin", "filter"}
     for task in report.tasks:
+        calls = [n for n in task.dag.nodes if n.kind == "call"]
         for node in task.dag.nodes:
-            if node.op in ("argmax", "argmin", "filter"):
-                fed = [a for n in task.dag.nodes for a in n.args if a.node == node.id]
+            if node.kind == "reason" and node.op in ("argmax", "argmin", "filter"):
+                fed = [a for n in calls for a in n.args if a.node == node.id]
                 assert fed and all(a.key == node.select for a in fed)
-                consumer = next(n for n in task.dag.nodes if any(a.node == node.id for a in n.args))
-                assert node.value in json.dumps(consumer.call.arguments)  # type: ignore[union-attr]
+                consumer = next(n for n in calls if any(a.node == node.id for a in n.args))
+                assert node.value in json.dumps(consumer.call.arguments)
 
 
 def _first_write(ctx: SynthContext, task: Task) -> int:
