@@ -134,8 +134,9 @@ async def test_untaken_branches_are_run_and_broken_ones_rejected() -> None:
         graph = await build_graph(env, fleet)
         ctx = SynthContext.create(env, graph, fleet)
         report = await synthesize(env, 6, 1, SynthConfig(p_branch=1.0, p_setup=0.0), graph=graph)
-        is_branch = [t for t in report.tasks if any(n.kind == "reason" and n.op == "branch" for n in t.dag.nodes)]
-        task = is_branch[0]
+        task = next(
+            t for t in report.tasks if any(n.kind == "reason" and n.op == "branch" for n in t.dag.nodes)
+        )
         assert await verify_task(ctx, task) == []
         assert report.discarded["check:untaken_branch"] == 0  # the builder checks before branching
 
