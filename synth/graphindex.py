@@ -13,6 +13,7 @@ from typing import Any
 
 from envforge.server import Environment
 
+from .adversaries import ToolShape
 from .domains import fillable
 from .models import GraphEdge, ParamDomain, ToolGraph, ToolNode
 
@@ -52,6 +53,21 @@ class GraphIndex:
         self._parameters: dict[str, tuple[list[str], list[str]]] = {}
         self._name_keys: dict[tuple[str, str, str], list[str]] = {}
         self._write_tables: dict[tuple[str, ...], list[str]] = {}
+        self._shapes: tuple[ToolShape, ...] | None = None
+
+    def tool_shapes(self) -> tuple[ToolShape, ...]:
+        """The env's tools as the adversaries see them (`adversaries.ToolShape`), in the env's order."""
+        if self._shapes is None:
+            self._shapes = tuple(
+                ToolShape(
+                    name=spec.name,
+                    read_only=spec.read_only,
+                    parameters=tuple(spec.parameters),
+                    required=tuple(p for p in spec.parameters if p in spec.required),
+                )
+                for spec in self.env.tools.values()
+            )
+        return self._shapes
 
     def tool(self, name: str) -> ToolNode:
         """`graph.tool(name)` without its linear scan: the builder asks thousands of times per task."""

@@ -165,15 +165,7 @@ async def verify_task(ctx: SynthContext, task: Task, *, golden_state: State | No
 
 def tool_shapes(ctx: SynthContext) -> list[ToolShape]:
     """The env's tools as the adversaries see them."""
-    return [
-        ToolShape(
-            name=spec.name,
-            read_only=spec.read_only,
-            parameters=tuple(spec.parameters),
-            required=tuple(p for p in spec.parameters if p in spec.required),
-        )
-        for spec in ctx.env.tools.values()
-    ]
+    return list(ctx.index.tool_shapes())
 
 
 async def _run_reads_too(

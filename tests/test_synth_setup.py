@@ -78,7 +78,7 @@ async def test_setup_tasks_act_on_a_fresh_entity_from_a_schema_valid_state(
         finally:
             conn.close()
         assert rebuilt == initial and state_hashes(rebuilt) == state_hashes(initial)
-        _, state, _ = retail_ctx.task_initial(task)
+        _, state, _ = retail_ctx.states.task_initial(task)
         assert state == initial and state_hashes(state) == state_hashes(initial)
         assert await verify_task(retail_ctx, task) == []
         # The setup matters: from the bare seed the same calls do not reach the golden state.
