@@ -132,7 +132,8 @@ def _scalars(value: Any) -> Iterable[Any]:
 
 def result_values(texts: Iterable[str]) -> list[str]:
     """Every value tool results showed, as text: JSON leaves (a float also to cents, as answers
-    about money are written), or the word-like tokens of a plain-text result."""
+    about money are written), or the word-like tokens of a plain-text result; each with its
+    runs of white space made one space and its ends trimmed, as the spray states it."""
     return [value for text in texts for value in _text_values(text)]
 
 
@@ -161,7 +162,7 @@ def _text_values(text: str) -> tuple[str, ...]:
                 out.extend((repr(v), f"{v:.2f}"))
             else:
                 out.append(str(v))
-    return _values_of.put(text, tuple(out))
+    return _values_of.put(text, tuple(map(_spaced, out)))
 
 
 def _spaced(value: str) -> str:
@@ -173,7 +174,7 @@ def spray_message(results: Iterable[str], entity_ids: Iterable[str] = ()) -> str
     """One message stating every candidate answer, one a line: 0..999, what the results showed, the ids."""
     seen = dict(_SPRAY_NUMBER_TEXTS)
     # `update` leaves a key already there where it is: first mentions keep their place
-    seen.update(dict.fromkeys(map(_spaced, (*result_values(results), *entity_ids))))
+    seen.update(dict.fromkeys((*result_values(results), *map(_spaced, entity_ids))))
     return "The answer is one of:\n" + "\n".join(seen)
 
 
