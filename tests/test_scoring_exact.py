@@ -27,8 +27,8 @@ from envforge.synth.scoring import (
     oracle_messages,
     outputs_missing,
     parse_number,
-    stated_numbers,
     score_episode,
+    stated_numbers,
     with_answers,
 )
 from envforge.synth.statediff import cents_hash
