@@ -174,8 +174,26 @@ def spray_message(results: Iterable[str], entity_ids: Iterable[str] = ()) -> str
     """One message stating every candidate answer, one a line: 0..999, what the results showed, the ids."""
     seen = dict(_SPRAY_NUMBER_TEXTS)
     # `update` leaves a key already there where it is: first mentions keep their place
-    seen.update(dict.fromkeys((*result_values(results), *map(_spaced, entity_ids))))
+    seen.update(dict.fromkeys((*result_values(results), *_spaced_ids(entity_ids))))
     return "The answer is one of:\n" + "\n".join(seen)
+
+
+# The last tuples of ids spaced, with their spaced ids: synthesis passes the same tuple (its state
+# cache's: one for the seed, one for the latest setup) for every task on the same initial state,
+# often a thousand ids or more.
+_SPACED_IDS_KEPT = 2
+_spaced_kept: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+
+
+def _spaced_ids(entity_ids: Iterable[str]) -> tuple[str, ...]:
+    for ids, spaced in _spaced_kept:
+        if ids is entity_ids:
+            return spaced
+    spaced = tuple(map(_spaced, entity_ids))
+    if isinstance(entity_ids, tuple):  # immutable: the same object has the same ids
+        _spaced_kept.insert(0, (entity_ids, spaced))
+        del _spaced_kept[_SPACED_IDS_KEPT:]
+    return spaced
 
 
 def adversary_message(name: str, task: Task, results: Sequence[str], entity_ids: Iterable[str] = ()) -> str:

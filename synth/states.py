@@ -57,7 +57,7 @@ class StateCache:
         self._hasher: StateHasher | None = None
         self._readers: dict[str, TableReader] | None = None
         self._tuples: dict[str, tuple[State, dict[str, Any]]] = {}
-        self._entity_ids: dict[str, tuple[State, list[str]]] = {}
+        self._entity_ids: dict[str, tuple[State, tuple[str, ...]]] = {}
 
     def initial(self, setup_key: str, setup: StateDiff, *, database: bytes | None = None) -> InitialState:
         """The seed with `setup` applied, as an `InitialState` (cached). `database`, when the caller
@@ -155,14 +155,14 @@ class StateCache:
             self._hasher = StateHasher(freeze(self.env.seed_state()), self.pks, self.loose)
         return self._hasher
 
-    def entity_ids(self, setup_key: str, state: State) -> list[str]:
+    def entity_ids(self, setup_key: str, state: State) -> tuple[str, ...]:
         """Every primary-key value of the initial state `state` (named `setup_key`): what a spraying
         adversary names besides numbers. Kept for the seed and the latest setup state."""
         hit = self._entity_ids.get(setup_key)
         if hit is None or hit[0] is not state:
             if setup_key:
                 self._entity_ids = {k: v for k, v in self._entity_ids.items() if not k}
-            hit = self._entity_ids[setup_key] = (state, entity_ids(state, self.pks))
+            hit = self._entity_ids[setup_key] = (state, tuple(entity_ids(state, self.pks)))
         return hit[1]
 
     def task_initial(self, task: Task) -> InitialState:
