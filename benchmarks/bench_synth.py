@@ -74,7 +74,7 @@ def write_spread(env: Environment, report: SynthReport) -> tuple[int, float]:
         n.call.name
         for t in report.tasks
         for n in t.dag.nodes
-        if n.call is not None and n.write and n.executed and not n.expect_error
+        if n.kind == "call" and n.write and n.executed and not n.expect_error
     )
     total = sum(counts.values())
     return len(counts), -sum(c / total * math.log2(c / total) for c in counts.values()) if total else 0.0

@@ -246,8 +246,8 @@ def score_cmd(
         try:
             graph = load_graph(env_dir) or await build_graph(env, fleet)
             ctx = SynthContext.create(env, graph, fleet)
-            database, _, _ = ctx.task_initial(task)
-            state, _ = await ctx.replay(database, calls, hashed=False)
+            database, _, _ = ctx.states.task_initial(task)
+            state, _ = await ctx.replayer.replay(database, calls, hashed=False)
             return score_episode(task, state, messages)
         finally:
             await fleet.aclose()

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from .memo import BoundedMemo
 from .models import Call, Task
 
 
@@ -45,6 +46,9 @@ ADVERSARIES: tuple[Adversary, ...] = tuple(Adversary)
 SPRAY_NUMBERS = range(1000)
 # Argument sets `read_all` tries per read tool at most.
 READ_ALL_PER_TOOL = 5
+
+# The numbers' texts, made once (every spray message starts with them).
+_SPRAY_NUMBER_TEXTS: dict[str, None] = {str(i): None for i in SPRAY_NUMBERS}
 
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/-]*")
 
@@ -65,7 +69,7 @@ def write_positions(task: Task, write_tools: set[str]) -> list[int]:
     refused = {
         json.dumps(n.call.model_dump(), sort_keys=True)
         for n in task.dag.nodes
-        if n.kind == "call" and n.expect_error and n.call is not None
+        if n.kind == "call" and n.expect_error
     }
     return [
         i
@@ -87,7 +91,7 @@ def _argument_pool(task: Task) -> dict[str, list[Any]]:
         for name, value in call.arguments.items():
             add(name, value)
     for node in task.dag.nodes:
-        if node.call is not None:
+        if node.kind == "call":
             for name, value in node.call.arguments.items():
                 add(name, value)
     for fact in task.scenario.known_facts:
@@ -139,16 +143,29 @@ def _scalars(value: Any) -> Iterable[Any]:
 
 def result_values(texts: Iterable[str]) -> list[str]:
     """Every value tool results showed, as text: JSON leaves (a float also to cents, as answers
-    about money are written), or the word-like tokens of a plain-text result."""
+    about money are written), or the word-like tokens of a plain-text result; each with its
+    runs of white space made one space and its ends trimmed, as the spray states it."""
+    return [value for text in texts for value in _text_values(text)]
+
+
+# Result texts whose values are kept: the same lookups' results recur from task to task.
+_VALUES_KEPT = 4096
+_values_of: BoundedMemo[str, tuple[str, ...]] = BoundedMemo(_VALUES_KEPT)
+
+
+def _text_values(text: str) -> tuple[str, ...]:
+    """`result_values` of one text, worked out once per text."""
+    hit = _values_of.get(text)
+    if hit is not None:
+        return hit
+    try:
+        data = json.loads(text) if text[:1] in "[{" else None
+    except ValueError:
+        data = None
     out: list[str] = []
-    for text in texts:
-        try:
-            data = json.loads(text) if text[:1] in "[{" else None
-        except ValueError:
-            data = None
-        if data is None:
-            out.extend(_TOKEN.findall(text))
-            continue
+    if data is None:
+        out.extend(_TOKEN.findall(text))
+    else:
         for v in _scalars(data):
             if isinstance(v, bool):
                 out.append(str(v).lower())
@@ -156,15 +173,38 @@ def result_values(texts: Iterable[str]) -> list[str]:
                 out.extend((repr(v), f"{v:.2f}"))
             else:
                 out.append(str(v))
-    return out
+    return _values_of.put(text, tuple(map(_spaced, out)))
+
+
+def _spaced(value: str) -> str:
+    """`value` with each run of white space made one space, its ends trimmed."""
+    return " ".join(value.split())
 
 
 def spray_message(results: Iterable[str], entity_ids: Iterable[str] = ()) -> str:
     """One message stating every candidate answer, one a line: 0..999, what the results showed, the ids."""
-    seen: dict[str, None] = {str(i): None for i in SPRAY_NUMBERS}
-    for value in (*result_values(results), *entity_ids):
-        seen.setdefault(" ".join(value.split()), None)
+    seen = dict(_SPRAY_NUMBER_TEXTS)
+    # `update` leaves a key already there where it is: first mentions keep their place
+    seen.update(dict.fromkeys((*result_values(results), *_spaced_ids(entity_ids))))
     return "The answer is one of:\n" + "\n".join(seen)
+
+
+# The last tuples of ids spaced, with their spaced ids: synthesis passes the same tuple (its state
+# cache's: one for the seed, one for the latest setup) for every task on the same initial state,
+# often a thousand ids or more.
+_SPACED_IDS_KEPT = 2
+_spaced_kept: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+
+
+def _spaced_ids(entity_ids: Iterable[str]) -> tuple[str, ...]:
+    for ids, spaced in _spaced_kept:
+        if ids is entity_ids:
+            return spaced
+    spaced = tuple(map(_spaced, entity_ids))
+    if isinstance(entity_ids, tuple):  # immutable: the same object has the same ids
+        _spaced_kept.insert(0, (entity_ids, spaced))
+        del _spaced_kept[_SPACED_IDS_KEPT:]
+    return spaced
 
 
 def adversary_message(name: str, task: Task, results: Sequence[str], entity_ids: Iterable[str] = ()) -> str:

@@ -7,9 +7,16 @@ evaluation harness reads tasks back through them, so every field is explicit and
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 Row = dict[str, Any]
 
@@ -114,18 +121,36 @@ class ArgSource(_Model):
     key: str | None = None
 
 
-class DagNode(_Model):
+class CallNode(_Model):
+    """A step that calls a tool (executed, or the untaken side of a branch)."""
+
     id: str
-    kind: Literal["call", "reason"]
+    kind: Literal["call"] = "call"
     text: str = Field(description="what this step does, in words (used to render the instruction)")
-    # call nodes
-    call: Call | None = None
+    call: Call
     write: bool = False
     executed: bool = True
     expect_error: bool = False
     args: list[ArgSource] = Field(default_factory=list)
-    # reasoning nodes
-    op: ReasonOp | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_reason_defaults(cls, data: Any) -> Any:
+        return _without_defaults(data, REASON_FIELDS)
+
+    @model_serializer(mode="wrap")
+    def _flat(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _flat_node(handler(self))
+
+
+class ReasonNode(_Model):
+    """A step that reasons over an earlier result: picks (argmax/argmin/filter), counts, sums or
+    branches."""
+
+    id: str
+    kind: Literal["reason"] = "reason"
+    text: str = Field(description="what this step does, in words (used to render the instruction)")
+    op: ReasonOp
     source: str | None = Field(None, description="node whose result is reasoned over")
     path: list[str] = Field(default_factory=list, description="JSON keys from the result to the list/value")
     field: str | None = None
@@ -136,6 +161,63 @@ class DagNode(_Model):
     then_node: str | None = None
     else_node: str | None = None
     value: Any = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_call_defaults(cls, data: Any) -> Any:
+        return _without_defaults(data, CALL_FIELDS)
+
+    @model_serializer(mode="wrap")
+    def _flat(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _flat_node(handler(self))
+
+
+DagNode = Annotated[CallNode | ReasonNode, Field(discriminator="kind")]
+"""A DAG step, by `kind`. On file every node carries every field of both kinds, in one order (the
+other kind's at their defaults), as `tasks.jsonl` has always been written; read back, a node
+keeps only its own kind's fields, and one whose other-kind fields are not at their defaults is
+refused."""
+
+# The fields only one kind of node has, with their defaults, in file order.
+CALL_FIELDS: dict[str, Any] = {
+    "call": None,
+    "write": False,
+    "executed": True,
+    "expect_error": False,
+    "args": [],
+}
+REASON_FIELDS: dict[str, Any] = {
+    "op": None,
+    "source": None,
+    "path": [],
+    "field": None,
+    "equals": None,
+    "select": None,
+    "comparator": None,
+    "threshold": None,
+    "then_node": None,
+    "else_node": None,
+    "value": None,
+}
+_NODE_FIELDS = ("id", "kind", "text", *CALL_FIELDS, *REASON_FIELDS)
+_DEFAULTS = {**CALL_FIELDS, **REASON_FIELDS}
+
+
+def _without_defaults(data: Any, others: dict[str, Any]) -> Any:
+    """`data` without the other kind's fields where they hold their defaults (as files have them)."""
+    if not isinstance(data, dict) or not any(k in data for k in others):
+        return data
+    return {k: v for k, v in data.items() if k not in others or v != others[k]}
+
+
+def _flat_node(own: dict[str, Any]) -> dict[str, Any]:
+    """A node's fields as files hold them: both kinds', in one order, the other kind's at their defaults."""
+    return {k: own[k] if k in own else _default(k) for k in _NODE_FIELDS}
+
+
+def _default(name: str) -> Any:
+    value = _DEFAULTS[name]
+    return [] if value == [] else value
 
 
 class DagEdge(_Model):

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envforge.server import Environment, Fleet
+from envforge.server import Environment, Fleet, run_inline
 
-from .context import SynthContext, run_inline
+from .context import SynthContext
 from .graph import build_graph
 from .models import Task, ToolGraph
 from .outcomes import Outcomes
@@ -117,20 +117,21 @@ async def synthesize(
             task_id = f"{env.name}-{seed}-{k:05d}"
             k += 1
             try:
-                task, golden = await build_task(ctx, task_id, task_seed, cfg)
+                built = await build_task(ctx, task_id, task_seed, cfg)
             except BuildFailed as exc:
                 report.discarded[f"build:{exc.reason}"] += 1
                 continue
+            task, golden = built.task, built.golden
             keys = task_keys(task)
             if any(key in seen for key in keys):
                 report.discarded["duplicate"] += 1
                 continue
-            failed = await verify_task(ctx, task, golden_state=golden)
+            failed = await verify_task(ctx, task, golden_state=golden.state)
             if failed:
                 report.discarded[f"check:{failed[0]}"] += 1
                 continue
             if adversaries:
-                gamed = gamed_by(await adversary_rewards(ctx, task, golden_state=golden, until_gamed=True))
+                gamed = gamed_by(await adversary_rewards(ctx, task, golden=golden, until_gamed=True))
                 if gamed:
                     report.discarded[f"adversary:{gamed[0]}"] += 1
                     continue
@@ -146,7 +147,11 @@ async def synthesize(
             last_shipped = k
             ctx.outcomes.record_task(
                 write_tools,
-                [n.call.name for n in task.dag.nodes if n.write and n.executed and not n.expect_error],  # type: ignore[union-attr]
+                [
+                    n.call.name
+                    for n in task.dag.nodes
+                    if n.kind == "call" and n.write and n.executed and not n.expect_error
+                ],
             )
         report.attempts = k
         report.calls_tried, report.calls_failed = ctx.outcomes.calls, ctx.outcomes.failed

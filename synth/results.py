@@ -15,14 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 from .domains import accepts
 from .footprint import scalar_pairs
+from .memo import BoundedMemo
 from .outcomes import value_key
 from .statediff import json_key
 
 if TYPE_CHECKING:
-    from .context import PlannedEdge
+    from .graphindex import PlannedEdge
 
-# Results whose readings are kept before the cache is dropped and refilled (bounds memory: the
-# results of writes are new objects every time, and seldom read again).
+# Results whose readings are kept (bounds memory: the results of writes are new objects every
+# time, and seldom read again).
 KEPT = 20_000
 
 # One way to extend a walk from a result: the planned edge, the values it can carry (in
@@ -54,15 +55,14 @@ class ResultReadings:
     """`key_values` and `extensions` per result object, computed on first use."""
 
     def __init__(self) -> None:
-        self._values: dict[int, tuple[Any, dict[str, list[Any]]]] = {}
-        self._extensions: dict[tuple[int, str], tuple[Any, list[Extension]]] = {}
+        # by the result's id, with the result itself held (so that its id is not reused)
+        self._values: BoundedMemo[int, tuple[Any, dict[str, list[Any]]]] = BoundedMemo(KEPT)
+        self._extensions: BoundedMemo[tuple[int, str], tuple[Any, list[Extension]]] = BoundedMemo(KEPT)
 
     def values(self, data: Any) -> dict[str, list[Any]]:
         hit = self._values.get(id(data))
         if hit is None or hit[0] is not data:
-            if len(self._values) >= KEPT:
-                self._values.clear()
-            hit = self._values[id(data)] = (data, key_values(data))
+            hit = self._values.put(id(data), (data, key_values(data)))
         return hit[1]
 
     def extensions(self, tool: str, data: Any, plan: list[PlannedEdge]) -> list[Extension]:
@@ -86,7 +86,5 @@ class ResultReadings:
                     if len(vals) == 1:
                         single = value_key(e.target, not planned.writes, e.param, vals[0])
                     out.append((planned, vals, single))
-            if len(self._extensions) >= KEPT:
-                self._extensions.clear()
-            hit = self._extensions[(id(data), tool)] = (data, out)
+            hit = self._extensions.put((id(data), tool), (data, out))
         return hit[1]

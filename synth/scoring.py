@@ -107,6 +107,35 @@ def number_tokens(text: str) -> list[StatedNumber]:
     return [_token_number(m.group()) for m in NUMBER_TOKEN.finditer(text)]
 
 
+#: Lines per block that `stated_numbers` parses and caches as one.
+LINES_PER_BLOCK = 128
+
+
+def stated_numbers(text: str) -> dict[str, set[Decimal]]:
+    """The values of `text`'s number tokens by kind: `number_tokens`, as sets, parsed in blocks of lines.
+
+    A token holds no line break and its guards read a line break as they read either end of the
+    text, so `text`'s tokens are its lines' tokens in order, and any run of whole lines can be
+    parsed alone. Blocks of LINES_PER_BLOCK lines are cached: a spray message's first thousand
+    lines, 0..999, are the same in every message, and they cost more to parse than all else a
+    task's scoring does.
+    """
+    lines = text.split("\n")
+    out: dict[str, set[Decimal]] = {}
+    for start in range(0, len(lines), LINES_PER_BLOCK):
+        for kind, values in _block_numbers("\n".join(lines[start : start + LINES_PER_BLOCK])):
+            out.setdefault(kind, set()).update(values)
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _block_numbers(block: str) -> tuple[tuple[str, frozenset[Decimal]], ...]:
+    by_kind: dict[str, set[Decimal]] = {}
+    for n in number_tokens(block):
+        by_kind.setdefault(n.kind, set()).add(n.value)
+    return tuple((kind, frozenset(values)) for kind, values in by_kind.items())
+
+
 @lru_cache(maxsize=65536)
 def _token_number(token: str) -> StatedNumber:
     """A matched token's value (tokens repeat across messages: a spray states 0..999 every time)."""
@@ -182,9 +211,7 @@ class _Said:
     ):
         text = self.text = "\n".join(agent_messages)
         self._known = known
-        self.numbers: dict[str, set[Decimal]] = {}
-        for n in number_tokens(text):
-            self.numbers.setdefault(n.kind, set()).add(n.value)
+        self.numbers = stated_numbers(text)
         parsed = [parse_number(r) for r in required]
         self.required_numbers = {p.value for p in parsed if p is not None}
         self.required_words = {

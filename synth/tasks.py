@@ -18,17 +18,19 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from itertools import accumulate
 from operator import itemgetter
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
-from envforge.server import State
+from envforge.server import Environment, Episode, ScratchConnection, State
 
 from . import reasoning as R
-from .context import SynthContext, call_key, setup_key
+from .context import SynthContext
 from .domains import DomainValues, accepts, weighted_choice
+from .golden import BuiltTask, GoldenRun
 from .mirror import Mirror
 from .models import (
     ArgSource,
     Call,
+    CallNode,
     Checkpoint,
     Dag,
     DagEdge,
@@ -36,6 +38,7 @@ from .models import (
     Difficulty,
     Fact,
     GraphEdge,
+    ReasonNode,
     ReasonOp,
     Row,
     RowCheck,
@@ -43,8 +46,10 @@ from .models import (
     Task,
 )
 from .render import render_scenario
+from .replayer import call_key, scratch_connection
 from .setup import Fresh
 from .statediff import json_key
+from .states import setup_key
 
 
 @dataclass(frozen=True)
@@ -82,11 +87,24 @@ def _json_key(v: Any) -> str:
     return json_key(v)
 
 
+class CallOutcome(NamedTuple):
+    """What one call of a walk came to."""
+
+    ok: bool
+    """It returned (it was not refused, invalid or an env error)."""
+    data: Any
+    """Its parsed result (`footprint.parse_result`; None when not ok)."""
+    diff: StateDiff | None
+    """For a write that returned, the state diff it made (empty: it changed nothing)."""
+    text: str
+    """Its result as the agent would see it."""
+
+
 @dataclass(slots=True)
 class _Option:
     """A way to extend the DAG: feed `edge.param` of `edge.target` from node `node`'s result."""
 
-    node: DagNode
+    node: CallNode
     edge: GraphEdge
     values: list[Any]
     weight: float  # before the step's adjustments: later nodes are likelier sources
@@ -118,12 +136,13 @@ class Builder:
     refusals: int = 0
     last_kind: str = "ok"  # the kind of the last call's result (`ToolResult.kind`)
     reasoned: bool = False
-    episode: Any = None  # the walk's Episode
+    episode: Episode = field(init=False)  # the walk's episode (set by `build_task`)
+    conn: ScratchConnection = field(init=False)  # its connection, which reports what each call wrote
     mirror: Mirror = field(init=False)  # the walk's state as the golden run leaves it (set by `build`)
     stale: set[str] = field(default_factory=set)
     fresh: Fresh | None = None  # the entity a setup added, for the walk to act on
     _last_key: tuple[Call, str] | None = None
-    _by_id: dict[str, DagNode] = field(default_factory=dict)  # call nodes
+    _by_id: dict[str, CallNode] = field(default_factory=dict)
     _node_options: dict[str, list[_Option]] = field(default_factory=dict)
     # `_from_results` answers
     _fed: dict[tuple[str, str], tuple[Any, ArgSource] | None] = field(default_factory=dict)
@@ -132,14 +151,20 @@ class Builder:
     _reasonings: dict[tuple[Any, ...], list[tuple[Any, ...]]] = field(default_factory=dict)
     # The episode's state as (initial state, successful write calls...): the key of the call memo.
     history: tuple[Any, ...] = ("",)
+    # Each executed call node's result text (`GoldenRun.texts`).
+    texts: dict[str, str] = field(default_factory=dict)
+    # The state right after the first successful write (`GoldenRun.after_first_write`), taken
+    # when a second write is about to run; None until then, or when the mirror did not hold it whole.
+    after_first_write: State | None = None
+    _first_write_taken: bool = False
 
     # ------------------------------------------------------------------ helpers
     @property
-    def env(self):  # type: ignore[no-untyped-def]
+    def env(self) -> Environment:
         return self.ctx.env
 
     def _usable(self, tool: str) -> bool:
-        return self.ctx.usable(tool)
+        return self.ctx.index.usable(tool)
 
     def _key(self, call: Call) -> str:
         """The call's identity (`context.call_key`), for the memo, the history and `done_calls`.
@@ -172,7 +197,7 @@ class Builder:
         self, tool: str, fixed: dict[str, tuple[Any, ArgSource]]
     ) -> tuple[dict[str, Any], list[ArgSource]]:
         """Arguments for `tool`: the fixed ones, then earlier results by name, then user facts."""
-        parameters, required = self.ctx.parameters(tool)
+        parameters, required = self.ctx.index.parameters(tool)
         args: dict[str, Any] = {}
         sources: dict[str, ArgSource] = {}
         bindings: dict[str, Any] = {}
@@ -205,7 +230,7 @@ class Builder:
     def _bind_row(self, bindings: dict[str, Any], column: str) -> None:
         """Bind the key columns of the one row whose primary key `column` equals the bound value."""
         values = self._values
-        for table in self.ctx.keyed_by(column):
+        for table in self.ctx.index.keyed_by(column):
             rows = values.rows_with(table, column, bindings[column])
             if rows:
                 for k, v in values.key_items(rows[0], self.ctx.key_names):
@@ -224,13 +249,13 @@ class Builder:
     def _find_result(self, tool: str, param: str) -> tuple[Any, ArgSource] | None:
         # `data` holds exactly the executed, not refused call nodes that returned JSON, in order.
         domain = self.ctx.domains[tool][param]
-        if not self.ctx.tool(tool).read_only and not self.ctx.names_entity(domain):
+        if not self.ctx.index.tool(tool).read_only and not self.ctx.index.names_entity(domain):
             # An attribute an earlier result shows (a ticket's priority, a reservation's cabin) is
             # the entity's current value: a write given it back changes nothing or is refused.
             return None
         for node_id in reversed(self.data):
             node = self._by_id[node_id]
-            for key in self.ctx.name_keys(node.call.name, tool, param):  # type: ignore[union-attr]
+            for key in self.ctx.index.name_keys(node.call.name, tool, param):
                 vals = self._key_values(node_id, key)
                 if len(vals) == 1 and accepts(domain, vals[0]):
                     value = [vals[0]] if domain.is_list else vals[0]
@@ -245,29 +270,35 @@ class Builder:
     @property
     def _values(self) -> DomainValues:
         if not hasattr(self, "_dv"):
-            self._dv = self.ctx.domain_values(self.history[0], self.initial_state)
+            self._dv = self.ctx.states.domain_values(self.history[0], self.initial_state)
         return self._dv
 
     # ------------------------------------------------------------------ execution
-    async def _run(self, call: Call) -> tuple[bool, Any, StateDiff | None, str]:
-        """Execute one call; (ok, parsed result, state diff for writes, text)."""
+    async def _run(self, call: Call) -> CallOutcome:
+        """Execute one call (or answer it from the call memo)."""
         key = self._key(call)
-        res = await self.ctx.call(self.episode, self.history, call, key)
-        self.last_kind = res.kind
-        written = self.episode.conn.take_written()
         read_only = self.env.tools[call.name].read_only
+        if not read_only and self.writes == 1 and not self._first_write_taken:
+            # Only successful writes that change something change the state, and each is recorded
+            # as it runs: with one recorded, the state now is the one right after it.
+            self._first_write_taken = True
+            if not self.stale:
+                self.after_first_write = dict(self.mirror.state)  # the mirror replaces, never mutates, lists
+        res = await self.ctx.replayer.call(self.episode, self.history, call, key)
+        self.last_kind = res.kind
+        written = self.conn.take_written()
         if res.is_error:
             self.ctx.outcomes.record(call.name, read_only, call.arguments, False, res.text)
-            return False, None, None, res.text
+            return CallOutcome(ok=False, data=None, diff=None, text=res.text)
         diff = None
         if not read_only:
             self.history = (*self.history, key)
             # The diff covers the tool's write tables; of those, a call can change only the ones
             # its statements were authorized to write (`written`): the rest are not re-read.
-            tables = self.ctx.write_tables([call.name])
+            tables = self.ctx.index.write_tables([call.name])
             if "*" not in written:
                 tables = [t for t in tables if t in written]
-            updated = self.episode.conn.taken_columns
+            updated = self.conn.taken_columns
             if updated is not None and self.stale:  # a stale table may have changed anywhere
                 updated = {t: cols for t, cols in updated.items() if t not in self.stale}
             diff = await self.mirror.refresh(self.episode, tables, updated)
@@ -279,7 +310,7 @@ class Builder:
             self.stale.difference_update(tables)
         # A write that changed nothing is of no use to a walk: it counts as a failure.
         self.ctx.outcomes.record(call.name, read_only, call.arguments, diff is None or bool(diff))
-        return True, self.ctx.parsed(res), diff, res.text
+        return CallOutcome(ok=True, data=self.ctx.replayer.parsed(res), diff=diff, text=res.text)
 
     def _current_tuples(self, table: str) -> list[tuple[Any, ...]] | None:
         """The episode's rows of `table` now, as the mirror holds them (None: not held, or stale)."""
@@ -304,9 +335,10 @@ class Builder:
         *,
         refused: bool = False,
         executed: bool = True,
-    ) -> DagNode:
+        text: str = "",
+    ) -> CallNode:
         spec = self.env.tools[call.name]
-        node = DagNode(
+        node = CallNode(
             id=self._new_id(),
             kind="call",
             text="",
@@ -326,12 +358,12 @@ class Builder:
                 self._add_fact(s.param, call.arguments[s.param], node.id)
         if executed:
             self.calls += 1
+            self.texts[node.id] = text
             self.done_calls.add(self._key(call))
-            reads = set(self.ctx.tool(call.name).reads)
+            reads = set(self.ctx.index.tool(call.name).reads)
             for prev in self.nodes[:-1]:
                 if prev.kind == "call" and prev.write and prev.executed and not prev.expect_error:
-                    assert prev.call is not None  # a call node carries its call
-                    if reads & set(self.ctx.tool(prev.call.name).writes):
+                    if reads & set(self.ctx.index.tool(prev.call.name).writes):
                         self._edge(prev.id, node.id, "state", "")
         if data is not None and executed and not refused:
             self.data[node.id] = data
@@ -347,8 +379,7 @@ class Builder:
         if not any(e.source == a and e.target == b and e.kind == kind for e in self.edges):
             self.edges.append(DagEdge(source=a, target=b, kind=kind, label=label))
 
-    def _call_text(self, node: DagNode) -> str:
-        assert node.call is not None
+    def _call_text(self, node: CallNode) -> str:
         spec = self.env.tools[node.call.name]
         desc = spec.description.strip().split("\n")[0].rstrip(".")
         parts = []
@@ -373,7 +404,7 @@ class Builder:
         starts = sorted(
             t.name
             for t in graph.tools
-            if t.read_only and self._usable(t.name) and t.required and self.ctx.out_edges(t.name)
+            if t.read_only and self._usable(t.name) and t.required and self.ctx.index.out_edges(t.name)
         )
         if not starts:
             starts = sorted(t.name for t in graph.tools if self._usable(t.name))
@@ -391,9 +422,9 @@ class Builder:
         for _ in range(self.cfg.tries_per_step):
             args, sources = self._fill(tool, fixed)
             call = Call(name=tool, arguments=args)
-            ok, data, diff, _ = await self._run(call)
-            if ok and (diff is None or diff):
-                self._record_call(call, sources, data, diff)
+            out = await self._run(call)
+            if out.ok and (out.diff is None or out.diff):
+                self._record_call(call, sources, out.data, out.diff, text=out.text)
                 return
         raise BuildFailed("start_failed")
 
@@ -432,12 +463,12 @@ class Builder:
             options = self._node_options.get(node_id)
             if options is None:
                 node = self._by_id[node_id]
-                tool = node.call.name  # type: ignore[union-attr]
+                tool = node.call.name
                 weight = 1.0 + int(node_id[1:]) * 0.5
                 options = self._node_options[node_id] = [
                     _Option(node, planned.edge, vals, weight, planned.writes, planned.feeds, single)
                     for planned, vals, single in self.ctx.readings.extensions(
-                        tool, self.data[node_id], self.ctx.edge_plan(tool)
+                        tool, self.data[node_id], self.ctx.index.edge_plan(tool)
                     )
                 ]
             out.extend(options)
@@ -481,7 +512,7 @@ class Builder:
         e = o.edge
         domain = self.ctx.domains[e.target][e.param]
         value: Any
-        pre: list[DagNode] = []
+        pre: list[ReasonNode] = []
         if len(o.values) == 1:
             value = o.values[0]
             src = ArgSource(param=e.param, source="node", node=o.node.id, key=e.key)
@@ -498,7 +529,7 @@ class Builder:
                 src = _user(e.param)
         if domain.is_list:
             value = [value]
-        target = self.ctx.tool(e.target)
+        target = self.ctx.index.tool(e.target)
         if (
             not target.read_only
             and not pre
@@ -510,7 +541,8 @@ class Builder:
         call = Call(name=e.target, arguments=args)
         if self._key(call) in self.done_calls:
             return False
-        ok, data, diff, _ = await self._run(call)
+        out = await self._run(call)
+        ok, data, diff = out.ok, out.data, out.diff
         self.ctx.outcomes.record_edge(o.feeds, ok and (diff is None or bool(diff)))
         refuse = (
             not ok
@@ -524,17 +556,17 @@ class Builder:
         if ok and diff is not None and not diff:
             return False  # a write that changed nothing proves nothing
         self._commit_reasoning(pre)
-        self._record_call(call, sources, data, diff, refused=refuse)
+        self._record_call(call, sources, data, diff, refused=refuse, text=out.text)
         return True
 
     def _pick_value(self, o: _Option) -> Any:
         """One of the option's values, those that have worked for calls like this one likelier."""
         target = o.edge.target
-        read_only = self.ctx.tool(target).read_only
+        read_only = self.ctx.index.tool(target).read_only
         weigh = self.ctx.outcomes.value_weight
         return weighted_choice(self.rng, o.values, lambda v: weigh(target, read_only, o.edge.param, v))
 
-    def _commit_reasoning(self, pre: list[DagNode]) -> None:
+    def _commit_reasoning(self, pre: list[ReasonNode]) -> None:
         for r in pre:
             assert r.id == self._new_id(), "reasoning node ids are assigned just before use"
             self.nodes.append(r)
@@ -542,7 +574,7 @@ class Builder:
                 self._edge(r.source, r.id, "data", r.field or "")
             self.reasoned = True
 
-    def _select_reasoning(self, o: _Option) -> tuple[DagNode, Any] | None:
+    def _select_reasoning(self, o: _Option) -> tuple[ReasonNode, Any] | None:
         """argmax/argmin/filter over a list in the source result that carries the edge's key."""
         e = o.edge
         domain = self.ctx.domains[e.target][e.param]
@@ -583,7 +615,7 @@ class Builder:
             text = (
                 f"From the list in the result of {ref}, take the item with the {which} {f}; use its {e.key}"
             )
-        node = DagNode(
+        node = ReasonNode(
             id=nid,
             kind="reason",
             text=text,
@@ -604,17 +636,17 @@ class Builder:
         if figures is None:
             items = data.items() if isinstance(data, dict) else []
             figures = self._figures[o.node.id] = sorted(k for k, v in items if R.is_number(v))
-        source = o.node.call.name  # type: ignore[union-attr]
+        source = o.node.call.name
         alts = self._alts.get((source, o.edge.key, o.edge.target))
         if alts is None:
             alts = self._alts[(source, o.edge.key, o.edge.target)] = sorted(
                 {
                     e.target
-                    for e in self.ctx.out_edges(source)
+                    for e in self.ctx.index.out_edges(source)
                     if e.key == o.edge.key
                     and e.target != o.edge.target
                     and self._usable(e.target)
-                    and not self.ctx.tool(e.target).read_only
+                    and not self.ctx.index.tool(e.target).read_only
                 }
             )
         if not figures or not alts:
@@ -625,9 +657,7 @@ class Builder:
             return False
         alt = self.rng.choice(alts)
         alt_edge = next(
-            e
-            for e in self.ctx.out_edges(o.node.call.name)  # type: ignore[union-attr]
-            if e.key == o.edge.key and e.target == alt
+            e for e in self.ctx.index.out_edges(o.node.call.name) if e.key == o.edge.key and e.target == alt
         )
         first_args, first_src = self._fill(o.edge.target, {o.edge.param: (value, src)})
         alt_src = src.model_copy(update={"param": alt_edge.param})
@@ -655,23 +685,23 @@ class Builder:
             return False
         # The call not taken must be one that would have worked here (what `verify` checks as
         # `untaken_branch`): tried on a copy of the episode, before the branch is taken.
-        if self.ctx.tried(self.history, self._key(run)) is False:
+        if self.ctx.replayer.tried(self.history, self._key(run)) is False:
             return False  # `run` failed here before: `_run` would say so from memory
         key = self._key(untaken)
-        works = self.ctx.tried(self.history, key)
+        works = self.ctx.replayer.tried(self.history, key)
         if works is None:
             snapshot = await self.episode.snapshot()
-            works = await self.ctx.try_instead(
+            works = await self.ctx.replayer.try_instead(
                 snapshot, untaken, history=self.history, key=key, before=self._current_tuples
             )
         if not works:
             return False
-        ok, result, diff, _ = await self._run(run)
-        if not ok or not diff:
+        out = await self._run(run)
+        if not out.ok or not out.diff:
             return False
         bid = self._new_id()
         then_id, else_id = f"n{len(self.nodes) + 1}", f"n{len(self.nodes) + 2}"
-        branch = DagNode(
+        branch = ReasonNode(
             id=bid,
             kind="reason",
             op="branch",
@@ -698,7 +728,12 @@ class Builder:
             (else_call, second_src, not take_then),
         ):
             node = self._record_call(
-                call, sources, result if executed else None, diff if executed else None, executed=executed
+                call,
+                sources,
+                out.data if executed else None,
+                out.diff if executed else None,
+                executed=executed,
+                text=out.text if executed else "",
             )
             self._edge(bid, node.id, "control", "then" if call is then_call else "else")
         return True
@@ -708,7 +743,7 @@ class Builder:
         # the figure itself is computed for the one chosen
         cands: list[tuple[ReasonOp, str, Any, str, Any, Any]] = []
         for node in self.nodes:
-            if node.id not in self.data or node.write:
+            if node.id not in self.data or node.kind != "call" or node.write:
                 continue
             for path, items in R.collections(self.data[node.id]):
                 for f in R.numeric_fields(items):
@@ -731,7 +766,7 @@ class Builder:
         else:
             label = f"how many of {items_of} have {f} {json.dumps(eq)} (a whole number)"
             text = f"Count {items_of} whose {f} is {json.dumps(eq)}; tell the user how many (a whole number)"
-        node = DagNode(
+        node = ReasonNode(
             id=self._new_id(),
             kind="reason",
             op=op,
@@ -818,8 +853,9 @@ def dag_depth(dag: Dag) -> int:
     return max(depth.values(), default=0)
 
 
-async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tuple[Task, State]:
-    """Build and execute one task: (task, golden state). Raises `BuildFailed` when the walk cannot finish."""
+async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfig) -> BuiltTask:
+    """Build and execute one task, with what its golden run showed. Raises `BuildFailed` when the
+    walk cannot finish."""
     rng = random.Random(seed)
     setup = None
     setup_rng = random.Random(f"{seed}:setup")
@@ -828,15 +864,16 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tup
         if setup is None:
             raise BuildFailed("setup_rejected")
     key = setup_key(setup.diff if setup else {})
-    database, initial_state, initial_cents = ctx.initial(
+    database, initial_state, initial_cents = ctx.states.initial(
         key, setup.diff if setup else {}, database=setup.database if setup else None
     )
     b = Builder(ctx=ctx, rng=rng, cfg=cfg, initial_state=initial_state, history=(key,))
     b.fresh = setup.fresh if setup else None
     target = rng.randint(cfg.min_calls, cfg.max_calls)
-    episode = await ctx.open_episode(database)
+    episode = await ctx.replayer.open_episode(database)
     b.episode = episode
-    b.mirror = ctx.mirror(key, initial_state)
+    b.conn = scratch_connection(episode)
+    b.mirror = ctx.states.mirror(key, initial_state)
     try:
         await b.start()
         stalls = 0
@@ -848,7 +885,9 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tup
                 if stalls >= (STALLS_AFTER_WRITE if b.writes else STALLS_BEFORE_WRITE):
                     break
         if b.nodes:
-            ctx.outcomes.record_walk(b.nodes[0].call.name, b.writes > 0)  # type: ignore[union-attr]
+            first = b.nodes[0]  # the start call
+            assert first.kind == "call"
+            ctx.outcomes.record_walk(first.call.name, b.writes > 0)
         # A walk that is rejected anyway is rejected before the full export it would not use.
         if b.writes == 0:
             raise BuildFailed("no_write")
@@ -857,9 +896,9 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tup
         if b.fresh is not None and not b.acts_on_fresh():
             raise BuildFailed("setup_unused")
         golden = await b.golden_state()
-        ctx.note_golden_db(golden, await episode.snapshot(), b.mirror)
+        ctx.replayer.note_golden_db(golden, await episode.snapshot(), b.mirror)
     finally:
-        await ctx.close_episode(episode)
+        await ctx.replayer.close_episode(episode)
     if rng.random() < cfg.p_summary or not b.reasoned:
         b._summarise()
     dag = Dag(nodes=b.nodes, edges=b.edges)
@@ -867,7 +906,7 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tup
     finders: dict[str, _RowFinder] = {}
     for node in b.nodes:
         diff = b.write_diffs.get(node.id)
-        if not diff:
+        if not diff or node.kind != "call":  # only call nodes write
             continue
         rows = []
         for table, d in diff.items():
@@ -876,17 +915,17 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tup
             find = finders.get(table)
             if find is None:
                 tuples = b.mirror.tuples_of(table)
-                find = finders[table] = _RowFinder(golden[table], tuples, ctx.readers[table].cols)
+                find = finders[table] = _RowFinder(golden[table], tuples, ctx.states.readers[table].cols)
             for row_key in keys:
                 rows.append(RowCheck(table=table, key=row_key, row=find(row_key)))
-        checkpoints.append(Checkpoint(node=node.id, tool=node.call.name, rows=rows))  # type: ignore[union-attr]
+        checkpoints.append(Checkpoint(node=node.id, tool=node.call.name, rows=rows))
     executed = [n for n in b.nodes if n.kind == "call" and n.executed]
     tables = set()
     for n in executed:
-        t = ctx.graph.tool(n.call.name)  # type: ignore[union-attr]
+        t = ctx.graph.tool(n.call.name)
         tables |= set(t.reads) | set(t.writes)
     scenario = render_scenario(ctx.env.name, dag, b.facts, b.outputs, b.data, b.output_labels)
-    golden_hash, golden_cents = ctx.hasher.hashes(golden)
+    golden_hash, golden_cents = ctx.states.hasher.hashes(golden)
     if golden_cents == initial_cents:
         raise BuildFailed("no_change")
     task = Task(
@@ -910,4 +949,9 @@ async def build_task(ctx: Any, task_id: str, seed: str, cfg: SynthConfig) -> tup
             tables=len(tables),
         ),
     )
-    return task, golden
+    run = GoldenRun(
+        state=golden,
+        texts=tuple(b.texts[n.id] for n in executed),
+        after_first_write=b.after_first_write,
+    )
+    return BuiltTask(task=task, golden=run)

@@ -41,10 +41,10 @@ from .models import (
     ActionCheck,
     AnswerRule,
     Call,
+    CallNode,
     Checkpoint,
     Dag,
     DagEdge,
-    DagNode,
     Difficulty,
     Fact,
     RewardPart,
@@ -724,7 +724,7 @@ async def _gold_task(
     initial = env.seed_state()
     episode = await fleet.create_episode(env.name, database=env.seed_db)
     ctx = _context(env, fleet)
-    nodes: list[DagNode] = []
+    nodes: list[CallNode] = []
     edges: list[DagEdge] = []
     write_diffs: dict[str, Any] = {}
     tables: set[str] = set()
@@ -737,7 +737,7 @@ async def _gold_task(
             await set_authorizer(episode, None)
             tables |= set(fp.reads) | set(fp.writes)
             spec = env.tools.get(call.name)
-            node = DagNode(
+            node = CallNode(
                 id=f"n{i}",
                 kind="call",
                 text=_call_text(env, call),
@@ -750,7 +750,7 @@ async def _gold_task(
                 edges.append(DagEdge(source=f"n{i - 1}", target=node.id, kind="control", label="then"))
             if node.write and not result.is_error:
                 written = sorted(fp.writes)
-                after = await ctx.export_tables(episode.id, written)
+                after = await ctx.replayer.export_tables(episode.id, written)
                 write_diffs[node.id] = _diff(pks, {t: state[t] for t in written}, after)
                 state.update(after)
         golden = await episode.export()
@@ -768,7 +768,7 @@ async def _gold_task(
             for key in keys:
                 final = next((r for r in golden[table] if all(r.get(c) == v for c, v in key.items())), None)
                 rows.append(RowCheck(table=table, key=key, row=final))
-        checkpoints.append(Checkpoint(node=node.id, tool=node.call.name, rows=rows))  # type: ignore[union-attr]
+        checkpoints.append(Checkpoint(node=node.id, tool=node.call.name, rows=rows))
     return Task(
         id=p.id,
         env=env.name,

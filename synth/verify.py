@@ -20,16 +20,16 @@ of them earns full reward can be gamed, and is neither shipped by synthesis nor 
 
 from __future__ import annotations
 
-from typing import Any
-
 from envforge.server import State, execute, state_hash
 
 from .adversaries import ADVERSARIES, ToolShape, adversary_calls, adversary_message, counts, write_positions
-from .context import setup_key
-from .models import Call, DagNode, RowCheck, Task
+from .context import SynthContext
+from .golden import GoldenRun
+from .models import Call, CallNode, RowCheck, Task
 from .rewards import Evidence, compose_reward
 from .scoring import oracle_messages
 from .statediff import cents_hash, states_match
+from .states import setup_key
 
 CHECKS = (
     "golden_replay",
@@ -47,7 +47,7 @@ def _reward(task: Task, final: State, messages: list[str], *, golden_state: Stat
     return compose_reward(task, Evidence(final, messages, golden_state=golden_state)).value
 
 
-def write_indices(ctx: Any, task: Task) -> list[int]:
+def write_indices(ctx: SynthContext, task: Task) -> list[int]:
     """Positions in `golden_calls` of write calls that are meant to succeed."""
     return write_positions(task, {name for name, spec in ctx.env.tools.items() if not spec.read_only})
 
@@ -63,22 +63,22 @@ def refusal_indices(task: Task) -> list[int]:
     ]
 
 
-def untaken_calls(task: Task) -> list[tuple[int | None, DagNode]]:
+def untaken_calls(task: Task) -> list[tuple[int | None, CallNode | None]]:
     """Per branch node, the position in `golden_calls` of the call it took (None when the calls do
-    not hold it there) and the call node it did not take."""
+    not hold it there) and the call node it did not take (None when the DAG has none)."""
     executed = [n for n in task.dag.nodes if n.kind == "call" and n.executed]
     position = {n.id: i for i, n in enumerate(executed)}
-    out: list[tuple[int | None, DagNode]] = []
+    out: list[tuple[int | None, CallNode | None]] = []
     for b in task.dag.nodes:
-        if b.op != "branch" or b.then_node is None or b.else_node is None:
+        if b.kind != "reason" or b.op != "branch" or b.then_node is None or b.else_node is None:
             continue
         taken, untaken = (b.then_node, b.else_node) if b.value else (b.else_node, b.then_node)
         i = position.get(taken)
         if i is not None and (i >= len(task.golden_calls) or task.golden_calls[i] != executed[i].call):
             i = None
         node = next((n for n in task.dag.nodes if n.id == untaken), None)
-        if node is None or node.call is None:
-            out.append((None, b))  # nothing to run: the branch cannot be shown to work
+        if node is None or node.kind != "call":
+            out.append((None, None))  # nothing to run: the branch cannot be shown to work
         else:
             out.append((i, node))
     return out
@@ -94,7 +94,7 @@ def checkpoint_rows(task: Task) -> dict[int, list[RowCheck]]:
     return {at[c.node]: c.rows for c in task.checkpoints if c.node in at}
 
 
-async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None) -> list[str]:
+async def verify_task(ctx: SynthContext, task: Task, *, golden_state: State | None = None) -> list[str]:
     """The names of the checks `task` fails (empty: it passes).
 
     Standalone (`envforge check`), everything is judged against the task's stored hashes and the
@@ -110,7 +110,7 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
     from (noted by `build_task`), that export is the replay's export and is not repeated.
     """
     failed: list[str] = []
-    database, initial_state, initial_cents = ctx.task_initial(task)
+    database, initial_state, initial_cents = ctx.states.task_initial(task)
     messages = oracle_messages(task)
     if initial_cents == task.golden_cents_hash:
         failed.append("not_presatisfied")
@@ -118,8 +118,8 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
     branches = untaken_calls(task)
     at = sorted(set(drops) | {i for i, _ in branches if i is not None})
     kinds: dict[int, str] = {}
-    final, snapshots = await ctx.replay_snapshots(
-        database, task.golden_calls, at, unless_equal=ctx.golden_db(golden_state), kinds=kinds
+    final, snapshots = await ctx.replayer.replay_snapshots(
+        database, task.golden_calls, at, unless_equal=ctx.replayer.golden_db(golden_state), kinds=kinds
     )
     if any(kinds.get(i, "refused") != "refused" for i in refusal_indices(task)):
         failed.append("refusals")  # an expected refusal that succeeds, or is an env's crash
@@ -134,7 +134,7 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
     tables = None
     golden_part = None
     if golden_state is not None:
-        tables = ctx.write_tables([c.name for c in task.golden_calls])
+        tables = ctx.index.write_tables([c.name for c in task.golden_calls])
         golden_part = {t: golden_state[t] for t in tables}
     tools = ctx.env.tools
     changed = checkpoint_rows(task)
@@ -144,74 +144,75 @@ async def verify_task(ctx: Any, task: Task, *, golden_state: State | None = None
             # A state part of 0 makes the reward 0 whatever the other parts: one table unlike the
             # golden one settles it. The dropped write's own tables are the likeliest to differ,
             # and the smaller ones are cheaper to read: those come first.
-            first = ctx.write_tables([task.golden_calls[i].name])
+            first = ctx.index.write_tables([task.golden_calls[i].name])
             order = sorted(tables, key=lambda t: (t not in first, len(golden_state[t]), t))
-            if await ctx.replay_differs(snapshots[i], rest, golden_state, order, rows=changed.get(i, [])):
+            if await ctx.replayer.replay_differs(
+                snapshots[i], rest, golden_state, order, rows=changed.get(i, [])
+            ):
                 continue
-        dropped, _ = await ctx.replay(snapshots[i], rest, tables=tables, hashed=False)
+        dropped, _ = await ctx.replayer.replay(snapshots[i], rest, tables=tables, hashed=False)
         if _reward(task, dropped, messages, golden_state=golden_part) >= 1.0:
             failed.append("drop_write")
             break
     for at_call, node in branches:
-        if at_call is None or node.call is None:
+        if at_call is None or node is None:
             failed.append("untaken_branch")
             break
-        if not await ctx.try_instead(snapshots[at_call], node.call, refused=node.expect_error):
+        if not await ctx.replayer.try_instead(snapshots[at_call], node.call, refused=node.expect_error):
             failed.append("untaken_branch")
             break
     if golden_state is not None:
         if final != golden_state:
             failed.append("deterministic")
-    elif h1 != (await ctx.replay(database, task.golden_calls))[1]:
+    elif h1 != (await ctx.replayer.replay(database, task.golden_calls))[1]:
         failed.append("deterministic")
     return [c for c in CHECKS if c in failed]
 
 
-def tool_shapes(ctx: Any) -> list[ToolShape]:
+def tool_shapes(ctx: SynthContext) -> list[ToolShape]:
     """The env's tools as the adversaries see them."""
-    return [
-        ToolShape(
-            name=spec.name,
-            read_only=spec.read_only,
-            parameters=tuple(spec.parameters),
-            required=tuple(p for p in spec.parameters if p in spec.required),
-        )
-        for spec in ctx.env.tools.values()
-    ]
+    return list(ctx.index.tool_shapes())
 
 
 async def _run_reads_too(
-    ctx: Any, database: bytes, calls: list[Call], *, export: bool
+    ctx: SynthContext, database: bytes, calls: list[Call], *, export: bool
 ) -> tuple[State | None, list[str]]:
     """Run every call (reads included: their results are what a spray repeats) in a fresh episode;
     the end state (when `export`) and each result's text."""
-    episode = await ctx.open_episode(database)
+    episode = await ctx.replayer.open_episode(database)
     try:
         texts = [(await execute(episode, c.name, c.arguments)).text for c in calls]
         state = await episode.export() if export else None
     finally:
-        await ctx.close_episode(episode)
+        await ctx.replayer.close_episode(episode)
     return state, texts
 
 
 async def adversary_rewards(
-    ctx: Any, task: Task, *, golden_state: State | None = None, until_gamed: bool = False
+    ctx: SynthContext, task: Task, *, golden: GoldenRun | None = None, until_gamed: bool = False
 ) -> dict[str, float | None]:
     """Each adversary's reward on `task`; None where its run is the golden solution in disguise
     (`adversaries.counts`).
 
     Standalone (`envforge check`) every judged run is executed and scored against the task's
-    stored hashes. Right after synthesis, `golden_state` (what the golden calls reached, shown
-    deterministic by `verify_task`) lets runs that provably cannot earn full reward be skipped:
-    a spray's calls are the golden ones, so it ends in `golden_state`; `read_all` only reads, so it
-    ends in the initial state, where not even the required outputs stated verbatim earn anything
-    on a task whose state must change; and with the state in the reward basis a double writer
-    that is judged (it left the golden state) earns 0. `until_gamed` stops at the first adversary
-    that earns full reward (synthesis needs the verdict only): the later ones are left out.
+    stored hashes. Right after synthesis, `golden` (what building the task saw of its golden run,
+    shown deterministic by `verify_task`) stands in for the runs whose end is known, and runs
+    that provably cannot earn full reward are skipped; the rewards are those the runs would earn:
+
+    - a spray's calls are the golden ones: it ends in the golden state, having seen the golden
+      run's result texts;
+    - `read_all` only reads, so it ends in the initial state, where not even the required outputs
+      stated verbatim earn anything on a task whose state must change;
+    - `golden_prefix` ends in the state the golden run passed right after its first write;
+    - a double writer that is judged (it left the golden state) earns 0 with the state in the
+      reward basis; otherwise it is the one run replayed.
+
+    `until_gamed` stops at the first adversary that earns full reward (synthesis needs the
+    verdict only): the later ones are left out.
     """
-    database, initial_state, _ = ctx.task_initial(task)
+    database, initial_state, _ = ctx.states.task_initial(task)
     tools = tool_shapes(ctx)
-    fast = golden_state is not None
+    golden_state = golden.state if golden is not None else None
     rewards: dict[str, float | None] = {}
     for name in ADVERSARIES:
         if name in ("spray", "golden_prefix") and not counts(name, task, tools, reached_golden=False):
@@ -223,20 +224,27 @@ async def adversary_rewards(
         ):
             rewards[name] = 0.0
             continue
-        if name == "double_write" and fast and "state" in task.reward_basis:
+        if name == "double_write" and golden is not None and "state" in task.reward_basis:
             rewards[name] = 0.0
             continue
         calls = adversary_calls(name, task, tools)
+        final: State | None
+        if name == "spray" and golden is not None:
+            final, texts = golden.state, list(golden.texts)
+        elif name in ("spray", "read_all"):
+            # `read_all` only reads, so it ends where it began.
+            final, texts = await _run_reads_too(ctx, database, calls, export=name == "spray")
+            final = final or initial_state
+        elif name == "golden_prefix" and golden is not None and golden.after_first_write is not None:
+            final, texts = golden.after_first_write, []
+        else:
+            final, _ = await ctx.replayer.replay(database, calls, hashed=False)
+            texts = []
         if name in ("spray", "read_all"):
-            # A spray's calls are the golden ones; `read_all`'s only read, so it ends where it began.
-            final, texts = await _run_reads_too(ctx, database, calls, export=name == "spray" and not fast)
-            final = final or (golden_state if name == "spray" else initial_state)
-            ids = ctx.entity_ids(setup_key(task.setup), initial_state)
+            ids = ctx.states.entity_ids(setup_key(task.setup), initial_state)
             message = adversary_message(name, task, texts, ids)
         else:
-            final, _ = await ctx.replay(database, calls, hashed=False)
             message = adversary_message(name, task, [])
-        assert final is not None
         reached = (
             states_match(final, golden_state)
             if golden_state is not None

@@ -31,6 +31,7 @@ from envforge.synth import (
     outputs_missing,
     parse_number,
     score_episode,
+    stated_numbers,
     synthesize,
     with_answers,
 )
@@ -96,6 +97,18 @@ def test_thousands_separators_currency_and_decimals() -> None:
     assert not found("1250", "1,2500") and not found("45.10", "45.11") and not found("3", "-3")
     assert [str(n.value) for n in number_tokens("1,2,3 and 1, 2, 3")] == ["1", "2", "3"]
     assert parse_number("1022.00") is not None and parse_number("P-104") is None
+
+
+@pytest.mark.parametrize("edge", ["5\n.5", "1,\n250", "-\n3", "$\n5", "10:\n05", "a\n7b", "7\n,8", "P-\n4"])
+def test_numbers_parsed_by_blocks_of_lines_are_the_whole_text_numbers(edge: str) -> None:
+    """Tokens next to line breaks, on either side of a block boundary, count as in the whole text."""
+    lines = [str(i) for i in range(300)]
+    for at in (0, 127, 128, 255, 299):
+        text = "\n".join([*lines[:at], edge, *lines[at:], "$1,250.00 and R-104 and -3"])
+        whole: dict[str, set[object]] = {}
+        for n in number_tokens(text):
+            whole.setdefault(n.kind, set()).add(n.value)
+        assert stated_numbers(text) == whole
 
 
 def test_strings_match_whole_after_normalisation() -> None:

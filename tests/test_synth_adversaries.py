@@ -74,13 +74,13 @@ def a_task(ctx: SynthContext, tasks: list[Task], *, writes: int = 1, outputs: bo
 
 
 async def run_calls(ctx: SynthContext, task: Task, calls: list) -> tuple[dict, list[str]]:  # type: ignore[type-arg]
-    database, _, _ = ctx.task_initial(task)
-    episode = await ctx.open_episode(database)
+    database, _, _ = ctx.states.task_initial(task)
+    episode = await ctx.replayer.open_episode(database)
     try:
         texts = [(await execute(episode, c.name, c.arguments)).text for c in calls]
         return await episode.export(), texts
     finally:
-        await ctx.close_episode(episode)
+        await ctx.replayer.close_episode(episode)
 
 
 async def test_spray_makes_the_golden_calls_then_states_every_candidate(
@@ -90,7 +90,7 @@ async def test_spray_makes_the_golden_calls_then_states_every_candidate(
     calls = adversary_calls("spray", task, tool_shapes(ctx))
     assert calls == task.golden_calls
     _, texts = await run_calls(ctx, task, calls)
-    _, initial, _ = ctx.task_initial(task)
+    _, initial, _ = ctx.states.task_initial(task)
     ids = entity_ids(initial, ctx.pks)
     said = adversary_message("spray", task, texts, ids)
     candidates = set(said.splitlines()[1:])
@@ -127,7 +127,7 @@ async def test_read_all_calls_every_read_tool_it_can_fill_and_writes_nothing(
     # Tools without a required parameter are always called.
     assert {t.name for t in tools if t.read_only and not t.required} <= {c.name for c in calls}
     final, texts = await run_calls(ctx, task, calls)
-    _, initial, _ = ctx.task_initial(task)
+    _, initial, _ = ctx.states.task_initial(task)
     assert final == initial, "read_all must leave the state as it found it"
     assert sum(1 for t in texts if t[:1] in "[{") >= len(calls) // 2  # most calls found something
     # The task's state must change: reading everything earns nothing.

@@ -37,6 +37,7 @@ from envforge.synth import (
 )
 from envforge.synth.hashing import StateHasher, loose_columns, same_row
 from envforge.synth.statediff import _table_json, json_key
+from envforge.synth.verify import adversary_rewards
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -94,8 +95,8 @@ async def test_try_instead_compares_with_the_tuples_the_caller_holds(retail_orde
     fleet = Fleet([retail_orders])
     try:
         ctx = SynthContext.create(retail_orders, await build_graph(retail_orders, fleet), fleet)
-        database, initial, _ = ctx.initial("", {})
-        mirror = ctx.mirror("", initial)
+        database, initial, _ = ctx.states.initial("", {})
+        mirror = ctx.states.mirror("", initial)
         calls = {
             json.dumps(c.model_dump(), sort_keys=True): c
             for t in load_tasks(REPO / "envs" / "retail_orders")
@@ -104,14 +105,14 @@ async def test_try_instead_compares_with_the_tuples_the_caller_holds(retail_orde
         }
 
         def opened() -> int:  # scratch episodes opened so far
-            return ctx._scratch._opened if ctx._scratch is not None else 0
+            return ctx.replayer.scratch._opened
 
         verdicts = []
         for call in calls.values():
             start = opened()
-            plain = await ctx.try_instead(database, call)
+            plain = await ctx.replayer.try_instead(database, call)
             with_copy = opened() - start
-            assert await ctx.try_instead(database, call, before=mirror.tuples_of) == plain
+            assert await ctx.replayer.try_instead(database, call, before=mirror.tuples_of) == plain
             assert opened() - start - with_copy == 1
             verdicts.append((plain, with_copy))
         # calls that changed the state were compared with a second copy, or with the mirror
@@ -129,9 +130,9 @@ async def test_mirror_diffs_and_state_are_the_exports(retail_orders: Environment
         pks = primary_keys(retail_orders.tables)
         checked = columns_only = 0
         for task in load_tasks(REPO / "envs" / "retail_orders")[:25]:
-            database, initial, _ = ctx.task_initial(task)
-            episode = await ctx.open_episode(database)
-            mirror = ctx.mirror("", initial)
+            database, initial, _ = ctx.states.task_initial(task)
+            episode = await ctx.replayer.open_episode(database)
+            mirror = ctx.states.mirror("", initial)
             before = await _export(retail_orders, episode)
             for n, call in enumerate(task.golden_calls):
                 res = await execute(episode, call.name, call.arguments)
@@ -149,7 +150,7 @@ async def test_mirror_diffs_and_state_are_the_exports(retail_orders: Environment
                 checked += 1
                 columns_only += sum(1 for t in tables if updated and "" not in updated.get(t, {""}))
             assert mirror.diff_from_initial() == diff_states(pks, initial, before)
-            await ctx.close_episode(episode)
+            await ctx.replayer.close_episode(episode)
         assert checked >= 25 and columns_only >= 10  # tables read by their updated columns only
     finally:
         await fleet.aclose()
@@ -223,8 +224,8 @@ async def test_basis_only_rewards_and_replay_differs_match_the_full_computations
         tools = unlucky_shop.tools
         compared = found_by_rows = 0
         for task in report.tasks:
-            database, initial, _ = ctx.task_initial(task)
-            golden, _ = await ctx.replay(database, task.golden_calls, hashed=False)
+            database, initial, _ = ctx.states.task_initial(task)
+            golden, _ = await ctx.replayer.replay(database, task.golden_calls, hashed=False)
             said = oracle_messages(task)
             for basis in (["state", "outputs"], ["checkpoints"], ["state", "checkpoints", "outputs"]):
                 t = task.model_copy(update={"reward_basis": basis})
@@ -234,21 +235,26 @@ async def test_basis_only_rewards_and_replay_differs_match_the_full_computations
                         assert compose_reward(t, Evidence(state, messages, golden_state=given)).value == full
             changed = checkpoint_rows(task)
             for rows in changed.values():  # the full replay holds every golden row
-                assert not await ctx.replay_differs(database, task.golden_calls, golden, [], rows=rows)
+                assert not await ctx.replayer.replay_differs(
+                    database, task.golden_calls, golden, [], rows=rows
+                )
             for i in write_indices(ctx, task):
                 calls = task.golden_calls[:i] + [
                     c for c in task.golden_calls[i + 1 :] if not tools[c.name].read_only
                 ]
                 tables = sorted(golden)
-                differs = await ctx.replay_differs(database, calls, golden, tables)
-                dropped, _ = await ctx.replay(database, calls, hashed=False)
+                differs = await ctx.replayer.replay_differs(database, calls, golden, tables)
+                dropped, _ = await ctx.replayer.replay(database, calls, hashed=False)
                 assert differs == (not states_match(dropped, golden))
                 # The dropped write's checkpoint rows, looked up first, never change the verdict
                 # (nor do another write's); looked up alone, they find a difference only where
                 # there is one, and find it for most dropped writes.
                 for rows in changed.values():
-                    assert await ctx.replay_differs(database, calls, golden, tables, rows=rows) == differs
-                by_rows = await ctx.replay_differs(database, calls, golden, [], rows=changed[i])
+                    assert (
+                        await ctx.replayer.replay_differs(database, calls, golden, tables, rows=rows)
+                        == differs
+                    )
+                by_rows = await ctx.replayer.replay_differs(database, calls, golden, [], rows=changed[i])
                 assert not by_rows or differs
                 found_by_rows += by_rows
                 compared += 1
@@ -258,19 +264,62 @@ async def test_basis_only_rewards_and_replay_differs_match_the_full_computations
         # are compared with those (only rows that differ become dicts).
         for k in range(8):
             try:
-                task, golden = await build_task(ctx, f"t{k}", f"3:{k}", SynthConfig(min_calls=2, max_calls=6))
+                built = await build_task(ctx, f"t{k}", f"3:{k}", SynthConfig(min_calls=2, max_calls=6))
             except BuildFailed:
                 continue
-            database, _, _ = ctx.task_initial(task)
-            assert ctx.golden_db(golden) is not None
+            task, golden = built.task, built.golden.state
+            database, _, _ = ctx.states.task_initial(task)
+            assert ctx.replayer.golden_db(golden) is not None
             for i in write_indices(ctx, task):
                 calls = task.golden_calls[:i] + task.golden_calls[i + 1 :]
                 for tables in (sorted(golden), sorted(golden, reverse=True)):
-                    differs = await ctx.replay_differs(database, calls, golden, tables)
-                    dropped, _ = await ctx.replay(database, calls, hashed=False)
+                    differs = await ctx.replayer.replay_differs(database, calls, golden, tables)
+                    dropped, _ = await ctx.replayer.replay(database, calls, hashed=False)
                     assert differs == (not states_match(dropped, golden))
                 compared += 1
         assert compared >= 15
+    finally:
+        await fleet.aclose()
+
+
+@pytest.mark.parametrize("name", ["retail_orders", "it_tickets"])
+async def test_golden_run_holds_what_replays_find_and_adversaries_score_the_same(name: str) -> None:
+    """What a build keeps of its golden run (`GoldenRun`) is what replaying the golden calls finds,
+    and the adversaries' rewards from it are those of their real runs (`envforge check`'s way)."""
+    env = load_env(REPO / "envs" / name)
+    fleet = Fleet([env])
+    try:
+        ctx = SynthContext.create(env, await build_graph(env, fleet), fleet)
+        built = prefixes = 0
+        for k in range(60):
+            try:
+                made = await build_task(ctx, f"t{k}", f"5:{k}", SynthConfig())
+            except BuildFailed:
+                continue
+            task, golden = made.task, made.golden
+            built += 1
+            database, _, _ = ctx.states.task_initial(task)
+            episode = await ctx.replayer.open_episode(database)
+            try:
+                texts = [(await execute(episode, c.name, c.arguments)).text for c in task.golden_calls]
+                assert await episode.export() == golden.state
+            finally:
+                await ctx.replayer.close_episode(episode)
+            assert list(golden.texts) == texts
+            writes = write_indices(ctx, task)
+            if len(writes) > 1 and golden.after_first_write is not None:
+                prefix, _ = await ctx.replayer.replay(
+                    database, task.golden_calls[: writes[0] + 1], hashed=False
+                )
+                assert golden.after_first_write == prefix
+                prefixes += 1
+            fast = await adversary_rewards(ctx, task, golden=golden)
+            full = await adversary_rewards(ctx, task)
+            for adversary in ("spray", "read_all", "golden_prefix"):
+                assert fast[adversary] == full[adversary], (task.id, adversary)
+            # Skipped where the state is rewarded: a judged double writer left the golden state.
+            assert fast["double_write"] == 0.0 and full["double_write"] in (None, 0.0)
+        assert built >= 20 and prefixes >= 5
     finally:
         await fleet.aclose()
 

@@ -86,7 +86,7 @@ async def test_setup_tasks_act_on_a_fresh_entity_from_a_schema_valid_state(
         finally:
             conn.close()
         assert rebuilt == initial and state_hashes(rebuilt) == state_hashes(initial)
-        _, state, _ = retail_ctx.task_initial(task)
+        _, state, _ = retail_ctx.states.task_initial(task)
         assert state == initial and state_hashes(state) == state_hashes(initial)
         assert await verify_task(retail_ctx, task) == []
         # The setup matters: from the bare seed the same calls do not reach the golden state.
@@ -142,14 +142,16 @@ async def test_untaken_branches_are_run_and_broken_ones_rejected() -> None:
         graph = await build_graph(env, fleet)
         ctx = SynthContext.create(env, graph, fleet)
         report = await synthesize(env, 6, 1, SynthConfig(p_branch=1.0, p_setup=0.0), graph=graph)
-        task = next(t for t in report.tasks if any(n.op == "branch" for n in t.dag.nodes))
+        task = next(
+            t for t in report.tasks if any(n.kind == "reason" and n.op == "branch" for n in t.dag.nodes)
+        )
         assert await verify_task(ctx, task) == []
         assert report.discarded["check:untaken_branch"] == 0  # the builder checks before branching
 
-        branch = next(n for n in task.dag.nodes if n.op == "branch")
+        branch = next(n for n in task.dag.nodes if n.kind == "reason" and n.op == "branch")
         untaken_id = branch.else_node if branch.value else branch.then_node
         untaken = task.dag.node(untaken_id)
-        assert untaken.call is not None and not untaken.executed
+        assert untaken.kind == "call" and not untaken.executed
 
         def with_untaken(**update: object) -> Task:
             nodes = [n.model_copy(update=update) if n.id == untaken_id else n for n in task.dag.nodes]

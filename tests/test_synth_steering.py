@@ -31,6 +31,7 @@ from envforge.synth import (
 )
 from envforge.synth.domains import accepts, weighted_choice
 from envforge.synth.outcomes import COVERAGE_SPAN, FLOOR, Outcomes, Tally
+from envforge.synth.replayer import Replayer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -141,8 +142,8 @@ async def test_a_longer_run_starts_with_the_shorter_runs_tasks() -> None:
     assert tasks_jsonl(long.tasks[:12]) == tasks_jsonl(short.tasks)
 
 
-class _Refusals(SynthContext):
-    """The real context, also keeping the text of every refused call (walks see only a verdict)."""
+class _Refusals(Replayer):
+    """The real replayer, also keeping the text of every refused call (walks see only a verdict)."""
 
     refusals: list[str]
 
@@ -162,13 +163,14 @@ async def test_walks_pass_only_arguments_the_schema_allows(name: str) -> None:
     env = load_env(REPO / "envs" / name)
     fleet = Fleet([env])
     try:
-        base = SynthContext.create(env, await build_graph(env, fleet), fleet)
-        ctx = _Refusals(**{f: getattr(base, f) for f in base.__dataclass_fields__})
-        ctx.refusals = []
+        ctx = SynthContext.create(env, await build_graph(env, fleet), fleet)
+        spy = ctx.replayer = _Refusals(ctx.env, ctx.fleet, ctx.states)
+        spy.refusals = []
         built = 0
         for k in range(40):
             try:
-                task, golden = await build_task(ctx, f"t{k}", f"9:{k}", SynthConfig())
+                made = await build_task(ctx, f"t{k}", f"9:{k}", SynthConfig())
+                task, golden = made.task, made.golden.state
             except BuildFailed:
                 continue
             built += 1
@@ -176,6 +178,6 @@ async def test_walks_pass_only_arguments_the_schema_allows(name: str) -> None:
         ctx.close()
     finally:
         await fleet.aclose()
-    assert built >= 10 and len(ctx.refusals) >= 20  # walks did try calls that were refused
-    invalid = [r for r in ctx.refusals if r.startswith("Error: argument")]
+    assert built >= 10 and len(spy.refusals) >= 20  # walks did try calls that were refused
+    invalid = [r for r in spy.refusals if r.startswith("Error: argument")]
     assert invalid == []

@@ -77,14 +77,14 @@ async def test_synthesized_tasks_pass_every_check_standalone(
         assert task.difficulty.calls == len(task.golden_calls) >= 2
         assert len(task.checkpoints) == task.difficulty.writes >= 1
         assert task.golden_diff
-        _, initial, _ = ctx.task_initial(task)
+        _, initial, _ = ctx.states.task_initial(task)
         assert (initial == ctx.env.seed_state()) == (not task.setup)
 
 
 async def test_golden_state_is_the_executed_end_state(ctx: SynthContext, shop_tasks: list[Task]) -> None:
     for task in shop_tasks:
-        database, initial, _ = ctx.task_initial(task)
-        final, digest = await ctx.replay(database, task.golden_calls)
+        database, initial, _ = ctx.states.task_initial(task)
+        final, digest = await ctx.replayer.replay(database, task.golden_calls)
         assert digest == task.golden_hash
         assert task.golden_diff == diff_states(ctx.pks, initial, final)
 
@@ -101,12 +101,13 @@ async def test_reasoning_nodes_decide_arguments(shop: Environment) -> None:
     ops = {n.op for t in report.tasks for n in t.dag.nodes if n.kind == "reason"}
     assert ops & {"argmax", "argmin", "filter"}
     for task in report.tasks:
+        calls = [n for n in task.dag.nodes if n.kind == "call"]
         for node in task.dag.nodes:
-            if node.op in ("argmax", "argmin", "filter"):
-                fed = [a for n in task.dag.nodes for a in n.args if a.node == node.id]
+            if node.kind == "reason" and node.op in ("argmax", "argmin", "filter"):
+                fed = [a for n in calls for a in n.args if a.node == node.id]
                 assert fed and all(a.key == node.select for a in fed)
-                consumer = next(n for n in task.dag.nodes if any(a.node == node.id for a in n.args))
-                assert node.value in json.dumps(consumer.call.arguments)  # type: ignore[union-attr]
+                consumer = next(n for n in calls if any(a.node == node.id for a in n.args))
+                assert node.value in json.dumps(consumer.call.arguments)
 
 
 def _first_write(ctx: SynthContext, task: Task) -> int:
@@ -132,8 +133,8 @@ async def test_checks_catch_broken_tasks(ctx: SynthContext, shop_tasks: list[Tas
 async def test_drop_write_catches_a_write_that_does_not_matter(ctx: SynthContext) -> None:
     """Cancelling O-1 twice: the second call is refused, so dropping the first changes nothing."""
     cancel = Call(name="cancel_order", arguments={"order_id": "O-1"})
-    database, _, _ = ctx.initial("", {})
-    once, _ = await ctx.replay(database, [cancel])
+    database, _, _ = ctx.states.initial("", {})
+    once, _ = await ctx.replayer.replay(database, [cancel])
     base = (await synthesize(ctx.env, 1, 7, SynthConfig(min_calls=2, max_calls=6), graph=ctx.graph)).tasks[0]
     twice = base.model_copy(
         update={
@@ -154,8 +155,8 @@ async def test_nondeterministic_tool_fails_determinism(lucky_shop: Environment) 
     try:
         ctx = SynthContext.create(lucky_shop, await build_graph(lucky_shop, fleet), fleet)
         call = Call(name="add_lucky_note", arguments={"customer_id": "C-1"})
-        database, _, _ = ctx.initial("", {})
-        final, digest = await ctx.replay(database, [call])
+        database, _, _ = ctx.states.initial("", {})
+        final, digest = await ctx.replayer.replay(database, [call])
         base = (await synthesize(lucky_shop, 1, 3, graph=ctx.graph)).tasks[0]
         task = base.model_copy(
             update={

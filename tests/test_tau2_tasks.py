@@ -147,8 +147,8 @@ async def test_golden_replay_matches_state_for_all_tasks(imported: tuple[Environ
     mismatched = []
     try:
         for task in tasks:
-            database, _, _ = ctx.task_initial(task)
-            state, _ = await ctx.replay(database, task.golden_calls, hashed=False)
+            database, _, _ = ctx.states.task_initial(task)
+            state, _ = await ctx.replayer.replay(database, task.golden_calls, hashed=False)
             score = score_episode(offline_view(task), state, oracle_messages(task))
             if not (score.state_match and score.reward == 1.0 and score.checkpoints == 1.0):
                 mismatched.append(task.id)

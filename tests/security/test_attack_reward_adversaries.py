@@ -128,8 +128,8 @@ async def sprayed(root: Path, tasks: list[Task]) -> list[str]:
         for task in tasks:
             if "outputs" not in task.reward_basis or not task.required_outputs:
                 continue
-            database, _, _ = ctx.task_initial(task)
-            final, _ = await ctx.replay(database, task.golden_calls, hashed=False)
+            database, _, _ = ctx.states.task_initial(task)
+            final, _ = await ctx.replayer.replay(database, task.golden_calls, hashed=False)
             if score_episode(task, final, [f"It is one of {NUMBERS}."]).reward == 1.0:
                 gamed.append(task.id)
     finally:

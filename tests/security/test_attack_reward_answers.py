@@ -52,8 +52,8 @@ async def _golden_states(env_dir: Path, tasks: list[Task]) -> list[State]:
         ctx = SynthContext.create(env, graph, fleet)
         out = []
         for task in tasks:
-            database, _, _ = ctx.task_initial(task)
-            state, _ = await ctx.replay(database, task.golden_calls, hashed=False)
+            database, _, _ = ctx.states.task_initial(task)
+            state, _ = await ctx.replayer.replay(database, task.golden_calls, hashed=False)
             out.append(state)
         return out
     finally:
