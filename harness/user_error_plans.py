@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from envforge.synth import Call, Fact, Task
+from envforge.synth import Call, CallNode, Fact, Task
 
 from .user_error_play import (
     ID_RE,
@@ -62,7 +62,7 @@ class TaskContext:
         return [i for i, s in enumerate(self.steps) if s.ask][slot - 1]
 
     def writes_before(self, slot: int) -> bool:
-        writes = {n.call.name for n in self.task.dag.nodes if n.write and n.call}
+        writes = {n.call.name for n in self.task.dag.nodes if isinstance(n, CallNode) and n.write}
         return any(s.call.name in writes for s in self.steps[: self.step_index_of(slot)])
 
     @property
@@ -150,7 +150,7 @@ def clean_plan(ctx: TaskContext, rng: random.Random, variant: str) -> Plan:
             variant=variant, stop_after=rng.randrange(1, n) if n > 1 else 0, final_text=rng.choice(FALSE_DONE)
         )
     if variant == "claimed_write":
-        writes = {nd.call.name for nd in ctx.task.dag.nodes if nd.write and nd.call}
+        writes = {nd.call.name for nd in ctx.task.dag.nodes if isinstance(nd, CallNode) and nd.write}
         first = next((i for i, s in enumerate(ctx.steps) if s.call.name in writes), n)
         return Plan(variant=variant, stop_after=first, final_text=rng.choice(CLAIMED_WRITE))
     if variant == "wrong_call":
