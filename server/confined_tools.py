@@ -175,13 +175,20 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _plain_connection(db: Any) -> aiosqlite.Connection | None:
-    """The episode's connection when its statements can be run by function on its thread.
+    """The episode's connection when its statements can be run by function on its own thread.
 
-    A subclass that tracks writes in `execute` (synthesis's scratch connections) must see every
-    statement through its own methods: it gets None, and its statements take `serve_sql`.
+    That is a connection with aiosqlite's own `execute` and `_execute` (an episode's pooled
+    connection). A subclass that tracks writes in `execute` (synthesis's scratch connections) must
+    see every statement through its own methods, and one that runs its work on the caller's thread
+    (synthesis's inline connections) has no thread to queue to: those get None, and their
+    statements take `serve_sql`.
     """
     conn = getattr(db, "_conn", None)
-    if isinstance(conn, aiosqlite.Connection) and type(conn).execute is aiosqlite.Connection.execute:
+    if (
+        isinstance(conn, aiosqlite.Connection)
+        and type(conn).execute is aiosqlite.Connection.execute
+        and type(conn)._execute is aiosqlite.Connection._execute
+    ):
         return conn
     return None
 
@@ -369,6 +376,8 @@ class ToolWorker:
                     SqlReply(id=msg.id, req=msg.req, error=str(exc), error_class="ProgrammingError")
                 )
                 then(reply, None)
+            except Exception as exc:  # the call fails; the worker's pipe stays read
+                then(None, exc)
             return
         pending.put(msg)
 

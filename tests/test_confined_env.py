@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from envforge.server import Environment, Fleet, load_env
+from envforge.server import Environment, Fleet, load_env, run_inline
 
 from conftest import REPO
 
@@ -94,3 +94,20 @@ async def test_a_closed_fleet_leaves_no_pump_pending_in_a_loop_that_goes_on(
         await asyncio.sleep(0.05)
     gc.collect()
     assert "Task was destroyed" not in caplog.text
+
+
+async def test_synthesis_inline_connections_give_the_same_answers(tmp_path: Path) -> None:
+    """Synthesis runs episodes on inline connections (SQL on the event loop's thread, no SQLite
+    thread): a confined env's writes there must work as on pooled ones, without restarting the
+    worker."""
+    trusted = await _play(_trusted_copy(tmp_path))
+    env = load_env(REPO / "envs" / "library")
+    fleet = Fleet([env])
+    run_inline(fleet)
+    episode = await fleet.create_episode(env.name)
+    played = [(r.text, r.is_error) for r in [await fleet.call(episode.id, n, a) for n, a in CALLS]]
+    _, digest = await fleet.export(episode.id)
+    await fleet.aclose()
+    assert (played, digest) == trusted
+    worker = env.tools["get_member"].fn.__closure__ or ()
+    assert {c.cell_contents.starts for c in worker if hasattr(c.cell_contents, "starts")} == {1}

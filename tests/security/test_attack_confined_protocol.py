@@ -11,6 +11,7 @@ hold the serving process's event loop: reads run there only while they are quick
 from __future__ import annotations
 
 import json
+import logging
 import textwrap
 import time
 from pathlib import Path
@@ -162,6 +163,7 @@ async def _assert_worker_ended_and_replaced(fleet: Fleet, env: Environment, epis
 
 @pytest.mark.parametrize("forged", sorted(FORGED_LINES))
 async def test_a_forged_protocol_line_ends_the_worker(forging_env: Environment, forged: str, caplog) -> None:
+    caplog.set_level(logging.ERROR, logger="envforge.server.runtime")  # a CLI test may have raised it
     fleet = Fleet([forging_env])
     try:
         episode = await fleet.create_episode(forging_env.name)
@@ -176,6 +178,7 @@ async def test_a_forged_protocol_line_ends_the_worker(forging_env: Environment, 
 
 async def test_a_line_that_never_ends_is_cut_off_at_the_size_limit(forging_env: Environment, caplog) -> None:
     """Without a bound the serving process would buffer the flood until memory runs out."""
+    caplog.set_level(logging.ERROR, logger="envforge.server.runtime")
     fleet = Fleet([forging_env])
     try:
         episode = await fleet.create_episode(forging_env.name)
