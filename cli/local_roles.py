@@ -64,5 +64,7 @@ def local_roles(
                     except (LocalModelError, LocalServerError) as exc:
                         fail(str(exc))
                     configs[role] = server.llm_config(temperatures.get(role))
-                    console.print(f"local {role}: {server.model.name} at {server.base_url}")
+                    console.print(
+                        f"local {role}: {server.model.name} (pid {server.process.pid}) at {server.base_url}"
+                    )
         yield configs
