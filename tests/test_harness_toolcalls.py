@@ -1,8 +1,8 @@
 """Tool calls written as text, in every form the local models emit, and tools rendered into a prompt.
 
 The captured outputs (tests/fixtures/local_model_outputs.json) are answers the packaged models
-gave through the real server to real first turns (tests/fixtures/README notes how they were made);
-each entry says which calls it must parse to.
+gave through the real server to retail_orders first turns (written by
+`benchmarks/bench_local_models.py --capture`); each entry says which calls it must parse to.
 """
 
 from __future__ import annotations
