@@ -107,8 +107,18 @@ def runtime_installed() -> bool:
     return find_spec("llama_cpp") is not None and find_spec("llama_cpp.server") is not None
 
 
+def server_threads() -> int:
+    """Half the cores (at most 8), or `ENVFORGE_LOCAL_THREADS`: llama.cpp's threads wait for each
+    other in spin barriers, so on shared, oversubscribed cores fewer threads are faster — on two
+    busy cores one thread answered a short prompt 4× faster than two (docs/benchmarks.md)."""
+    configured = os.environ.get("ENVFORGE_LOCAL_THREADS", "")
+    if configured.isdigit() and int(configured) > 0:
+        return int(configured)
+    return max(1, min(8, (os.cpu_count() or 2) // 2))
+
+
 def server_command(model_path: Path, model: LocalModel, port: int, api_key: str) -> list[str]:
-    threads = max(1, min(4, os.cpu_count() or 1))
+    threads = server_threads()
     return [
         sys.executable,
         "-m",
@@ -167,7 +177,10 @@ def stop(server: LocalServer) -> None:
 
 
 def start(model: LocalModel, model_path: Path, *, ready_timeout_s: float = READY_TIMEOUT_S) -> LocalServer:
-    """Start a server for `model_path` and return it once it answers; stopped again on failure."""
+    """Start a server for `model_path` and return it once it answers; stopped again on failure.
+
+    Call it from a thread that outlives the server (the main thread): the child's parent-death
+    signal fires when the thread that started it ends."""
     if not runtime_installed():
         raise LocalServerError(
             "the local runtime (llama-cpp-python with its server) is not installed: "

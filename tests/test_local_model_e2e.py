@@ -80,9 +80,9 @@ def test_eval_with_the_local_agent_records_real_model_text_and_stops_the_server(
     )
     elapsed = time.perf_counter() - started
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    said = proc.stdout + proc.stderr  # the console writes to stderr
-    match = PID_LINE.search(said)
-    assert match, said[-2000:]
+    output = proc.stdout + proc.stderr  # the console writes to stderr
+    match = PID_LINE.search(output)
+    assert match, output[-2000:]
     assert _gone(int(match.group(1)))
     records = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
     assert sorted(r["task_id"] for r in records) == sorted(TASKS.split(","))
@@ -94,7 +94,7 @@ def test_eval_with_the_local_agent_records_real_model_text_and_stops_the_server(
         assert record["usage"]["agent"]["completion_tokens"] > 0
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["agent"] == "local/smollm2"
-    assert "agent turns with a valid tool call" in said
+    assert "agent turns with a valid tool call" in output
     assert elapsed < 240, f"took {elapsed:.0f} s"
 
 
