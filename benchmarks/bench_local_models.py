@@ -10,8 +10,8 @@ rendered into the prompt for models without one) and the first user message of a
 - generated tokens/s: the same prompt again (its prefix now cached) with a fixed answer length;
 - tool-call validity on the first turns of N tasks (each a new user message after the cached
   policy + tools): the share of answers with a well-formed call to a tool the env has, and the
-  share whose first call is the task's first golden call. Answers go through the harness's own
-  path (`harness.llm.complete`), so text-form calls count the way they count in `eval`.
+  share whose first call is the task's first golden call. Text answers are read by the harness's
+  own parser (`harness.toolcalls`), so text-form calls count the way they count in `eval`.
 
 usage: python benchmarks/bench_local_models.py [--models a,b] [--tasks N] [--capture FILE]
 `--capture` writes the raw answers as a fixture (tests/fixtures/local_model_outputs.json).
@@ -25,15 +25,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 from rich.console import Console
 from rich.table import Table
 
-from envforge.harness.llm import LLMConfig, complete, http_sessions
 from envforge.harness.local_models import MODELS, assemble, available
 from envforge.harness.local_server import LocalServer, start, stop
-from envforge.harness.records import Message
 from envforge.harness.toolcalls import parse_tool_calls, tools_into_prompt
 from envforge.harness.users import request_text
 from envforge.server import load_env
@@ -75,12 +72,6 @@ def first_turn(server: LocalServer, policy: str, tools: list[dict[str, Any]], us
     return {"messages": tools_into_prompt(messages, tools)}
 
 
-async def ask(cfg: LLMConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Message:
-    async with http_sessions():
-        message, _ = await complete(cfg, messages, tools=tools)
-    return message
-
-
 def bench_model(name: str, n_tasks: int, console: Console) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     model = MODELS[name]
     t0 = time.perf_counter()
@@ -95,46 +86,49 @@ def bench_model(name: str, n_tasks: int, console: Console) -> tuple[dict[str, An
     try:
         body = first_turn(server, policy, tools, request_text(tasks[0]))
         ttft_s, cold = timed_post(server, {**body, "max_tokens": 1, "temperature": 0})
+        console.print(
+            f"{name}: loaded in {load_s:.1f} s; "
+            f"first prompt {cold['usage']['prompt_tokens']} tokens in {ttft_s:.1f} s"
+        )
         prompt_tokens = cold["usage"]["prompt_tokens"]
         count = [{"role": "user", "content": "Count from 1 to 300, separated by spaces."}]
         gen_s, warm = timed_post(server, {"messages": count, "max_tokens": GEN_TOKENS, "temperature": 0})
         generated = warm["usage"]["completion_tokens"]
-        cfg = server.llm_config(temperature=0)
         valid = right = 0
         turn_s: list[float] = []
         names = {t["function"]["name"] for t in tools}
         for task in tasks:
-            messages = [
-                {"role": "system", "content": policy},
-                {"role": "user", "content": request_text(task)},
-            ]
-            started = time.perf_counter()
+            body = first_turn(server, policy, tools, request_text(task))
             try:
-                message = anyio.run(ask, cfg, messages, tools)
-                calls = message.tool_calls
-            except Exception as exc:  # a malformed call: counted as invalid
-                calls = []
-                console.print(f"  {task.id}: {type(exc).__name__}: {exc}")
-            turn_s.append(time.perf_counter() - started)
-            ok = bool(calls) and all(c.name in names and "__unparsed__" not in c.arguments for c in calls)
+                took, raw = timed_post(server, {**body, "temperature": 0, "max_tokens": model.max_tokens})
+            except httpx.HTTPError as exc:
+                console.print(f"  {task.id}: {type(exc).__name__}: {exc}; server log: {server.log_path}")
+                raise
+            turn_s.append(took)
+            message = raw["choices"][0]["message"]
+            content = message.get("content") or ""
+            malformed = False
+            try:
+                calls = [
+                    (c["function"]["name"], c["function"]["arguments"])
+                    for c in message.get("tool_calls") or []
+                ]
+                if not calls:
+                    calls = [(c.name, c.arguments) for c in parse_tool_calls(content)[1]]
+            except ValueError:
+                calls, malformed = [], True
+            ok = bool(calls) and all(n in names and "__unparsed__" not in a for n, a in calls)
             valid += ok
-            right += bool(calls) and calls[0].name == task.golden_calls[0].name
-            # The raw text as the model wrote it, for the parser's fixture.
-            _, raw = timed_post(
-                server, {**first_turn(server, policy, tools, request_text(task)), "temperature": 0}
-            )
-            content = raw["choices"][0]["message"].get("content") or ""
-            structured = raw["choices"][0]["message"].get("tool_calls") or []
-            if content and not structured:
-                try:
-                    parsed = [
-                        {"name": c.name, "arguments": c.arguments} for c in parse_tool_calls(content)[1]
-                    ]
-                    malformed = False
-                except ValueError:
-                    parsed, malformed = [], True
+            right += bool(calls) and calls[0][0] == task.golden_calls[0].name
+            console.print(f"  {task.id}: {took:.1f} s, valid={ok}, {content[:100]!r}")
+            if content and not message.get("tool_calls"):
                 captured.append(
-                    {"id": f"{name}-{task.id}", "model": name, "content": content, "calls": parsed}
+                    {
+                        "id": f"{name}-{task.id}",
+                        "model": name,
+                        "content": content,
+                        "calls": [{"name": n, "arguments": a} for n, a in calls],
+                    }
                     | ({"malformed": True} if malformed else {})
                 )
     finally:
@@ -171,6 +165,8 @@ def main() -> None:
         rows.append(row)
         captured += raw
         console.print(row)
+        if args.capture:
+            args.capture.write_text(json.dumps(captured, indent=1) + "\n")
     table = Table(title="Local models on retail_orders' first turn")
     for col in (
         "model",

@@ -30,10 +30,10 @@ REPO = Path(__file__).resolve().parents[1]
 AGENTS = ("oracle", "random", "noop")
 TASKS_PER_ENV = 5
 LOCAL_AGENT = "local"
-LOCAL_TASKS = {"retail_orders": 2}
+LOCAL_TASKS = {"retail_orders": 1}
 """env -> how many of its first tasks the local model plays: on two busy CPU cores each env's
 first prompt (policy and tools) takes a minute to process, so a warm demo stays within minutes."""
-LOCAL_MAX_TURNS = 4
+LOCAL_MAX_TURNS = 3
 
 
 def demo_env_dirs() -> list[Path]:

@@ -160,7 +160,8 @@ def _ready(server: LocalServer) -> bool:
 def stop(server: LocalServer) -> None:
     """Stop the server and wait for it: SIGTERM to its process group, SIGKILL after a grace period."""
     proc = server.process
-    if proc.poll() is None:
+    crashed = proc.poll() is not None
+    if not crashed:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
@@ -173,7 +174,8 @@ def stop(server: LocalServer) -> None:
             except ProcessLookupError:
                 pass
             proc.wait()
-    server.log_path.unlink(missing_ok=True)
+    if not crashed:  # a server that died on its own keeps its log for a post-mortem
+        server.log_path.unlink(missing_ok=True)
 
 
 def start(model: LocalModel, model_path: Path, *, ready_timeout_s: float = READY_TIMEOUT_S) -> LocalServer:
