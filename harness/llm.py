@@ -228,7 +228,12 @@ def to_openai(messages: list[Message]) -> list[dict[str, Any]]:
                 }
                 for c in m.tool_calls
             ]
-            d["content"] = m.content
+            if m.content is None:
+                # The spec makes content optional beside tool calls; some servers (llama-cpp-python)
+                # reject an explicit null there, none reject its absence.
+                del d["content"]
+            else:
+                d["content"] = m.content
         if m.role == "tool":
             d["tool_call_id"] = m.tool_call_id
         out.append(d)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from envforge.harness.llm import LLMConfig, MalformedOutput, complete
+from envforge.harness.llm import LLMConfig, MalformedOutput, complete, to_openai
 from envforge.harness.records import Message, ToolCall, TrialRecord
 from envforge.harness.tool_use import tool_call_validity
 from envforge.harness.toolcalls import (
@@ -242,3 +242,13 @@ def test_tool_call_validity_counts_turns() -> None:
         "valid_tool_call_turns": 1,
         "valid_share": 0.25,
     }
+
+
+def test_a_call_without_text_is_sent_without_content() -> None:
+    """llama-cpp-python's server (the local runtime) answers 422 to `"content": null` beside tool
+    calls — every second turn of a local agent failed so; the spec lets content be absent."""
+    call = ToolCall(id="a", name="get_order", arguments={"order_id": "O-1"})
+    (sent,) = to_openai([Message(role="assistant", tool_calls=[call])])
+    assert "content" not in sent and sent["tool_calls"][0]["function"]["name"] == "get_order"
+    (said,) = to_openai([Message(role="assistant", content="Looking.", tool_calls=[call])])
+    assert said["content"] == "Looking."
