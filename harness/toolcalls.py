@@ -7,7 +7,8 @@ servers do not, and the call arrives as text. The forms seen from the local mode
 - Qwen/Hermes tags: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, one block per call;
 - a bare JSON object `{"name": ..., "arguments": {...}}` as the whole answer, often inside a
   ```json fence (Qwen2.5-Coder does this more often than it uses its tags);
-- several such objects one after another, or a JSON list of them.
+- several such objects one after another, or a JSON list of them;
+- prose around ```json blocks that each hold such calls ("Here are the calls: ...").
 
 `extract_tool_calls` turns these into `ToolCall`s and leaves the rest of the text as the message's
 content. A tagged block that is not a call (no JSON object, no function name) raises
@@ -37,6 +38,7 @@ class MalformedToolCall(ValueError):
 
 _TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
 _FENCE = re.compile(r"^```(?:json|JSON)?\s*\n?(.*?)\n?\s*```$", re.S)
+_FENCED_BLOCK = re.compile(r"```(?:json|JSON)?[ \t]*\n(.*?)\n?[ \t]*```", re.S)
 _DECODER = json.JSONDecoder()
 
 
@@ -122,7 +124,29 @@ def parse_tool_calls(content: str) -> tuple[str | None, list[ToolCall]]:
     untagged = _untagged_calls(content)
     if untagged is not None:
         return None, [_to_call(c, i) for i, c in enumerate(untagged)]
+    fenced = _fenced_calls(content)
+    if fenced is not None:
+        rest, calls = fenced
+        return rest or None, [_to_call(c, i) for i, c in enumerate(calls)]
     return content, []
+
+
+def _fenced_calls(content: str) -> tuple[str, list[dict[str, Any]]] | None:
+    """Prose around ```json blocks that are all calls ("Here are the calls: ```json {...}``` ..."):
+    the calls, and the prose as text. A block that is not call-shaped leaves it all text."""
+    blocks = list(_FENCED_BLOCK.finditer(content))
+    if not blocks:
+        return None
+    calls = []
+    for block in blocks:
+        found = _untagged_calls(block.group(1))
+        if found is None:
+            return None
+        calls += found
+    rest = _FENCED_BLOCK.sub("", content)
+    # A fence cut off by the token limit is not a call either: dropped from the text.
+    rest = rest.split("```", 1)[0].strip()
+    return rest, calls
 
 
 def extract_tool_calls(message: Message) -> Message:

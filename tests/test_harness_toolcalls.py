@@ -252,3 +252,27 @@ def test_a_call_without_text_is_sent_without_content() -> None:
     assert "content" not in sent and sent["tool_calls"][0]["function"]["name"] == "get_order"
     (said,) = to_openai([Message(role="assistant", content="Looking.", tool_calls=[call])])
     assert said["content"] == "Looking."
+
+
+def test_prose_around_fenced_calls() -> None:
+    """Qwen2.5-Coder in a real eval turn: prose, then one fenced call per step, cut off at the
+    token limit (the last fence never closes)."""
+    text = (
+        "Here are the responses for each of the functions:\n\n"
+        '```json\n{\n  "name": "get_product",\n  "arguments": {\n    "product_id": "P-104"\n  }\n}\n```\n\n'
+        '```json\n{"name": "search_products", "arguments": {"query": "lamp"}}\n```\n\n'
+        '```json\n{\n  "name": "get_ord'
+    )
+    rest, calls = parse_tool_calls(text)
+    assert [(c.name, c.arguments) for c in calls] == [
+        ("get_product", {"product_id": "P-104"}),
+        ("search_products", {"query": "lamp"}),
+    ]
+    assert rest == "Here are the responses for each of the functions:"
+
+
+def test_fenced_code_that_is_not_a_call_stays_text() -> None:
+    text = "Use this:\n```python\nprint(1)\n```"
+    assert parse_tool_calls(text) == (text, [])
+    mixed = '```json\n{"name": "get_order", "arguments": {}}\n```\n```json\n{"status": 1}\n```'
+    assert parse_tool_calls(mixed) == (mixed, [])
