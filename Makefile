@@ -15,7 +15,8 @@ $(VENV)/.stamp: pyproject.toml
 		|| echo "bubblewrap not installed: confined envs will refuse to load (docs/security.md)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[dev,train,ray]"
+	@# llama-cpp-python compiles llama.cpp (~10 min on 2 cores); its multimodal library is not needed
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BIN)/python -m pip install -q -e ".[dev,train,ray,local]"
 	touch $@
 
 setup: $(VENV)/.stamp

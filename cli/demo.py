@@ -2,8 +2,10 @@
 
 Serves every bundled env with tasks in one in-process fleet, evaluates three built-in agents
 (`oracle`: the golden calls, the ceiling; `random`: schema-valid random calls; `noop`: no tools,
-the floor) against the scripted user on a handful of tasks per env, prints the pass^k table, and
-writes each run (and its HTML report, when the report module is present) to `runs/demo-<agent>/`.
+the floor) against the scripted user on a handful of tasks per env and, when the `local` extra is
+installed, a real model (`local`: the packaged Qwen2.5-Coder-0.5B behind its local server) on a
+few of them; prints the pass^k table of each, and writes each run (and its HTML report, with the
+model's conversations) to `runs/demo-<agent>/`.
 """
 
 from __future__ import annotations
@@ -11,26 +13,46 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from envforge.harness import AgentName, UserName
 from envforge.synth import load_tasks
 
+from .local_roles import local_roles
+
+if TYPE_CHECKING:
+    from envforge.harness import LLMConfig
+
 REPO = Path(__file__).resolve().parents[1]
 AGENTS = (AgentName.ORACLE, AgentName.RANDOM, AgentName.NOOP)
 TASKS_PER_ENV = 5
+LOCAL_AGENT = "local"
+LOCAL_TASKS = {"retail_orders": 1}
+"""env -> how many of its first tasks the local model plays: on two busy CPU cores each env's
+first prompt (policy and tools) takes a minute to process, so a warm demo stays within minutes."""
+LOCAL_MAX_TURNS = 3
 
 
 def demo_env_dirs() -> list[Path]:
-    """Env folders under envs/ that hold tasks (envs/tau2_retail too, once `import tau2` wrote it)."""
+    """Bundled envs that ship tasks (tau2_retail needs an import first, so it is left out)."""
     return sorted(
         p for p in (REPO / "envs").iterdir() if (p / "env.toml").exists() and (p / "tasks.jsonl").exists()
     )
 
 
-async def _demo(console: Console, runs_root: Path, tasks_per_env: int) -> None:
+def local_model_ready() -> bool:
+    from envforge.harness import local_model_ready as ready
+
+    return ready(LOCAL_AGENT)
+
+
+async def _run(
+    console: Console, runs_root: Path, agent: str, dirs: list[Path], config_extra: dict[str, Any]
+) -> None:
     from envforge.harness import (  # litellm: imported only when needed
         EvalConfig,
         print_summary,
@@ -38,32 +60,79 @@ async def _demo(console: Console, runs_root: Path, tasks_per_env: int) -> None:
         summarize,
     )
 
+    out = runs_root / f"demo-{agent}"
+    shutil.rmtree(out, ignore_errors=True)
+    started = time.perf_counter()
+    config = EvalConfig(agent=agent, user=UserName.SCRIPTED, trials=1, **config_extra)
+    with Progress(
+        TextColumn("[bold]demo[/] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        bar = progress.add_task(agent, total=None)
+        manifest, records = await run_eval(
+            dirs,
+            config,
+            out,
+            on_start=lambda total, done: progress.update(bar, total=total, completed=done),
+            on_record=lambda record: progress.advance(bar),
+        )
+    console.rule(f"agent [bold]{agent}[/] ({time.perf_counter() - started:.1f} s)")
+    print_summary(summarize(records, manifest.trials), console)
+    try:
+        from envforge.harness import write_report
+    except ImportError:
+        console.print(f"run: {out}")
+    else:
+        console.print(f"run: {out}  report: {write_report(out)}")
+
+
+async def _demo(console: Console, runs_root: Path, tasks_per_env: int, local: LLMConfig | None) -> None:
+    from envforge.harness import Limits
+
     dirs = demo_env_dirs()
     task_ids = [t.id for d in dirs for t in load_tasks(d)[:tasks_per_env]]
     console.print(f"[bold]envforge demo[/]: {', '.join(d.name for d in dirs)}, {tasks_per_env} tasks each")
     for agent in AGENTS:
-        out = runs_root / f"demo-{agent}"
-        shutil.rmtree(out, ignore_errors=True)
-        started = time.perf_counter()
-        config = EvalConfig(agent=agent, user=UserName.SCRIPTED, trials=1, concurrency=4, task_ids=task_ids)
-        manifest, records = await run_eval(dirs, config, out)
-        console.rule(f"agent [bold]{agent}[/] ({time.perf_counter() - started:.1f} s)")
-        print_summary(summarize(records, manifest.trials), console)
-        try:
-            from envforge.harness import write_report
-        except ImportError:
-            console.print(f"run: {out}")
-        else:
-            console.print(f"run: {out}  report: {write_report(out)}")
+        await _run(console, runs_root, agent, dirs, {"concurrency": 4, "task_ids": task_ids})
+    if local is not None:
+        local_dirs = [d for d in dirs if d.name in LOCAL_TASKS]
+        local_ids = [t.id for d in local_dirs for t in load_tasks(d)[: LOCAL_TASKS[d.name]]]
+        await _run(
+            console,
+            runs_root,
+            LOCAL_AGENT,
+            local_dirs,
+            {
+                "agent_llm": local,
+                "concurrency": 1,  # one server, one prompt cache: trials in turn keep their prefix warm
+                "task_ids": local_ids,
+                "limits": Limits(max_turns=LOCAL_MAX_TURNS),
+            },
+        )
+    else:
+        console.print("\nThe local model is not installed (pip install -e '.[local]'; make setup does).")
+    print_next_steps(console, dirs)
+
+
+def print_next_steps(console: Console, dirs: list[Path]) -> None:
     env_args = " ".join(str(d.relative_to(REPO)) for d in dirs)
     console.print(
-        "\nEvaluate a real model instead (any litellm model string; vLLM: hosted_vllm/<model> "
-        "with --agent-api-base):\n"
+        "\nEvaluate a real model instead (local\\[/<name>]: a packaged model run offline; or any litellm "
+        "model string, vLLM: hosted_vllm/<model> with --agent-api-base):\n"
+        f"  envforge eval {env_args} --agent local --user scripted --out runs/local\n"
         f"  envforge eval {env_args} --agent openai/gpt-4o-mini --user openai/gpt-4o-mini "
         "--trials 4 --concurrency 8 --out runs/gpt-4o-mini"
     )
 
 
 def demo() -> None:
-    """Evaluate the built-in agents (oracle, random, noop) on the bundled envs, in-process and offline."""
-    anyio.run(_demo, Console(), Path("runs"), TASKS_PER_ENV)
+    """Evaluate the built-in agents (oracle, random, noop) and, when installed, the local model on
+    the bundled envs, in-process and offline."""
+    console = Console()
+    roles: dict[str, str | None] = {"agent": LOCAL_AGENT} if local_model_ready() else {}
+    with local_roles(roles, {"agent": 0.0}) as local:
+        anyio.run(_demo, console, Path("runs"), TASKS_PER_ENV, local.get("agent"))

@@ -20,16 +20,27 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from envforge.harness import UserName
 
 from .common import console, fail, print_json
+from .local_roles import is_local, local_roles
 
 
 def evaluate(
     env_dirs: Annotated[list[Path], typer.Argument(help="Env folders (each with tasks.jsonl).")],
-    agent: Annotated[str, typer.Option(help="oracle | noop | random | a litellm model string.")],
-    user: Annotated[str, typer.Option(help="scripted | a litellm model string.")] = UserName.SCRIPTED,
+    agent: Annotated[
+        str,
+        typer.Option(
+            help="oracle | noop | random | local or local/NAME (a packaged model) | a litellm model string."
+        ),
+    ],
+    user: Annotated[
+        str, typer.Option(help="scripted | local or local/NAME | a litellm model string.")
+    ] = UserName.SCRIPTED,
     agent_api_base: Annotated[str | None, typer.Option(help="API base of the agent's model.")] = None,
     user_api_base: Annotated[str | None, typer.Option(help="API base of the user's model.")] = None,
     judge: Annotated[
-        str | None, typer.Option(help="Model judging nl_assertions and user errors (default: none).")
+        str | None,
+        typer.Option(
+            help="Model judging nl_assertions and user errors: local or local/NAME or a litellm model."
+        ),
     ] = None,
     judge_api_base: Annotated[str | None, typer.Option(help="API base of the judge's model.")] = None,
     llm_transport: Annotated[
@@ -111,59 +122,63 @@ def evaluate(
             fail(str(exc))
         return cfg
 
-    config = EvalConfig(
-        agent=agent,
-        user=user,
-        agent_llm=None if agent in BUILTIN_AGENTS else llm(agent, agent_api_base, temperature),
-        user_llm=llm(user, user_api_base, user_temperature) if user != UserName.SCRIPTED else None,
-        judge_llm=llm(judge, judge_api_base) if judge else None,
-        trials=trials,
-        concurrency=concurrency,
-        seed=seed,
-        limits=Limits(max_turns=max_turns, max_tool_errors=max_tool_errors, trial_timeout_s=timeout),
-        server=server,
-        server_token=token,
-        task_ids=[t.strip() for t in tasks.split(",") if t.strip()] if tasks else None,
-        split=split,
-        limit=limit,
-        answers=answers,
-    )
     for d in env_dirs:
         if not (d / "tasks.jsonl").exists():
             fail(f"{d} has no tasks.jsonl")
-    with Progress(
-        TextColumn("[bold]eval[/] {task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=json_out,
-    ) as progress:
-        bar = progress.add_task(agent, total=None)
+    roles = {"agent": agent, "user": user, "judge": judge}
+    with local_roles(roles, {"agent": temperature, "user": user_temperature}) as local:
+        config = EvalConfig(
+            agent=agent,
+            user=user,
+            agent_llm=local.get("agent")
+            or (None if agent in BUILTIN_AGENTS else llm(agent, agent_api_base, temperature)),
+            user_llm=local.get("user")
+            or (llm(user, user_api_base, user_temperature) if user != UserName.SCRIPTED else None),
+            judge_llm=local.get("judge") or (llm(judge, judge_api_base) if judge else None),
+            trials=trials,
+            concurrency=concurrency,
+            seed=seed,
+            limits=Limits(max_turns=max_turns, max_tool_errors=max_tool_errors, trial_timeout_s=timeout),
+            server=server,
+            server_token=token,
+            task_ids=[t.strip() for t in tasks.split(",") if t.strip()] if tasks else None,
+            split=split,
+            limit=limit,
+            answers=answers,
+        )
+        with Progress(
+            TextColumn("[bold]eval[/] {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=json_out,
+        ) as progress:
+            bar = progress.add_task(agent, total=None)
 
-        def on_start(total: int, done: int) -> None:
-            progress.update(bar, total=total, completed=done)
+            def on_start(total: int, done: int) -> None:
+                progress.update(bar, total=total, completed=done)
 
-        def on_record(record: object) -> None:
-            progress.advance(bar)
+            def on_record(record: object) -> None:
+                progress.advance(bar)
 
-        def on_notice(message: str) -> None:
-            console.print(f"[yellow]warning:[/] {message}")
+            def on_notice(message: str) -> None:
+                console.print(f"[yellow]warning:[/] {message}")
 
-        try:
-            manifest, records = anyio.run(
-                lambda: run_eval(
-                    env_dirs,
-                    config,
-                    out,
-                    resume=resume,
-                    on_start=on_start,
-                    on_record=on_record,
-                    on_notice=on_notice,
+            try:
+                manifest, records = anyio.run(
+                    lambda: run_eval(
+                        env_dirs,
+                        config,
+                        out,
+                        resume=resume,
+                        on_start=on_start,
+                        on_record=on_record,
+                        on_notice=on_notice,
+                    )
                 )
-            )
-        except (RunExists, RunConfigMismatch, RunLocked, TaskSelectionError, FileNotFoundError) as exc:
-            fail(str(exc))
+            except (RunExists, RunConfigMismatch, RunLocked, TaskSelectionError, FileNotFoundError) as exc:
+                fail(str(exc))
     summary = summarize(records, manifest.trials)
     print_summary(summary, console)
     console.print(f"run directory: {out}")
@@ -185,8 +200,16 @@ INFRA_REASONS_SHOWN = 3
 
 
 def check_agent_name(agent: str, builtins: tuple[str, ...]) -> None:
-    """Fail fast on an `--agent` that is neither a built-in nor a model string litellm can route:
-    a typo like `oracl` would otherwise turn every trial into an infra failure."""
+    """Fail fast on an `--agent` that is neither a built-in, a local model nor a model string litellm
+    can route: a typo like `oracl` would otherwise turn every trial into an infra failure."""
+    if is_local(agent):
+        from envforge.harness import LocalModelError, model_for_spec
+
+        try:
+            model_for_spec(agent)
+        except LocalModelError as exc:
+            fail(str(exc))
+        return
     if agent in builtins or "/" in agent:
         return
     from envforge.harness import routable_model

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .agents import BUILTIN_AGENTS, Agent, LLMAgent, OracleAgent, build_agent
     from .llm import InfraError, LLMConfig, aclose_http_sessions, http_sessions, routable_model
+    from .local_models import LocalModel, LocalModelError, is_local_spec, model_for_spec
+    from .local_server import LocalServer, LocalServerError, local_model_ready, running_local_server
     from .metrics import (
         RunContents,
         RunReadError,
@@ -40,6 +42,8 @@ if TYPE_CHECKING:
     from .report import REPORT_FILE, render_report, write_report
     from .runs import NLJudgement, RunConfigMismatch, RunDir, RunLocked, TrialScore, rescore, score_trial
     from .tasks import EnvTasks, TaskSelectionError, load_env_tasks, select_tasks
+    from .tool_use import tool_call_validity
+    from .toolcalls import MalformedToolCall, parse_tool_calls
     from .user_error_eval import Evaluation, evaluate, rules_only, rules_then_judge, task_index
     from .user_error_set import DEFAULT_PER_ENV, DEFAULT_SEED, build_set, bundled_env_dirs, dump_set, load_set
     from .user_errors import (
@@ -82,6 +86,17 @@ _LAZY = {
     "RunExists": "orchestrator",
     "UnknownTasks": "orchestrator",
     "TaskSelectionError": "tasks",
+    "LocalModel": "local_models",
+    "LocalModelError": "local_models",
+    "is_local_spec": "local_models",
+    "model_for_spec": "local_models",
+    "LocalServer": "local_server",
+    "LocalServerError": "local_server",
+    "local_model_ready": "local_server",
+    "running_local_server": "local_server",
+    "tool_call_validity": "tool_use",
+    "MalformedToolCall": "toolcalls",
+    "parse_tool_calls": "toolcalls",
     "Evaluation": "user_error_eval",
     "evaluate": "user_error_eval",
     "rules_only": "user_error_eval",
@@ -174,6 +189,11 @@ __all__ = [
     "LLMConfig",
     "LLMUser",
     "Limits",
+    "LocalModel",
+    "LocalModelError",
+    "LocalServer",
+    "LocalServerError",
+    "MalformedToolCall",
     "Message",
     "NLJudgement",
     "OracleAgent",
@@ -211,8 +231,12 @@ __all__ = [
     "dump_set",
     "evaluate",
     "http_sessions",
+    "is_local_spec",
     "load_env_tasks",
     "load_set",
+    "local_model_ready",
+    "model_for_spec",
+    "parse_tool_calls",
     "pass_hat_k",
     "print_summary",
     "read_run",
@@ -226,9 +250,11 @@ __all__ = [
     "rules_only",
     "rules_then_judge",
     "run_eval",
+    "running_local_server",
     "score_trial",
     "select_tasks",
     "summarize",
     "task_index",
+    "tool_call_validity",
     "write_report",
 ]

@@ -44,6 +44,7 @@ from .openai_http import (
     wire_model,
 )
 from .records import Message, ToolCall, Usage
+from .toolcalls import MalformedToolCall, extract_tool_calls, tools_into_prompt
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,9 @@ class LLMConfig(BaseModel):
     """Passed to litellm as is (tests and dry runs): a string, or an exception to raise."""
     transport: Literal["auto", "http", "litellm"] = "auto"
     """`auto`: direct HTTP for OpenAI-compatible servers with an api base, litellm otherwise."""
+    tools_in_prompt: bool = False
+    """For models whose chat template has no tool support: the tools go into the system prompt and
+    calls come back as text (`toolcalls.tools_into_prompt`)."""
 
     def uses_http(self) -> bool:
         if self.transport == "litellm" or self.mock_response is not None:
@@ -224,7 +228,12 @@ def to_openai(messages: list[Message]) -> list[dict[str, Any]]:
                 }
                 for c in m.tool_calls
             ]
-            d["content"] = m.content
+            if m.content is None:
+                # The spec makes content optional beside tool calls; some servers (llama-cpp-python)
+                # reject an explicit null there, none reject its absence.
+                del d["content"]
+            else:
+                d["content"] = m.content
         if m.role == "tool":
             d["tool_call_id"] = m.tool_call_id
         out.append(d)
@@ -355,9 +364,14 @@ async def complete(
     Raises `InfraError` once retries are spent on transient errors (or on any other provider
     error), and — never retried — `ContextOverflow` when the prompt does not fit the model and
     `MalformedOutput` when the answer is not a usable message. Backoff counts as waiting on the
-    model server, like the calls themselves.
+    model server, like the calls themselves. When tools are offered, calls the model wrote as
+    text (tags, bare JSON) become tool calls (`toolcalls`); a tagged call that is not one is
+    `MalformedOutput`.
     """
     route = _complete_http if cfg.uses_http() else _complete_litellm
+    offered = bool(tools)
+    if tools and cfg.tools_in_prompt:
+        messages, tools = tools_into_prompt(messages, tools), None
     try:
         with _waiting():
             async for attempt in AsyncRetrying(
@@ -367,9 +381,14 @@ async def complete(
                 reraise=True,
             ):
                 with attempt:
-                    return await route(cfg, messages, tools, extra)
+                    message, usage = await route(cfg, messages, tools, extra)
     except (ContextOverflow, MalformedOutput):
         raise
     except Exception as exc:
         raise InfraError(f"{cfg.model}: {type(exc).__name__}: {exc}") from exc
-    raise AssertionError("unreachable: tenacity either returns or raises")
+    if not offered:
+        return message, usage
+    try:
+        return extract_tool_calls(message), usage
+    except MalformedToolCall as exc:
+        raise MalformedOutput(str(exc)) from exc

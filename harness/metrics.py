@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 
 from .records import RunManifest, TrialRecord, Usage, read_trials
+from .tool_use import tool_call_validity
 from .vocab import Fault
 
 MANIFEST_FILE = "manifest.json"
@@ -228,6 +229,7 @@ def _part(records: Sequence[TrialRecord], trials: int) -> dict[str, Any]:
         "cost_usd": sum(t["cost_usd"] for t in tokens.values()),
         "tokens": tokens,
         "by_difficulty": {b: _core(rs, trials) for b, rs in buckets.items()},
+        "tool_calls": tool_call_validity(records),
     }
 
 
@@ -306,5 +308,11 @@ def print_summary(summary: dict[str, Any], console: Any) -> None:
     row("overall", overall, style="bold")
     console.print(table)
     console.print(f"answers scored by: {describe_answer_rules(overall['answer_rules'])}")
+    calls = overall.get("tool_calls") or {}
+    if calls.get("agent_turns"):
+        console.print(
+            f"agent turns with a valid tool call: {calls['valid_tool_call_turns']} of "
+            f"{calls['agent_turns']} ({calls['valid_share']:.0%}; {calls['tool_call_turns']} tried a call)"
+        )
     if overall["pass_1_ci"] is not None:
         console.print(f"pass^1 95% CI (bootstrap over tasks): {fmt_ci(overall['pass_1_ci'])}")

@@ -265,6 +265,17 @@ def _date(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _tool_call_line(summary: dict[str, Any] | None) -> str | None:
+    """The share of the agent model's turns with a valid tool call (harness/tool_use.py)."""
+    calls = (summary or {}).get("overall", {}).get("tool_calls") or {}
+    if not calls.get("agent_turns"):
+        return None
+    return (
+        f"{calls['valid_tool_call_turns']} of {calls['agent_turns']} turns made a valid call "
+        f"({calls['valid_share']:.0%})"
+    )
+
+
 def header(manifest: RunManifest, summary: dict[str, Any] | None = None) -> str:
     rows: list[tuple[str, Any]] = [
         ("run", manifest.run_id),
@@ -279,6 +290,7 @@ def header(manifest: RunManifest, summary: dict[str, Any] | None = None) -> str:
             "answer rule",
             describe_answer_rules(summary["overall"]["answer_rules"]) if summary is not None else None,
         ),
+        ("agent tool calls", _tool_call_line(summary)),
         ("trials per task", manifest.trials),
         ("envs", ", ".join(f"{e} ({len(manifest.task_ids.get(e, []))} tasks)" for e in manifest.envs)),
         ("concurrency", manifest.concurrency),

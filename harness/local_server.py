@@ -1,0 +1,258 @@
+"""A packaged model behind a real OpenAI-compatible server on 127.0.0.1, for the run's duration.
+
+`--agent local` (and `--user`, `--judge`) reach their model the way a vLLM or hosted model is
+reached: an `LLMConfig` with an api base. This module only provides that base: it assembles the
+model (`local_models`), starts llama-cpp-python's server (`python -m llama_cpp.server`, the
+runtime chosen by measurement in docs/benchmarks.md) on an ephemeral port with a per-server
+random API key and its prompt cache on, waits until it answers `/v1/models`, and stops it when
+the block ends — normally, on an error or on Ctrl-C. The child gets its own process group (so a
+Ctrl-C in the terminal reaches envforge, which stops it in order) and dies with its parent
+(`PR_SET_PDEATHSIG`), so a killed envforge leaves no server behind either.
+
+One server per role: the agent's long system prompt (policy and tools) stays in its own cache
+instead of being evicted by the user's or the judge's prompts.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from .llm import LLMConfig
+from .local_models import LocalModel, LocalModelError, Progress, assemble, available, model_for_spec
+
+READY_TIMEOUT_S = 180.0
+STOP_GRACE_S = 5.0
+LOG_TAIL_CHARS = 800
+REQUEST_TIMEOUT_S = 600.0
+"""Per model call: prompt processing on two busy cores runs at ~100 tokens/s, and an agent's
+first prompt (policy + tools) is thousands of tokens."""
+
+Notice = Callable[[str], None]
+
+
+class LocalServerError(RuntimeError):
+    """The local inference server could not be started (or is not installed)."""
+
+
+@dataclass
+class LocalServer:
+    model: LocalModel
+    process: subprocess.Popen[bytes]
+    port: int
+    api_key: str
+    log_path: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def llm_config(self, temperature: float | None = None) -> LLMConfig:
+        """How the harness reaches this server: the ordinary OpenAI-compatible HTTP route."""
+        return LLMConfig(
+            model=f"openai/{self.model.name}",
+            api_base=self.base_url,
+            api_key=self.api_key,
+            temperature=temperature,
+            max_tokens=self.model.max_tokens,
+            timeout_s=REQUEST_TIMEOUT_S,
+            retries=1,
+            transport="http",
+            tools_in_prompt=not self.model.tools_in_template,
+        )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent dies (Linux), so no server outlives it."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    lines = [line for line in text[-LOG_TAIL_CHARS:].splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def runtime_installed() -> bool:
+    from importlib.util import find_spec
+
+    return find_spec("llama_cpp") is not None and find_spec("llama_cpp.server") is not None
+
+
+def local_model_ready(spec: str) -> bool:
+    """Whether `spec` (`local` or `local/<name>`) can run now: the runtime is installed and the
+    model's packages are there to assemble it from."""
+    return runtime_installed() and available(model_for_spec(spec))
+
+
+def server_threads() -> int:
+    """Half the cores (at most 8), or `ENVFORGE_LOCAL_THREADS`: llama.cpp's threads wait for each
+    other in spin barriers, so on shared, oversubscribed cores fewer threads are faster — on two
+    busy cores one thread answered a short prompt 4× faster than two (docs/benchmarks.md)."""
+    configured = os.environ.get("ENVFORGE_LOCAL_THREADS", "")
+    if configured.isdigit() and int(configured) > 0:
+        return int(configured)
+    return max(1, min(8, (os.cpu_count() or 2) // 2))
+
+
+def server_command(model_path: Path, model: LocalModel, port: int, api_key: str) -> list[str]:
+    threads = server_threads()
+    return [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model_path),
+        "--model_alias",
+        model.name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--api_key",
+        api_key,
+        "--n_ctx",
+        str(model.context),
+        "--n_threads",
+        str(threads),
+        "--n_threads_batch",
+        str(threads),
+        "--cache",
+        "true",
+        "--verbose",
+        "false",
+    ]
+
+
+def _ready(server: LocalServer) -> bool:
+    request = urllib.request.Request(
+        server.base_url + "/models", headers={"Authorization": f"Bearer {server.api_key}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def stop(server: LocalServer) -> None:
+    """Stop the server and wait for it: SIGTERM to its process group, SIGKILL after a grace period."""
+    proc = server.process
+    crashed = proc.poll() is not None
+    if not crashed:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+    if not crashed:  # a server that died on its own keeps its log for a post-mortem
+        server.log_path.unlink(missing_ok=True)
+
+
+def start(model: LocalModel, model_path: Path, *, ready_timeout_s: float = READY_TIMEOUT_S) -> LocalServer:
+    """Start a server for `model_path` and return it once it answers; stopped again on failure.
+
+    Call it from a thread that outlives the server (the main thread): the child's parent-death
+    signal fires when the thread that started it ends."""
+    if not runtime_installed():
+        raise LocalServerError(
+            "the local runtime (llama-cpp-python with its server) is not installed: "
+            "pip install -e '.[local]' (make setup does)"
+        )
+    port, api_key = _free_port(), secrets.token_urlsafe(24)
+    fd, log_name = tempfile.mkstemp(prefix=f"envforge-{model.name}-", suffix=".log")
+    log_path = Path(log_name)
+    with os.fdopen(fd, "wb") as log:
+        process = subprocess.Popen(
+            server_command(model_path, model, port, api_key),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+    server = LocalServer(model, process, port, api_key, log_path)
+    deadline = time.monotonic() + ready_timeout_s
+    try:
+        while not _ready(server):
+            if process.poll() is not None:
+                raise LocalServerError(
+                    f"the {model.name} server exited with code {process.returncode} before it was ready: "
+                    f"{_log_tail(log_path) or 'no output'}"
+                )
+            if time.monotonic() > deadline:
+                raise LocalServerError(
+                    f"the {model.name} server was not ready within {ready_timeout_s:g} s "
+                    f"(last output: {_log_tail(log_path) or 'none'})"
+                )
+            time.sleep(0.2)
+    except BaseException:
+        stop(server)
+        raise
+    return server
+
+
+@contextmanager
+def running_local_server(
+    spec: str,
+    *,
+    on_progress: Progress | None = None,
+    on_notice: Notice | None = None,
+    ready_timeout_s: float = READY_TIMEOUT_S,
+) -> Iterator[LocalServer]:
+    """The server for a `local` / `local/<name>` spec, stopped when the block ends."""
+    model = model_for_spec(spec)
+    path = assemble(model, on_progress=on_progress)
+    if on_notice:
+        on_notice(f"starting {model.title} on 127.0.0.1")
+    server = start(model, path, ready_timeout_s=ready_timeout_s)
+    try:
+        yield server
+    finally:
+        stop(server)
+
+
+__all__ = [
+    "LocalModelError",
+    "LocalServer",
+    "LocalServerError",
+    "running_local_server",
+    "runtime_installed",
+    "start",
+    "stop",
+]
