@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .records import Message, TrialRecord, TrialStatus
+from .records import Message, TrialRecord
+from .vocab import TrialStatus
 
 CALL_REFUSED_PREFIXES = ("Error: unknown tool", "Error: the arguments of")
 """How the orchestrator answers a call that never reached the env (orchestrator._call_problem)."""
