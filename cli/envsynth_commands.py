@@ -15,10 +15,21 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from envforge.synth.envsynth.docs_input import DOC_SUFFIXES, DocsError, ToolDoc, introspect_mcp, load_docs
-from envforge.synth.envsynth.llm import LiteLLMResponder, ReplayResponder, Responder
-from envforge.synth.envsynth.pipeline import SynthSettings, synthesize_env
-from envforge.synth.envsynth.report import GATES, SynthesisReport, read_report
+from envforge.synth.envsynth import (
+    DOC_SUFFIXES,
+    GATES,
+    DocsError,
+    LiteLLMResponder,
+    ReplayResponder,
+    Responder,
+    SynthesisReport,
+    SynthSettings,
+    ToolDoc,
+    introspect_mcp,
+    load_docs,
+    read_report,
+    synthesize_env,
+)
 
 from .common import console, fail
 from .synth_commands import synth_app

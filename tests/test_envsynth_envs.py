@@ -14,17 +14,18 @@ import pytest
 
 from envforge.server import Fleet, load_env
 from envforge.synth import SynthContext, build_graph, load_tasks, verify_task
-from envforge.synth.envsynth.docs_input import (
+from envforge.synth.envsynth import (
+    GATES,
+    ReplayResponder,
+    SynthSettings,
     ToolDoc,
     introspect_mcp,
     load_docs,
     parse_markdown,
     parse_openapi,
+    schema_problems,
+    synthesize_env,
 )
-from envforge.synth.envsynth.llm import ReplayResponder
-from envforge.synth.envsynth.pipeline import SynthSettings, synthesize_env
-from envforge.synth.envsynth.probes import schema_problems
-from envforge.synth.envsynth.report import GATES
 
 from conftest import REPO
 

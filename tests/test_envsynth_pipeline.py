@@ -20,10 +20,16 @@ from typer.testing import CliRunner
 
 from envforge.cli import envsynth_commands, synth_commands
 from envforge.server import load_env
-from envforge.synth.envsynth.docs_input import load_docs
-from envforge.synth.envsynth.llm import LiteLLMResponder, ReplayResponder, load_recordings
-from envforge.synth.envsynth.pipeline import SynthSettings, synthesize_env
-from envforge.synth.envsynth.report import GATES, SynthesisReport
+from envforge.synth.envsynth import (
+    GATES,
+    LiteLLMResponder,
+    ReplayResponder,
+    SynthesisReport,
+    SynthSettings,
+    load_docs,
+    load_recordings,
+    synthesize_env,
+)
 
 from conftest import REPO, ServerThread
 

@@ -4,4 +4,91 @@
 model for schema, tools, seed and policy, and accepts the result only if every gate in `gates`
 passes (static AST allowlist before anything is imported, load, deterministic probes, the dual-agent
 LLM probe, verified tasks), feeding failures back to the model for up to R repair rounds.
+
+This is the subpackage's public surface: the CLI and tests import from here, never from its
+modules (ruff's banned-api checks it). Names load on first use, so importing the package costs
+nothing until one is needed.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .docs_input import (
+        DOC_SUFFIXES,
+        DocsError,
+        ToolDoc,
+        introspect_mcp,
+        load_docs,
+        parse_markdown,
+        parse_openapi,
+    )
+    from .llm import LiteLLMResponder, ReplayResponder, Responder, load_recordings
+    from .pipeline import SynthSettings, synthesize_env
+    from .probes import schema_problems
+    from .report import GATES, SynthesisReport, read_report
+    from .sandbox import SeedRunError, run_seed_generator
+    from .static_gate import SEED_IMPORTS, check_python, check_sql
+
+# name -> module (inside this subpackage) that defines it, imported on first access
+_LAZY = {
+    "DOC_SUFFIXES": "docs_input",
+    "DocsError": "docs_input",
+    "ToolDoc": "docs_input",
+    "introspect_mcp": "docs_input",
+    "load_docs": "docs_input",
+    "parse_markdown": "docs_input",
+    "parse_openapi": "docs_input",
+    "LiteLLMResponder": "llm",
+    "ReplayResponder": "llm",
+    "Responder": "llm",
+    "load_recordings": "llm",
+    "SynthSettings": "pipeline",
+    "synthesize_env": "pipeline",
+    "schema_problems": "probes",
+    "GATES": "report",
+    "SynthesisReport": "report",
+    "read_report": "report",
+    "SeedRunError": "sandbox",
+    "run_seed_generator": "sandbox",
+    "SEED_IMPORTS": "static_gate",
+    "check_python": "static_gate",
+    "check_sql": "static_gate",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "DOC_SUFFIXES",
+    "GATES",
+    "SEED_IMPORTS",
+    "DocsError",
+    "LiteLLMResponder",
+    "ReplayResponder",
+    "Responder",
+    "SeedRunError",
+    "SynthSettings",
+    "SynthesisReport",
+    "ToolDoc",
+    "check_python",
+    "check_sql",
+    "introspect_mcp",
+    "load_docs",
+    "load_recordings",
+    "parse_markdown",
+    "parse_openapi",
+    "read_report",
+    "run_seed_generator",
+    "schema_problems",
+    "synthesize_env",
+]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from envforge.synth.envsynth.static_gate import SEED_IMPORTS, check_python
+from envforge.synth.envsynth import SEED_IMPORTS, check_python
 
 REPO = Path(__file__).resolve().parents[2]
 

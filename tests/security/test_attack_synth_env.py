@@ -18,7 +18,7 @@ import typer
 from typer.testing import CliRunner
 
 from envforge.cli import envsynth_commands, synth_commands
-from envforge.synth.envsynth.sandbox import SeedRunError, run_seed_generator
+from envforge.synth.envsynth import SeedRunError, run_seed_generator
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "envsynth"
