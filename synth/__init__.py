@@ -86,6 +86,7 @@ if TYPE_CHECKING:
         tau2_db_hash,
         tau2_db_to_seed,
         tau2_tasks_to_envforge,
+        tools_json_mismatches,
         verify_report,
     )
     from .verify import (
@@ -175,6 +176,7 @@ _LAZY = {
     "golden_end_state": "tau2",
     "import_tau2_env": "tau2",
     "port_tools": "tau2",
+    "tools_json_mismatches": "tau2",
     "offline_view": "tau2",
     "state_to_tau2_db": "tau2",
     "tau2_db_hash": "tau2",
@@ -286,6 +288,7 @@ __all__ = [
     "to_dot",
     "to_mermaid",
     "tool_shapes",
+    "tools_json_mismatches",
     "verify_report",
     "verify_task",
     "with_answers",
