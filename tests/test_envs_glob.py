@@ -13,8 +13,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -24,7 +22,7 @@ from typer.testing import CliRunner
 from envforge.cli.main import app
 from envforge.server import load_env
 
-from conftest import REPO, free_port
+from conftest import REPO, envforge_serve
 
 ENV = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 
@@ -61,30 +59,8 @@ def test_every_entry_of_the_envs_glob_loads(fresh_envs: Path) -> None:
 
 def test_serve_envs_glob_serves_every_env(fresh_envs: Path) -> None:
     entries = _glob(fresh_envs)
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "envforge.cli", "serve", *entries, "--port", str(port)],
-        env=ENV,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None:
-                pytest.fail(f"envforge serve envs/* exited: {proc.stderr.read().decode()}")  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "envforge serve envs/* did not come up"
-            time.sleep(0.2)
+    with envforge_serve(entries, timeout_s=120) as url:
         served = {e["name"] for e in httpx.get(url + "/control/envs", timeout=10).json()["envs"]}
-    finally:
-        proc.kill()
-        proc.wait(10)
     assert served == {Path(e).name for e in entries}
 
 

