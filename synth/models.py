@@ -227,9 +227,19 @@ class DagEdge(_Model):
     label: str = ""
 
 
+class Principal(_Model):
+    """Who the task's user is: the row the walk stays on (a customer, a member, a traveller), so
+    the persona, and every entity the task touches, belong to one person."""
+
+    table: str
+    key: dict[str, Any]
+    name: str | None = None
+
+
 class Dag(_Model):
     nodes: list[DagNode]
     edges: list[DagEdge]
+    principal: Principal | None = None
 
     def node(self, node_id: str) -> DagNode:
         return next(n for n in self.nodes if n.id == node_id)
