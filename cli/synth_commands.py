@@ -17,14 +17,18 @@ from envforge.synth import (
     ADVERSARIES,
     CHECKS,
     Call,
+    EnvRealism,
     SynthConfig,
     SynthContext,
     adversary_rewards,
     build_graph,
     gamed_by,
+    golden_results,
     graph_json,
     load_graph,
     load_tasks,
+    measure_realism,
+    realism_table,
     score_episode,
     synthesize,
     to_dot,
@@ -138,37 +142,60 @@ def _bucket(calls: int) -> str:
 
 def check_cmd(
     env_dirs: list[Path] = typer.Argument(..., help="Env folders (e.g. envs/*), each with tasks.jsonl."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Also print each env's results, realism included, as one JSON object on stdout."
+    ),
+    strict_realism: bool = typer.Option(
+        False,
+        "--strict-realism",
+        help="Also fail an env whose instructions name tools or number steps, or that has dead reads "
+        "or duplicate tasks.",
+    ),
 ) -> None:
-    """Run the self-checks and the adversarial agents on every task of each ENV_DIR/tasks.jsonl;
-    exit 1 if any check fails or any adversary earns a task's full reward, in any env."""
+    """Run the self-checks and the adversarial agents on every task of each ENV_DIR/tasks.jsonl and
+    measure how realistic the tasks are; exit 1 if any check fails or any adversary earns a task's
+    full reward, in any env (with --strict-realism, also if a realism target is missed)."""
     _quiet()
     envs = load_envs(env_dirs)
     for env_dir in env_dirs:
         if not (env_dir / "tasks.jsonl").exists():
             fail(f"{env_dir / 'tasks.jsonl'} does not exist (run `envforge synth tasks` first)")
-    failed = [env.name for env, env_dir in zip(envs, env_dirs, strict=True) if not _check_env(env, env_dir)]
+    reports = [_check_env(env, env_dir, strict_realism) for env, env_dir in zip(envs, env_dirs, strict=True)]
+    failed = [r["env"] for r in reports if not r["passed"]]
     if len(env_dirs) > 1:
+        console.print(realism_table([EnvRealism.model_validate(r["realism"]) for r in reports]))
+        console.print(REALISM_LEGEND, highlight=False)
         console.print(f"[red]tasks fail in {', '.join(failed)}[/]" if failed else f"{len(envs)} envs pass")
+    if as_json:
+        print_json({"passed": not failed, "envs": reports})
     if failed:
         raise typer.Exit(1)
 
 
-def _check_env(env: Environment, env_dir: Path) -> bool:
-    """`check` on one env: print its tables; whether every task passed."""
+REALISM_LEGEND = (
+    "proc: instructions naming a tool or numbering steps; dead: tasks with dead reads/dead reads;\n"
+    "dup: repeated tasks; who: principals (tasks with several); calls, writes, reason: min/median/max mean"
+)
+
+
+def _check_env(env: Environment, env_dir: Path, strict_realism: bool = False) -> dict[str, Any]:
+    """`check` on one env: print its tables; its results (`passed`: every task passed, and with
+    `strict_realism` every realism target was met)."""
     tasks = load_tasks(env_dir)
 
-    async def run() -> tuple[list[list[str]], list[dict[str, float | None]]]:
+    async def run() -> tuple[list[list[str]], list[dict[str, float | None]], dict[str, list[str]]]:
         fleet = Fleet([env])
         try:
             graph = load_graph(env_dir) or await build_graph(env, fleet)
             ctx = SynthContext.create(env, graph, fleet)
             checks = [await verify_task(ctx, t) for t in tasks]
-            return checks, [await adversary_rewards(ctx, t) for t in tasks]
+            rewards = [await adversary_rewards(ctx, t) for t in tasks]
+            return checks, rewards, {t.id: await golden_results(ctx, t) for t in tasks}
         finally:
             await fleet.aclose()
 
-    checks, rewards = asyncio.run(run())
-    results = [
+    checks, rewards, results = asyncio.run(run())
+    results_by_task = [
         [*failed, *(f"adversary:{a}" for a in gamed_by(r))] for failed, r in zip(checks, rewards, strict=True)
     ]
     by_check = Counter(c for r in checks for c in r)
@@ -189,13 +216,28 @@ def _check_env(env: Environment, env_dir: Path) -> bool:
             b,
             str(len(idx)),
             str(sum(1 for i in idx if tasks[i].difficulty.reasoning)),
-            str(sum(1 for i in idx if results[i])),
+            str(sum(1 for i in idx if results_by_task[i])),
         )
     console.print(buckets)
-    bad = [f"{t.id} ({', '.join(r)})" for t, r in zip(tasks, results, strict=True) if r]
+    realism = measure_realism(env.name, tasks, env.tools, results)
+    console.print(f"{env.name}: realism", highlight=False)
+    console.print(realism_table([realism]), highlight=False, markup=False)
+    missed = realism.strict_failures()
+    if missed:
+        colour = "red" if strict_realism else "yellow"
+        console.print(f"[{colour}]realism targets missed:[/] {', '.join(missed)}", highlight=False)
+    bad = [f"{t.id} ({', '.join(r)})" for t, r in zip(tasks, results_by_task, strict=True) if r]
     if bad:
         console.print(f"[red]{len(bad)} tasks fail:[/] " + ", ".join(bad[:20]))
-    return not bad
+    return {
+        "env": env.name,
+        "passed": not bad and not (strict_realism and missed),
+        "tasks": len(tasks),
+        "checks_failed": {c: by_check[c] for c in CHECKS},
+        "failed_tasks": {t.id: r for t, r in zip(tasks, results_by_task, strict=True) if r},
+        "realism": realism.model_dump(mode="json"),
+        "realism_missed": missed,
+    }
 
 
 def adversary_table(env: str, rewards: list[dict[str, float | None]]) -> Table:
