@@ -1,0 +1,234 @@
+"""Realism measures on hand-built tasks: each way a task can read like a macro script, tell one
+story badly, or repeat another is written the way a generator (or a policy hunting for easy
+tasks) would slip it through, and must be caught; the look-alikes a person would write must not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envforge.synth import (
+    Call,
+    CallNode,
+    Dag,
+    DagEdge,
+    Difficulty,
+    Fact,
+    Principal,
+    ReasonNode,
+    Task,
+    UserScenario,
+    dead_reads,
+    duplicate_groups,
+    has_numbered_steps,
+    measure_realism,
+    task_principals,
+    tool_names_in,
+)
+
+TOOLS = ["get_order", "list_customer_orders", "cancel_order", "get_customer", "place_order"]
+
+
+def call(node_id: str, name: str, write: bool = False, **arguments: Any) -> CallNode:
+    return CallNode(id=node_id, text=name, call=Call(name=name, arguments=arguments), write=write)
+
+
+def make_task(
+    task_id: str,
+    nodes: list[Any],
+    edges: list[DagEdge] | None = None,
+    *,
+    instruction: str = "I'd like my most recent order cancelled, please.",
+    outputs: list[str] | None = None,
+    facts: list[Fact] | None = None,
+    end_hash: str | None = None,
+    principal: Principal | None = None,
+) -> Task:
+    calls = [n.call for n in nodes if isinstance(n, CallNode) and n.executed]
+    return Task(
+        id=task_id,
+        env="shop",
+        seed="0",
+        dag=Dag(nodes=nodes, edges=edges or [], principal=principal),
+        scenario=UserScenario(
+            persona="Ada", instruction=instruction, known_facts=facts or [], must_be_told=outputs or []
+        ),
+        golden_calls=calls,
+        golden_hash=end_hash or f"h-{task_id}",
+        golden_cents_hash=end_hash or f"h-{task_id}",
+        golden_diff={},
+        required_outputs=outputs or [],
+        checkpoints=[],
+        difficulty=Difficulty(calls=len(calls), writes=0, reasoning=0, depth=len(nodes), tables=1),
+    )
+
+
+def data(source: str, target: str) -> DagEdge:
+    return DagEdge(source=source, target=target, kind="data")
+
+
+# --------------------------------------------------------------------------- tool names
+
+
+def test_an_instruction_naming_a_tool_is_caught_in_any_case_and_spaced_out() -> None:
+    assert tool_names_in("Please call get_order for O-1 and tell me its status.", TOOLS) == ["get_order"]
+    assert tool_names_in("Run GET_CUSTOMER on me.", TOOLS) == ["get_customer"]
+    assert tool_names_in("First list   customer orders for C-1.", TOOLS) == ["list_customer_orders"]
+    assert tool_names_in("Use list_customer_orders; then cancel_order.", TOOLS) == [
+        "cancel_order",
+        "list_customer_orders",
+    ]
+
+
+def test_a_person_saying_what_they_want_names_no_tool() -> None:
+    # two-word phrases are how people speak; identifiers inside longer words are not the tool
+    assert tool_names_in("Please cancel order O-7 and place order for new shoes.", TOOLS) == []
+    assert tool_names_in("My reference is get_order_v2 and x_get_order.", TOOLS) == []
+    assert tool_names_in("Could you list my customer orders?", TOOLS) == []
+
+
+# --------------------------------------------------------------------------- numbered steps
+
+
+def test_numbered_step_lists_are_caught_as_lines_inline_and_by_reference() -> None:
+    assert has_numbered_steps("Do this:\n1. Find my order.\n2. Cancel it.")
+    assert has_numbered_steps("  1) look me up\n  2) refund me")
+    assert has_numbered_steps("Please 1. find my order 2. cancel it.")
+    assert has_numbered_steps("Cancel the order from the result of step 2.")
+    assert has_numbered_steps("Step 1: find me. Step 2: cancel.")
+
+
+def test_prices_counts_and_single_numbers_are_not_steps() -> None:
+    assert not has_numbered_steps("My order cost $12.50 and had 2 items; refund 1 of them.")
+    assert not has_numbered_steps("I have 1. That's all, and version 2.0 of the app.")
+    assert not has_numbered_steps("You received order #W2378156 and want to exchange 2 items.")
+
+
+# --------------------------------------------------------------------------- dead reads
+
+
+def test_a_read_whose_result_feeds_nothing_is_dead() -> None:
+    nodes = [
+        call("n0", "get_customer", customer_id="C-1"),
+        call("n1", "get_order", order_id="O-9"),  # looked up, then ignored
+        call("n2", "cancel_order", write=True, order_id="O-5"),
+    ]
+    task = make_task("t", nodes, [data("n0", "n2")])
+    assert dead_reads(task) == ["n1"]
+
+
+def test_reads_feeding_an_argument_a_reasoning_node_or_a_told_output_are_live() -> None:
+    nodes = [
+        call("n0", "get_customer", customer_id="C-1"),
+        call("n1", "list_customer_orders", customer_id="C-1"),
+        ReasonNode(id="n2", text="count", op="count", source="n1", path=["orders"], value=2),
+        call("n3", "get_order", order_id="O-5"),
+        call("n4", "cancel_order", write=True, order_id="O-5"),
+    ]
+    task = make_task("t", nodes, [data("n0", "n4"), data("n1", "n2")], outputs=["2", "shipped"])
+    # n3's result is the status the user asked to be told ("shipped"): live only given results
+    assert dead_reads(task) == ["n3"]
+    results = ['{"customer_id": "C-1"}', '{"orders": []}', '{"order_id": "O-5", "status": "Shipped"}', "ok"]
+    assert dead_reads(task, results) == []
+    # results that do not line up with the golden calls are not read
+    assert dead_reads(task, results[:2]) == ["n3"]
+
+
+def test_without_recorded_data_flow_reads_are_judged_by_value() -> None:
+    # τ²'s shape: a linear DAG of control edges over the gold actions
+    nodes = [
+        call("n0", "get_customer", customer_id="C-1"),
+        call("n1", "get_order", order_id="O-5"),  # the user gave O-5: its result feeds nothing new
+        call("n2", "cancel_order", write=True, order_id="O-5", refund_to="PM-3"),
+    ]
+    edges = [
+        DagEdge(source="n0", target="n1", kind="control"),
+        DagEdge(source="n1", target="n2", kind="control"),
+    ]
+    task = make_task("t", nodes, edges, facts=[Fact(name="order_id", value="O-5")])
+    assert dead_reads(task) is None  # no flow recorded, no results: not judged
+    results = [
+        '{"customer_id": "C-1", "payment_methods": [{"id": "PM-3"}]}',
+        '{"order_id": "O-5", "customer_id": "C-1"}',
+        "cancelled",
+    ]
+    assert dead_reads(task, results) == ["n1"]
+
+
+# --------------------------------------------------------------------------- duplicates
+
+
+def test_tasks_repeating_golden_calls_or_end_state_and_outputs_are_duplicates() -> None:
+    same_calls = [call("n0", "cancel_order", write=True, order_id="O-5")]
+    a = make_task("a", same_calls, end_hash="E1")
+    b = make_task("b", same_calls, end_hash="E2", instruction="Cancel O-5 for me.")  # reworded only
+    c = make_task("c", [call("n0", "get_order", order_id="O-5")], end_hash="E3", outputs=["Pending"])
+    d = make_task("d", [call("n0", "get_order", order_id="O-6")], end_hash="E3", outputs=[" pending"])
+    e = make_task("e", [call("n0", "get_order", order_id="O-6")], end_hash="E4", outputs=["x"])
+    # e repeats d's calls, so c, d, e are one task
+    assert duplicate_groups([a, b, c, d, e]) == [["a", "b"], ["c", "d", "e"]]
+    f = make_task("f", [call("n0", "get_order", order_id="O-7")], end_hash="E3", outputs=["shipped"])
+    assert duplicate_groups([a, f]) == []
+    assert measure_realism("shop", [a, b, c, d, e, f], TOOLS).duplicates == 3
+
+
+# --------------------------------------------------------------------------- principals
+
+
+def test_a_task_wandering_between_two_customers_has_two_principals() -> None:
+    nodes = [
+        call("n0", "list_customer_orders", customer_id="C-1"),
+        call("n1", "place_order", write=True, customer_id="C-2", variant_ids=["V-1"]),
+    ]
+    two = make_task("two", nodes)
+    assert task_principals(two) == ["C-1", "C-2"]
+    one = make_task("one", [call("n0", "get_order", order_id="O-5")])
+    assert task_principals(one) == []
+    # the order's owner, named in its result, is whose story it is
+    assert task_principals(one, ['{"order_id": "O-5", "user_id": "ada_1", "items": [{"user_id": "x"}]}']) == [
+        "ada_1"
+    ]
+    # a recorded principal is the answer, whatever the calls touch
+    pinned = make_task("p", nodes, principal=Principal(table="customers", key={"customer_id": "C-1"}))
+    assert task_principals(pinned) == ["C-1"]
+    r = measure_realism("shop", [two, one, pinned], TOOLS)
+    assert (r.principals, r.multi_principal_tasks, r.no_principal_tasks) == (2, 1, 1)
+
+
+def test_ids_of_things_and_of_staff_are_not_principals() -> None:
+    nodes = [call("n0", "get_order", order_id="O-5", assignee_id="E-9", product_id="P-1")]
+    assert task_principals(make_task("t", nodes)) == []
+
+
+# --------------------------------------------------------------------------- per env
+
+
+def test_env_measures_count_procedural_tasks_and_spread_task_shape() -> None:
+    plain = make_task("a", [call("n0", "cancel_order", write=True, order_id="O-5")])
+    scripted = make_task(
+        "b",
+        [
+            call("n0", "get_order", order_id="O-6"),
+            call("n1", "cancel_order", write=True, order_id="O-6"),
+            ReasonNode(id="n2", text="count", op="count", source="n0", value=1),
+        ],
+        [data("n0", "n1")],
+        instruction="1. Get the order.\n2. Cancel it with cancel_order.",
+    )
+    r = measure_realism("shop", [plain, scripted], TOOLS)
+    assert (r.procedural, r.procedural_share, r.tool_name_tasks, r.numbered_step_tasks) == (1, 0.5, 1, 1)
+    assert (r.calls.min, r.calls.median, r.calls.max, r.calls.mean) == (1, 1.5, 2, 1.5)
+    assert (r.writes.max, r.reasoning.max, r.reasoning.mean) == (1, 1, 0.5)
+    assert r.examples["procedural"] == ["b"]
+    assert r.strict_failures() == ["1 procedural instructions"]
+
+
+def test_the_median_is_not_the_mean_of_a_skewed_env() -> None:
+    sizes = [1, 1, 6]
+    tasks = [
+        make_task(
+            f"t{i}", [call(f"n{j}", "cancel_order", write=True, order_id=f"O-{i}-{j}") for j in range(n)]
+        )
+        for i, n in enumerate(sizes)
+    ]
+    calls = measure_realism("shop", tasks, TOOLS).calls
+    assert (calls.min, calls.median, calls.max, calls.mean) == (1, 1.0, 6, 2.67)
