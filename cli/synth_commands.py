@@ -173,8 +173,9 @@ def check_cmd(
 
 
 REALISM_LEGEND = (
-    "proc: instructions naming a tool or numbering steps; dead: tasks with dead reads/dead reads;\n"
-    "dup: repeated tasks; who: principals (tasks with several); calls, writes, reason: min/median/max mean"
+    "proc: instructions naming a tool, copying its description or numbering steps\n"
+    "dead: tasks with dead reads/dead reads; dup: repeated tasks; who: principals\n"
+    "(tasks with several); calls, writes, reason: per task min/median/max mean"
 )
 
 
@@ -219,7 +220,8 @@ def _check_env(env: Environment, env_dir: Path, strict_realism: bool = False) ->
             str(sum(1 for i in idx if results_by_task[i])),
         )
     console.print(buckets)
-    realism = measure_realism(env.name, tasks, env.tools, results)
+    descriptions = {name: spec.description for name, spec in env.tools.items()}
+    realism = measure_realism(env.name, tasks, env.tools, results, descriptions)
     console.print(f"{env.name}: realism", highlight=False)
     console.print(realism_table([realism]), highlight=False, markup=False)
     missed = realism.strict_failures()

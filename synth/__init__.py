@@ -62,6 +62,7 @@ if TYPE_CHECKING:
         realism_table,
         task_principals,
         task_realism,
+        tool_descriptions_in,
         tool_names_in,
     )
     from .render import rewrite_scenario
@@ -172,6 +173,7 @@ _LAZY = {
     "realism_table": "realism",
     "task_principals": "realism",
     "task_realism": "realism",
+    "tool_descriptions_in": "realism",
     "tool_names_in": "realism",
     "rewrite_scenario": "render",
     "Evidence": "rewards",
@@ -336,6 +338,7 @@ __all__ = [
     "tau2_tasks_to_envforge",
     "to_dot",
     "to_mermaid",
+    "tool_descriptions_in",
     "tool_names_in",
     "tool_shapes",
     "tools_json_mismatches",

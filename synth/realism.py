@@ -7,7 +7,9 @@ synthesized tasks and for τ²'s imported ones (`envforge check`, `benchmarks/be
 - **procedural instructions**: an instruction that names a tool of the env (the identifier as a
   whole word, any case; a name of three or more snake_case parts also written with spaces, "list
   customer orders": two-part phrases such as "cancel order" are how people speak) or that is a
-  numbered step list (lines or sentences "1." then "2.", or a reference to "step N"). Target 0.
+  numbered step list (lines or sentences "1." then "2.", or a reference to "step N"), or that
+  copies a tool's description (its first clause, when five words or more: "Get a customer's
+  profile with their addresses and payment methods"). Target 0.
 - **dead reads**: a read call whose result feeds no later argument, reasoning node or required
   output. Where the DAG records data flow (synthesized tasks: `data` edges, reasoning nodes'
   `source`) a read feeds what its data edges reach; where it records none (τ²'s imports, whose
@@ -85,6 +87,7 @@ class TaskRealism(_Model):
 
     id: str
     tool_names: list[str]
+    tool_descriptions: list[str]
     numbered_steps: bool
     dead_reads: list[str] | None
     principals: list[str]
@@ -94,7 +97,7 @@ class TaskRealism(_Model):
 
     @property
     def procedural(self) -> bool:
-        return bool(self.tool_names) or self.numbered_steps
+        return bool(self.tool_names or self.tool_descriptions) or self.numbered_steps
 
 
 class EnvRealism(_Model):
@@ -105,6 +108,7 @@ class EnvRealism(_Model):
     procedural: int
     procedural_share: float
     tool_name_tasks: int
+    tool_description_tasks: int
     numbered_step_tasks: int
     dead_read_tasks: int | None
     dead_reads: int | None
@@ -145,6 +149,23 @@ def tool_names_in(text: str, tool_names: Iterable[str]) -> list[str]:
         if any(re.search(rf"(?<!{_WORD})(?:{f})(?!{_WORD})", text, re.IGNORECASE) for f in forms):
             found.append(name)
     return found
+
+
+def description_clause(description: str) -> str | None:
+    """The first clause of a tool's description (up to the first `.,;:(`), when it is five words
+    or more: short ones ("Cancel a booking") are how people speak."""
+    clause = re.split(r"[.,;:(\n]", description.strip(), maxsplit=1)[0]
+    words = clause.split()
+    return " ".join(words).lower() if len(words) >= 5 else None
+
+
+def tool_descriptions_in(text: str, descriptions: Mapping[str, str]) -> list[str]:
+    """The tools whose description's first clause (`description_clause`) `text` copies (any case,
+    any spacing)."""
+    flat = " ".join(text.split()).lower()
+    return sorted(
+        name for name, desc in descriptions.items() if (clause := description_clause(desc)) and clause in flat
+    )
 
 
 def has_numbered_steps(text: str) -> bool:
@@ -310,11 +331,17 @@ def duplicate_groups(tasks: Sequence[Task]) -> list[list[str]]:
 # --------------------------------------------------------------------------- per task, per env
 
 
-def task_realism(task: Task, tool_names: Iterable[str], results: Sequence[str] | None = None) -> TaskRealism:
+def task_realism(
+    task: Task,
+    tool_names: Iterable[str],
+    results: Sequence[str] | None = None,
+    descriptions: Mapping[str, str] | None = None,
+) -> TaskRealism:
     calls = _executed_calls(task)
     return TaskRealism(
         id=task.id,
         tool_names=tool_names_in(task.scenario.instruction, tool_names),
+        tool_descriptions=tool_descriptions_in(task.scenario.instruction, descriptions or {}),
         numbered_steps=has_numbered_steps(task.scenario.instruction),
         dead_reads=dead_reads(task, results),
         principals=task_principals(task, results),
@@ -340,11 +367,13 @@ def measure_realism(
     tasks: Sequence[Task],
     tool_names: Iterable[str],
     results: Mapping[str, Sequence[str]] | None = None,
+    descriptions: Mapping[str, str] | None = None,
 ) -> EnvRealism:
     """The realism measures of `env`'s `tasks`; `results` maps task ids to their golden calls'
-    result texts (`golden_results`), which judge value flow and name principals in results."""
+    result texts (`golden_results`), which judge value flow and name principals in results;
+    `descriptions` maps tool names to their descriptions, which instructions must not copy."""
     names = sorted(set(tool_names))
-    per = [task_realism(t, names, (results or {}).get(t.id)) for t in tasks]
+    per = [task_realism(t, names, (results or {}).get(t.id), descriptions) for t in tasks]
     groups = duplicate_groups(tasks)
     judged = [p.dead_reads for p in per if p.dead_reads is not None]
     procedural = [p for p in per if p.procedural]
@@ -354,6 +383,7 @@ def measure_realism(
         procedural=len(procedural),
         procedural_share=round(len(procedural) / len(tasks), 4) if tasks else 0.0,
         tool_name_tasks=sum(1 for p in per if p.tool_names),
+        tool_description_tasks=sum(1 for p in per if p.tool_descriptions),
         numbered_step_tasks=sum(1 for p in per if p.numbered_steps),
         dead_read_tasks=sum(1 for d in judged if d) if judged or not per else None,
         dead_reads=sum(len(d) for d in judged) if judged or not per else None,

@@ -24,6 +24,7 @@ REALISM_KEYS = {
     "procedural",
     "procedural_share",
     "tool_name_tasks",
+    "tool_description_tasks",
     "numbered_step_tasks",
     "dead_read_tasks",
     "dead_reads",

@@ -22,6 +22,7 @@ from envforge.synth import (
     has_numbered_steps,
     measure_realism,
     task_principals,
+    tool_descriptions_in,
     tool_names_in,
 )
 
@@ -232,3 +233,20 @@ def test_the_median_is_not_the_mean_of_a_skewed_env() -> None:
     ]
     calls = measure_realism("shop", tasks, TOOLS).calls
     assert (calls.min, calls.median, calls.max, calls.mean) == (1, 1.0, 6, 2.67)
+
+
+DESCRIPTIONS = {
+    "get_customer": "Get a customer's profile with their addresses and payment methods (gift cards too).",
+    "cancel_order": "Cancel a pending order.",
+}
+
+
+def test_an_instruction_copying_a_tool_description_is_procedural() -> None:
+    copied = "Please get a customer's  profile with their addresses and payment methods for C-1."
+    assert tool_descriptions_in(copied, DESCRIPTIONS) == ["get_customer"]
+    # a short description is how people speak ("cancel a pending order")
+    assert tool_descriptions_in("Could you cancel a pending order of mine?", DESCRIPTIONS) == []
+    task = make_task("t", [call("n0", "get_customer", customer_id="C-1")], instruction=copied)
+    r = measure_realism("shop", [task], TOOLS, descriptions=DESCRIPTIONS)
+    assert (r.procedural, r.tool_description_tasks, r.tool_name_tasks) == (1, 1, 0)
+    assert measure_realism("shop", [task], TOOLS).procedural == 0
