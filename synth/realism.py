@@ -5,8 +5,8 @@ user wants; these measures say how far a task set is from that, per env, the sam
 synthesized tasks and for τ²'s imported ones (`envforge check`, `benchmarks/bench_realism.py`):
 
 - **procedural instructions**: an instruction that names a tool of the env (the identifier as a
-  whole word, any case; a name of three or more snake_case parts also written with spaces, "list
-  customer orders": two-part phrases such as "cancel order" are how people speak) or that is a
+  whole word, any case; a name of four or more snake_case parts also written with spaces, "find
+  customer by email": shorter ones, "cancel order", "add checked bags", are how people speak) or that is a
   numbered step list (lines or sentences "1." then "2.", or a reference to "step N"), or that
   copies a tool's description (its first clause, when five words or more: "Get a customer's
   profile with their addresses and payment methods"). Target 0.
@@ -138,13 +138,13 @@ class EnvRealism(_Model):
 
 
 def tool_names_in(text: str, tool_names: Iterable[str]) -> list[str]:
-    """The tools `text` names: the identifier as a whole word (any case), or, for a name of three
+    """The tools `text` names: the identifier as a whole word (any case), or, for a name of four
     or more snake_case parts, the same words separated by spaces."""
     found = []
     for name in sorted(set(tool_names)):
         forms = [re.escape(name)]
         parts = [p for p in name.split("_") if p]
-        if len(parts) >= 3:
+        if len(parts) >= 4:
             forms.append(r"\s+".join(re.escape(p) for p in parts))
         if any(re.search(rf"(?<!{_WORD})(?:{f})(?!{_WORD})", text, re.IGNORECASE) for f in forms):
             found.append(name)

@@ -26,7 +26,15 @@ from envforge.synth import (
     tool_names_in,
 )
 
-TOOLS = ["get_order", "list_customer_orders", "cancel_order", "get_customer", "place_order"]
+TOOLS = [
+    "get_order",
+    "list_customer_orders",
+    "cancel_order",
+    "get_customer",
+    "place_order",
+    "add_checked_bags",
+    "find_customer_by_email",
+]
 
 
 def call(node_id: str, name: str, write: bool = False, **arguments: Any) -> CallNode:
@@ -73,7 +81,7 @@ def data(source: str, target: str) -> DagEdge:
 def test_an_instruction_naming_a_tool_is_caught_in_any_case_and_spaced_out() -> None:
     assert tool_names_in("Please call get_order for O-1 and tell me its status.", TOOLS) == ["get_order"]
     assert tool_names_in("Run GET_CUSTOMER on me.", TOOLS) == ["get_customer"]
-    assert tool_names_in("First list   customer orders for C-1.", TOOLS) == ["list_customer_orders"]
+    assert tool_names_in("First find customer  by email for ada@x.org.", TOOLS) == ["find_customer_by_email"]
     assert tool_names_in("Use list_customer_orders; then cancel_order.", TOOLS) == [
         "cancel_order",
         "list_customer_orders",
@@ -85,6 +93,7 @@ def test_a_person_saying_what_they_want_names_no_tool() -> None:
     assert tool_names_in("Please cancel order O-7 and place order for new shoes.", TOOLS) == []
     assert tool_names_in("My reference is get_order_v2 and x_get_order.", TOOLS) == []
     assert tool_names_in("Could you list my customer orders?", TOOLS) == []
+    assert tool_names_in("I'd like to add checked bags to my trip.", TOOLS) == []
 
 
 # --------------------------------------------------------------------------- numbered steps
