@@ -38,17 +38,21 @@ ROOT = Path(__file__).resolve().parents[1]
 TAU2_SOURCE = ROOT.parent / "shared" / "tau2" / "retail"
 
 
-async def measure(env: Environment, tasks: list[Task], name: str) -> EnvRealism:
+async def measure(env: Environment, tasks: list[Task], name: str) -> tuple[EnvRealism, float, float]:
+    """The env's realism, the seconds replaying its golden calls took, and the seconds measuring."""
     fleet = Fleet([env])
     try:
         # replaying golden calls needs no probed graph; the env's own is used when it has one
         graph = load_graph(env.root) or ToolGraph(env=env.name, tools=[], edges=[], state_edges=[])
         ctx = SynthContext.create(env, graph, fleet)
+        started = time.perf_counter()
         results = {t.id: await golden_results(ctx, t) for t in tasks}
+        replayed = time.perf_counter()
     finally:
         await fleet.aclose()
     descriptions = {tool: spec.description for tool, spec in env.tools.items()}
-    return measure_realism(name, tasks, env.tools, results, descriptions)
+    realism = measure_realism(name, tasks, env.tools, results, descriptions)
+    return realism, replayed - started, time.perf_counter() - replayed
 
 
 def bundled() -> list[Path]:
@@ -69,10 +73,10 @@ def main() -> None:
     parser.add_argument("--tau2", type=Path, default=TAU2_SOURCE, help="τ²-bench's retail folder")
     args = parser.parse_args()
     started = time.perf_counter()
-    rows = []
+    measured = []
     for env_dir in bundled():
         env = load_env(env_dir)
-        rows.append(asyncio.run(measure(env, load_tasks(env_dir), env.name)))
+        measured.append(asyncio.run(measure(env, load_tasks(env_dir), env.name)))
     imported = ROOT / "envs" / "tau2_retail"
     with tempfile.TemporaryDirectory() as tmp:
         if not (imported / "tasks.jsonl").exists():
@@ -81,9 +85,13 @@ def main() -> None:
             imported = Path(tmp) / "tau2_retail"
             import_tau2_env(args.tau2, imported)
         env, tasks = tau2_train(imported)
-        rows.append(asyncio.run(measure(env, tasks, "tau2 (train)")))
-    print(realism_table(rows))
-    print(f"({time.perf_counter() - started:.1f}s)")
+        measured.append(asyncio.run(measure(env, tasks, "tau2 (train)")))
+    print(realism_table([r for r, _, _ in measured]))
+    print()
+    print("seconds per env: replaying the golden calls + measuring (what `check` adds)")
+    for r, replay_s, measure_s in measured:
+        print(f"  {r.env:<14} {replay_s:6.2f} + {measure_s:5.2f}  ({r.tasks} tasks)")
+    print(f"all, imports included: {time.perf_counter() - started:.1f}s")
 
 
 if __name__ == "__main__":
