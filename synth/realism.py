@@ -5,11 +5,11 @@ user wants; these measures say how far a task set is from that, per env, the sam
 synthesized tasks and for τ²'s imported ones (`envforge check`, `benchmarks/bench_realism.py`):
 
 - **procedural instructions**: an instruction that names a tool of the env (the identifier as a
-  whole word, any case; a name of four or more snake_case parts also written with spaces, "find
-  customer by email": shorter ones, "cancel order", "add checked bags", are how people speak) or that is a
-  numbered step list (lines or sentences "1." then "2.", or a reference to "step N"), or that
+  whole word, any case; a name of four or more snake_case parts also spelled with spaces, "find
+  customer by email": shorter ones, "cancel order", "add checked bags", are how people speak),
   copies a tool's description (its first clause, when five words or more: "Get a customer's
-  profile with their addresses and payment methods"). Target 0.
+  profile with their addresses and payment methods"), or is a numbered step list ("1." then
+  "2.", as lines or inline, or a reference to "step N"). Target 0.
 - **dead reads**: a read call whose result feeds no later argument, reasoning node or required
   output. Where the DAG records data flow (synthesized tasks: `data` edges, reasoning nodes'
   `source`) a read feeds what its data edges reach; where it records none (τ²'s imports, whose
