@@ -244,11 +244,14 @@ def plots(summary: dict[str, Any]) -> str:
     bucket_parts = [overall["by_difficulty"][b] for b in buckets]
     roles = list(overall["tokens"])
     tok = overall["tokens"]
-    return "".join(
-        [
-            pass_k_plot(summary),
-            grouped_bars("Reward by env (95% CI)", env_names, _rate_series(env_parts), y_max=1.0),
-            grouped_bars("Reward by difficulty (95% CI)", buckets, _rate_series(bucket_parts), y_max=1.0),
+    out = [
+        pass_k_plot(summary),
+        grouped_bars("Reward by env (95% CI)", env_names, _rate_series(env_parts), y_max=1.0),
+        grouped_bars("Reward by difficulty (95% CI)", buckets, _rate_series(bucket_parts), y_max=1.0),
+    ]
+    # built-in agents and scripted users call no model: empty token and cost axes say nothing
+    if any(tok[r]["prompt_tokens"] or tok[r]["completion_tokens"] for r in roles):
+        out.append(
             grouped_bars(
                 "Tokens per role",
                 roles,
@@ -257,15 +260,18 @@ def plots(summary: dict[str, Any]) -> str:
                     ("completion", PALETTE[1], [tok[r]["completion_tokens"] for r in roles], None),
                 ],
                 fmt=_compact,
-            ),
+            )
+        )
+    if any(tok[r]["cost_usd"] for r in roles):
+        out.append(
             grouped_bars(
                 "Cost per role (USD)",
                 roles,
                 [("cost", PALETTE[2], [tok[r]["cost_usd"] for r in roles], None)],
                 fmt=lambda v: "$" + _compact(v),
-            ),
-        ]
-    )
+            )
+        )
+    return "".join(out)
 
 
 # --------------------------------------------------------------------------- tables
@@ -337,10 +343,11 @@ def summary_table(summary: dict[str, Any]) -> str:
     ]
     th = "".join(f"<th>{_e(h)}</th>" for h in head)
     return (
-        f'<table class="summary"><thead><tr>{th}</tr></thead><tbody>{"".join(rows)}</tbody>'
+        f'<div class="scroll"><table class="summary"><thead><tr>{th}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody>"
         f'<tbody><tr class="sep"><td colspan="{len(head)}">'
         f"by difficulty ({_e(BUCKET_RULE)}), all envs</td></tr>"
-        f"{''.join(by_diff)}</tbody></table>"
+        f"{''.join(by_diff)}</tbody></table></div>"
     )
 
 
@@ -500,7 +507,7 @@ details.trial>summary{cursor:pointer;padding:4px 8px;display:flex;gap:14px;align
 .c-env{width:140px;color:#555}.c-task{width:260px;font-family:ui-monospace,monospace}.c-trial{width:36px}
 .c-reward{width:50px;font-weight:700;text-align:right}.c-reward.pass{color:#2e7d32}.c-reward.fail{color:#c62828}
 .c-status{font-size:12px;padding:1px 6px;border-radius:8px;background:#eee}
-.st-infra_failure{background:#fde2e1}.st-completed{background:#e3f1e3}
+.st-infra_failure,.st-env_failure{background:#e0e0e0;color:#444}.st-completed{background:#e3f1e3}
 .badge{font-size:12px;padding:1px 6px;border-radius:8px}.badge.ue{background:#fff1c2}
 .badge.why{background:#fde2e1;color:#8e1b1b}.badge.excl{background:#e0e0e0;color:#444}
 details.trial.excluded{border-left-color:#9e9e9e;background:#f4f4f4}
@@ -509,7 +516,8 @@ details.trial.excluded>summary{color:#666}.c-reward.excluded{color:#888}
   padding:8px 12px;border-top:1px solid #eee}
 .side{font-size:13px;min-width:0}.side table{width:100%}.side th{background:#f7f7f7}
 .side h4:first-child{margin-top:0}
-blockquote.instruction{margin:0;padding:6px 10px;background:#eef4fb;border-left:3px solid #4e79a7}
+blockquote.instruction{white-space:pre-wrap;margin:0;padding:6px 10px;background:#eef4fb;
+  border-left:3px solid #4e79a7}
 p.told{margin:4px 0}
 ol.golden{margin:0;padding-left:22px}ol.golden li{margin:2px 0;overflow-wrap:anywhere}
 ol.golden code,p.told code{font:12px ui-monospace,Menlo,monospace;margin-left:6px;color:#444}
@@ -517,9 +525,9 @@ table.parts th{width:130px;white-space:nowrap}table.parts td.v{width:40px;text-a
 table.parts tr.bad th,table.parts tr.bad td{color:#b71c1c;background:#fdecea}
 table.parts tr.good td.v{color:#2e7d32}
 table.diff{table-layout:fixed;font:12px/1.35 ui-monospace,Menlo,monospace}
-table.diff td{overflow-wrap:anywhere;vertical-align:top}
-table.diff th:nth-child(1){width:16%}table.diff th:nth-child(2){width:22%}
-table.diff th:nth-child(3){width:16%}
+table.diff td{overflow-wrap:break-word;vertical-align:top;white-space:pre-wrap}
+table.diff th:nth-child(1){width:24%}table.diff th:nth-child(2){width:18%}
+table.diff tr.d-table th{background:#f3f3f3;font-weight:600;text-align:left}
 td.d-x{background:#eef7ee}td.d-a{background:#fdecea}
 p.excluded-note{background:#eee;border-left:3px solid #9e9e9e;padding:6px 10px;margin:0 0 8px;color:#444}
 details.meta{margin-top:10px}details.meta>summary{cursor:pointer;color:#555}

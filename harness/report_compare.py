@@ -126,7 +126,8 @@ def pass_table(runs: Sequence[ComparedRun]) -> str:
             cells.append(f"<td>{_e(fmt_rate(part['mean_reward']) if part else '–')}</td>")
         for r in runs:
             part = r.part(env)
-            cells.append(f'<td class="ci">{_e(fmt_ci(part["pass_1_ci"]) if part else "–")}</td>')
+            ci = part["pass_1_ci"] if part else None
+            cells.append(f'<td class="ci">{_e(fmt_ci(ci) if ci else "–")}</td>')
         cls = ' class="total"' if env == "overall" else ""
         rows.append(f"<tr{cls}><td>{_e(env)}</td>{''.join(cells)}</tr>")
     return (

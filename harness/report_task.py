@@ -172,7 +172,8 @@ def _key_text(row: dict[str, Any], pk: Sequence[str]) -> str:
 
 
 def _row_text(row: dict[str, Any], pk: Sequence[str]) -> str:
-    return ", ".join(f"{c}={_value(v)}" for c, v in row.items() if c not in pk)
+    """A whole row's non-key columns, one `column=value` a line."""
+    return "\n".join(f"{c}={_value(v)}" for c, v in row.items() if c not in pk)
 
 
 def diff_lines(diff: StateDiff, pks: dict[str, tuple[str, ...]]) -> list[tuple[str, str, str, str, str]]:
@@ -197,19 +198,22 @@ def diff_html(diff: StateDiff, pks: dict[str, tuple[str, ...]]) -> str:
     if not lines:
         return '<p class="muted">no difference in the stored end state</p>'
     shown = lines[:MAX_DIFF_LINES]
-    body = "".join(
-        f'<tr><td class="d-t">{_e(t)}</td><td class="d-k">{_e(k)}</td><td class="d-c">{_e(c)}</td>'
-        f'<td class="d-x">{_e(x)}</td><td class="d-a">{_e(a)}</td></tr>'
-        for t, k, c, x, a in shown
-    )
+    body = []
+    for i, (t, k, c, x, a) in enumerate(shown):
+        if i == 0 or shown[i - 1][0] != t:  # one heading row per table
+            body.append(f'<tr class="d-table"><th colspan="4">{_e(t)}</th></tr>')
+        body.append(
+            f'<tr data-table="{_e(t)}"><td class="d-k">{_e(k)}</td><td class="d-c">{_e(c)}</td>'
+            f'<td class="d-x">{_e(x)}</td><td class="d-a">{_e(a)}</td></tr>'
+        )
     more = (
         f'<p class="muted">… {len(lines) - len(shown)} more difference(s) not shown</p>'
         if len(lines) > len(shown)
         else ""
     )
     return (
-        '<table class="diff"><thead><tr><th>table</th><th>row</th><th>column</th>'
-        f"<th>expected</th><th>actual</th></tr></thead><tbody>{body}</tbody></table>{more}"
+        '<table class="diff"><thead><tr><th>row</th><th>column</th>'
+        f"<th>expected</th><th>actual</th></tr></thead><tbody>{''.join(body)}</tbody></table>{more}"
     )
 
 

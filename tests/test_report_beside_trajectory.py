@@ -97,15 +97,15 @@ def test_failed_trial_shows_instruction_golden_calls_failed_part_and_diff(
     # the diff: the member's credit the golden run raised, and the payment row it inserted
     assert "state diff (expected vs actual)" in refund
     credit = re.search(
-        r"<tr><td[^>]*>members</td><td[^>]*>([^<]*)</td><td[^>]*>travel_credit</td>"
+        r'<tr data-table="members"><td[^>]*>([^<]*)</td><td[^>]*>travel_credit</td>'
         r"<td[^>]*>([^<]*)</td><td[^>]*>([^<]*)</td></tr>",
         refund,
     )
     assert credit is not None, "no travel_credit row in the diff"
     assert credit.groups() == (esc('member_id="M-1017"'), "100.0", "0.0")
-    assert re.search(r"<td[^>]*>payments</td>.*?<td[^>]*>missing</td>", refund)
+    assert re.search(r'<tr data-table="payments">(?:(?!</tr>).)*<td[^>]*>missing</td>', refund, re.S)
     # only what differs: no row of a table the task did not touch
-    assert '<td class="d-t">flights</td>' not in refund
+    assert 'data-table="flights"' not in refund
 
     check_in = trial_section(page, f"flight_booking/{CHECK_IN}/0")
     assert "failed: state, outputs" in check_in
@@ -119,7 +119,7 @@ def test_policy_stopping_after_its_first_write_sees_the_row_it_left(runs: dict[s
     section = trial_section(write_report(runs["golden_prefix"]).read_text(), f"flight_booking/{CHECK_IN}/0")
     assert "failed: state" in section and "outputs ✗" not in section
     left = re.search(
-        r"<td[^>]*>passengers</td><td[^>]*>([^<]*)</td><td[^>]*>checked_in</td>"
+        r'<tr data-table="passengers"><td[^>]*>([^<]*)</td><td[^>]*>checked_in</td>'
         r"<td[^>]*>([^<]*)</td><td[^>]*>([^<]*)</td>",
         section,
     )
