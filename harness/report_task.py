@@ -6,7 +6,7 @@ and, when the end state is wrong, the rows where it differs from the golden end 
 vs actual, only what differs). Trials that do not measure the agent (infra or env failures) are
 labelled as such instead of being judged.
 
-Tasks come from the env folders the run's manifest names (`load_env_tasks`), read once per
+Tasks come from the `tasks.jsonl` of the env folders the run's manifest names, read once per
 report; a run whose env folder is gone (a report re-rendered on another machine) still renders,
 with a note in place of the task. The state diff rebuilds both end states from the task's initial
 state (the seed plus the task's setup) and the two stored diffs: the task's `golden_diff` and the
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envforge.server import EnvLoadError
-from envforge.synth import RewardPart, StateDiff, TableDiff, Task, diff_states
+from envforge.server import EnvLoadError, State
+from envforge.synth import RewardPart, StateDiff, TableDiff, Task, diff_states, load_tasks
 
 from .records import RunManifest, TrialRecord
 from .tasks import EnvTasks, load_env_tasks
@@ -47,20 +47,43 @@ def _value(value: Any) -> str:
 
 @dataclass
 class RunTasks:
-    """The tasks a run was judged against, by env, and why any env's tasks could not be loaded."""
+    """The tasks a run was judged against, by env, and why any env's tasks could not be read.
 
-    envs: dict[str, EnvTasks] = field(default_factory=dict)
+    Tasks are read from `tasks.jsonl` alone. The env itself (schema, seed, tools: for a confined
+    env that means starting its sandboxed worker) is loaded only when a trial's state diff needs
+    it, once per env, and each task's golden end state is built once, however many trials it has.
+    """
+
+    tasks: dict[str, dict[str, Task]] = field(default_factory=dict)
+    folders: dict[str, Path] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
+    _envs: dict[str, EnvTasks | str] = field(default_factory=dict, repr=False)
+    _golden: dict[tuple[str, str], State] = field(default_factory=dict, repr=False)
 
-    def lookup(self, env: str, task_id: str) -> tuple[EnvTasks | None, Task | None, str | None]:
-        """The env's tasks, the task, and (when either is unknown) a one-line reason."""
-        et = self.envs.get(env)
-        if et is None:
-            return None, None, self.missing.get(env, f"env {env!r} is not in the run's manifest")
-        task = next((t for t in et.tasks if t.id == task_id), None)
+    def lookup(self, env: str, task_id: str) -> tuple[Task | None, str | None]:
+        """The task, or None and a one-line reason."""
+        tasks = self.tasks.get(env)
+        if tasks is None:
+            return None, self.missing.get(env, f"env {env!r} is not in the run's manifest")
+        task = tasks.get(task_id)
         if task is None:
-            return et, None, f"task {task_id!r} is no longer in {et.env_dir / 'tasks.jsonl'}"
-        return et, task, None
+            return None, f"task {task_id!r} is no longer in {self.folders[env] / 'tasks.jsonl'}"
+        return task, None
+
+    def env_tasks(self, env: str) -> EnvTasks | str:
+        """The loaded env (for states and primary keys), or why it could not be loaded."""
+        if env not in self._envs:
+            try:
+                self._envs[env] = load_env_tasks(self.folders[env], [])
+            except (EnvLoadError, OSError, ValueError) as exc:
+                self._envs[env] = f"{self.folders[env]}: {str(exc).splitlines()[0]}"
+        return self._envs[env]
+
+    def golden_state(self, et: EnvTasks, task: Task) -> State:
+        key = (task.env, task.id)
+        if key not in self._golden:
+            self._golden[key] = et.final_from_diff(task, task.golden_diff)
+        return self._golden[key]
 
 
 def load_run_tasks(manifest: RunManifest) -> RunTasks:
@@ -71,10 +94,13 @@ def load_run_tasks(manifest: RunManifest) -> RunTasks:
         if not folder or not (Path(folder) / "tasks.jsonl").is_file():
             out.missing[name] = f"env folder {folder!r} not found: the task is not shown"
             continue
+        wanted = set(manifest.task_ids.get(name, []))
         try:
-            out.envs[name] = load_env_tasks(folder, manifest.task_ids.get(name))
-        except (EnvLoadError, OSError, ValueError) as exc:
-            out.missing[name] = f"{folder}: {str(exc).splitlines()[0]}"
+            out.tasks[name] = {t.id: t for t in load_tasks(Path(folder)) if t.id in wanted}
+        except (OSError, ValueError) as exc:
+            out.missing[name] = f"{folder}/tasks.jsonl: {str(exc).splitlines()[0]}"
+            continue
+        out.folders[name] = Path(folder)
     return out
 
 
@@ -157,14 +183,12 @@ def failed_parts(rec: TrialRecord) -> list[str]:
 # --------------------------------------------------------------------------- state diff
 
 
-def end_state_diff(et: EnvTasks, task: Task, rec: TrialRecord) -> StateDiff | None:
+def end_state_diff(tasks: RunTasks, et: EnvTasks, task: Task, rec: TrialRecord) -> StateDiff | None:
     """The golden end state → the trial's end state, per table and row (None: nothing stored)."""
     if rec.final_diff is None:
         return None
     final = {t: TableDiff.model_validate(d) for t, d in rec.final_diff.items()}
-    expected = et.final_from_diff(task, task.golden_diff)
-    actual = et.final_from_diff(task, final)
-    return diff_states(et.pks, expected, actual)
+    return diff_states(et.pks, tasks.golden_state(et, task), et.final_from_diff(task, final))
 
 
 def _key_text(row: dict[str, Any], pk: Sequence[str]) -> str:
@@ -249,10 +273,23 @@ def _verdict_html(rec: TrialRecord) -> str:
     return f'<table class="parts">{"".join(rows)}</table>'
 
 
+def _state_diff_html(tasks: RunTasks, task: Task, rec: TrialRecord) -> str:
+    et = tasks.env_tasks(rec.env)
+    if isinstance(et, str):
+        return f'<p class="muted">state diff unavailable: {_e(et)}</p>'
+    try:
+        diff = end_state_diff(tasks, et, task, rec)
+    except (ValueError, KeyError) as exc:
+        return f'<p class="muted">state diff unavailable: {_e(exc)}</p>'
+    if diff is None:
+        return ""
+    return f"<h4>state diff (expected vs actual)</h4>{diff_html(diff, et.pks)}"
+
+
 def task_panel(rec: TrialRecord, tasks: RunTasks) -> str:
     """The task column of a trial: instruction, expected calls, reward parts and the state diff."""
     excluded = excluded_label(rec)
-    et, task, why = tasks.lookup(rec.env, rec.task_id)
+    task, why = tasks.lookup(rec.env, rec.task_id)
     out = []
     if excluded:
         out.append(f'<p class="excluded-note">{_e(excluded)}</p>')
@@ -270,12 +307,6 @@ def task_panel(rec: TrialRecord, tasks: RunTasks) -> str:
         out.append(f"<h4>expected calls ({len(task.golden_calls)})</h4>{_calls_html(task)}")
     if not excluded:
         out.append(f"<h4>reward parts</h4>{_verdict_html(rec)}")
-        if task is not None and et is not None and rec.score is not None and not rec.score.state_match:
-            try:
-                diff = end_state_diff(et, task, rec)
-            except (ValueError, KeyError) as exc:
-                out.append(f'<p class="muted">state diff unavailable: {_e(exc)}</p>')
-            else:
-                if diff is not None:
-                    out.append(f"<h4>state diff (expected vs actual)</h4>{diff_html(diff, et.pks)}")
+        if task is not None and rec.score is not None and not rec.score.state_match:
+            out.append(_state_diff_html(tasks, task, rec))
     return f'<div class="task">{"".join(out)}</div>'
