@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .records import Message, RunManifest, ToolCall, TrialRecord, Usage, read_trials
     from .report import REPORT_FILE, render_report, write_report
     from .report_compare import COMPARE_FILE, ComparedRun, read_runs, render_comparison, write_comparison
+    from .report_diff import end_state_lines, keys_of
     from .report_task import RunTasks, load_run_tasks
     from .runs import NLJudgement, RunConfigMismatch, RunDir, RunLocked, TrialScore, rescore, score_trial
     from .tasks import EnvTasks, TaskSelectionError, load_env_tasks, select_tasks
@@ -130,6 +131,8 @@ _LAZY = {
     "read_runs": "report_compare",
     "render_comparison": "report_compare",
     "write_comparison": "report_compare",
+    "end_state_lines": "report_diff",
+    "keys_of": "report_diff",
     "RunTasks": "report_task",
     "load_run_tasks": "report_task",
     "NLJudgement": "runs",
@@ -241,9 +244,11 @@ __all__ = [
     "converse",
     "detect_user_error",
     "dump_set",
+    "end_state_lines",
     "evaluate",
     "http_sessions",
     "is_local_spec",
+    "keys_of",
     "load_env_tasks",
     "load_run_tasks",
     "load_set",

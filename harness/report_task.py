@@ -8,25 +8,22 @@ labelled as such instead of being judged.
 
 Tasks come from the `tasks.jsonl` of the env folders the run's manifest names, read once per
 report; a run whose env folder is gone (a report re-rendered on another machine) still renders,
-with a note in place of the task. The state diff rebuilds both end states from the task's initial
-state (the seed plus the task's setup) and the two stored diffs: the task's `golden_diff` and the
-record's `final_diff`, so nothing is replayed.
+with a note in place of the task. The state diff comes from the task's `golden_diff` and the
+record's `final_diff` alone (`report_diff.py`): no env is loaded and nothing is replayed.
 """
 
 from __future__ import annotations
 
 import html
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envforge.server import EnvLoadError, State
-from envforge.synth import RewardPart, StateDiff, TableDiff, Task, diff_states, load_tasks
+from envforge.synth import RewardPart, TableDiff, Task, load_tasks
 
 from .records import RunManifest, TrialRecord
-from .tasks import EnvTasks, load_env_tasks
+from .report_diff import Line, end_state_lines, keys_of
 from .vocab import Fault, TrialStatus
 
 MAX_DIFF_LINES = 60
@@ -37,11 +34,6 @@ def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _value(value: Any) -> str:
-    """A cell value as JSON text, so that the string "1" and the number 1 read differently."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
 # --------------------------------------------------------------------------- the run's tasks
 
 
@@ -49,16 +41,14 @@ def _value(value: Any) -> str:
 class RunTasks:
     """The tasks a run was judged against, by env, and why any env's tasks could not be read.
 
-    Tasks are read from `tasks.jsonl` alone. The env itself (schema, seed, tools: for a confined
-    env that means starting its sandboxed worker) is loaded only when a trial's state diff needs
-    it, once per env, and each task's golden end state is built once, however many trials it has.
+    Everything comes from `tasks.jsonl`: the env itself (schema, seed, tools) is never loaded,
+    since the state diff needs only the two stored diffs and the tables' key columns.
     """
 
     tasks: dict[str, dict[str, Task]] = field(default_factory=dict)
     folders: dict[str, Path] = field(default_factory=dict)
+    keys: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
-    _envs: dict[str, EnvTasks | str] = field(default_factory=dict, repr=False)
-    _golden: dict[tuple[str, str], State] = field(default_factory=dict, repr=False)
 
     def lookup(self, env: str, task_id: str) -> tuple[Task | None, str | None]:
         """The task, or None and a one-line reason."""
@@ -69,21 +59,6 @@ class RunTasks:
         if task is None:
             return None, f"task {task_id!r} is no longer in {self.folders[env] / 'tasks.jsonl'}"
         return task, None
-
-    def env_tasks(self, env: str) -> EnvTasks | str:
-        """The loaded env (for states and primary keys), or why it could not be loaded."""
-        if env not in self._envs:
-            try:
-                self._envs[env] = load_env_tasks(self.folders[env], [])
-            except (EnvLoadError, OSError, ValueError) as exc:
-                self._envs[env] = f"{self.folders[env]}: {str(exc).splitlines()[0]}"
-        return self._envs[env]
-
-    def golden_state(self, et: EnvTasks, task: Task) -> State:
-        key = (task.env, task.id)
-        if key not in self._golden:
-            self._golden[key] = et.final_from_diff(task, task.golden_diff)
-        return self._golden[key]
 
 
 def load_run_tasks(manifest: RunManifest) -> RunTasks:
@@ -96,11 +71,13 @@ def load_run_tasks(manifest: RunManifest) -> RunTasks:
             continue
         wanted = set(manifest.task_ids.get(name, []))
         try:
-            out.tasks[name] = {t.id: t for t in load_tasks(Path(folder)) if t.id in wanted}
+            every = load_tasks(Path(folder))
         except (OSError, ValueError) as exc:
             out.missing[name] = f"{folder}/tasks.jsonl: {str(exc).splitlines()[0]}"
             continue
+        out.tasks[name] = {t.id: t for t in every if t.id in wanted}
         out.folders[name] = Path(folder)
+        out.keys[name] = keys_of(every)
     return out
 
 
@@ -183,42 +160,16 @@ def failed_parts(rec: TrialRecord) -> list[str]:
 # --------------------------------------------------------------------------- state diff
 
 
-def end_state_diff(tasks: RunTasks, et: EnvTasks, task: Task, rec: TrialRecord) -> StateDiff | None:
-    """The golden end state → the trial's end state, per table and row (None: nothing stored)."""
+def end_state_diff(tasks: RunTasks, task: Task, rec: TrialRecord) -> list[Line] | None:
+    """Where the trial's end state differs from the golden one (None: no end state stored)."""
     if rec.final_diff is None:
         return None
     final = {t: TableDiff.model_validate(d) for t, d in rec.final_diff.items()}
-    return diff_states(et.pks, tasks.golden_state(et, task), et.final_from_diff(task, final))
+    keys = {**keys_of([], [final]), **tasks.keys.get(rec.env, {})}
+    return end_state_lines(task.golden_diff, final, keys)
 
 
-def _key_text(row: dict[str, Any], pk: Sequence[str]) -> str:
-    return ", ".join(f"{c}={_value(row.get(c))}" for c in pk) or "(no key)"
-
-
-def _row_text(row: dict[str, Any], pk: Sequence[str]) -> str:
-    """A whole row's non-key columns, one `column=value` a line."""
-    return "\n".join(f"{c}={_value(v)}" for c, v in row.items() if c not in pk)
-
-
-def diff_lines(diff: StateDiff, pks: dict[str, tuple[str, ...]]) -> list[tuple[str, str, str, str, str]]:
-    """(table, row key, column, expected, actual) for every cell that differs, table by table."""
-    lines: list[tuple[str, str, str, str, str]] = []
-    for table, d in sorted(diff.items()):
-        pk = pks.get(table, ())
-        for row in d.deleted:  # in the golden end state, not in the trial's
-            lines.append((table, _key_text(row, pk), "(row)", _row_text(row, pk), "missing"))
-        for u in d.updated:
-            for col in u.after:
-                lines.append(
-                    (table, _key_text(u.key, pk), col, _value(u.before.get(col)), _value(u.after[col]))
-                )
-        for row in d.inserted:  # in the trial's end state only
-            lines.append((table, _key_text(row, pk), "(row)", "absent", _row_text(row, pk)))
-    return lines
-
-
-def diff_html(diff: StateDiff, pks: dict[str, tuple[str, ...]]) -> str:
-    lines = diff_lines(diff, pks)
+def diff_html(lines: list[Line]) -> str:
     if not lines:
         return '<p class="muted">no difference in the stored end state</p>'
     shown = lines[:MAX_DIFF_LINES]
@@ -274,16 +225,13 @@ def _verdict_html(rec: TrialRecord) -> str:
 
 
 def _state_diff_html(tasks: RunTasks, task: Task, rec: TrialRecord) -> str:
-    et = tasks.env_tasks(rec.env)
-    if isinstance(et, str):
-        return f'<p class="muted">state diff unavailable: {_e(et)}</p>'
     try:
-        diff = end_state_diff(tasks, et, task, rec)
+        lines = end_state_diff(tasks, task, rec)
     except (ValueError, KeyError) as exc:
         return f'<p class="muted">state diff unavailable: {_e(exc)}</p>'
-    if diff is None:
+    if lines is None:
         return ""
-    return f"<h4>state diff (expected vs actual)</h4>{diff_html(diff, et.pks)}"
+    return f"<h4>state diff (expected vs actual)</h4>{diff_html(lines)}"
 
 
 def task_panel(rec: TrialRecord, tasks: RunTasks) -> str:

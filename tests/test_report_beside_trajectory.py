@@ -28,10 +28,14 @@ from envforge.harness import (
     EvalConfig,
     LLMConfig,
     RunManifest,
+    end_state_lines,
+    keys_of,
+    load_env_tasks,
+    read_run,
     run_eval,
     write_report,
 )
-from envforge.synth import Task, load_tasks
+from envforge.synth import TableDiff, Task, diff_states, load_tasks
 
 from conftest import REPO, free_port
 
@@ -215,3 +219,32 @@ def test_cli_report_names_the_missing_run_in_one_line(runs: dict[str, Path], tmp
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "no such run directory" in lines[0] and "Traceback" not in result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize("agent", ["noop", "golden_prefix", "spray", "oracle"])
+def test_diff_from_stored_diffs_is_the_diff_of_the_end_states(runs: dict[str, Path], agent: str) -> None:
+    """The report never loads the env: it compares the task's golden diff with the trial's final
+    diff. Every cell it reports must be one where the rebuilt end states differ, and every cell
+    where they differ must be reported (checked against `diff_states` on full states)."""
+    et = load_env_tasks(FLIGHTS)
+    _, records = read_run(runs[agent])
+    for rec in records:
+        assert rec.final_diff is not None
+        task = et.task(rec.task_id)
+        final = {t: TableDiff.model_validate(d) for t, d in rec.final_diff.items()}
+        truth = diff_states(
+            et.pks, et.final_from_diff(task, task.golden_diff), et.final_from_diff(task, final)
+        )
+        cells = {
+            (table, col, exp, act)
+            for table, _, col, exp, act in end_state_lines(task.golden_diff, final, keys_of(et.tasks))
+        }
+        expected_cells = {
+            (table, col, json.dumps(u.before[col]), json.dumps(u.after[col]))
+            for table, d in truth.items()
+            for u in d.updated
+            for col in u.after
+        }
+        whole_rows = sum(len(d.inserted) + len(d.deleted) for d in truth.values())
+        assert {c for c in cells if c[1] != "(row)"} == expected_cells, rec.trial_key
+        assert sum(1 for c in cells if c[1] == "(row)") == whole_rows, rec.trial_key
