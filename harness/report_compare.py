@@ -36,10 +36,9 @@ class ComparedRun:
         return PALETTE[string.ascii_uppercase.index(self.label[0]) % len(PALETTE)]
 
     def part(self, env: str) -> dict[str, Any] | None:
-        if env == "overall":
-            return self.summary["overall"]
-        envs: dict[str, Any] = self.summary["envs"]
-        return envs.get(env)
+        envs: dict[str, dict[str, Any]] = self.summary["envs"]
+        overall: dict[str, Any] = self.summary["overall"]
+        return overall if env == "overall" else envs.get(env)
 
 
 def _label(i: int) -> str:
