@@ -102,6 +102,7 @@ def evaluate(
         print_summary,
         run_eval,
         summarize,
+        write_report,
     )
 
     if answers not in ("task", "strict"):
@@ -182,6 +183,7 @@ def evaluate(
     summary = summarize(records, manifest.trials)
     print_summary(summary, console)
     console.print(f"run directory: {out}")
+    console.print(f"report: {write_report(out)}", highlight=False)
     if json_out:
         print_json(summary)
     infra = [r for r in records if r.fault == "infra"]

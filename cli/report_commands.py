@@ -1,4 +1,5 @@
-"""`envforge report RUN_DIR` (the summary table or JSON, and the self-contained HTML report) and
+"""`envforge report RUN_DIR [RUN_DIR...]` (the summary table or JSON, and the self-contained HTML
+report; several runs compared on one page) and
 `envforge rescore RUN_DIR` (the stored trajectories scored again against current tasks)."""
 
 from __future__ import annotations
@@ -8,20 +9,109 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
-from envforge.harness import REPORT_FILE, RunReadError, print_summary, read_run, render_report, summarize
+from envforge.harness import (
+    COMPARE_FILE,
+    REPORT_FILE,
+    ComparedRun,
+    RunManifest,
+    RunReadError,
+    TrialRecord,
+    load_run_tasks,
+    print_summary,
+    read_run,
+    read_runs,
+    render_comparison,
+    render_report,
+    summarize,
+)
 from envforge.server import EnvLoadError
 
 from .common import console, fail, print_json
 
 
 def report(
-    run_dir: Path = typer.Argument(..., help="A run directory written by `envforge eval`."),
+    run_dirs: list[Path] = typer.Argument(
+        ..., help="Run directories written by `envforge eval`; two or more are compared on one page."
+    ),
     as_json: bool = typer.Option(
         False, "--json", help="Print the summary as JSON on stdout instead of the table."
     ),
+    out: Path | None = typer.Option(
+        None,
+        help=f"Where to write the HTML page (default: RUN/{REPORT_FILE} for one run, "
+        f"./{COMPARE_FILE} for several).",
+    ),
 ) -> None:
-    """Summarize a run (pass^k, reward with 95% CIs, errors, cost) and write RUN_DIR/report.html."""
+    """Summarize a run (pass^k, reward with 95% CIs, errors, cost) and write RUN/report.html; given
+    several runs, compare them: pass^k per env side by side, in a table and plots, on one page."""
+    if len(run_dirs) > 1:
+        compare(run_dirs, as_json, out)
+        return
+    run_dir = run_dirs[0]
+    manifest, records = _read(run_dir)
+    summary = summarize(records, manifest.trials)
+    if as_json:
+        print_json(summary)
+    else:
+        print_summary(summary, Console())
+    path = out or run_dir / REPORT_FILE
+    tasks = load_run_tasks(manifest)
+    for env, why in tasks.missing.items():
+        console.print(f"[yellow]warning:[/] {env}: {why}", highlight=False)
+    _write(path, render_report(manifest, records, summary, tasks))
+    _say_where(path, as_json)
+
+
+def compare(run_dirs: list[Path], as_json: bool, out: Path | None) -> None:
+    """Several runs on one page (`envforge report A B ...`), and their pass^k per env on stdout."""
+    for d in run_dirs:
+        _read(d)  # each unreadable run is named, with its warnings, before anything is written
+    runs = read_runs(run_dirs)
+    if as_json:
+        print_json(
+            {
+                "runs": [
+                    {"label": r.label, "dir": r.path, "run_id": r.manifest.run_id, **r.summary} for r in runs
+                ]
+            }
+        )
+    else:
+        print_comparison(runs)
+    path = out or Path(COMPARE_FILE)
+    _write(path, render_comparison(runs))
+    _say_where(path, as_json)
+
+
+def print_comparison(runs: list[ComparedRun]) -> None:
+    """pass^1 and pass^k per env, one column per run (lettered as on the page)."""
+    table = Table(title="pass^k per env", box=None, pad_edge=False)
+    table.add_column("env", overflow="fold")
+    k_max = max(r.manifest.trials for r in runs)
+    ks = [1] if k_max == 1 else [1, k_max]
+    for k in ks:
+        for r in runs:
+            table.add_column(f"{r.label} ^{k}", justify="right")
+    for env in [*sorted({e for r in runs for e in r.summary["envs"]}), "overall"]:
+        cells = []
+        for k in ks:
+            for r in runs:
+                part = r.part(env)
+                values = part["pass_hat_k"] if part else []
+                value = values[k - 1] if k <= len(values) else None
+                cells.append("–" if value is None else f"{value:.3f}")
+        table.add_row(env, *cells)
+    stdout = Console()
+    stdout.print(table)
+    for r in runs:
+        stdout.print(
+            f"{r.label}: {r.path} (agent {r.manifest.agent}, user {r.manifest.user})", highlight=False
+        )
+
+
+def _read(run_dir: Path) -> tuple[RunManifest, list[TrialRecord]]:
+    """The run, or a one-line error naming it; skipped lines are warned about on stderr."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -32,16 +122,20 @@ def report(
         console.print(f"[yellow]warning:[/] {w.message}")
     if not records:
         fail(f"{run_dir}: no trials recorded yet (trials.jsonl is missing or empty)")
-    summary = summarize(records, manifest.trials)
-    if as_json:
-        print_json(summary)
-    else:
-        print_summary(summary, Console())
-    path = run_dir / REPORT_FILE
-    path.write_text(render_report(manifest, records, summary), encoding="utf-8")
+    return manifest, records
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write the report to {path}: {exc.strerror or exc}")
+
+
+def _say_where(path: Path, as_json: bool) -> None:
     # With --json stdout carries only the JSON, so the path goes to stderr.
     if as_json:
-        console.print(f"report: {path}")
+        console.print(f"report: {path}", highlight=False)
     else:
         typer.echo(f"report: {path}")
 

@@ -40,6 +40,9 @@ if TYPE_CHECKING:
     )
     from .records import Message, RunManifest, ToolCall, TrialRecord, Usage, read_trials
     from .report import REPORT_FILE, render_report, write_report
+    from .report_compare import COMPARE_FILE, ComparedRun, read_runs, render_comparison, write_comparison
+    from .report_diff import end_state_lines, keys_of
+    from .report_task import RunTasks, load_run_tasks
     from .runs import NLJudgement, RunConfigMismatch, RunDir, RunLocked, TrialScore, rescore, score_trial
     from .tasks import EnvTasks, TaskSelectionError, load_env_tasks, select_tasks
     from .tool_use import tool_call_validity
@@ -123,6 +126,15 @@ _LAZY = {
     "REPORT_FILE": "report",
     "render_report": "report",
     "write_report": "report",
+    "COMPARE_FILE": "report_compare",
+    "ComparedRun": "report_compare",
+    "read_runs": "report_compare",
+    "render_comparison": "report_compare",
+    "write_comparison": "report_compare",
+    "end_state_lines": "report_diff",
+    "keys_of": "report_diff",
+    "RunTasks": "report_task",
+    "load_run_tasks": "report_task",
     "NLJudgement": "runs",
     "RunConfigMismatch": "runs",
     "RunDir": "runs",
@@ -168,6 +180,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "BUILTIN_AGENTS",
+    "COMPARE_FILE",
     "DEFAULT_PER_ENV",
     "DEFAULT_SEED",
     "ERROR_KINDS",
@@ -176,6 +189,7 @@ __all__ = [
     "TRANSFER",
     "Agent",
     "AgentName",
+    "ComparedRun",
     "ControlToken",
     "Ending",
     "EnvTasks",
@@ -206,6 +220,7 @@ __all__ = [
     "RunLocked",
     "RunManifest",
     "RunReadError",
+    "RunTasks",
     "ScriptedUser",
     "TaskSelectionError",
     "Termination",
@@ -229,10 +244,13 @@ __all__ = [
     "converse",
     "detect_user_error",
     "dump_set",
+    "end_state_lines",
     "evaluate",
     "http_sessions",
     "is_local_spec",
+    "keys_of",
     "load_env_tasks",
+    "load_run_tasks",
     "load_set",
     "local_model_ready",
     "model_for_spec",
@@ -240,7 +258,9 @@ __all__ = [
     "pass_hat_k",
     "print_summary",
     "read_run",
+    "read_runs",
     "read_trials",
+    "render_comparison",
     "render_report",
     "request_text",
     "rescore",
@@ -256,5 +276,6 @@ __all__ = [
     "summarize",
     "task_index",
     "tool_call_validity",
+    "write_comparison",
     "write_report",
 ]

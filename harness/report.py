@@ -28,6 +28,7 @@ from .metrics import (
     summarize,
 )
 from .records import Message, RunManifest, TrialRecord
+from .report_task import RunTasks, failed_parts, load_run_tasks, task_panel
 
 REPORT_FILE = "report.html"
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f")
@@ -100,16 +101,15 @@ def _y_axis(left: float, top: float, plot_w: float, plot_h: float, y_max: float,
     return "".join(out)
 
 
-def pass_k_plot(summary: dict[str, Any]) -> str:
-    """pass^k against k, one line per env and a dashed overall line."""
+LineSeries = tuple[str, str, Sequence[float | None], bool]
+"""(name, colour, value per k from 1, dashed) of a pass^k plot."""
+
+
+def pass_k_lines(title: str, series: Sequence[LineSeries]) -> str:
+    """pass^k against k, one line per series (envs of a run, or runs compared)."""
     width, height, left, top, right, bottom = 560, 300, 48, 16, 150, 36
     plot_w, plot_h = width - left - right, height - top - bottom
-    k_max = len(summary["overall"]["pass_hat_k"])
-    series = [
-        (env, PALETTE[i % len(PALETTE)], p["pass_hat_k"], False)
-        for i, (env, p) in enumerate(summary["envs"].items())
-    ]
-    series.append(("overall", "#222", summary["overall"]["pass_hat_k"], True))
+    k_max = max((len(values) for _, _, values, _ in series), default=1)
 
     def x_of(k: int) -> float:
         return left + (plot_w / 2 if k_max == 1 else plot_w * (k - 1) / (k_max - 1))
@@ -139,7 +139,17 @@ def pass_k_plot(summary: dict[str, Any]) -> str:
                     f"<title>{_e(name)} pass^{k} = {v:.3f}</title></circle>"
                 )
     body.append(_legend([(n, c, d) for n, c, _, d in series], left + plot_w + 16, top + 8))
-    return _frame("pass^k by env", width, height, "".join(body))
+    return _frame(title, width, height, "".join(body))
+
+
+def pass_k_plot(summary: dict[str, Any]) -> str:
+    """pass^k against k, one line per env and a dashed overall line."""
+    series: list[LineSeries] = [
+        (env, PALETTE[i % len(PALETTE)], p["pass_hat_k"], False)
+        for i, (env, p) in enumerate(summary["envs"].items())
+    ]
+    series.append(("overall", "#222", summary["overall"]["pass_hat_k"], True))
+    return pass_k_lines("pass^k by env", series)
 
 
 Series = tuple[str, str, Sequence[float | None], Sequence[list[float] | None] | None]
@@ -234,11 +244,14 @@ def plots(summary: dict[str, Any]) -> str:
     bucket_parts = [overall["by_difficulty"][b] for b in buckets]
     roles = list(overall["tokens"])
     tok = overall["tokens"]
-    return "".join(
-        [
-            pass_k_plot(summary),
-            grouped_bars("Reward by env (95% CI)", env_names, _rate_series(env_parts), y_max=1.0),
-            grouped_bars("Reward by difficulty (95% CI)", buckets, _rate_series(bucket_parts), y_max=1.0),
+    out = [
+        pass_k_plot(summary),
+        grouped_bars("Reward by env (95% CI)", env_names, _rate_series(env_parts), y_max=1.0),
+        grouped_bars("Reward by difficulty (95% CI)", buckets, _rate_series(bucket_parts), y_max=1.0),
+    ]
+    # built-in agents and scripted users call no model: empty token and cost axes say nothing
+    if any(tok[r]["prompt_tokens"] or tok[r]["completion_tokens"] for r in roles):
+        out.append(
             grouped_bars(
                 "Tokens per role",
                 roles,
@@ -247,15 +260,18 @@ def plots(summary: dict[str, Any]) -> str:
                     ("completion", PALETTE[1], [tok[r]["completion_tokens"] for r in roles], None),
                 ],
                 fmt=_compact,
-            ),
+            )
+        )
+    if any(tok[r]["cost_usd"] for r in roles):
+        out.append(
             grouped_bars(
                 "Cost per role (USD)",
                 roles,
                 [("cost", PALETTE[2], [tok[r]["cost_usd"] for r in roles], None)],
                 fmt=lambda v: "$" + _compact(v),
-            ),
-        ]
-    )
+            )
+        )
+    return "".join(out)
 
 
 # --------------------------------------------------------------------------- tables
@@ -327,10 +343,11 @@ def summary_table(summary: dict[str, Any]) -> str:
     ]
     th = "".join(f"<th>{_e(h)}</th>" for h in head)
     return (
-        f'<table class="summary"><thead><tr>{th}</tr></thead><tbody>{"".join(rows)}</tbody>'
+        f'<div class="scroll"><table class="summary"><thead><tr>{th}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody>"
         f'<tbody><tr class="sep"><td colspan="{len(head)}">'
         f"by difficulty ({_e(BUCKET_RULE)}), all envs</td></tr>"
-        f"{''.join(by_diff)}</tbody></table>"
+        f"{''.join(by_diff)}</tbody></table></div>"
     )
 
 
@@ -397,9 +414,15 @@ def score_html(rec: TrialRecord) -> str:
     )
 
 
-def trial_html(rec: TrialRecord) -> str:
-    ok = is_success(rec.reward)
-    outcome = "pass" if ok else "fail"
+def trial_outcome(rec: TrialRecord) -> str:
+    """`pass`, `fail`, or `excluded` for a trial left out of pass^k (infra and env failures)."""
+    if not rec.counted:
+        return "excluded"
+    return "pass" if is_success(rec.reward) else "fail"
+
+
+def trial_html(rec: TrialRecord, tasks: RunTasks) -> str:
+    outcome = trial_outcome(rec)
     usage = ", ".join(
         f"{role}: {u.calls} calls, {u.prompt_tokens}+{u.completion_tokens} tok, {fmt_cost(u.cost_usd)}"
         for role, u in sorted(rec.usage.items())
@@ -416,21 +439,31 @@ def trial_html(rec: TrialRecord) -> str:
         ("final state", rec.final_state_hash),
     ]
     meta_rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in meta if v not in (None, ""))
-    search = f"{rec.env} {rec.task_id} {rec.status} {rec.termination}".lower()
-    badge = '<span class="badge ue">user error</span>' if rec.user_error else ""
+    failed = failed_parts(rec) if outcome == "fail" else []
+    search = f"{rec.env} {rec.task_id} {rec.status} {rec.termination} {' '.join(failed)}".lower()
+    badges = '<span class="badge ue">user error</span>' if rec.user_error else ""
+    if failed:
+        badges += f'<span class="badge why">failed: {_e(", ".join(failed))}</span>'
+    if outcome == "excluded":
+        reward = '<span class="c-reward excluded">–</span>'
+        badges += f'<span class="badge excl">{_e(rec.fault)} failure · not counted</span>'
+    else:
+        reward = f'<span class="c-reward {outcome}">{rec.reward:.2f}</span>'
     return (
         f'<details class="trial {outcome}" data-env="{_e(rec.env)}" data-status="{_e(rec.status)}" '
         f'data-outcome="{outcome}" data-ue="{int(rec.user_error)}" data-search="{_e(search)}">'
         f'<summary><span class="c-env">{_e(rec.env)}</span><span class="c-task">{_e(rec.task_id)}</span>'
-        f'<span class="c-trial">#{rec.trial}</span><span class="c-reward {outcome}">{rec.reward:.2f}</span>'
-        f'<span class="c-status st-{_e(rec.status)}">{_e(rec.status)}</span>{badge}</summary>'
-        f'<div class="trial-body"><div class="side"><table class="meta">{meta_rows}</table>'
-        f"<h4>score</h4>{score_html(rec)}</div>"
-        f'<div class="convo">{"".join(message_html(m) for m in rec.messages)}</div></div></details>'
+        f'<span class="c-trial">#{rec.trial}</span>{reward}'
+        f'<span class="c-status st-{_e(rec.status)}">{_e(rec.status)}</span>{badges}</summary>'
+        f'<div class="trial-body"><div class="side">{task_panel(rec, tasks)}'
+        f'<details class="meta"><summary>trial details and score record</summary>'
+        f'<table class="meta">{meta_rows}</table>{score_html(rec)}</details></div>'
+        f'<div class="convo"><h4>conversation</h4>{"".join(message_html(m) for m in rec.messages)}</div>'
+        "</div></details>"
     )
 
 
-def viewer(records: Sequence[TrialRecord]) -> str:
+def viewer(records: Sequence[TrialRecord], tasks: RunTasks) -> str:
     envs = sorted({r.env for r in records})
     statuses = sorted({r.status for r in records})
     env_opts = "".join(f'<option value="{_e(e)}">{_e(e)}</option>' for e in envs)
@@ -440,11 +473,12 @@ def viewer(records: Sequence[TrialRecord]) -> str:
         f'<select id="f-env"><option value="">all envs</option>{env_opts}</select>'
         f'<select id="f-status"><option value="">all statuses</option>{st_opts}</select>'
         '<select id="f-outcome"><option value="">pass and fail</option><option value="pass">pass</option>'
-        '<option value="fail">fail</option></select>'
+        '<option value="fail">fail</option>'
+        '<option value="excluded">not counted (infra, env)</option></select>'
         '<label><input id="f-ue" type="checkbox"> user errors only</label>'
         f'<span id="f-count">{len(records)} of {len(records)} trials</span></div>'
     )
-    return controls + '<div id="trials">' + "".join(trial_html(r) for r in records) + "</div>"
+    return controls + '<div id="trials">' + "".join(trial_html(r, tasks) for r in records) + "</div>"
 
 
 # --------------------------------------------------------------------------- page
@@ -473,11 +507,36 @@ details.trial>summary{cursor:pointer;padding:4px 8px;display:flex;gap:14px;align
 .c-env{width:140px;color:#555}.c-task{width:260px;font-family:ui-monospace,monospace}.c-trial{width:36px}
 .c-reward{width:50px;font-weight:700;text-align:right}.c-reward.pass{color:#2e7d32}.c-reward.fail{color:#c62828}
 .c-status{font-size:12px;padding:1px 6px;border-radius:8px;background:#eee}
-.st-infra_failure{background:#fde2e1}.st-completed{background:#e3f1e3}
+.st-infra_failure,.st-env_failure{background:#e0e0e0;color:#444}.st-completed{background:#e3f1e3}
 .badge{font-size:12px;padding:1px 6px;border-radius:8px}.badge.ue{background:#fff1c2}
-.trial-body{display:flex;gap:16px;padding:8px 12px;border-top:1px solid #eee}
-.side{flex:0 0 320px;font-size:13px}.side table{width:100%}.side th{width:90px;background:#f7f7f7}
-.convo{flex:1;min-width:0}
+.badge.why{background:#fde2e1;color:#8e1b1b}.badge.excl{background:#e0e0e0;color:#444}
+details.trial.excluded{border-left-color:#9e9e9e;background:#f4f4f4}
+details.trial.excluded>summary{color:#666}.c-reward.excluded{color:#888}
+.trial-body{display:grid;grid-template-columns:minmax(0,5fr) minmax(0,6fr);gap:16px;
+  padding:8px 12px;border-top:1px solid #eee}
+.side{font-size:13px;min-width:0}.side table{width:100%}.side th{background:#f7f7f7}
+.side h4:first-child{margin-top:0}
+blockquote.instruction{white-space:pre-wrap;margin:0;padding:6px 10px;background:#eef4fb;
+  border-left:3px solid #4e79a7}
+p.told{margin:4px 0}
+ol.golden{margin:0;padding-left:22px}ol.golden li{margin:2px 0;overflow-wrap:anywhere}
+ol.golden code,p.told code{font:12px ui-monospace,Menlo,monospace;margin-left:6px;color:#444}
+table.parts th{width:130px;white-space:nowrap}table.parts td.v{width:40px;text-align:right}
+table.parts tr.bad th,table.parts tr.bad td{color:#b71c1c;background:#fdecea}
+table.parts tr.good td.v{color:#2e7d32}
+table.diff{table-layout:fixed;font:12px/1.35 ui-monospace,Menlo,monospace}
+table.diff td{overflow-wrap:break-word;vertical-align:top;white-space:pre-wrap}
+table.diff th:nth-child(1){width:24%}table.diff th:nth-child(2){width:18%}
+table.diff tr.d-table th{background:#f3f3f3;font-weight:600;text-align:left}
+td.d-x{background:#eef7ee}td.d-a{background:#fdecea}
+p.excluded-note{background:#eee;border-left:3px solid #9e9e9e;padding:6px 10px;margin:0 0 8px;color:#444}
+details.meta{margin-top:10px}details.meta>summary{cursor:pointer;color:#555}
+.convo{min-width:0}.convo h4{margin-top:0}
+.swatch{display:inline-block;width:12px;height:12px;margin-right:6px;vertical-align:-1px}
+.scroll{overflow-x:auto;max-width:100%}
+table.compare thead th{text-align:center}table.compare td.best{font-weight:700}
+table.compare td.ci{color:#666;font-size:12px}table.runs td{overflow-wrap:anywhere}
+@media (max-width:900px){.trial-body{grid-template-columns:minmax(0,1fr)}}
 .msg{margin:6px 0;padding:6px 10px;border-radius:6px;border:1px solid #e6e6e6}
 .msg .role{font-size:12px;font-weight:600;color:#555;margin-bottom:2px}.turn{font-weight:400;color:#999}
 .msg.user{background:#eef4fb}.msg.assistant{background:#fff}.msg.tool{background:#f6f6f2;font-size:12.5px}
@@ -510,27 +569,52 @@ JS = """
 """
 
 
-def render_report(manifest: RunManifest, records: Sequence[TrialRecord], summary: dict[str, Any]) -> str:
-    """The whole page as a string (pure: same inputs, same bytes)."""
-    title = f"envforge run {manifest.run_id}"
+def page(title: str, body: str, script: str = "") -> str:
+    """A whole self-contained page: inline CSS, the body, an optional inline script."""
     return (
         "<!DOCTYPE html>\n"
         f'<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<style>{CSS}</style></head><body><main>"
-        f"<h1>{_e(title)}</h1>{header(manifest, summary)}"
-        f"<h2>Summary</h2>{summary_table(summary)}"
-        f'<h2>Plots</h2><div class="plots">{plots(summary)}</div>'
-        f"<h2>Trajectories</h2>{viewer(records)}"
-        f"</main><script>{JS}</script></body></html>\n"
+        f"<h1>{_e(title)}</h1>{body}</main>"
+        + (f"<script>{script}</script>" if script else "")
+        + "</body></html>\n"
     )
 
 
-def write_report(run_dir: Path | str) -> Path:
-    """Render `run_dir/report.html` from the run's manifest and trials; returns its path."""
+def render_report(
+    manifest: RunManifest,
+    records: Sequence[TrialRecord],
+    summary: dict[str, Any],
+    tasks: RunTasks | None = None,
+) -> str:
+    """The whole page as a string (pure: same inputs, same bytes).
+
+    `tasks` are the run's tasks (`load_run_tasks`), shown beside each trajectory; without them
+    each trial says its task is not available.
+    """
+    tasks = tasks if tasks is not None else RunTasks()
+    body = (
+        f"{header(manifest, summary)}"
+        f"<h2>Summary</h2>{summary_table(summary)}"
+        f'<p class="muted">pass^k and mean reward count only trials that measure the agent: '
+        f"{summary['overall']['infra_failures']} infra and {summary['overall']['env_failures']} env "
+        "failure(s) are left out (grey below).</p>"
+        f'<h2>Plots</h2><div class="plots">{plots(summary)}</div>'
+        f"<h2>Trajectories</h2>{viewer(records, tasks)}"
+    )
+    return page(f"envforge run {manifest.run_id}", body, JS)
+
+
+def write_report(run_dir: Path | str, out: Path | str | None = None) -> Path:
+    """Render the run's report (to `run_dir/report.html` unless `out` says where); returns its path.
+
+    The tasks shown beside each trajectory are read from the env folders the manifest names.
+    """
     run_dir = Path(run_dir)
     manifest, records = read_run(run_dir)
     summary = summarize(records, manifest.trials)
-    path = run_dir / REPORT_FILE
-    path.write_text(render_report(manifest, records, summary), encoding="utf-8")
+    tasks = load_run_tasks(manifest)
+    path = Path(out) if out is not None else run_dir / REPORT_FILE
+    path.write_text(render_report(manifest, records, summary, tasks), encoding="utf-8")
     return path

@@ -98,7 +98,7 @@ def test_report_shows_every_trial_escaped(tmp_path: Path) -> None:
     path = write_report(make_run(tmp_path / "run"))
     assert path == tmp_path / "run" / REPORT_FILE
     page = path.read_text()
-    trials = re.findall(r'<details class="trial (?:pass|fail)"', page)
+    trials = re.findall(r'<details class="trial (?:pass|fail|excluded)"', page)
     assert len(trials) == 9
     for env, task in (("bank", "t1"), ("bank", "t2"), ("shop", "t3")):
         for t in range(3):
