@@ -12,6 +12,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from envforge import check_tasks
 from envforge.server import Environment, Fleet
 from envforge.synth import (
     ADVERSARIES,
@@ -19,9 +20,7 @@ from envforge.synth import (
     Call,
     SynthConfig,
     SynthContext,
-    adversary_rewards,
     build_graph,
-    gamed_by,
     graph_json,
     load_graph,
     load_tasks,
@@ -29,7 +28,6 @@ from envforge.synth import (
     synthesize,
     to_dot,
     to_mermaid,
-    verify_task,
     with_answers,
     write_graph,
     write_tasks_to,
@@ -156,21 +154,10 @@ def check_cmd(
 def _check_env(env: Environment, env_dir: Path) -> bool:
     """`check` on one env: print its tables; whether every task passed."""
     tasks = load_tasks(env_dir)
-
-    async def run() -> tuple[list[list[str]], list[dict[str, float | None]]]:
-        fleet = Fleet([env])
-        try:
-            graph = load_graph(env_dir) or await build_graph(env, fleet)
-            ctx = SynthContext.create(env, graph, fleet)
-            checks = [await verify_task(ctx, t) for t in tasks]
-            return checks, [await adversary_rewards(ctx, t) for t in tasks]
-        finally:
-            await fleet.aclose()
-
-    checks, rewards = asyncio.run(run())
-    results = [
-        [*failed, *(f"adversary:{a}" for a in gamed_by(r))] for failed, r in zip(checks, rewards, strict=True)
-    ]
+    verdicts = check_tasks(env, tasks, graph=load_graph(env_dir))
+    checks = [v.failed_checks for v in verdicts]
+    rewards = [v.adversary_rewards for v in verdicts]
+    results = [v.failures for v in verdicts]
     by_check = Counter(c for r in checks for c in r)
     table = Table(title=f"{env.name}: {len(tasks)} tasks")
     table.add_column("check")
