@@ -6,22 +6,33 @@ VENV := .venv
 BIN := $(VENV)/bin
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup venv demo test lint bench clean
 
-# The stamp is newer than pyproject.toml while the venv is current, so it is reused.
+# The stamps are newer than pyproject.toml while the venv is current, so it is reused.
+# `.stamp`: everything the tests, the linters and training need (dev, train, ray, local);
+# `.demo-stamp`: what the demo runs and no more: the core and the local model, no torch, trl or ray.
 $(VENV)/.stamp: pyproject.toml
+	$(MAKE) --no-print-directory venv EXTRAS=dev,train,ray,local
+	touch $@
+
+$(VENV)/.demo-stamp: pyproject.toml
+	@# a venv set up for everything (make setup, make test) already holds all the demo needs
+	test $(VENV)/.stamp -nt pyproject.toml || $(MAKE) --no-print-directory venv EXTRAS=local
+	touch $@
+
+# Create (or update) the venv with the project and the extras in EXTRAS.
+venv:
 	@# bubblewrap confines model-written env code (docs/security.md); libseccomp2 ships with apt
 	command -v bwrap >/dev/null || (apt-get update -q && apt-get install -y -q bubblewrap) \
 		|| echo "bubblewrap not installed: confined envs will refuse to load (docs/security.md)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	@# llama-cpp-python compiles llama.cpp (~10 min on 2 cores); its multimodal library is not needed
-	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BIN)/python -m pip install -q -e ".[dev,train,ray,local]"
-	touch $@
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
 
 setup: $(VENV)/.stamp
 
-demo: setup
+demo: $(VENV)/.demo-stamp
 	$(BIN)/envforge demo
 
 test: setup
@@ -32,7 +43,8 @@ TYPECHECK := build/typecheck/envforge
 
 lint: setup
 	$(BIN)/python -m ruff check . && $(BIN)/python -m ruff format --check .
-	@mkdir -p $(TYPECHECK) && touch $(TYPECHECK)/__init__.py
+	@# the top-level package's files (api/) are envforge's own; the packages are folders under it
+	@mkdir -p $(TYPECHECK) && rm -f $(TYPECHECK)/*.py && for f in api/*.py; do ln -sfn ../../../$$f $(TYPECHECK)/$${f#api/}; done
 	@for p in server synth harness trainer cli; do ln -sfn ../../../$$p $(TYPECHECK)/$$p; done
 	cd build/typecheck && ../../$(BIN)/python -m mypy --config-file ../../pyproject.toml -p envforge
 

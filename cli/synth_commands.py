@@ -12,6 +12,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from envforge import check_tasks
 from envforge.server import Environment, Fleet
 from envforge.synth import (
     ADVERSARIES,
@@ -20,10 +21,7 @@ from envforge.synth import (
     EnvRealism,
     SynthConfig,
     SynthContext,
-    adversary_rewards,
     build_graph,
-    gamed_by,
-    golden_results,
     graph_json,
     load_graph,
     load_tasks,
@@ -33,7 +31,6 @@ from envforge.synth import (
     synthesize,
     to_dot,
     to_mermaid,
-    verify_task,
     with_answers,
     write_graph,
     write_tasks_to,
@@ -183,22 +180,11 @@ def _check_env(env: Environment, env_dir: Path, strict_realism: bool = False) ->
     """`check` on one env: print its tables; its results (`passed`: every task passed, and with
     `strict_realism` every realism target was met)."""
     tasks = load_tasks(env_dir)
-
-    async def run() -> tuple[list[list[str]], list[dict[str, float | None]], dict[str, list[str]]]:
-        fleet = Fleet([env])
-        try:
-            graph = load_graph(env_dir) or await build_graph(env, fleet)
-            ctx = SynthContext.create(env, graph, fleet)
-            checks = [await verify_task(ctx, t) for t in tasks]
-            rewards = [await adversary_rewards(ctx, t) for t in tasks]
-            return checks, rewards, {t.id: await golden_results(ctx, t) for t in tasks}
-        finally:
-            await fleet.aclose()
-
-    checks, rewards, results = asyncio.run(run())
-    results_by_task = [
-        [*failed, *(f"adversary:{a}" for a in gamed_by(r))] for failed, r in zip(checks, rewards, strict=True)
-    ]
+    verdicts = check_tasks(env, tasks, graph=load_graph(env_dir))
+    checks = [v.failed_checks for v in verdicts]
+    rewards = [v.adversary_rewards for v in verdicts]
+    results_by_task = [v.failures for v in verdicts]
+    results = {v.task_id: v.golden_results for v in verdicts}
     by_check = Counter(c for r in checks for c in r)
     table = Table(title=f"{env.name}: {len(tasks)} tasks")
     table.add_column("check")

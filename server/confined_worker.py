@@ -30,7 +30,14 @@ SERVER_DIR = Path(__file__).resolve().parent
 
 
 def _light_package() -> types.ModuleType:
-    """`envforge.server` without its `__init__` (which imports MCP and HTTP: seconds of start-up)."""
+    """`envforge.server` without its `__init__` (which imports MCP and HTTP: seconds of start-up).
+
+    Its parent `envforge` is an empty stand-in: the top-level package's folder (the API, which
+    imports every package) is not in the worker's view, and the worker needs nothing from it.
+    """
+    top = types.ModuleType("envforge")
+    top.__path__ = []
+    sys.modules["envforge"] = top
     pkg = types.ModuleType("envforge.server")
     pkg.__path__ = [str(SERVER_DIR)]
     pkg.__package__ = "envforge.server"

@@ -98,6 +98,13 @@ class Fleet:
     async def close_episode(self, episode_id: str) -> None:
         await self.store.close(episode_id)
 
+    async def __aenter__(self) -> Fleet:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """`async with Fleet(...)`: its episodes (and confined workers) end with the block, however."""
+        await self.aclose()
+
     async def aclose(self) -> None:
         await self.store.close_all()
         if any(env.manifest.trust == "confined" for env in self.envs.values()):

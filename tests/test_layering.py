@@ -47,6 +47,7 @@ def test_the_package_surfaces_import_no_ml_stack_and_no_model_client() -> None:
 
 
 SURFACES = {
+    "": ROOT / "api",  # the top-level `envforge`
     "server": ROOT / "server",
     "synth": ROOT / "synth",
     "synth.envsynth": ROOT / "synth" / "envsynth",
@@ -65,7 +66,7 @@ def test_a_new_module_is_banned_wherever_its_package_is(config: str) -> None:
     banned = set(lint["flake8-tidy-imports"]["banned-api"])
     missing = []
     for package, folder in SURFACES.items():
-        prefix = f"envforge.{package}."
+        prefix = f"envforge.{package}." if package else "envforge."
         if not any(name.startswith(prefix) and name.count(".") == prefix.count(".") for name in banned):
             continue  # this config does not guard that package
         missing += [
@@ -74,3 +75,57 @@ def test_a_new_module_is_banned_wherever_its_package_is(config: str) -> None:
             if p.stem != "__init__" and prefix + p.stem not in banned
         ]
     assert missing == []
+
+
+LEFT_OF_THE_API = ("server", "synth", "harness", "trainer")
+
+
+def _top_level_imports(path: Path) -> list[str]:
+    """Imports of the top-level `envforge` (api/) itself or of its modules, by absolute name."""
+    own = {p.stem for p in (ROOT / "api").glob("*.py")} - {"__init__"}
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom) and node.level == 0
+            else []
+        )
+        found += [n for n in names if n == "envforge" or n.split(".")[:2] in (["envforge", m] for m in own)]
+    return found
+
+
+@pytest.mark.parametrize("package", LEFT_OF_THE_API)
+def test_the_packages_left_of_the_api_never_import_it(package: str) -> None:
+    """ruff's banned-api bans a name with everything under it, so `envforge` cannot be banned
+    without banning `envforge.server`: the one-way rule for the top level is checked here."""
+    offenders = {
+        str(p.relative_to(ROOT)): found
+        for p in (ROOT / package).rglob("*.py")
+        if (found := _top_level_imports(p))
+    }
+    assert offenders == {}
+
+
+def test_the_api_imports_no_cli() -> None:
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "api").glob("*.py")
+        if "envforge.cli" in p.read_text(encoding="utf-8")
+    ]
+    assert offenders == []
+
+
+def test_importing_envforge_loads_nothing_and_its_names_load_only_their_own_stack() -> None:
+    """`import envforge` is free; evaluation and synthesis from it load no ML stack, and the
+    model client only with the harness that needs it."""
+    code = (
+        "import sys, envforge\n"
+        "bare = sorted(m for m in sys.modules if m.startswith(('envforge.', 'mcp', 'litellm', 'torch')))\n"
+        "envforge.run_episode, envforge.check_tasks, envforge.evaluate, envforge.RunOptions\n"
+        "heavy = [m for m in ('torch', 'transformers', 'trl', 'ray', 'vllm') if m in sys.modules]\n"
+        "print(','.join(bare) + '|' + ','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "|"

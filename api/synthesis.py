@@ -1,0 +1,134 @@
+"""Tasks for an env: synthesize them, and check a set of them the way `envforge check` does.
+
+Synthesis already runs every check on each task it ships; checking again matters for tasks that
+came from elsewhere (a τ² import, a hand edit, an older synthesizer, a changed env), where a
+task that doing nothing passes, or that an adversary games, would reward a policy for nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+from pydantic import BaseModel, ConfigDict
+
+from envforge.server import Fleet
+from envforge.synth import (
+    SynthConfig,
+    SynthContext,
+    SynthReport,
+    Task,
+    ToolGraph,
+    adversary_rewards,
+    build_graph,
+    gamed_by,
+    golden_results,
+    load_tasks,
+    synthesize,
+    verify_task,
+)
+
+from .episode_runs import EnvLike, as_environment
+
+
+async def synthesize_tasks_async(
+    env: EnvLike,
+    n: int,
+    *,
+    seed: int = 0,
+    config: SynthConfig | None = None,
+    llm_model: str | None = None,
+    adversaries: bool = True,
+) -> SynthReport:
+    """Up to `n` distinct tasks that pass every self-check and that no adversary games.
+
+    The same env, `n`, `seed` and `config` give the same tasks, byte for byte (`envforge synth
+    tasks` is this call plus writing `tasks.jsonl`). `llm_model` rewrites each instruction
+    through litellm, keeping every fact; `adversaries=False` only measures what they cost.
+    """
+    if n < 1:
+        raise ValueError(f"n must be at least 1 (got {n})")
+    return await synthesize(
+        as_environment(env), n, seed, config, llm_model=llm_model, adversaries=adversaries
+    )
+
+
+def synthesize_tasks(
+    env: EnvLike,
+    n: int,
+    *,
+    seed: int = 0,
+    config: SynthConfig | None = None,
+    llm_model: str | None = None,
+    adversaries: bool = True,
+) -> SynthReport:
+    """`synthesize_tasks_async` from synchronous code."""
+    return anyio.run(
+        lambda: synthesize_tasks_async(
+            env, n, seed=seed, config=config, llm_model=llm_model, adversaries=adversaries
+        )
+    )
+
+
+class TaskCheck(BaseModel):
+    """One task's verdict: the self-checks it failed and each adversary's best reward on it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    task_id: str
+    failed_checks: list[str]
+    adversary_rewards: dict[str, float | None]
+    """adversary -> the reward it earned (None where its run is the golden one in disguise)."""
+    golden_results: list[str] = []
+    """The result text of each golden call, replayed on the task's initial state (realism reads
+    which values flow from one call into the next)."""
+
+    @property
+    def gamed_by(self) -> list[str]:
+        """The adversaries that earned the task's full reward."""
+        return gamed_by(self.adversary_rewards)
+
+    @property
+    def failures(self) -> list[str]:
+        """Every reason the task should not ship: failed checks, then `adversary:NAME`."""
+        return [*self.failed_checks, *(f"adversary:{name}" for name in self.gamed_by)]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+async def check_tasks_async(
+    env: EnvLike, tasks: Sequence[Task] | None = None, *, graph: ToolGraph | None = None
+) -> list[TaskCheck]:
+    """Run the self-checks and the adversarial agents on each task, from its own initial state.
+
+    `tasks` defaults to the env folder's `tasks.jsonl`; `graph` (the tool graph, built when not
+    given) is what the adversaries read to choose plausible calls.
+    """
+    environment = as_environment(env)
+    if tasks is None:
+        if not (environment.root / "tasks.jsonl").exists():
+            raise FileNotFoundError(
+                f"{environment.root / 'tasks.jsonl'} does not exist (run `envforge synth tasks` first)"
+            )
+        tasks = load_tasks(environment.root)
+    async with Fleet([environment]) as fleet:
+        ctx = SynthContext.create(environment, graph or await build_graph(environment, fleet), fleet)
+        try:
+            failed = [await verify_task(ctx, task) for task in tasks]
+            rewards = [await adversary_rewards(ctx, task) for task in tasks]
+            results = [await golden_results(ctx, task) for task in tasks]
+        finally:
+            ctx.close()
+    return [
+        TaskCheck(task_id=task.id, failed_checks=f, adversary_rewards=r, golden_results=g)
+        for task, f, r, g in zip(tasks, failed, rewards, results, strict=True)
+    ]
+
+
+def check_tasks(
+    env: EnvLike, tasks: Sequence[Task] | None = None, *, graph: ToolGraph | None = None
+) -> list[TaskCheck]:
+    """`check_tasks_async` from synchronous code."""
+    return anyio.run(lambda: check_tasks_async(env, tasks, graph=graph))
