@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 import re
 import tomllib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -221,7 +221,11 @@ def derive_tool_phrase(tool: ToolShape, entities: dict[str, EntityPhrase]) -> st
     obj = " ".join(rest)
     # the parameter naming the object itself ("cancel booking {booking_id}") goes right after it
     head = next(
-        (p for p in required if any(e.key == p and obj and e.singular.endswith(obj) for e in entities.values())),
+        (
+            p
+            for p in required
+            if any(e.key == p and obj and e.singular.endswith(obj) for e in entities.values())
+        ),
         None,
     )
     parts: list[str] = []
@@ -242,7 +246,10 @@ def derive_tool_phrase(tool: ToolShape, entities: dict[str, EntityPhrase]) -> st
 def derive_phrases(env: EnvShape) -> Phrases:
     """The vocabulary of an env that ships none, and the generated `phrases.toml` of a synthesized one."""
     entities = derive_entities(env.tables)
-    tools = {name: ToolPhrase(phrase=derive_tool_phrase(spec, entities)) for name, spec in sorted(env.tools.items())}
+    tools = {
+        name: ToolPhrase(phrase=derive_tool_phrase(spec, entities))
+        for name, spec in sorted(env.tools.items())
+    }
     return Phrases(entities=entities, tools=tools)
 
 
@@ -267,7 +274,9 @@ def load_phrases(env: EnvShape) -> Phrases:
     )
     problems = phrase_problems(merged, env.tools)
     if problems:
-        raise PhraseError(f"{path}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+        raise PhraseError(
+            f"{path}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+        )
     return merged
 
 

@@ -92,6 +92,8 @@ class _Renderer:
         node = self.by_id[node_id]
         if isinstance(node, ReasonNode):
             return "that"
+        if node.write:  # a write's result is what the user hears back once it is done
+            return f"what you hear back when you {self.fill(node, depth + 1)}"
         return self.fill(node, depth + 1)
 
     def argument(self, node: CallNode, param: str, depth: int) -> str:
@@ -104,6 +106,11 @@ class _Renderer:
         feeding = self.by_id[source.node]
         if isinstance(feeding, ReasonNode):
             return self.selection(feeding, depth)
+        key = source.key or param
+        if key in feeding.call.arguments and feeding.call.arguments[key] == value:
+            # a result echoing what its call was given ("device A-3" back from "device A-3"):
+            # said as that call's own argument, not "the device of device A-3"
+            return self.argument(feeding, key, depth + 1)
         if feeding.write:
             return f"the new {self.noun(source.key or param)}"
         return f"the {self.noun(source.key or param)} of {self.describe(feeding.id, depth)}"
@@ -124,9 +131,15 @@ class _Renderer:
         phrase = self.tool_phrase(node)
         used = set(PLACEHOLDER.findall(phrase))
         parts: list[str] = []
+        spoken: list[tuple[str, str]] = []  # descriptions said so far, and their nouns
         at = 0
         for m in PLACEHOLDER.finditer(phrase):
             said = self.argument(node, m.group(1), depth)
+            for prev, prev_noun in spoken:  # "the item of that order", not the order described twice
+                if prev != said and prev in said:
+                    said = said.replace(prev, f"that {prev_noun}")
+            if said.startswith("the "):
+                spoken.append((said, self.noun(m.group(1))))
             before = phrase[at : m.start()]
             noun = self.noun(m.group(1))
             if said.startswith("the "):  # "my order {order_id}" given "the order of …"
@@ -137,17 +150,17 @@ class _Renderer:
             parts += [before, said]
             at = m.end()
         text = "".join(parts) + phrase[at:]
-        extra = [
-            f"{_words(p)} {self.argument(node, p, depth)}" for p in node.call.arguments if p not in used
-        ]
+        extra = [f"{_words(p)} {self.argument(node, p, depth)}" for p in node.call.arguments if p not in used]
         return text + (f" ({'; '.join(extra)})" if extra else "")
 
     # ------------------------------------------------------------------ sentences
     def wishes(self) -> list[str]:
+        """One sentence per write the user wants, and per condition, in the DAG's order."""
         out: list[str] = []
         for node in self.dag.nodes:
+            lead = "You want to" if not out else "You also want to"
             if isinstance(node, CallNode) and node.write and node.id not in self.branched:
-                out.append(self.fill(node, 0))
+                out.append(f"{lead} {self.fill(node, 0)}.")
             elif isinstance(node, ReasonNode) and node.op == "branch":
                 out.append(self.branch(node))
         return out
@@ -159,8 +172,8 @@ class _Renderer:
         assert isinstance(then_node, CallNode) and isinstance(else_node, CallNode)
         threshold = f"{r.threshold:g}" if r.threshold is not None else "the limit"
         return (
-            f"if the {_words(r.field or 'figure')} of {subject} is {more} than {threshold}, "
-            f"{self.fill(then_node, 0)}; if not, {self.fill(else_node, 0)}"
+            f"If the {_words(r.field or 'figure')} of {subject} is {more} than {threshold}, "
+            f"you want to {self.fill(then_node, 0)}; if not, you want to {self.fill(else_node, 0)}."
         )
 
     def question(self, r: ReasonNode) -> str:
@@ -192,8 +205,8 @@ def _persona(env_name: str, dag: Dag, data: dict[str, Any], phrases: Phrases) ->
         if not isinstance(d, dict):
             continue
         for person in people:
-            names = [d.get(c) for c in (person.name or "").split()]
-            if person.key in d and names and all(isinstance(n, str) for n in names):
+            names = [n for c in (person.name or "").split() if isinstance(n := d.get(c), str)]
+            if person.key in d and names and len(names) == len((person.name or "").split()):
                 return f"{' '.join(names)}, {_a(person.singular)} of the {label} service"
     return f"{_a(who).capitalize()} of the {label} service"
 
@@ -212,21 +225,19 @@ def render_scenario(
     count or sum that computes it, in order, and the builder's label only where there is none."""
     r = _Renderer(dag=dag, facts=facts, phrases=phrases or Phrases())
     lines: list[str] = []
-    wishes = r.wishes()
-    if wishes:
-        lines.append(f"You want to {wishes[0]}.")
-        lines += [f"You also want to {w}." for w in wishes[1:]]
+    lines += r.wishes()
     if facts:
-        known = "; ".join(
-            f"{_words(_LABEL_SUFFIX.sub('', f.name))}: {_value_text(f.value)}" for f in facts
-        )
+        known = "; ".join(f"{_words(_LABEL_SUFFIX.sub('', f.name))}: {_value_text(f.value)}" for f in facts)
         lines.append(f"You know: {known}. Give these only when asked.")
     if outputs:
-        questions = [r.question(n) for n in dag.nodes if isinstance(n, ReasonNode) and n.op in ("sum", "count")]
+        questions = [
+            r.question(n) for n in dag.nodes if isinstance(n, ReasonNode) and n.op in ("sum", "count")
+        ]
         if len(questions) != len(outputs):
             questions = [_LABEL_SUFFIX.sub("", lab) for lab in (output_labels or [""] * len(outputs))]
         told = [f"{q}: {value}" if q else value for q, value in zip(questions, outputs, strict=True)]
-        lines.append("You want to be told " + "; and ".join(told) + ".")
+        # the harness's scripted user leaves this line unsaid (it holds the answers)
+        lines.append("Make sure the agent tells you " + "; and ".join(told) + ".")
     return UserScenario(
         persona=_persona(env_name, dag, data, phrases or Phrases()),
         instruction="\n".join(lines),

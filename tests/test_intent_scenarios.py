@@ -51,7 +51,9 @@ def procedure_in(text: str, tool_names: list[str]) -> list[str]:
     found = [name for name in tool_names if name.lower() in lowered]
     if NUMBERED.search(text):
         found.append("a numbered step")
-    found += [s for s in ("in this order", "expected to be refused", "step 1", "result of step") if s in lowered]
+    found += [
+        s for s in ("in this order", "expected to be refused", "step 1", "result of step") if s in lowered
+    ]
     return found
 
 
@@ -91,7 +93,9 @@ def test_every_bundled_persona_is_a_person(env_dir: Path) -> None:
         persona = task.scenario.persona
         name, sep, role = persona.partition(", ")
         if not sep:  # no name: "A member of the library service"
-            assert any(persona.lower().startswith(f"{a} {p} of ") for p in people for a in ("a", "an")), persona
+            assert any(persona.lower().startswith(f"{a} {p} of ") for p in people for a in ("a", "an")), (
+                persona
+            )
             continue
         inserted = {t: d.inserted for t, d in task.setup.items()}
         assert name in _person_names(env_dir, phrases, inserted), f"{task.id}: persona {persona!r}"
@@ -154,7 +158,9 @@ FACTS = [
 ]
 
 
-def _render(nodes: list[dict[str, Any]], data: dict[str, Any], principal: dict[str, Any] | None = None) -> Any:
+def _render(
+    nodes: list[dict[str, Any]], data: dict[str, Any], principal: dict[str, Any] | None = None
+) -> Any:
     from envforge.synth import Fact
 
     facts = [Fact.model_validate(f) for f in FACTS]
