@@ -17,13 +17,16 @@ from envforge.server import Environment, Fleet
 from envforge.synth import (
     ADVERSARIES,
     CHECKS,
+    PHRASES_FILE,
     Call,
     EnvRealism,
+    PhraseError,
     SynthConfig,
     SynthContext,
     build_graph,
     graph_json,
     load_graph,
+    load_phrases,
     load_tasks,
     measure_realism,
     realism_table,
@@ -33,6 +36,7 @@ from envforge.synth import (
     to_mermaid,
     with_answers,
     write_graph,
+    write_phrases,
     write_tasks_to,
 )
 
@@ -96,6 +100,10 @@ def synth_tasks(
     if path.is_dir():
         fail(f"{path} is a directory; --out takes the path of the tasks file")
     (env,) = load_envs([env_dir])
+    try:
+        load_phrases(env)  # a vocabulary the gate rejects stops the run before any walk
+    except PhraseError as exc:
+        fail(str(exc))
     cfg = SynthConfig(min_calls=min_calls, max_calls=max_calls, steer=steer)
 
     async def run() -> Any:
@@ -131,6 +139,25 @@ def synth_tasks(
             f"{env.name} supports {len(report.tasks)} distinct tasks at this seed: "
             f"{len(report.tasks)} of the {n} asked ({why} after {report.attempts} attempts)"
         )
+
+
+@synth_app.command("phrases")
+def synth_phrases(
+    env_dir: Path = typer.Argument(..., help="The env folder."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing phrases file."),
+) -> None:
+    """Write ENV_DIR/phrases.toml, the vocabulary scenarios are rendered in, derived from the tool
+    names and the schema (what env synthesis writes for a new env; edit it by hand to refine)."""
+    path = env_dir / PHRASES_FILE
+    if path.exists() and not force:
+        fail(f"{path} exists; pass --force to overwrite it")
+    (env,) = load_envs([env_dir])
+    write_phrases(env)
+    try:
+        phrases = load_phrases(env)
+    except PhraseError as exc:
+        fail(str(exc))
+    console.print(f"{len(phrases.tools)} tool phrases, {len(phrases.entities)} entities -> {path}")
 
 
 def _bucket(calls: int) -> str:

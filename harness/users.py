@@ -86,7 +86,13 @@ def request_text(task: Task) -> str:
     text = "\n".join(lines).replace(
         "You want the agent to do the following", "I need help with the following"
     )
-    return text.strip()
+    for second, first in (("You want to ", "I want to "), ("You also want to ", "I also want to ")):
+        text = text.replace(second, first)
+    return (
+        text.replace("; if not, you want to ", "; if not, I want to ")
+        .replace(", you want to ", ", I want to ")
+        .strip()
+    )
 
 
 class ScriptedUser:

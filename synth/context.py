@@ -17,6 +17,7 @@ from .domains import derive_domains, key_columns
 from .graphindex import GraphIndex
 from .models import ParamDomain, ToolGraph
 from .outcomes import Outcomes
+from .phrases import Phrases, load_phrases
 from .replayer import Replayer
 from .results import ResultReadings
 from .setup import SetupPlanner
@@ -40,6 +41,7 @@ class SynthContext:
     states: StateCache = field(init=False)
     replayer: Replayer = field(init=False)
     _setups: SetupPlanner | None = field(default=None, init=False)
+    _phrases: Phrases | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.index = GraphIndex(self.env, self.graph, self.domains, self.key_names)
@@ -63,6 +65,13 @@ class SynthContext:
         if self._setups is None:
             self._setups = SetupPlanner(self.env, self.domains, self.replayer.scratch)
         return self._setups
+
+    @property
+    def phrases(self) -> Phrases:
+        """How this env's users speak of its entities and actions (`phrases.py`), loaded once."""
+        if self._phrases is None:
+            self._phrases = load_phrases(self.env)
+        return self._phrases
 
     def close(self) -> None:
         """Close the pooled connections (the fleet's episodes are the fleet's to close)."""

@@ -1,5 +1,14 @@
 """The user scenario: rendered deterministically from the DAG, optionally rewritten by an LLM.
 
+The scenario says what the user wants to end up with, what they know and what they want to be
+told, in the env's own vocabulary (`phrases.py`): never a tool's name or description, never a
+numbered list of steps. The DAG stays the verifier; the agent works the steps out. A write is the
+user's wish (an expected refusal too: the agent must decline it by the policy, so the user is not
+warned); a read is spoken of only where the user's goal refers to what it shows ("the order
+placed on 2024-03-07 among my orders"), and a read that only feeds a later step not at all.
+Reasoning nodes become the user's condition ("if the total of order O-1 is more than 80, …") or
+question ("how many of …"). The persona is the task's principal, and only ever a person-like row.
+
 The template is the source of truth. An LLM rewrite (through `litellm.acompletion`) only makes the
 wording more natural; it is rejected whenever any needed fact (a value the user gives, or an
 output the user must be told) is missing from it, so a rewrite can never change the task.
@@ -8,21 +17,198 @@ output the user must be told) is missing from it, so a rewrite can never change 
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from typing import Any
 
-from .models import Dag, Fact, UserScenario
+from .models import CallNode, Dag, Fact, ReasonNode, UserScenario
+from .phrases import PLACEHOLDER, Phrases
 from .scoring import normalize_text
 
+# How many results back a reference is described before it is only "the … on file".
+_MAX_DEPTH = 3
+_LABEL_SUFFIX = re.compile(r" \(step \d+\)$")
 
-def _persona(env_name: str, dag: Dag, data: dict[str, Any]) -> str:
+
+def _words(name: str) -> str:
+    return name.replace("_", " ").strip()
+
+
+def _value_text(value: Any) -> str:
+    """A value as the user says it: strings bare, lists as "a, b and c", the rest as JSON."""
+    if isinstance(value, list):
+        items = [_value_text(v) for v in value]
+        if not items:
+            return "none"
+        return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
+@dataclass
+class _Renderer:
+    dag: Dag
+    facts: list[Fact]
+    phrases: Phrases
+
+    def __post_init__(self) -> None:
+        self.by_id = {n.id: n for n in self.dag.nodes}
+        self.known = {json.dumps(f.value, sort_keys=True) for f in self.facts}
+        for f in self.facts:
+            if isinstance(f.value, list):
+                self.known |= {json.dumps(v, sort_keys=True) for v in f.value}
+        self.branched = {
+            n.then_node for n in self.dag.nodes if isinstance(n, ReasonNode) and n.op == "branch"
+        } | {n.else_node for n in self.dag.nodes if isinstance(n, ReasonNode) and n.op == "branch"}
+
+    # ------------------------------------------------------------------ nouns
+    def noun(self, column: str) -> str:
+        entity = self.phrases.entity_for_column(column)
+        if entity is not None:
+            return entity.singular
+        base = column[:-3] if column.endswith("_id") else column
+        return _words(base)
+
+    def plural(self, column: str) -> str:
+        entity = self.phrases.entity_for_column(column)
+        return entity.plural if entity is not None else _words(column)
+
+    def tool_phrase(self, node: CallNode) -> str:
+        written = self.phrases.tools.get(node.call.name)
+        if written is not None:
+            return written.phrase
+        # no vocabulary at all: the name's words and each argument, never the name itself
+        args = ", ".join(f"{_words(p)} {{{p}}}" for p in node.call.arguments)
+        return _words(node.call.name) + (f" ({args})" if args else "")
+
+    # ------------------------------------------------------------------ references
+    def describe(self, node_id: str, depth: int) -> str:
+        """What a call node's result is about, as the user would name it."""
+        node = self.by_id[node_id]
+        if isinstance(node, ReasonNode):
+            return "that"
+        if node.write:  # a write's result is what the user hears back once it is done
+            return f"what you hear back when you {self.fill(node, depth + 1)}"
+        return self.fill(node, depth + 1)
+
+    def argument(self, node: CallNode, param: str, depth: int) -> str:
+        value = node.call.arguments.get(param)
+        source = next((a for a in node.args if a.param == param), None)
+        if source is None or source.source == "user" or json.dumps(value, sort_keys=True) in self.known:
+            return _value_text(value)
+        if depth >= _MAX_DEPTH or source.node is None or source.node not in self.by_id:
+            return f"the {self.noun(param)} on file"
+        feeding = self.by_id[source.node]
+        if isinstance(feeding, ReasonNode):
+            return self.selection(feeding, depth)
+        key = source.key or param
+        if key in feeding.call.arguments and feeding.call.arguments[key] == value:
+            # a result echoing what its call was given ("device A-3" back from "device A-3"):
+            # said as that call's own argument, not "the device of device A-3"
+            return self.argument(feeding, key, depth + 1)
+        if feeding.write:
+            return f"the new {self.noun(source.key or param)}"
+        return f"the {self.noun(source.key or param)} of {self.describe(feeding.id, depth)}"
+
+    def selection(self, r: ReasonNode, depth: int) -> str:
+        """An argmax/argmin/filter node as the user's choice: "the order with the highest total"."""
+        what = self.noun(r.select or "item")
+        among = f" among {self.describe(r.source, depth)}" if r.source else ""
+        field = _words(r.field or "value")
+        if r.op == "filter":
+            return f"the {what} whose {field} is {_value_text(r.equals)}{among}"
+        which = "highest" if r.op == "argmax" else "lowest"
+        return f"the {what} with the {which} {field}{among}"
+
+    def fill(self, node: CallNode, depth: int) -> str:
+        """The node's phrase with each placeholder spoken; an argument the phrase has no place
+        for is added after it, so no value the call needs is left unsaid."""
+        phrase = self.tool_phrase(node)
+        used = set(PLACEHOLDER.findall(phrase))
+        parts: list[str] = []
+        spoken: list[tuple[str, str]] = []  # descriptions said so far, and their nouns
+        at = 0
+        for m in PLACEHOLDER.finditer(phrase):
+            said = self.argument(node, m.group(1), depth)
+            for prev, prev_noun in spoken:  # "the item of that order", not the order described twice
+                if prev != said and prev in said:
+                    said = said.replace(prev, f"that {prev_noun}")
+            if said.startswith("the "):
+                spoken.append((said, self.noun(m.group(1))))
+            before = phrase[at : m.start()]
+            noun = self.noun(m.group(1))
+            if said.startswith("the "):  # "my order {order_id}" given "the order of …"
+                for lead in (f"the {noun} ", f"my {noun} ", f"a {noun} ", f"{noun} "):
+                    if before.endswith(lead):
+                        before = before[: -len(lead)]
+                        break
+            parts += [before, said]
+            at = m.end()
+        text = "".join(parts) + phrase[at:]
+        extra = [f"{_words(p)} {self.argument(node, p, depth)}" for p in node.call.arguments if p not in used]
+        return text + (f" ({'; '.join(extra)})" if extra else "")
+
+    # ------------------------------------------------------------------ sentences
+    def wishes(self) -> list[str]:
+        """One sentence per write the user wants, and per condition, in the DAG's order."""
+        out: list[str] = []
+        for node in self.dag.nodes:
+            lead = "You want to" if not out else "You also want to"
+            if isinstance(node, CallNode) and node.write and node.id not in self.branched:
+                out.append(f"{lead} {self.fill(node, 0)}.")
+            elif isinstance(node, ReasonNode) and node.op == "branch":
+                out.append(self.branch(node))
+        return out
+
+    def branch(self, r: ReasonNode) -> str:
+        subject = self.describe(r.source, 0) if r.source else "it"
+        more = "more" if r.comparator == ">" else "less"
+        then_node, else_node = self.by_id[r.then_node or ""], self.by_id[r.else_node or ""]
+        assert isinstance(then_node, CallNode) and isinstance(else_node, CallNode)
+        threshold = f"{r.threshold:g}" if r.threshold is not None else "the limit"
+        return (
+            f"If the {_words(r.field or 'figure')} of {subject} is {more} than {threshold}, "
+            f"you want to {self.fill(then_node, 0)}; if not, you want to {self.fill(else_node, 0)}."
+        )
+
+    def question(self, r: ReasonNode) -> str:
+        """A closing sum or count as what the user wants to be told."""
+        subject = self.describe(r.source, 0) if r.source else "it"
+        if r.path and r.path[-1] != r.field:
+            subject = f"the {_words(r.path[-1])} in {subject}"
+        field = _words(r.field or "value")
+        if r.op == "sum":
+            unit = "to the cent" if isinstance(r.value, float) else "a whole number"
+            return f"the total {field} of {subject} ({unit})"
+        return f"how many of {subject} have {field} {_value_text(r.equals)} (a whole number)"
+
+
+def _persona(env_name: str, dag: Dag, data: dict[str, Any], phrases: Phrases) -> str:
+    """The principal by name; without one, the first row of a person-like table that the task's
+    results show by name; never a row of any other table (a product is no one's persona)."""
     label = env_name.replace("_", " ")
+    people = phrases.people()
+    who = people[0].singular if people else "user"
+    if dag.principal is not None:
+        entity = phrases.entities.get(dag.principal.table)
+        if entity is None or entity.person:
+            who = entity.singular if entity is not None else who
+            if dag.principal.name:
+                return f"{dag.principal.name}, {_a(who)} of the {label} service"
     for node in dag.nodes:
         d = data.get(node.id)
-        if isinstance(d, dict):
-            for key in ("name", "full_name", "customer_name", "passenger_name", "requester"):
-                if isinstance(d.get(key), str):
-                    return f"{d[key]}, a user of the {label} service"
-    return f"A user of the {label} service"
+        if not isinstance(d, dict):
+            continue
+        for person in people:
+            names = [n for c in (person.name or "").split() if isinstance(n := d.get(c), str)]
+            if person.key in d and names and len(names) == len((person.name or "").split()):
+                return f"{' '.join(names)}, {_a(person.singular)} of the {label} service"
+    return f"{_a(who).capitalize()} of the {label} service"
 
 
 def render_scenario(
@@ -32,27 +218,28 @@ def render_scenario(
     outputs: list[str],
     data: dict[str, Any],
     output_labels: list[str] | None = None,
+    phrases: Phrases | None = None,
 ) -> UserScenario:
-    """The templated scenario. `output_labels` say what each output is (entity and unit), so the
-    user, and whoever reads the task, knows what a bare figure such as "2" counts."""
-    lines = ["You want the agent to do the following, in this order:"]
-    for i, node in enumerate(dag.nodes, start=1):
-        text = node.text
-        if node.kind == "call" and node.write and node.expect_error:
-            text += " (this is expected to be refused; accept the refusal)"
-        lines.append(f"{i}. {text}.")
+    """The templated scenario in the env's vocabulary (`phrases`; none: the tools' own words).
+    `output_labels` are the builder's; the user's wording of each output comes from the closing
+    count or sum that computes it, in order, and the builder's label only where there is none."""
+    r = _Renderer(dag=dag, facts=facts, phrases=phrases or Phrases())
+    lines: list[str] = []
+    lines += r.wishes()
     if facts:
-        lines.append(
-            "You know: "
-            + "; ".join(f"{f.name} = {json.dumps(f.value, ensure_ascii=False)}" for f in facts)
-            + ". Give these only when asked."
-        )
+        known = "; ".join(f"{_words(_LABEL_SUFFIX.sub('', f.name))}: {_value_text(f.value)}" for f in facts)
+        lines.append(f"You know: {known}. Give these only when asked.")
     if outputs:
-        labels = output_labels or [""] * len(outputs)
-        told = [f"{label}: {value}" if label else value for label, value in zip(labels, outputs, strict=True)]
-        lines.append("Make sure the agent tells you: " + "; ".join(told) + ".")
+        questions = [
+            r.question(n) for n in dag.nodes if isinstance(n, ReasonNode) and n.op in ("sum", "count")
+        ]
+        if len(questions) != len(outputs):
+            questions = [_LABEL_SUFFIX.sub("", lab) for lab in (output_labels or [""] * len(outputs))]
+        told = [f"{q}: {value}" if q else value for q, value in zip(questions, outputs, strict=True)]
+        # the harness's scripted user leaves this line unsaid (it holds the answers)
+        lines.append("Make sure the agent tells you " + "; and ".join(told) + ".")
     return UserScenario(
-        persona=_persona(env_name, dag, data),
+        persona=_persona(env_name, dag, data, phrases or Phrases()),
         instruction="\n".join(lines),
         known_facts=list(facts),
         must_be_told=list(outputs),

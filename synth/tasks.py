@@ -924,7 +924,7 @@ async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfi
     for n in executed:
         t = ctx.graph.tool(n.call.name)
         tables |= set(t.reads) | set(t.writes)
-    scenario = render_scenario(ctx.env.name, dag, b.facts, b.outputs, b.data, b.output_labels)
+    scenario = render_scenario(ctx.env.name, dag, b.facts, b.outputs, b.data, b.output_labels, ctx.phrases)
     golden_hash, golden_cents = ctx.states.hasher.hashes(golden)
     if golden_cents == initial_cents:
         raise BuildFailed("no_change")

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from envforge.server import EnvLoadError, load_env
 from envforge.synth.graph import build_graph, write_graph
+from envforge.synth.phrases import write_phrases
 from envforge.synth.pipeline import synthesize, write_tasks
 
 from . import prompts
@@ -38,7 +39,16 @@ log = logging.getLogger(__name__)
 
 STAGES = ("schema", "tools", "seed", "policy")
 FILES = {"schema": "schema.sql", "tools": "tools.py", "policy": "policy.md"}
-ENV_FILES = ("env.toml", "schema.sql", "seed.json", "tools.py", "policy.md", "graph.json", "tasks.jsonl")
+ENV_FILES = (
+    "env.toml",
+    "schema.sql",
+    "seed.json",
+    "tools.py",
+    "policy.md",
+    "phrases.toml",
+    "graph.json",
+    "tasks.jsonl",
+)
 REJECTED_DIR = "rejected_candidate"
 
 
@@ -233,6 +243,8 @@ async def gate_tasks(env: Any, settings: SynthSettings, root: Path) -> GateResul
     level = runtime_log.level
     runtime_log.setLevel(logging.CRITICAL)
     try:
+        # the vocabulary tasks are rendered in: derived from tool names and the schema, gated
+        write_phrases(env)
         graph = await build_graph(env)
         report = await synthesize(
             env, settings.min_tasks, settings.task_seed, graph=graph, max_attempts=settings.task_attempts
