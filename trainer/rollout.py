@@ -132,8 +132,7 @@ class FleetRolloutEnv:
             for s in self._env.tools.values()
         )
         return (
-            f"{self._env.policy.strip()}\n\nTools:\n{tools}\n"
-            'Call a tool by writing only: name {"param": "value"}'
+            f"{self._env.policy.strip()}\n\nTools:\n{tools}\n\n{CALL_FORMAT}"
         )
 
     @asynccontextmanager
@@ -149,6 +148,15 @@ class FleetRolloutEnv:
                 yield _FleetEpisode(self, task, ep.id, None)
         finally:
             await self.fleet.close_episode(ep.id)
+
+
+CALL_FORMAT = (
+    "To call a tool, write only the call, in Qwen/Hermes tags:\n"
+    '<tool_call>{"name": "<tool name>", "arguments": {"<parameter>": "<value>"}}</tool_call>\n'
+    "The result comes back to you; then answer the user."
+)
+"""How a call is written: the `<tool_call>` form Qwen models are trained on (and the harness parses);
+`name {json}` stays accepted."""
 
 
 def _params(schema: dict[str, Any]) -> str:

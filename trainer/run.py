@@ -321,6 +321,8 @@ async def _train_leader(
             metrics = await train(
                 envs, backend, learner, tok, config, on_step=on_step, source=workers, after_step=after_step
             )
+            if opts.eval_every and metrics and len(metrics) % opts.eval_every and len(metrics) < config.steps:
+                await run_eval(len(metrics))  # stopped by --max-minutes: the weights it ended with
             if workers is not None:
                 verdicts = await workers.verdicts()
     finally:
