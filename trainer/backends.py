@@ -5,7 +5,8 @@ that produced them, so the learner can bound staleness and use the sampling logp
 behaviour policy in the clipped ratio.
 
 - `HFBackend`: a transformers model on CPU/GPU, sampled in a worker thread with a seeded
-  `torch.Generator` (greedy at temperature 0), under `torch.inference_mode` with its KV cache. It keeps its own copy of the weights, so collection can go on while the learner
+  `torch.Generator` (greedy at temperature 0), under `torch.inference_mode`, with its KV
+  cache. It keeps its own copy of the weights, so collection can go on while the learner
   updates its model; `sync_weights` swaps the new weights in between two generations.
 - `VLLMBackend`: an OpenAI-compatible `/v1/completions` server (vLLM) called with token ids in and
   `return_tokens_as_token_ids` out; `sync_weights` calls a hook after each update.

@@ -209,7 +209,12 @@ class Learner:
         )
 
     def _skipped(
-        self, trajs: Sequence[Trajectory], adv: list[float], token_adv: list[list[float]], kept: int, tokens: int
+        self,
+        trajs: Sequence[Trajectory],
+        adv: list[float],
+        token_adv: list[list[float]],
+        kept: int,
+        tokens: int,
     ) -> StepResult:
         """A batch with no signal: all-zero advantages make the loss and every gradient exactly 0,
         so the forward, backward and optimizer step (most of a step's time on CPU) would change

@@ -62,11 +62,7 @@ def _numeric_fields(text: str) -> list[tuple[str, int | float]]:
         return []
     if not isinstance(data, dict):
         return []
-    return [
-        (k, v)
-        for k, v in sorted(data.items())
-        if isinstance(v, int | float) and not isinstance(v, bool)
-    ]
+    return [(k, v) for k, v in sorted(data.items()) if isinstance(v, int | float) and not isinstance(v, bool)]
 
 
 def _figure(value: int | float) -> str:
@@ -131,7 +127,9 @@ def _task(
         id=f"{env_name}-lookup-{tool}-{value}-{field}",
         env=env_name,
         seed=f"lookup:{tool}:{value}:{field}",
-        dag=Dag(nodes=[CallNode(id="n0", text=f"{tool} ({param}: {json.dumps(value)})", call=call)], edges=[]),
+        dag=Dag(
+            nodes=[CallNode(id="n0", text=f"{tool} ({param}: {json.dumps(value)})", call=call)], edges=[]
+        ),
         scenario=UserScenario(
             persona="a customer who wants one figure",
             instruction=instruction,

@@ -38,7 +38,9 @@ class TrainConfig(BaseModel):
     staleness: int = 1
     collectors: int = 2
     seed: int = 0
-    max_seconds: float = Field(0.0, description="stop after the step that passes this wall time (0: no limit)")
+    max_seconds: float = Field(
+        0.0, description="stop after the step that passes this wall time (0: no limit)"
+    )
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
 
 

@@ -103,7 +103,9 @@ def write_plots(metrics_path: Path, out_dir: Path, *, eval_path: Path | None = N
     return _draw(charts, out_dir)
 
 
-def _draw(charts: dict[str, Series], out_dir: Path, *, stem: str | None = None, png: bool = True) -> list[Path]:
+def _draw(
+    charts: dict[str, Series], out_dir: Path, *, stem: str | None = None, png: bool = True
+) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     try:
@@ -120,6 +122,8 @@ def _draw(charts: dict[str, Series], out_dir: Path, *, stem: str | None = None, 
             for label, s in series.items():
                 ax.plot([x for x, _ in s], [y for _, y in s], label=label, marker="o" if stem else None)
             ax.set_title(name)
+            if stem:  # a comparison of rewards: on the reward's own scale
+                ax.set_ylim(0.0, 1.0)
             ax.set_xlabel("step")
             ax.legend()
             path = out_dir / f"{file}.png"

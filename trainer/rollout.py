@@ -131,9 +131,7 @@ class FleetRolloutEnv:
             f"- {s.name}({_params(s.input_schema)}): {s.description.splitlines()[0]}"
             for s in self._env.tools.values()
         )
-        return (
-            f"{self._env.policy.strip()}\n\nTools:\n{tools}\n\n{CALL_FORMAT}"
-        )
+        return f"{self._env.policy.strip()}\n\nTools:\n{tools}\n\n{CALL_FORMAT}"
 
     @asynccontextmanager
     async def episode(self, task_id: str) -> AsyncIterator[_FleetEpisode]:

@@ -295,6 +295,7 @@ async def _train_leader(
     async def after_step(m: StepMetrics) -> None:
         if opts.eval_every and ((m.step + 1) % opts.eval_every == 0 or m.step + 1 == config.steps):
             await run_eval(m.step + 1)
+
     traj_path = opts.out / "trajectories.jsonl"
     if opts.save_trajectories:
         traj_path.write_text("")
