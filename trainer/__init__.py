@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .harness_env import HarnessRolloutEnv
     from .learner import Learner, LearnerConfig, clipped_pg_loss, token_logprobs
     from .local_weights import resolve_model
-    from .lookup_tasks import held_out, lookup_tasks, split_tasks
+    from .lookup import held_out, lookup_tasks, split_tasks
     from .loop import Group, StepMetrics, TrainConfig, collect, job_stream, select_batch, train
     from .plots import write_comparison, write_plots
     from .ray_workers import BackendSpec, EnvSpec, RayWorkers, WorkerSpec, state_checksum
@@ -84,9 +84,9 @@ _LAZY = {
     "run_training": "run",
     "build_tiny_model": "tiny",
     "resolve_model": "local_weights",
-    "lookup_tasks": "lookup_tasks",
-    "split_tasks": "lookup_tasks",
-    "held_out": "lookup_tasks",
+    "lookup_tasks": "lookup",
+    "split_tasks": "lookup",
+    "held_out": "lookup",
     "write_comparison": "plots",
     "write_plots": "plots",
     "IM_END": "trajectory",

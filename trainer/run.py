@@ -35,7 +35,7 @@ from .distributed import DataParallel, init_from_env, rank_device, shutdown
 from .envs import build_envs
 from .harness_env import HarnessRolloutEnv
 from .learner import Learner, LearnerConfig
-from .lookup_tasks import lookup_tasks, split_tasks
+from .lookup import lookup_tasks, split_tasks
 from .loop import StepMetrics, TrainConfig, collect, train
 from .plots import write_plots
 from .rollout import FleetRolloutEnv, RolloutConfig, RolloutEnv, rollout
