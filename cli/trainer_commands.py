@@ -163,7 +163,9 @@ def train_cmd(
         0, "--eval-every", help="Evaluate the held-out tasks (--tasks lookup) every N steps; 0: never."
     ),
     eval_samples: int = typer.Option(2, "--eval-samples", help="Seeded episodes per held-out task."),
-    max_minutes: float = typer.Option(0.0, "--max-minutes", help="Stop after the step that passes it; 0: none."),
+    max_minutes: float = typer.Option(
+        0.0, "--max-minutes", help="Stop after the step that passes it; 0: none."
+    ),
 ) -> None:
     """Train a policy with asynchronous ERPO on env tasks; writes metrics, checkpoints and plots."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn

@@ -198,7 +198,9 @@ def test_lr0_control_through_envforge_train_on_lookup_tasks(tmp_path: Path, mode
     start = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
     end = AutoModelForCausalLM.from_pretrained(out / "checkpoints" / "step_2").state_dict()
     assert _same(start, end)
-    assert (out / "plots" / "held_out_reward.svg").exists() or (out / "plots" / "held_out_reward.png").exists()
+    assert (out / "plots" / "held_out_reward.svg").exists() or (
+        out / "plots" / "held_out_reward.png"
+    ).exists()
 
 
 def test_unknown_local_model_is_one_line(tmp_path: Path) -> None:
@@ -208,4 +210,4 @@ def test_unknown_local_model_is_one_line(tmp_path: Path) -> None:
     assert res.exit_code != 0
     lines = [line for line in res.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "unknown local model 'nope'" in lines[0], res.output
-    assert "Traceback" not in res.output and res.exception is None or isinstance(res.exception, SystemExit)
+    assert ("Traceback" not in res.output and res.exception is None) or isinstance(res.exception, SystemExit)
