@@ -108,13 +108,16 @@ def _draw(
 ) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
+    plt: Any = None  # matplotlib is optional: SVGs without it
     try:
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as pyplot
+
+        plt = pyplot
     except ImportError:
-        plt = None
+        pass
     for name, series in charts.items():
         file = stem or name
         if plt is not None and png:
