@@ -55,8 +55,36 @@ FleetUrlOption = Annotated[
 ]
 
 
+ModelOption = Annotated[
+    str,
+    typer.Option(
+        "--model",
+        help="HF model dir (weights + tokenizer), or local / local/NAME: a packaged GGUF model, "
+        "dequantized once into a folder beside it.",
+    ),
+]
+TasksOption = Annotated[
+    str,
+    typer.Option(
+        "--tasks",
+        help="all: each env's tasks.jsonl; lookup: single-lookup tasks made from the env "
+        "(one read call, one figure to state), split into train and held-out.",
+    ),
+]
+
+
+def _model_dir(spec: str) -> Path:
+    from envforge.harness import LocalModelError
+    from envforge.trainer import resolve_model
+
+    try:
+        return resolve_model(spec)
+    except (LocalModelError, FileNotFoundError) as exc:
+        fail(str(exc))
+
+
 def _opts(
-    model: Path,
+    model: str,
     envs: list[Path],
     backend: str,
     vllm_url: str | None,
@@ -79,8 +107,12 @@ def _opts(
         fail("--ray-workers must be >= 0")
     if extra.get("ray_address") and not extra.get("ray_workers"):
         fail("--ray-address needs --ray-workers N")
+    if extra.get("tasks", "all") not in ("all", "lookup"):
+        fail("--tasks must be all or lookup")
+    if extra.get("tasks") == "lookup" and extra.get("env_kind") == "harness":
+        extra["env_kind"] = "fleet"  # a lookup is one question: no simulated user to talk to
     return RunOptions(
-        model=model,
+        model=_model_dir(model),
         envs=envs,
         backend=backend,
         vllm_url=vllm_url,
@@ -94,7 +126,7 @@ def _opts(
 
 
 def train_cmd(
-    model: Path = typer.Option(..., "--model", help="Local HF model dir (weights + tokenizer)."),
+    model: ModelOption,
     envs: list[Path] = typer.Option(
         ..., "--envs", help="Env dirs, each with tasks.jsonl (repeat the option)."
     ),
@@ -126,6 +158,14 @@ def train_cmd(
     ray_workers: RayWorkersOption = 0,
     ray_address: RayAddressOption = None,
     fleet_url: FleetUrlOption = None,
+    tasks: TasksOption = "all",
+    eval_every: int = typer.Option(
+        0, "--eval-every", help="Evaluate the held-out tasks (--tasks lookup) every N steps; 0: never."
+    ),
+    eval_samples: int = typer.Option(2, "--eval-samples", help="Seeded episodes per held-out task."),
+    max_minutes: float = typer.Option(
+        0.0, "--max-minutes", help="Stop after the step that passes it; 0: none."
+    ),
 ) -> None:
     """Train a policy with asynchronous ERPO on env tasks; writes metrics, checkpoints and plots."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -151,7 +191,12 @@ def train_cmd(
         ray_workers=ray_workers,
         ray_address=ray_address,
         fleet_url=fleet_url,
+        tasks=tasks,
+        eval_every=eval_every,
+        eval_samples=eval_samples,
     )
+    if eval_every and tasks != "lookup":
+        fail("--eval-every evaluates held-out tasks: use it with --tasks lookup")
     try:
         config = TrainConfig(
             steps=steps,
@@ -160,6 +205,7 @@ def train_cmd(
             staleness=staleness,
             collectors=collectors,
             seed=seed,
+            max_seconds=max_minutes * 60,
             rollout=RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens),
         )
         learner_config = LearnerConfig(lr=lr, baseline=baseline, advantage=advantage)
@@ -191,7 +237,7 @@ def train_cmd(
 
 
 def collect_cmd(
-    model: Path = typer.Option(..., "--model"),
+    model: ModelOption,
     envs: list[Path] = typer.Option(..., "--envs"),
     backend: str = typer.Option("hf", "--backend"),
     vllm_url: str | None = typer.Option(None, "--vllm-url"),
@@ -214,6 +260,7 @@ def collect_cmd(
     ray_workers: RayWorkersOption = 0,
     ray_address: RayAddressOption = None,
     fleet_url: FleetUrlOption = None,
+    tasks: TasksOption = "all",
 ) -> None:
     """Collect rollouts only (no updates) and write them to OUT/trajectories.jsonl."""
     from envforge.trainer import RolloutConfig, run_collection
@@ -235,6 +282,7 @@ def collect_cmd(
         ray_workers=ray_workers,
         ray_address=ray_address,
         fleet_url=fleet_url,
+        tasks=tasks,
     )
     rc = RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens)
     done = {"n": 0}

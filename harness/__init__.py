@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .agents import BUILTIN_AGENTS, Agent, LLMAgent, OracleAgent, build_agent
     from .llm import InfraError, LLMConfig, aclose_http_sessions, http_sessions, routable_model
-    from .local_models import LocalModel, LocalModelError, is_local_spec, model_for_spec
+    from .local_models import LocalModel, LocalModelError, assemble, cache_dir, is_local_spec, model_for_spec
     from .local_server import LocalServer, LocalServerError, local_model_ready, running_local_server
     from .metrics import (
         RunContents,
@@ -91,6 +91,8 @@ _LAZY = {
     "TaskSelectionError": "tasks",
     "LocalModel": "local_models",
     "LocalModelError": "local_models",
+    "assemble": "local_models",
+    "cache_dir": "local_models",
     "is_local_spec": "local_models",
     "model_for_spec": "local_models",
     "LocalServer": "local_server",
@@ -235,12 +237,14 @@ __all__ = [
     "UserErrorVerdict",
     "UserName",
     "aclose_http_sessions",
+    "assemble",
     "bootstrap_ci",
     "bucket",
     "build_agent",
     "build_set",
     "build_user",
     "bundled_env_dirs",
+    "cache_dir",
     "converse",
     "detect_user_error",
     "dump_set",

@@ -19,7 +19,10 @@ if TYPE_CHECKING:
     from .erpo import env_batch_stats, erpo_advantages, unbiased_std
     from .harness_env import HarnessRolloutEnv
     from .learner import Learner, LearnerConfig, clipped_pg_loss, token_logprobs
+    from .local_weights import resolve_model
+    from .lookup import held_out, lookup_tasks, split_tasks
     from .loop import Group, StepMetrics, TrainConfig, collect, job_stream, select_batch, train
+    from .plots import write_comparison, write_plots
     from .ray_workers import BackendSpec, EnvSpec, RayWorkers, WorkerSpec, state_checksum
     from .rollout import (
         FleetRolloutEnv,
@@ -80,6 +83,12 @@ _LAZY = {
     "run_collection": "run",
     "run_training": "run",
     "build_tiny_model": "tiny",
+    "resolve_model": "local_weights",
+    "lookup_tasks": "lookup",
+    "split_tasks": "lookup",
+    "held_out": "lookup",
+    "write_comparison": "plots",
+    "write_plots": "plots",
     "IM_END": "trajectory",
     "SequenceBuilder": "trajectory",
     "Trajectory": "trajectory",
@@ -133,17 +142,23 @@ __all__ = [
     "collect",
     "env_batch_stats",
     "erpo_advantages",
+    "held_out",
     "init_from_env",
     "job_stream",
     "load_tokenizer",
+    "lookup_tasks",
     "parse_tool_call",
+    "resolve_model",
     "run_collection",
     "run_training",
     "select_batch",
     "shutdown",
+    "split_tasks",
     "state_checksum",
     "token_logprobs",
     "train",
     "unbiased_std",
     "write_bandit_env",
+    "write_comparison",
+    "write_plots",
 ]

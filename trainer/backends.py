@@ -5,7 +5,8 @@ that produced them, so the learner can bound staleness and use the sampling logp
 behaviour policy in the clipped ratio.
 
 - `HFBackend`: a transformers model on CPU/GPU, sampled in a worker thread with a seeded
-  `torch.Generator`. It keeps its own copy of the weights, so collection can go on while the learner
+  `torch.Generator` (greedy at temperature 0), under `torch.inference_mode`, with its KV
+  cache. It keeps its own copy of the weights, so collection can go on while the learner
   updates its model; `sync_weights` swaps the new weights in between two generations.
 - `VLLMBackend`: an OpenAI-compatible `/v1/completions` server (vLLM) called with token ids in and
   `return_tokens_as_token_ids` out; `sync_weights` calls a hook after each update.
@@ -95,7 +96,7 @@ class HFBackend:
     def _generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int | None) -> Generation:
         import torch
 
-        with self._lock, torch.no_grad():
+        with self._lock, torch.inference_mode():
             gen = self._gen
             if seed is not None:
                 gen = torch.Generator(device=self.device)
@@ -109,8 +110,12 @@ class HFBackend:
             logprobs: list[float] = []
             finish = "length"
             for _ in range(max_new_tokens):
-                lp = torch.log_softmax(logits.float() / self.temperature, dim=-1)
-                tok = torch.multinomial(lp.exp(), 1, generator=gen)
+                if self.temperature > 0:
+                    lp = torch.log_softmax(logits.float() / self.temperature, dim=-1)
+                    tok = torch.multinomial(lp.exp(), 1, generator=gen)
+                else:  # greedy: the logprob is the untempered one, as the learner scores it at T=1
+                    lp = torch.log_softmax(logits.float(), dim=-1)
+                    tok = lp.argmax(dim=-1, keepdim=True)
                 t = int(tok.item())
                 tokens.append(t)
                 logprobs.append(float(lp[0, t].item()))

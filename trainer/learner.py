@@ -46,6 +46,8 @@ class StepResult(BaseModel):
     clip_fraction: float
     ratio_mean: float
     grad_norm: float
+    skipped: bool = False
+    """No update ran: every kept trajectory's advantage was 0 (the weights and version are unchanged)."""
 
 
 def clipped_pg_loss(
@@ -150,6 +152,8 @@ class Learner:
         token_adv = [
             [a * m * (not t.user_error) for m in t.loss_mask] for t, a in zip(trajs, adv, strict=True)
         ]
+        if all(a == 0.0 for _, a in kept):
+            return self._skipped(trajs, adv, token_adv, len(kept), n_tokens)
         index = {id(t): i for i, t in enumerate(trajs)}
         local = self.dp.shard(kept) if self.dp is not None else kept
         self.model.train()
@@ -202,6 +206,32 @@ class Learner:
             clip_fraction=n_clipped / max(n_tokens, 1),
             ratio_mean=ratio_sum / max(n_tokens, 1),
             grad_norm=grad_norm,
+        )
+
+    def _skipped(
+        self,
+        trajs: Sequence[Trajectory],
+        adv: list[float],
+        token_adv: list[list[float]],
+        kept: int,
+        tokens: int,
+    ) -> StepResult:
+        """A batch with no signal: all-zero advantages make the loss and every gradient exactly 0,
+        so the forward, backward and optimizer step (most of a step's time on CPU) would change
+        nothing but AdamW's step count; they are skipped, and so is the version bump, so samples
+        collected meanwhile are not counted stale against weights that did not change. Every rank
+        under torchrun sees the same batch and skips alike."""
+        return StepResult(
+            loss=0.0,
+            tokens=tokens,
+            kept=kept,
+            masked=len(trajs) - kept,
+            advantages=adv,
+            token_advantages=token_adv,
+            clip_fraction=0.0,
+            ratio_mean=1.0,
+            grad_norm=0.0,
+            skipped=True,
         )
 
     def state_dict_copy(self) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import anyio
@@ -38,6 +38,9 @@ class TrainConfig(BaseModel):
     staleness: int = 1
     collectors: int = 2
     seed: int = 0
+    max_seconds: float = Field(
+        0.0, description="stop after the step that passes this wall time (0: no limit)"
+    )
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
 
 
@@ -67,6 +70,7 @@ class StepMetrics(BaseModel):
     tokens_per_s: float
     clip_fraction: float
     grad_norm: float
+    update_skipped: bool = Field(False, description="every advantage was 0: no forward/backward, no step")
     update_started: float
     update_finished: float
     step_time_s: float
@@ -198,6 +202,7 @@ async def train(
     *,
     on_step: Callable[[StepMetrics, list[Trajectory]], Any] | None = None,
     source: GroupSource | None = None,
+    after_step: Callable[[StepMetrics], Awaitable[Any]] | None = None,
 ) -> list[StepMetrics]:
     """Run `config.steps` updates; returns (and passes to `on_step`) one `StepMetrics` per step.
 
@@ -214,6 +219,8 @@ async def train(
     jobs = numbered(job_stream(envs, config.seed))
     send, recv = anyio.create_memory_object_stream[Group](max(1, config.tasks_per_step))
     metrics: list[StepMetrics] = []
+
+    started = time.time()
 
     async def consumer() -> None:
         pool: list[Group] = []
@@ -236,8 +243,9 @@ async def train(
             update_started = time.time()
             result = await anyio.to_thread.run_sync(learner.step, trajs)
             update_finished = time.time()
-            state = await anyio.to_thread.run_sync(learner.state_dict_copy)
-            await source.sync_weights(state, learner.version, learner.model)
+            if not result.skipped:
+                state = await anyio.to_thread.run_sync(learner.state_dict_copy)
+                await source.sync_weights(state, learner.version, learner.model)
             rewards = [t.reward for t in trajs]
             kept = [t.reward for t in trajs if not t.user_error]
             now = time.time()
@@ -259,6 +267,7 @@ async def train(
                 tokens_per_s=result.tokens / max(update_finished - update_started, 1e-9),
                 clip_fraction=result.clip_fraction,
                 grad_norm=result.grad_norm,
+                update_skipped=result.skipped,
                 update_started=update_started,
                 update_finished=update_finished,
                 step_time_s=now - last_end,
@@ -268,6 +277,10 @@ async def train(
             metrics.append(m)
             if on_step is not None:
                 on_step(m, trajs)
+            if after_step is not None:  # e.g. a held-out evaluation, on the weights just synced
+                await after_step(m)
+            if config.max_seconds and time.time() - started >= config.max_seconds:
+                break
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(source.produce, jobs, config.rollouts_per_task, config.rollout, send)

@@ -73,31 +73,67 @@ def charts_from_metrics(rows: list[dict[str, Any]]) -> dict[str, Series]:
     return {"reward": reward, "masked_fraction": masked, "staleness": stale}
 
 
-def write_plots(metrics_path: Path, out_dir: Path) -> list[Path]:
-    """Write reward / masked-fraction / staleness charts; returns the files written."""
-    rows = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def held_out_series(runs: dict[str, Path]) -> Series:
+    """Held-out mean reward by step (`eval.jsonl`) of each labelled run folder."""
+    return {
+        label: [(float(r["step"]), r["reward_mean"]) for r in _rows(Path(run) / "eval.jsonl")]
+        for label, run in runs.items()
+    }
+
+
+def write_comparison(runs: dict[str, Path], path: Path, *, title: str = "held-out mean reward") -> Path:
+    """One chart of several runs' held-out curves (e.g. ERPO and its learning-rate-0 control):
+    a PNG when `path` ends in .png and matplotlib is installed, else an SVG beside it."""
+    charts = {title: held_out_series(runs)}
+    return _draw(charts, path.parent, stem=path.stem, png=path.suffix == ".png")[0]
+
+
+def write_plots(metrics_path: Path, out_dir: Path, *, eval_path: Path | None = None) -> list[Path]:
+    """Write reward / masked-fraction / staleness charts (and the held-out reward, when the run
+    evaluated); returns the files written."""
+    charts = charts_from_metrics(_rows(metrics_path))
+    if eval_path is not None and eval_path.is_file() and eval_path.read_text().strip():
+        charts["held_out_reward"] = {
+            "held-out mean": [(float(r["step"]), r["reward_mean"]) for r in _rows(eval_path)]
+        }
+    return _draw(charts, out_dir)
+
+
+def _draw(
+    charts: dict[str, Series], out_dir: Path, *, stem: str | None = None, png: bool = True
+) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
+    plt: Any = None  # matplotlib is optional: SVGs without it
     try:
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as pyplot
+
+        plt = pyplot
     except ImportError:
-        plt = None
-    for name, series in charts_from_metrics(rows).items():
-        if plt is not None:
+        pass
+    for name, series in charts.items():
+        file = stem or name
+        if plt is not None and png:
             fig, ax = plt.subplots(figsize=(7, 3.5))
             for label, s in series.items():
-                ax.plot([x for x, _ in s], [y for _, y in s], label=label)
+                ax.plot([x for x, _ in s], [y for _, y in s], label=label, marker="o" if stem else None)
             ax.set_title(name)
+            if stem:  # a comparison of rewards: on the reward's own scale
+                ax.set_ylim(0.0, 1.0)
             ax.set_xlabel("step")
             ax.legend()
-            path = out_dir / f"{name}.png"
+            path = out_dir / f"{file}.png"
             fig.savefig(path, dpi=100, bbox_inches="tight")
             plt.close(fig)
         else:
-            path = out_dir / f"{name}.svg"
+            path = out_dir / f"{file}.svg"
             path.write_text(svg_line_chart(name, series))
         written.append(path)
     return written

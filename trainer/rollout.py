@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, Protocol
 import anyio
 from pydantic import BaseModel, Field
 
+from envforge.harness import MalformedToolCall, parse_tool_calls
 from envforge.server import Fleet, State, episode_client
 from envforge.synth import Evidence, Task, apply_diff, compose_reward, primary_keys
 
@@ -123,11 +124,14 @@ class FleetRolloutEnv:
         return sorted(self._env.tools)
 
     def system_prompt(self) -> str:
+        """The policy and one compact line per tool (`name(param: type, ...): summary`): on CPU the
+        prompt is most of a turn's cost, and full JSON schemas triple it for a small model that
+        reads them no better."""
         tools = "\n".join(
-            f"- {s.name} {json.dumps(s.input_schema.get('properties', {}))}: {s.description.splitlines()[0]}"
+            f"- {s.name}({_params(s.input_schema)}): {s.description.splitlines()[0]}"
             for s in self._env.tools.values()
         )
-        return f"{self._env.policy.strip()}\n\nTools:\n{tools}\nCall a tool as: name {{json arguments}}"
+        return f"{self._env.policy.strip()}\n\nTools:\n{tools}\n\n{CALL_FORMAT}"
 
     @asynccontextmanager
     async def episode(self, task_id: str) -> AsyncIterator[_FleetEpisode]:
@@ -144,7 +148,30 @@ class FleetRolloutEnv:
             await self.fleet.close_episode(ep.id)
 
 
+CALL_FORMAT = (
+    "To call a tool, write only the call, in Qwen/Hermes tags:\n"
+    '<tool_call>{"name": "<tool name>", "arguments": {"<parameter>": "<value>"}}</tool_call>\n'
+    "The result comes back to you; then answer the user."
+)
+"""How a call is written: the `<tool_call>` form Qwen models are trained on (and the harness parses);
+`name {json}` stays accepted."""
+
+
+def _params(schema: dict[str, Any]) -> str:
+    required = set(schema.get("required", []))
+    out = []
+    for name, prop in schema.get("properties", {}).items():
+        kinds = [prop.get("type")] if "type" in prop else [k.get("type") for k in prop.get("anyOf", [])]
+        kind = "|".join(str(k) for k in kinds if k and k != "null") or "any"
+        if "enum" in prop or any("enum" in k for k in prop.get("anyOf", [])):
+            values = prop.get("enum") or next(k["enum"] for k in prop["anyOf"] if "enum" in k)
+            kind = "|".join(json.dumps(v) for v in values)
+        out.append(f"{name}: {kind}" if name in required else f"{name}?: {kind}")
+    return ", ".join(out)
+
+
 _TAGGED = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
+_TAG = re.compile(r"</?tool_call>")
 _PLAIN = re.compile(r"^\s*([A-Za-z_][\w.-]*)\s*(\{.*\})?\s*$", re.S)
 
 
@@ -170,7 +197,7 @@ def parse_tool_call(text: str, tool_names: Sequence[str]) -> ParsedCall | None:
             return None
     m = _PLAIN.match(text)
     if not m or m.group(1) not in tool_names:
-        return None
+        return _model_form(text)
     if not m.group(2):
         return ParsedCall(m.group(1), {})
     try:
@@ -178,6 +205,20 @@ def parse_tool_call(text: str, tool_names: Sequence[str]) -> ParsedCall | None:
     except ValueError:
         return None
     return ParsedCall(m.group(1), args) if isinstance(args, dict) else None
+
+
+def _model_form(text: str) -> ParsedCall | None:
+    """The first call in the other forms real models write (SmolLM2's `<tool_call>[{...}]</tool_call>`
+    list, Qwen's bare or ```json-fenced object), read by the harness's parser, so a call counts in
+    training exactly when it would in `envforge eval`."""
+    try:
+        _, calls = parse_tool_calls(text)
+    except MalformedToolCall:  # e.g. a list inside the tags, which the harness reads untagged only
+        try:
+            _, calls = parse_tool_calls(_TAG.sub("", text))
+        except MalformedToolCall:
+            return None
+    return ParsedCall(calls[0].name, dict(calls[0].arguments)) if calls else None
 
 
 class RolloutConfig(BaseModel):
@@ -194,8 +235,13 @@ async def rollout(
     config: RolloutConfig,
     *,
     group: int = 0,
+    seed: int | None = None,
 ) -> Trajectory:
-    """Play one episode; every assistant token comes from `backend` and is kept verbatim."""
+    """Play one episode; every assistant token comes from `backend` and is kept verbatim.
+
+    With `seed`, turn k samples with seed `seed + k`: the same weights play the same episode, which
+    is what makes held-out evaluations of two runs comparable sample for sample.
+    """
     started = time.time()
     builder = SequenceBuilder(tokenizer)
     version = backend.version
@@ -206,11 +252,15 @@ async def rollout(
         for msg in ep.initial_messages():
             builder.add_message(msg["role"], msg["content"])
             messages.append(msg)
-        for _ in range(config.max_turns):
+        for turn in range(config.max_turns):
             if len(builder.token_ids) + config.max_new_tokens > config.max_seq_len:
                 break
             builder.open_assistant()
-            gen = await backend.generate(builder.token_ids, max_new_tokens=config.max_new_tokens)
+            gen = await backend.generate(
+                builder.token_ids,
+                max_new_tokens=config.max_new_tokens,
+                seed=None if seed is None else seed + turn,
+            )
             version = min(version, gen.version)
             builder.add_generated(gen.token_ids, gen.logprobs)
             ended = bool(gen.token_ids) and gen.token_ids[-1] == backend.eos_id

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -34,9 +35,10 @@ from .distributed import DataParallel, init_from_env, rank_device, shutdown
 from .envs import build_envs
 from .harness_env import HarnessRolloutEnv
 from .learner import Learner, LearnerConfig
+from .lookup import lookup_tasks, split_tasks
 from .loop import StepMetrics, TrainConfig, collect, train
 from .plots import write_plots
-from .rollout import RolloutConfig, RolloutEnv
+from .rollout import FleetRolloutEnv, RolloutConfig, RolloutEnv, rollout
 from .trajectory import Trajectory
 
 
@@ -60,6 +62,9 @@ class RunOptions(BaseModel):
     fleet_url: str | None = None
     ray_workers: int = 0
     ray_address: str | None = None
+    tasks: Literal["all", "lookup"] = "all"
+    eval_every: int = 0
+    eval_samples: int = 2
 
 
 def _fleet(opts: RunOptions) -> Any:
@@ -70,6 +75,28 @@ def _fleet(opts: RunOptions) -> Any:
 
         return RemoteFleet(opts.fleet_url, loaded)
     return Fleet(loaded)
+
+
+async def _build_lookup(fleet: Fleet, opts: RunOptions) -> tuple[list[RolloutEnv], list[RolloutEnv]]:
+    """(train envs, held-out envs) of single-lookup tasks, one pair per env folder."""
+    if opts.ray_workers or opts.fleet_url:
+        raise ValueError("--tasks lookup runs in this process (no --ray-workers, no --fleet-url)")
+    train_envs: list[RolloutEnv] = []
+    held: list[RolloutEnv] = []
+    for d in opts.envs:
+        name = load_env(d).name
+        train_tasks, held_tasks = split_tasks(await lookup_tasks(fleet, name))
+        if len(train_tasks) < 2:
+            raise ValueError(f"env {name!r} has {len(train_tasks)} lookup task(s) to train on; 2 are needed")
+        train_envs.append(FleetRolloutEnv(fleet, name, train_tasks, use_mcp=opts.use_mcp))
+        held.append(FleetRolloutEnv(fleet, name, held_tasks, use_mcp=opts.use_mcp))
+    return train_envs, held
+
+
+async def _build_all(fleet: Fleet, opts: RunOptions) -> tuple[list[RolloutEnv], list[RolloutEnv]]:
+    if opts.tasks == "lookup":
+        return await _build_lookup(fleet, opts)
+    return _build(fleet, opts), []
 
 
 def _build(fleet: Fleet, opts: RunOptions) -> list[RolloutEnv]:
@@ -212,7 +239,29 @@ def _write_rank(out: Path, rank: int, steps: int, model: Any) -> None:
 
 
 def _learner_config(opts: RunOptions, learner_config: LearnerConfig) -> LearnerConfig:
-    return learner_config.model_copy(update={"temperature": opts.temperature})
+    # greedy sampling (temperature 0) is scored at temperature 1, as its logprobs were taken
+    return learner_config.model_copy(update={"temperature": opts.temperature or 1.0})
+
+
+async def evaluate_held_out(
+    held: Sequence[RolloutEnv],
+    backend: GenerationBackend,
+    tok: Any,
+    rollout_config: RolloutConfig,
+    *,
+    samples: int,
+    seed: int,
+) -> dict[str, Any]:
+    """Mean reward of the current weights on every held-out task, `samples` episodes each, with
+    seeds fixed by task and sample: two runs from the same weights score the same episodes, so a
+    learning run and its learning-rate-0 control differ only by what was learned."""
+    rewards: list[float] = []
+    for env in held:
+        for i, task_id in enumerate(env.task_ids()):
+            for k in range(samples):
+                t = await rollout(env, task_id, backend, tok, rollout_config, seed=seed + 1000 * i + 97 * k)
+                rewards.append(t.reward)
+    return {"episodes": len(rewards), "reward_mean": sum(rewards) / len(rewards) if rewards else 0.0}
 
 
 async def _train_leader(
@@ -224,11 +273,29 @@ async def _train_leader(
 ) -> list[StepMetrics]:
     opts.out.mkdir(parents=True, exist_ok=True)
     fleet = _fleet(opts)
-    envs = _build(fleet, opts)
+    envs, held = await _build_all(fleet, opts)
     tok, model, backend = _load(opts)
     learner = Learner(model, _learner_config(opts, learner_config), pad_id=tok.pad_token_id or 0, dp=dp)
     metrics_path = opts.out / "metrics.jsonl"
     metrics_path.write_text("")
+    eval_path = opts.out / "eval.jsonl"
+    eval_path.write_text("")
+
+    async def run_eval(step: int) -> None:
+        if backend is None or not held:
+            return
+        started = time.time()
+        row = await evaluate_held_out(
+            held, backend, tok, config.rollout, samples=opts.eval_samples, seed=opts.seed
+        )
+        row.update(step=step, policy_version=backend.version, seconds=round(time.time() - started, 1))
+        with eval_path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    async def after_step(m: StepMetrics) -> None:
+        if opts.eval_every and ((m.step + 1) % opts.eval_every == 0 or m.step + 1 == config.steps):
+            await run_eval(m.step + 1)
+
     traj_path = opts.out / "trajectories.jsonl"
     if opts.save_trajectories:
         traj_path.write_text("")
@@ -250,7 +317,13 @@ async def _train_leader(
     verdicts: list[dict[str, Any]] = []
     try:
         async with http_sessions(), _Ray(opts, backend, config.collectors) as workers:
-            metrics = await train(envs, backend, learner, tok, config, on_step=on_step, source=workers)
+            if opts.eval_every:
+                await run_eval(0)
+            metrics = await train(
+                envs, backend, learner, tok, config, on_step=on_step, source=workers, after_step=after_step
+            )
+            if opts.eval_every and metrics and len(metrics) % opts.eval_every and len(metrics) < config.steps:
+                await run_eval(len(metrics))  # stopped by --max-minutes: the weights it ended with
             if workers is not None:
                 verdicts = await workers.verdicts()
     finally:
@@ -261,7 +334,7 @@ async def _train_leader(
     if dp is not None:
         _write_rank(opts.out, dp.rank, len(metrics), model)
     write_user_errors(envs, opts.out / "user_errors.jsonl", verdicts)
-    write_plots(metrics_path, opts.out / "plots")
+    write_plots(metrics_path, opts.out / "plots", eval_path=eval_path)
     (opts.out / "run.json").write_text(
         json.dumps(
             {
@@ -286,7 +359,7 @@ async def run_collection(
 ) -> Path:
     opts.out.mkdir(parents=True, exist_ok=True)
     fleet = _fleet(opts)
-    envs = _build(fleet, opts)
+    envs, _ = await _build_all(fleet, opts)
     tok, _, backend = _load(opts, training=False)
     path = opts.out / "trajectories.jsonl"
     path.write_text("")
