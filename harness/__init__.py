@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         RuleVerdict,
         UserErrorVerdict,
         detect_user_error,
+        judge_transcript,
         rule_user_error,
         rule_verdict,
     )
@@ -134,6 +135,7 @@ _LAZY = {
     "load_env_tasks": "tasks",
     "UserErrorVerdict": "user_errors",
     "detect_user_error": "user_errors",
+    "judge_transcript": "user_errors",
     "rule_user_error": "user_errors",
     "RuleVerdict": "user_errors",
     "LLMUser": "users",
@@ -228,6 +230,7 @@ __all__ = [
     "bundled_env_dirs",
     "converse",
     "detect_user_error",
+    "judge_transcript",
     "dump_set",
     "evaluate",
     "http_sessions",
