@@ -38,9 +38,9 @@ from envforge.harness.user_error_eval import (
     task_index,
 )
 from envforge.harness.user_error_set import (
-    LabeledConversation,
     DEFAULT_PER_ENV,
     DEFAULT_SEED,
+    LabeledConversation,
     build_set,
     bundled_env_dirs,
     dump_set,

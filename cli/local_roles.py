@@ -4,9 +4,9 @@ Each local role gets its own server (harness/local_server.py) by default, so the
 policy-and-tools prefix stays in its server's prompt cache; with `shared=True` (`eval
 --local-servers shared`) roles that name the same model share one server, which saves loading and
 memory but lets the roles evict each other's cached prefix (both measured in docs/benchmarks.md).
-The command then reaches a server like any OpenAI-compatible endpoint. Assembling and hash-checking the weights and loading them can
-take a while on first use, so both show progress. Servers stop when the block ends: normally,
-on an error, on Ctrl-C.
+The command then reaches a server like any OpenAI-compatible endpoint. Assembling and
+hash-checking the weights and loading them can take a while on first use, so both show progress.
+Servers stop when the block ends: normally, on an error, on Ctrl-C.
 """
 
 from __future__ import annotations

@@ -40,7 +40,9 @@ def _gone(pid: int) -> bool:
 @pytest.mark.parametrize(
     ("local_servers", "servers"), [("per-role", {"user": 1, "judge": 1}), ("shared", {"user, judge": 1})]
 )
-def test_eval_with_a_local_user_and_judge(tmp_path: Path, local_servers: str, servers: dict[str, int]) -> None:
+def test_eval_with_a_local_user_and_judge(
+    tmp_path: Path, local_servers: str, servers: dict[str, int]
+) -> None:
     out = tmp_path / "run"
     proc = subprocess.run(
         [

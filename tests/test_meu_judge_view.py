@@ -17,12 +17,12 @@ from typing import Any
 
 import psutil
 import pytest
+from test_harness_llm import FakeOpenAI, completion
 
 from envforge.harness import LLMConfig, Message, ToolCall, detect_user_error, judge_transcript
 from envforge.synth import Task, load_tasks
 
 from conftest import LOCAL_MODEL_MISSING, REPO, local_model_missing
-from test_harness_llm import FakeOpenAI, completion
 
 ID = re.compile(r"\b[A-Z]{1,3}-\d{3,}\b")
 
