@@ -27,7 +27,14 @@ from pathlib import Path
 import anyio
 from _util import REPO
 
-from envforge.harness import LLMConfig, LocalModelError, LocalServerError, is_local_spec, running_local_server
+from envforge.harness import (
+    InfraError,
+    LLMConfig,
+    LocalModelError,
+    LocalServerError,
+    is_local_spec,
+    running_local_server,
+)
 from envforge.harness.orchestrator import EvalConfig, run_eval
 from envforge.harness.user_error_eval import (
     Evaluation,
@@ -100,7 +107,7 @@ async def main(args: argparse.Namespace) -> int:
                 results[f"rules + {args.judge}"] = await evaluate(
                     items, tasks, rules_then_judge(judge), concurrency=args.concurrency
                 )
-        except (LocalModelError, LocalServerError) as exc:
+        except (LocalModelError, LocalServerError, InfraError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
     elif args.judge:

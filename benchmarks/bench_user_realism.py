@@ -9,7 +9,8 @@ model agent given with `--agent`), on two task sets: the bundled envs' tasks (`-
 value the agent had to find, a required output) stated before the agent surfaced it, an
 `invented_fact` a typed value (id, email, date, amount) neither in the user's scenario nor said to
 it. The rules report the first error of a conversation, so the rates are of conversations whose
-first user error is of that kind; other kinds are counted apart.
+first user error is of that kind; other kinds are counted apart, and so are conversations whose
+user opened with the stop token (no request at all: neither leak nor invention can happen there).
 
 usage: python benchmarks/bench_user_realism.py [--user local[/NAME]] [--agent oracle|local[/NAME]]
                                                [--envs a,b] [--limit N] [--tau2-limit M] [--max-turns T]
@@ -18,6 +19,7 @@ usage: python benchmarks/bench_user_realism.py [--user local[/NAME]] [--agent or
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 from collections import Counter
@@ -32,6 +34,7 @@ from envforge.harness import (
     LLMConfig,
     LocalModelError,
     LocalServerError,
+    Message,
     is_local_spec,
     load_env_tasks,
     rule_verdict,
@@ -43,27 +46,42 @@ ENVS = REPO / "envs"
 TAU2 = ENVS / "tau2_retail"
 
 
-async def play(env_dirs: list[Path], config: EvalConfig) -> list[tuple[str, str | None, str | None]]:
-    """(task id, the first user-error kind the rules find, its reason) per conversation."""
+Verdict = tuple[str, str | None, str | None, bool]
+
+
+def opens_with_stop(messages: list[Message]) -> bool:
+    """The user's first message is the stop token, in any spacing ("### STOP###"): no request made."""
+    first = next((m.content or "" for m in messages if m.role == "user"), "")
+    return re.sub(r"\s", "", first).upper().startswith("###STOP")
+
+
+async def play(env_dirs: list[Path], config: EvalConfig) -> list[Verdict]:
+    """(task id, the first user-error kind the rules find, its reason, whether the user opened with
+    the stop token) per conversation."""
     with tempfile.TemporaryDirectory() as tmp:
         _, records = await run_eval(env_dirs, config, Path(tmp) / "run")
     tasks = {t.id: t for d in env_dirs for t in load_env_tasks(d).tasks}
     out = []
     for r in records:
         verdict = rule_verdict(tasks[r.task_id], r.messages)
-        out.append((r.task_id, verdict.kind if verdict else None, verdict.reason if verdict else None))
+        kind, why = (verdict.kind, verdict.reason) if verdict else (None, None)
+        out.append((r.task_id, kind, why, opens_with_stop(r.messages)))
     return out
 
 
-def report(name: str, verdicts: list[tuple[str, str | None, str | None]]) -> str:
+def report(name: str, verdicts: list[Verdict]) -> str:
     n = len(verdicts)
-    kinds = Counter(kind for _, kind, _ in verdicts if kind)
+    kinds = Counter(kind for _, kind, _, _ in verdicts if kind)
+    stopped = sum(stop for *_, stop in verdicts)
     other = sum(v for k, v in kinds.items() if k not in ("leak", "invented_fact"))
 
     def rate(count: int) -> str:
         return f"{count}/{n} ({100 * count / n:.0f}%)" if n else "–"
 
-    return f"| {name} | {n} | {rate(kinds['leak'])} | {rate(kinds['invented_fact'])} | {rate(other)} |"
+    return (
+        f"| {name} | {n} | {rate(kinds['leak'])} | {rate(kinds['invented_fact'])} | {rate(other)} "
+        f"| {rate(stopped)} |"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -76,8 +94,8 @@ def main(args: argparse.Namespace) -> int:
     else:
         print("tau2_retail not imported; only the bundled set", file=sys.stderr)
     rows = [
-        "| task set | conversations | leak | invented fact | other user errors |",
-        "|---|---|---|---|---|",
+        "| task set | conversations | leak | invented fact | other user errors | opened with stop |",
+        "|---|---|---|---|---|---|",
     ]
     examples: list[str] = []
     try:
@@ -101,7 +119,7 @@ def main(args: argparse.Namespace) -> int:
                 else:
                     verdicts = anyio.run(play, dirs, config)
                 rows.append(report(name, verdicts))
-                examples += [f"{name}: {task}: {kind}: {why}" for task, kind, why in verdicts if kind]
+                examples += [f"{name}: {task}: {kind}: {why}" for task, kind, why, _ in verdicts if kind]
                 print(rows[-1], file=sys.stderr, flush=True)
     except (LocalModelError, LocalServerError) as exc:
         print(f"error: {exc}", file=sys.stderr)
