@@ -32,6 +32,7 @@ from envforge.harness import (
     LLMConfig,
     LocalModelError,
     LocalServerError,
+    aclose_http_sessions,
     is_local_spec,
     running_local_server,
 )
@@ -104,9 +105,12 @@ async def main(args: argparse.Namespace) -> int:
             with running_local_server(args.judge) as server:
                 print(f"local judge: {server.model.name} at {server.base_url}", file=sys.stderr)
                 judge = server.llm_config(0.0)
-                results[f"rules + {args.judge}"] = await evaluate(
-                    items, tasks, rules_then_judge(judge), concurrency=args.concurrency
-                )
+                try:
+                    results[f"rules + {args.judge}"] = await evaluate(
+                        items, tasks, rules_then_judge(judge), concurrency=args.concurrency
+                    )
+                finally:
+                    await aclose_http_sessions()  # before the server stops under them
         except (LocalModelError, LocalServerError, InfraError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

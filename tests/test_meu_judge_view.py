@@ -110,7 +110,8 @@ def test_bench_meu_measures_a_local_judge_and_stops_its_server() -> None:
     match = re.search(r"local judge: smollm2 at http://127\.0\.0\.1:(\d+)/v1", out.stderr)
     assert match, out.stderr[-2000:]
     port = int(match.group(1))
-    assert not any(c.laddr and c.laddr.port == port for c in psutil.net_connections("tcp"))
+    listening = [c for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN]
+    assert not any(c.laddr and c.laddr.port == port for c in listening), "the judge's server still listens"
     assert "rules + local/smollm2 precision | rules + local/smollm2 recall" in out.stdout
     rows = [line for line in out.stdout.splitlines() if line.startswith("| **all errors** | 5 |")]
     assert len(rows) == 1, out.stdout
