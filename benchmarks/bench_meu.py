@@ -5,15 +5,16 @@ right. The set (`tests/fixtures/meu_labeled.jsonl`) is built from the bundled en
 `envforge.harness.user_error_set`; `--generate` rewrites it (same seed, same bytes).
 
 Rows: the rules alone, and with `--judge MODEL` also the rules then that judge (any
-OpenAI-compatible endpoint: `--judge openai/NAME --judge-api-base http://127.0.0.1:PORT/v1`;
-`--judge local` once the packaged local model is served by envforge).
+OpenAI-compatible endpoint: `--judge openai/NAME --judge-api-base http://127.0.0.1:PORT/v1`, or
+`--judge local[/NAME]`: a packaged model served for the run by the same launcher as the CLI's
+`--judge local`, one server for the whole run).
 
 `--harness-runs` also counts false alarms outside the set: every task of the bundled envs played by
 the built-in agents (oracle, noop, random, and the adversaries golden_prefix and spray) with the
 scripted user, which never errs, through the real harness.
 
 usage: python benchmarks/bench_meu.py [--generate] [--judge MODEL [--judge-api-base URL]] [--misses]
-                                      [--harness-runs]
+                                      [--per-label N] [--harness-runs]
 """
 
 from __future__ import annotations
@@ -26,7 +27,15 @@ from pathlib import Path
 import anyio
 from _util import REPO
 
-from envforge.harness.llm import LLMConfig
+from envforge.harness import (
+    InfraError,
+    LLMConfig,
+    LocalModelError,
+    LocalServerError,
+    aclose_http_sessions,
+    is_local_spec,
+    running_local_server,
+)
 from envforge.harness.orchestrator import EvalConfig, run_eval
 from envforge.harness.user_error_eval import (
     Evaluation,
@@ -39,6 +48,7 @@ from envforge.harness.user_error_eval import (
 from envforge.harness.user_error_set import (
     DEFAULT_PER_ENV,
     DEFAULT_SEED,
+    LabeledConversation,
     build_set,
     bundled_env_dirs,
     dump_set,
@@ -63,6 +73,18 @@ async def harness_false_alarms(env_dirs: list[Path]) -> None:
             print(f"  {line}")
 
 
+def first_per_label(items: list[LabeledConversation], n: int) -> list[LabeledConversation]:
+    """A stated, deterministic subset: the first `n` items of each label in the set's order (a
+    local judge on two busy cores takes tens of seconds per conversation)."""
+    seen: dict[str, int] = {}
+    kept = []
+    for item in items:
+        seen[item.label] = seen.get(item.label, 0) + 1
+        if seen[item.label] <= n:
+            kept.append(item)
+    return kept
+
+
 async def main(args: argparse.Namespace) -> int:
     envs_root = REPO / "envs"
     if args.generate:
@@ -73,16 +95,26 @@ async def main(args: argparse.Namespace) -> int:
         print(f"error: no labeled set at {args.set} (run with --generate)", file=sys.stderr)
         return 2
     items = load_set(args.set)
+    if args.per_label:
+        items = first_per_label(items, args.per_label)
+        print(f"subset: the first {args.per_label} items of each label ({len(items)} items)", file=sys.stderr)
     tasks = task_index(items, envs_root)
     results: dict[str, Evaluation] = {"rules": await evaluate(items, tasks, rules_only)}
-    if args.judge and (args.judge == "local" or args.judge.startswith("local/")) and not args.judge_api_base:
-        print(
-            f"error: --judge {args.judge} needs envforge's local model server, which this checkout lacks; "
-            "serve a model and pass --judge openai/NAME --judge-api-base URL",
-            file=sys.stderr,
-        )
-        return 2
-    if args.judge:
+    if args.judge and is_local_spec(args.judge):
+        try:
+            with running_local_server(args.judge) as server:
+                print(f"local judge: {server.model.name} at {server.base_url}", file=sys.stderr)
+                judge = server.llm_config(0.0)
+                try:
+                    results[f"rules + {args.judge}"] = await evaluate(
+                        items, tasks, rules_then_judge(judge), concurrency=args.concurrency
+                    )
+                finally:
+                    await aclose_http_sessions()  # before the server stops under them
+        except (LocalModelError, LocalServerError, InfraError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    elif args.judge:
         judge = LLMConfig(model=args.judge, api_base=args.judge_api_base, temperature=0.0)
         results[f"rules + {args.judge}"] = await evaluate(
             items, tasks, rules_then_judge(judge), concurrency=args.concurrency
@@ -107,7 +139,8 @@ if __name__ == "__main__":
         "--judge", help="model judging what the rules let through (litellm/OpenAI-style name)"
     )
     parser.add_argument("--judge-api-base", help="the judge's OpenAI-compatible base URL")
-    parser.add_argument("--concurrency", type=int, default=2, help="judge calls in flight")
+    parser.add_argument("--concurrency", type=int, default=1, help="judge calls in flight")
+    parser.add_argument("--per-label", type=int, help="only the first N items of each label")
     parser.add_argument("--misses", action="store_true", help="list the false alarms and missed items")
     parser.add_argument(
         "--harness-runs", action="store_true", help="also count flags on built-in agents' runs"

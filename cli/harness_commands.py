@@ -50,6 +50,13 @@ def evaluate(
             "others through litellm | http | litellm (every model through litellm)."
         ),
     ] = "auto",
+    local_servers: Annotated[
+        str,
+        typer.Option(
+            help="per-role: each local role its own server (its prompt cache kept) | shared: roles "
+            "naming the same local model share one server."
+        ),
+    ] = "per-role",
     trials: Annotated[int, typer.Option(min=1, help="Trials per task (k of pass^k).")] = 1,
     concurrency: Annotated[int, typer.Option(min=1, help="Trials run at once.")] = 4,
     out: Annotated[Path, typer.Option(help="Run directory (manifest.json + trials.jsonl).")] = Path(
@@ -107,6 +114,8 @@ def evaluate(
 
     if answers not in ("task", "strict"):
         fail(f"--answers must be task or strict, not {answers!r}")
+    if local_servers not in ("per-role", "shared"):
+        fail(f"--local-servers must be per-role or shared, not {local_servers!r}")
     if llm_transport not in ("auto", "http", "litellm"):
         fail(f"--llm-transport must be auto, http or litellm, not {llm_transport!r}")
     if limit is not None and limit < 1:
@@ -127,7 +136,9 @@ def evaluate(
         if not (d / "tasks.jsonl").exists():
             fail(f"{d} has no tasks.jsonl")
     roles = {"agent": agent, "user": user, "judge": judge}
-    with local_roles(roles, {"agent": temperature, "user": user_temperature}) as local:
+    with local_roles(
+        roles, {"agent": temperature, "user": user_temperature}, shared=local_servers == "shared"
+    ) as local:
         config = EvalConfig(
             agent=agent,
             user=user,
@@ -136,6 +147,7 @@ def evaluate(
             user_llm=local.get("user")
             or (llm(user, user_api_base, user_temperature) if user != UserName.SCRIPTED else None),
             judge_llm=local.get("judge") or (llm(judge, judge_api_base) if judge else None),
+            judge=judge,
             trials=trials,
             concurrency=concurrency,
             seed=seed,

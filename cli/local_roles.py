@@ -1,9 +1,12 @@
 """`local` / `local/<name>` as agent, user or judge: a packaged model served for the command's run.
 
-Each local role gets its own server (harness/local_server.py); the command then reaches it like
-any OpenAI-compatible endpoint. Assembling and hash-checking the weights and loading them can
-take a while on first use, so both show progress. Servers stop when the block ends: normally,
-on an error, on Ctrl-C.
+Each local role gets its own server (harness/local_server.py) by default, so the agent's long
+policy-and-tools prefix stays in its server's prompt cache; with `shared=True` (`eval
+--local-servers shared`) roles that name the same model share one server, which saves loading and
+memory but lets the roles evict each other's cached prefix (both measured in docs/benchmarks.md).
+The command then reaches a server like any OpenAI-compatible endpoint. Assembling and
+hash-checking the weights and loading them can take a while on first use, so both show progress.
+Servers stop when the block ends: normally, on an error, on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -28,16 +31,26 @@ def is_local(spec: str | None) -> bool:
 
 @contextmanager
 def local_roles(
-    specs: dict[str, str | None], temperatures: dict[str, float | None] | None = None
+    specs: dict[str, str | None],
+    temperatures: dict[str, float | None] | None = None,
+    *,
+    shared: bool = False,
 ) -> Iterator[dict[str, LLMConfig]]:
     """role -> how to reach its local server, for every role whose spec is local; exits 2 with a
     one-line error when a model or the runtime cannot be used."""
-    from envforge.harness import LocalModelError, LocalServerError, running_local_server
+    from envforge.harness import LocalModelError, LocalServerError, model_for_spec, running_local_server
 
     temperatures = temperatures or {}
     configs: dict[str, LLMConfig] = {}
     with ExitStack() as servers:
         wanted = {role: spec for role, spec in specs.items() if spec is not None and is_local(spec)}
+        groups: dict[str, list[str]] = {}  # server key -> the roles it serves
+        for role, spec in wanted.items():
+            try:
+                key = model_for_spec(spec).name if shared else role
+            except LocalModelError as exc:
+                fail(str(exc))
+            groups.setdefault(key, []).append(role)
         if wanted:
             with Progress(
                 TextColumn("[bold]local[/] {task.description}"),
@@ -47,14 +60,15 @@ def local_roles(
                 console=console,
                 transient=True,
             ) as progress:
-                for role, spec in wanted.items():
-                    bar = progress.add_task(f"{role}: {spec}: checking weights", total=None)
+                for roles in groups.values():
+                    names, spec = ", ".join(roles), wanted[roles[0]]
+                    bar = progress.add_task(f"{names}: {spec}: checking weights", total=None)
 
                     def on_progress(done: int, total: int, bar: object = bar) -> None:
                         progress.update(bar, completed=done, total=total)  # type: ignore[arg-type]
 
-                    def on_notice(message: str, bar: object = bar, role: str = role) -> None:
-                        progress.update(bar, description=f"{role}: {message}")  # type: ignore[arg-type]
+                    def on_notice(message: str, bar: object = bar, names: str = names) -> None:
+                        progress.update(bar, description=f"{names}: {message}")  # type: ignore[arg-type]
 
                     try:
                         server = servers.enter_context(
@@ -62,8 +76,9 @@ def local_roles(
                         )
                     except (LocalModelError, LocalServerError) as exc:
                         fail(str(exc))
-                    configs[role] = server.llm_config(temperatures.get(role))
+                    for role in roles:
+                        configs[role] = server.llm_config(temperatures.get(role))
                     console.print(
-                        f"local {role}: {server.model.name} (pid {server.process.pid}) at {server.base_url}"
+                        f"local {names}: {server.model.name} (pid {server.process.pid}) at {server.base_url}"
                     )
         yield configs

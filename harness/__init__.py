@@ -55,6 +55,7 @@ if TYPE_CHECKING:
         RuleVerdict,
         UserErrorVerdict,
         detect_user_error,
+        judge_transcript,
         rule_user_error,
         rule_verdict,
     )
@@ -148,6 +149,7 @@ _LAZY = {
     "load_env_tasks": "tasks",
     "UserErrorVerdict": "user_errors",
     "detect_user_error": "user_errors",
+    "judge_transcript": "user_errors",
     "rule_user_error": "user_errors",
     "RuleVerdict": "user_errors",
     "LLMUser": "users",
@@ -252,6 +254,7 @@ __all__ = [
     "evaluate",
     "http_sessions",
     "is_local_spec",
+    "judge_transcript",
     "keys_of",
     "load_env_tasks",
     "load_run_tasks",

@@ -4,7 +4,8 @@
 reached: an `LLMConfig` with an api base. This module only provides that base: it assembles the
 model (`local_models`), starts llama-cpp-python's server (`python -m llama_cpp.server`, the
 runtime chosen by measurement in docs/benchmarks.md) on an ephemeral port with a per-server
-random API key and its prompt cache on, waits until it answers `/v1/models`, and stops it when
+random API key, no logits kept beyond the last token and no RAM prompt cache (the live context's
+prefix is reused), waits until it answers `/v1/models`, and stops it when
 the block ends — normally, on an error or on Ctrl-C. The child gets its own process group (so a
 Ctrl-C in the terminal reaches envforge, which stops it in order) and dies with its parent
 (`PR_SET_PDEATHSIG`), so a killed envforge leaves no server behind either.
@@ -124,6 +125,14 @@ def server_threads() -> int:
 
 
 def server_command(model_path: Path, model: LocalModel, port: int, api_key: str) -> list[str]:
+    """Memory stays bounded. `--logits_all false`: the server's default keeps every prompt token's
+    logits (tokens × vocabulary floats: 1.8 GB for a 3,000-token prompt to Qwen's 151,936-token
+    vocabulary); nothing here asks for prompt logprobs. `--cache false`: the RAM prompt cache copies
+    those logits into every saved state while counting only the KV bytes against its capacity, so
+    a judge reading many distinct conversations grew one server to 8.7 GB until the kernel killed
+    it (docs/benchmarks.md). A role's next prompt still reuses the common prefix of what its
+    context holds (the policy and tools of the previous turn): llama-cpp-python matches it against
+    the live context, with or without that cache."""
     threads = server_threads()
     return [
         sys.executable,
@@ -146,7 +155,9 @@ def server_command(model_path: Path, model: LocalModel, port: int, api_key: str)
         "--n_threads_batch",
         str(threads),
         "--cache",
-        "true",
+        "false",
+        "--logits_all",
+        "false",
         "--verbose",
         "false",
     ]

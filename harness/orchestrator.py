@@ -75,6 +75,9 @@ class EvalConfig(BaseModel):
     agent_llm: LLMConfig | None = None
     user_llm: LLMConfig | None = None
     judge_llm: LLMConfig | None = None
+    judge: str | None = None
+    """The judge as the command named it (`local/NAME` for a packaged model whose server's route is
+    `openai/NAME`), for the manifest; default: the judge's model."""
     trials: int = 1
     concurrency: int = 4
     seed: int = 0
@@ -421,7 +424,7 @@ def build_manifest(config: EvalConfig, envs: Sequence[EnvTasks], run_id: str) ->
         concurrency=config.concurrency,
         seed=config.seed,
         limits={k: float(v) for k, v in config.limits.model_dump().items()},
-        judge=config.judge_llm.model if config.judge_llm else None,
+        judge=(config.judge or config.judge_llm.model) if config.judge_llm else None,
         answers=config.answers,
         versions={"envforge": _version(), "litellm": _version("litellm")},
     )
