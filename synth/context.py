@@ -17,6 +17,7 @@ from .domains import derive_domains, key_columns
 from .graphindex import GraphIndex
 from .models import ParamDomain, ToolGraph
 from .outcomes import Outcomes
+from .principal import Ownership
 from .replayer import Replayer
 from .results import ResultReadings
 from .setup import SetupPlanner
@@ -40,6 +41,7 @@ class SynthContext:
     states: StateCache = field(init=False)
     replayer: Replayer = field(init=False)
     _setups: SetupPlanner | None = field(default=None, init=False)
+    _ownership: Ownership | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.index = GraphIndex(self.env, self.graph, self.domains, self.key_names)
@@ -63,6 +65,13 @@ class SynthContext:
         if self._setups is None:
             self._setups = SetupPlanner(self.env, self.domains, self.replayer.scratch)
         return self._setups
+
+    @property
+    def ownership(self) -> Ownership:
+        """The env's owner entity and who owns each row (`principal.py`), worked out once."""
+        if self._ownership is None:
+            self._ownership = Ownership(self.env, self.graph, self.pks)
+        return self._ownership
 
     def close(self) -> None:
         """Close the pooled connections (the fleet's episodes are the fleet's to close)."""
