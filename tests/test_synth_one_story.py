@@ -187,13 +187,14 @@ def test_synthesis_is_byte_deterministic_with_principals() -> None:
 
 
 def test_n_beyond_what_an_env_supports_stops_with_the_count(tmp_path: Path) -> None:
+    # Two-call pharmacy tasks (one principal's read, then a write) run out in under a hundred.
     out = tmp_path / "tasks.jsonl"
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "envforge"), "synth", "tasks", str(REPO / "envs" / "gym"),
-         "--n", "400", "--seed", "0", "--out", str(out)],
+        [str(Path(sys.executable).parent / "envforge"), "synth", "tasks", str(REPO / "envs" / "pharmacy"),
+         "--n", "300", "--min-calls", "2", "--max-calls", "2", "--seed", "0", "--out", str(out)],
         capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
     shipped = len(out.read_text().splitlines())
-    assert shipped < 400
-    assert f"gym supports {shipped} distinct tasks at this seed" in " ".join(proc.stdout.split())
+    assert 0 < shipped < 300
+    assert f"pharmacy supports {shipped} distinct tasks at this seed" in " ".join((proc.stdout + proc.stderr).split())
