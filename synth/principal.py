@@ -24,7 +24,7 @@ from typing import Any
 
 from envforge.server import Environment, State
 
-from .domains import DomainValues, foreign_keys
+from .domains import DomainValues, foreign_keys, weighted_choice
 from .memo import BoundedMemo
 from .models import ParamDomain, Principal, ToolGraph
 
@@ -110,6 +110,9 @@ class Ownership:
         self._owners: BoundedMemo[str, tuple[State, dict[str, dict[Any, Any]]]] = BoundedMemo(STATES_KEPT)
         self._views: BoundedMemo[tuple[str, Any], tuple[State, State]] = BoundedMemo(STATES_KEPT * 8)
         self._values: BoundedMemo[tuple[str, Any], tuple[State, DomainValues]] = BoundedMemo(STATES_KEPT * 8)
+        # Per principal key, (walks, walks that wrote): a principal whose every reservation is
+        # flown, or who is suspended, seldom gives a task, and later picks learn it.
+        self.tally: dict[Any, list[int]] = {}
         self._refs: dict[int, tuple[ParamDomain, list[tuple[str, str]]]] = {}
 
     # ------------------------------------------------------------------ owners
@@ -156,8 +159,22 @@ class Ownership:
         return self.owners(state_key, state).get(table, {}).get(key)
 
     # ------------------------------------------------------------------ principals
-    def pick(self, rng: random.Random, state_key: str, state: State) -> Principal | None:
-        """A principal that owns something to act on (any row of the owner table if none does)."""
+    def record(self, principal: Principal | None, wrote: bool) -> None:
+        """Count a walk of `principal` (whether it wrote), for later picks to weigh."""
+        if principal is not None and self.table is not None:
+            seen = self.tally.setdefault(principal.key[self.key], [0, 0])
+            seen[0] += 1
+            seen[1] += wrote
+
+    def _weight(self, row: dict[str, Any]) -> float:
+        seen = self.tally.get(row.get(self.key))
+        return 1.0 if seen is None else (seen[1] + 1) / (seen[0] + 1)
+
+    def pick(
+        self, rng: random.Random, state_key: str, state: State, *, steer: bool = True
+    ) -> Principal | None:
+        """A principal that owns something to act on (any row of the owner table if none does);
+        steered, those whose walks have written likelier."""
         if self.table is None:
             return None
         owners = self.owners(state_key, state)
@@ -166,7 +183,7 @@ class Ownership:
         pool = [r for r in rows if r.get(self.key) in owned] or rows
         if not pool:
             return None
-        return self.principal(rng.choice(pool))
+        return self.principal(weighted_choice(rng, pool, self._weight) if steer else rng.choice(pool))
 
     def principal_of(self, state_key: str, state: State, table: str, key: Any) -> Principal | None:
         """The principal owning `table`'s row `key` (a setup's fresh entity), if any."""

@@ -148,6 +148,7 @@ class Builder:
     # What the walk's writes did so far, to keep a later write from undoing an earlier one: the
     # keys of the rows they inserted (per table), and each changed column's value before the walk.
     inserted: dict[str, set[Any]] = field(default_factory=dict)
+    written_tools: list[str] = field(default_factory=list)  # the tools of those writes, each once
     inserted_keys: set[Any] = field(default_factory=set)
     before_walk: dict[tuple[str, str, str], Any] = field(default_factory=dict)
     _last_key: tuple[Call, str] | None = None
@@ -327,9 +328,13 @@ class Builder:
             if updated is not None and self.stale:  # a stale table may have changed anywhere
                 updated = {t: cols for t, cols in updated.items() if t not in self.stale}
             diff = await self.mirror.refresh(self.episode, tables, updated)
-            if diff and self.undoes(diff):
-                # The call has run: the walk's state now contradicts the story it told.
-                raise BuildFailed("write_undone")
+            if diff:
+                undone = self.undoes(diff)
+                for tool in self.written_tools:
+                    self.ctx.outcomes.sequels.add((tool, call.name), not undone)
+                if undone:
+                    # The call has run: the walk's state now contradicts the story it told.
+                    raise BuildFailed("write_undone")
             # `mirror.state` is the golden state at the end, without a full export: a table is
             # current if it was re-read after the last call that changed it. A call changes only
             # tables its statements were authorized to write, so those not re-read here are
@@ -400,6 +405,8 @@ class Builder:
             self.write_diffs[node.id] = diff
             self.writes += 1
             self._note_write(diff)
+            if call.name not in self.written_tools:
+                self.written_tools.append(call.name)
         if refused:
             self.refusals += 1
         return node
@@ -486,6 +493,7 @@ class Builder:
         if not starts:
             raise BuildFailed("no_usable_tools")
         fixed: dict[str, tuple[Any, ArgSource]] = {}
+        own: list[str] = []
         aimed = self._aimed_starts(starts)
         if aimed:  # a setup's fresh entity: the walk starts from it
             tool, param = self.rng.choice(aimed)
@@ -493,17 +501,38 @@ class Builder:
             value = self.fresh.value
             fixed = {param: ([value] if self.ctx.domains[tool][param].is_list else value, _user(param))}
         else:
-            tool = weighted_choice(self.rng, starts, self.ctx.outcomes.starts.weight)
+            # The story starts from its principal where a tool takes the principal's key: that
+            # call works (the principal exists) and leads to what the principal owns.
+            own = self._principal_starts(starts)
+            tool = weighted_choice(self.rng, own or starts, self.ctx.outcomes.starts.weight)
+        failed: set[str] = set()
+        dropped: set[str] = set()
         for _ in range(self.cfg.tries_per_step):
             args, sources = self._fill(tool, fixed)
             call = Call(name=tool, arguments=args)
-            if not self._on_story(call):
+            key = self._key(call)
+            if key in failed or not self._on_story(call):
+                # The principal's view offers this tool nothing new: another start tool may.
+                dropped.add(tool)
+                rest = [t for t in (own or starts) if t not in dropped] or [t for t in starts if t not in dropped]
+                if fixed or not rest:
+                    continue
+                tool = weighted_choice(self.rng, rest, self.ctx.outcomes.starts.weight)
                 continue
             out = await self._run(call)
             if out.ok and (out.diff is None or out.diff):
                 self._record_call(call, sources, out.data, out.diff, text=out.text)
                 return
+            failed.add(key)
         raise BuildFailed("start_failed")
+
+    def _principal_starts(self, starts: list[str]) -> list[str]:
+        """The start tools with a required parameter that takes the principal's key."""
+        if self.principal is None:
+            return []
+        ((column, _),) = self.principal.key.items()
+        ref = f"{self.principal.table}.{column}"
+        return [t for t in starts if any(ref in self.ctx.domains[t][p].columns for p in self.env.tools[t].required)]
 
     def _aimed_starts(self, starts: list[str]) -> list[tuple[str, str]]:
         """(tool, parameter) pairs that take the fresh entity's key: the start tools first, else
@@ -580,6 +609,15 @@ class Builder:
             fresh = self.fresh.value
             weights = [
                 w * 10.0 if o.writes and fresh in o.values else w
+                for o, w in zip(options, weights, strict=True)
+            ]
+        if self.written_tools:
+            # A write that has undone one of this walk's earlier writes' tools before is likelier
+            # to again (cancel after book, restock after fill): such options weigh less.
+            sequel_w = outcomes.sequels.weights.get
+            done = self.written_tools
+            weights = [
+                w * min(sequel_w((t, o.edge.target), 1.0) for t in done) if w and o.writes else w
                 for o, w in zip(options, weights, strict=True)
             ]
         if not any(weights):
@@ -1038,7 +1076,7 @@ async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfi
     if setup is not None:
         b.principal = ownership.principal_of(key, initial_state, setup.fresh.table, setup.fresh.value)
     if b.principal is None:
-        b.principal = ownership.pick(random.Random(f"{seed}:principal"), key, initial_state)
+        b.principal = ownership.pick(random.Random(f"{seed}:principal"), key, initial_state, steer=cfg.steer)
     target = rng.randint(cfg.min_calls, cfg.max_calls)
     episode = await ctx.replayer.open_episode(database)
     b.episode = episode
@@ -1058,6 +1096,8 @@ async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfi
             first = b.nodes[0]  # the start call
             assert first.kind == "call"
             ctx.outcomes.record_walk(first.call.name, b.writes > 0)
+            if cfg.steer:
+                ownership.record(b.principal, b.writes > 0)
         # A walk that is rejected anyway is rejected before the full export it would not use.
         if b.writes == 0:
             raise BuildFailed("no_write")
