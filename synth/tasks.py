@@ -72,6 +72,10 @@ class SynthConfig:
     steer: bool = True
 
 
+# Share of walks (with a principal and no fresh entity) that start from a tool taking the
+# principal's key.
+P_PRINCIPAL_START = 0.5
+
 # Steps in which every try failed that a walk survives, before and after its first write.
 STALLS_BEFORE_WRITE = 1
 STALLS_AFTER_WRITE = 3
@@ -501,9 +505,10 @@ class Builder:
             value = self.fresh.value
             fixed = {param: ([value] if self.ctx.domains[tool][param].is_list else value, _user(param))}
         else:
-            # The story starts from its principal where a tool takes the principal's key: that
-            # call works (the principal exists) and leads to what the principal owns.
-            own = self._principal_starts(starts)
+            # The story starts from its principal, half the time, where a tool takes the
+            # principal's key: that call works (the principal exists) and leads to what the
+            # principal owns; the other half keeps the starts varied.
+            own = self._principal_starts(starts) if self.rng.random() < P_PRINCIPAL_START else []
             tool = weighted_choice(self.rng, own or starts, self.ctx.outcomes.starts.weight)
         failed: set[str] = set()
         dropped: set[str] = set()
@@ -1096,8 +1101,8 @@ async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfi
             first = b.nodes[0]  # the start call
             assert first.kind == "call"
             ctx.outcomes.record_walk(first.call.name, b.writes > 0)
-            if cfg.steer:
-                ownership.record(b.principal, b.writes > 0)
+            if cfg.steer and b.writes == 0:
+                ownership.record(b.principal, False)  # a walk that writes counts once judged
         # A walk that is rejected anyway is rejected before the full export it would not use.
         if b.writes == 0:
             raise BuildFailed("no_write")
