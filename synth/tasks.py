@@ -299,9 +299,7 @@ class Builder:
 
     def _on_story(self, call: Call) -> bool:
         """Whether every argument of `call` stays on the principal's rows and public ones."""
-        return self.principal is None or all(
-            self._allows(call.name, p, v) for p, v in call.arguments.items()
-        )
+        return self.principal is None or all(self._allows(call.name, p, v) for p, v in call.arguments.items())
 
     # ------------------------------------------------------------------ execution
     async def _run(self, call: Call) -> CallOutcome:
@@ -519,7 +517,9 @@ class Builder:
             if key in failed or not self._on_story(call):
                 # The principal's view offers this tool nothing new: another start tool may.
                 dropped.add(tool)
-                rest = [t for t in (own or starts) if t not in dropped] or [t for t in starts if t not in dropped]
+                rest = [t for t in (own or starts) if t not in dropped] or [
+                    t for t in starts if t not in dropped
+                ]
                 if fixed or not rest:
                     continue
                 tool = weighted_choice(self.rng, rest, self.ctx.outcomes.starts.weight)
@@ -537,7 +537,11 @@ class Builder:
             return []
         ((column, _),) = self.principal.key.items()
         ref = f"{self.principal.table}.{column}"
-        return [t for t in starts if any(ref in self.ctx.domains[t][p].columns for p in self.env.tools[t].required)]
+        return [
+            t
+            for t in starts
+            if any(ref in self.ctx.domains[t][p].columns for p in self.env.tools[t].required)
+        ]
 
     def _aimed_starts(self, starts: list[str]) -> list[tuple[str, str]]:
         """(tool, parameter) pairs that take the fresh entity's key: the start tools first, else
@@ -587,7 +591,9 @@ class Builder:
                             continue
                         if len(kept) < len(vals):
                             vals, single = kept, None
-                    options.append(_Option(node, planned.edge, vals, weight, planned.writes, planned.feeds, single))
+                    options.append(
+                        _Option(node, planned.edge, vals, weight, planned.writes, planned.feeds, single)
+                    )
             out.extend(options)
         return out
 

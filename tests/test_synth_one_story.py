@@ -50,8 +50,14 @@ def _links(env: Environment, owner_table: str) -> dict[str, tuple[str, str, str]
     return out
 
 
-def _owner(state: dict[str, list[dict[str, Any]]], links: dict[str, tuple[str, str, str]], owner_table: str,
-           owner_key: str, table: str, row: dict[str, Any]) -> Any:
+def _owner(
+    state: dict[str, list[dict[str, Any]]],
+    links: dict[str, tuple[str, str, str]],
+    owner_table: str,
+    owner_key: str,
+    table: str,
+    row: dict[str, Any],
+) -> Any:
     for _ in range(len(links) + 1):
         if table == owner_table:
             return row.get(owner_key)
@@ -71,7 +77,7 @@ def _strangers_touched(env: Environment, task: Task) -> list[str]:
     """Rows of another principal that a task's golden calls name or its golden run changes."""
     principal = task.dag.principal
     assert principal is not None, f"{task.id}: no principal"
-    (owner_key, me), = principal.key.items()
+    ((owner_key, me),) = principal.key.items()
     pks = primary_keys(env.tables)
     initial = apply_diff(pks, env.seed_state(), task.setup)
     after = apply_diff(pks, initial, task.golden_diff)
@@ -81,7 +87,10 @@ def _strangers_touched(env: Environment, task: Task) -> list[str]:
     for table in owned_tables:
         if len(pks[table]) == 1:
             for row in initial[table]:
-                owners[row[pks[table][0]]] = (table, _owner(initial, links, principal.table, owner_key, table, row))
+                owners[row[pks[table][0]]] = (
+                    table,
+                    _owner(initial, links, principal.table, owner_key, table, row),
+                )
     bad = []
     for call in task.golden_calls:
         for param, value in call.arguments.items():
@@ -190,11 +199,29 @@ def test_n_beyond_what_an_env_supports_stops_with_the_count(tmp_path: Path) -> N
     # Two-call pharmacy tasks (one principal's read, then a write) run out in under a hundred.
     out = tmp_path / "tasks.jsonl"
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "envforge"), "synth", "tasks", str(REPO / "envs" / "pharmacy"),
-         "--n", "300", "--min-calls", "2", "--max-calls", "2", "--seed", "0", "--out", str(out)],
-        capture_output=True, text=True, timeout=600,
+        [
+            str(Path(sys.executable).parent / "envforge"),
+            "synth",
+            "tasks",
+            str(REPO / "envs" / "pharmacy"),
+            "--n",
+            "300",
+            "--min-calls",
+            "2",
+            "--max-calls",
+            "2",
+            "--seed",
+            "0",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
     shipped = len(out.read_text().splitlines())
     assert 0 < shipped < 300
-    assert f"pharmacy supports {shipped} distinct tasks at this seed" in " ".join((proc.stdout + proc.stderr).split())
+    assert f"pharmacy supports {shipped} distinct tasks at this seed" in " ".join(
+        (proc.stdout + proc.stderr).split()
+    )
