@@ -152,7 +152,10 @@ class Builder:
     # What the walk's writes did so far, to keep a later write from undoing an earlier one: the
     # keys of the rows they inserted (per table), and each changed column's value before the walk.
     inserted: dict[str, set[Any]] = field(default_factory=dict)
-    written_tools: list[str] = field(default_factory=list)  # the tools of those writes, each once
+    written_tools: list[str] = field(default_factory=list)
+    fed: set[str] = field(
+        default_factory=set
+    )  # nodes whose result feeds a later node  # the tools of those writes, each once
     inserted_keys: set[Any] = field(default_factory=set)
     before_walk: dict[tuple[str, str, str], Any] = field(default_factory=dict)
     _last_key: tuple[Call, str] | None = None
@@ -462,6 +465,15 @@ class Builder:
     def _edge(self, a: str, b: str, kind: str, label: str) -> None:
         if not any(e.source == a and e.target == b and e.kind == kind for e in self.edges):
             self.edges.append(DagEdge(source=a, target=b, kind=kind, label=label))
+            if kind == "data":
+                self.fed.add(a)
+
+    def live_calls(self) -> int:
+        """The executed calls that will stay: writes, refusals and the reads that feed something so
+        far (a read that feeds nothing is pruned at the end, so it does not count toward a
+        walk's length)."""
+        dead = sum(1 for n in self._by_id.values() if n.executed and not n.write and n.id not in self.fed)
+        return self.calls - dead
 
     def _call_text(self, node: CallNode) -> str:
         spec = self.env.tools[node.call.name]
@@ -1096,8 +1108,12 @@ async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfi
     try:
         await b.start()
         stalls = 0
-        while b.calls < target or (b.writes == 0 and b.calls < cfg.max_calls):
-            if not await b.step(target - b.calls):
+        # A walk's length counts the calls that stay (`live_calls`); reads that feed nothing yet
+        # may still, and the walk stops at twice its longest length whatever it counts.
+        while b.calls < 2 * cfg.max_calls and (
+            (live := b.live_calls()) < target or (b.writes == 0 and b.calls < cfg.max_calls)
+        ):
+            if not await b.step(target - live):
                 stalls += 1
                 # A walk that has written is a task already and may try harder to grow; one that
                 # could not extend itself before writing seldom writes later (it is discarded).
