@@ -1141,6 +1141,8 @@ async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfi
     b.prune_dead_reads()
     if b.calls < cfg.min_calls:
         raise BuildFailed("too_short")
+    if b.calls > cfg.max_calls:  # reads that fed something late made it longer than asked
+        raise BuildFailed("too_long")
     dag = Dag(nodes=b.nodes, edges=b.edges, principal=b.principal)
     checkpoints = []
     finders: dict[str, _RowFinder] = {}
