@@ -18,6 +18,7 @@ from .graphindex import GraphIndex
 from .models import ParamDomain, ToolGraph
 from .outcomes import Outcomes
 from .phrases import Phrases, load_phrases
+from .principal import Ownership
 from .replayer import Replayer
 from .results import ResultReadings
 from .setup import SetupPlanner
@@ -42,6 +43,7 @@ class SynthContext:
     replayer: Replayer = field(init=False)
     _setups: SetupPlanner | None = field(default=None, init=False)
     _phrases: Phrases | None = field(default=None, init=False)
+    _ownership: Ownership | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.index = GraphIndex(self.env, self.graph, self.domains, self.key_names)
@@ -72,6 +74,13 @@ class SynthContext:
         if self._phrases is None:
             self._phrases = load_phrases(self.env)
         return self._phrases
+
+    @property
+    def ownership(self) -> Ownership:
+        """The env's owner entity and who owns each row (`principal.py`), worked out once."""
+        if self._ownership is None:
+            self._ownership = Ownership(self.env, self.graph, self.pks)
+        return self._ownership
 
     def close(self) -> None:
         """Close the pooled connections (the fleet's episodes are the fleet's to close)."""

@@ -101,6 +101,9 @@ class Outcomes:
         self.values = Tally(learn)  # ("" for writes or the read tool, parameter, value) -> call worked
         self.edges = Tally(learn)  # (source tool, result key, target tool, parameter) -> call worked
         self.starts = Tally(learn)  # start tool -> did the walk go on to write
+        # (earlier write tool, later write tool) -> did the later one keep the earlier one's
+        # changes (a walk whose write undoes an earlier one is discarded: `tasks.Builder.undoes`)
+        self.sequels = Tally(learn)
         self.shipped: dict[str, int] = {}  # write tool -> successful calls of it in shipped tasks
         self.coverage: dict[str, float] = {}  # write tool -> its weight for coverage
         self.calls = 0  # calls recorded, learning or not: what synthesis reports

@@ -24,6 +24,7 @@ from typing import Any
 from envforge.server import Environment, Fleet, run_inline
 
 from .context import SynthContext
+from .golden import GoldenRun
 from .graph import build_graph
 from .models import Task, ToolGraph
 from .outcomes import Outcomes
@@ -122,19 +123,13 @@ async def synthesize(
                 report.discarded[f"build:{exc.reason}"] += 1
                 continue
             task, golden = built.task, built.golden
+            dropped = await _why_dropped(ctx, task, golden, seen, adversaries)
+            if cfg.steer:  # a principal whose walks keep repeating or failing is picked less
+                ctx.ownership.record(task.dag.principal, dropped is None)
+            if dropped is not None:
+                report.discarded[dropped] += 1
+                continue
             keys = task_keys(task)
-            if any(key in seen for key in keys):
-                report.discarded["duplicate"] += 1
-                continue
-            failed = await verify_task(ctx, task, golden_state=golden.state)
-            if failed:
-                report.discarded[f"check:{failed[0]}"] += 1
-                continue
-            if adversaries:
-                gamed = gamed_by(await adversary_rewards(ctx, task, golden=golden, until_gamed=True))
-                if gamed:
-                    report.discarded[f"adversary:{gamed[0]}"] += 1
-                    continue
             if llm_model:
                 scenario, missing = await rewrite_scenario(
                     task.scenario, llm_model, **(completion_kwargs or {})
@@ -164,6 +159,23 @@ async def synthesize(
         await fleet.aclose()
     report.seconds = time.perf_counter() - started
     return report
+
+
+async def _why_dropped(
+    ctx: SynthContext, task: Task, golden: GoldenRun, seen: set[str], adversaries: bool
+) -> str | None:
+    """Why a built task does not ship (a duplicate, a failed self-check, an adversary earning
+    its reward), or None when it ships."""
+    if any(key in seen for key in task_keys(task)):
+        return "duplicate"
+    failed = await verify_task(ctx, task, golden_state=golden.state)
+    if failed:
+        return f"check:{failed[0]}"
+    if adversaries:
+        gamed = gamed_by(await adversary_rewards(ctx, task, golden=golden, until_gamed=True))
+        if gamed:
+            return f"adversary:{gamed[0]}"
+    return None
 
 
 def tasks_jsonl(tasks: list[Task]) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -38,6 +39,7 @@ from .models import (
     Difficulty,
     Fact,
     GraphEdge,
+    Principal,
     ReasonNode,
     ReasonOp,
     Row,
@@ -69,6 +71,10 @@ class SynthConfig:
     # far fewer failed tries, at the price of attempts depending on the attempts before them.
     steer: bool = True
 
+
+# Share of walks (with a principal and no fresh entity) that start from a tool taking the
+# principal's key.
+P_PRINCIPAL_START = 0.5
 
 # Steps in which every try failed that a walk survives, before and after its first write.
 STALLS_BEFORE_WRITE = 1
@@ -141,6 +147,17 @@ class Builder:
     mirror: Mirror = field(init=False)  # the walk's state as the golden run leaves it (set by `build`)
     stale: set[str] = field(default_factory=set)
     fresh: Fresh | None = None  # the entity a setup added, for the walk to act on
+    # Whose story the task is (`principal.py`): every call stays on its rows and public ones.
+    principal: Principal | None = None
+    # What the walk's writes did so far, to keep a later write from undoing an earlier one: the
+    # keys of the rows they inserted (per table), and each changed column's value before the walk.
+    inserted: dict[str, set[Any]] = field(default_factory=dict)
+    written_tools: list[str] = field(default_factory=list)
+    fed: set[str] = field(
+        default_factory=set
+    )  # nodes whose result feeds a later node  # the tools of those writes, each once
+    inserted_keys: set[Any] = field(default_factory=set)
+    before_walk: dict[tuple[str, str, str], Any] = field(default_factory=dict)
     _last_key: tuple[Call, str] | None = None
     _by_id: dict[str, CallNode] = field(default_factory=dict)
     _node_options: dict[str, list[_Option]] = field(default_factory=dict)
@@ -257,7 +274,7 @@ class Builder:
             node = self._by_id[node_id]
             for key in self.ctx.index.name_keys(node.call.name, tool, param):
                 vals = self._key_values(node_id, key)
-                if len(vals) == 1 and accepts(domain, vals[0]):
+                if len(vals) == 1 and accepts(domain, vals[0]) and self._allows(tool, param, vals[0]):
                     value = [vals[0]] if domain.is_list else vals[0]
                     return value, ArgSource(param=param, source="node", node=node_id, key=key)
         return None
@@ -270,8 +287,22 @@ class Builder:
     @property
     def _values(self) -> DomainValues:
         if not hasattr(self, "_dv"):
-            self._dv = self.ctx.states.domain_values(self.history[0], self.initial_state)
+            if self.principal is None:
+                self._dv = self.ctx.states.domain_values(self.history[0], self.initial_state)
+            else:
+                self._dv = self.ctx.ownership.values(self.history[0], self.initial_state, self.principal)
         return self._dv
+
+    def _allows(self, tool: str, param: str, value: Any) -> bool:
+        """Whether `value` for `tool`'s `param` names no other principal's row."""
+        if self.principal is None:
+            return True
+        domain = self.ctx.domains[tool][param]
+        return self.ctx.ownership.allows(self.history[0], self.initial_state, self.principal, domain, value)
+
+    def _on_story(self, call: Call) -> bool:
+        """Whether every argument of `call` stays on the principal's rows and public ones."""
+        return self.principal is None or all(self._allows(call.name, p, v) for p, v in call.arguments.items())
 
     # ------------------------------------------------------------------ execution
     async def _run(self, call: Call) -> CallOutcome:
@@ -302,6 +333,13 @@ class Builder:
             if updated is not None and self.stale:  # a stale table may have changed anywhere
                 updated = {t: cols for t, cols in updated.items() if t not in self.stale}
             diff = await self.mirror.refresh(self.episode, tables, updated)
+            if diff:
+                undone = self.undoes(diff)
+                for tool in self.written_tools:
+                    self.ctx.outcomes.sequels.add((tool, call.name), not undone)
+                if undone:
+                    # The call has run: the walk's state now contradicts the story it told.
+                    raise BuildFailed("write_undone")
             # `mirror.state` is the golden state at the end, without a full export: a table is
             # current if it was re-read after the last call that changed it. A call changes only
             # tables its statements were authorized to write, so those not re-read here are
@@ -371,13 +409,71 @@ class Builder:
         if diff:
             self.write_diffs[node.id] = diff
             self.writes += 1
+            self._note_write(diff)
+            if call.name not in self.written_tools:
+                self.written_tools.append(call.name)
         if refused:
             self.refusals += 1
         return node
 
+    def _note_write(self, diff: StateDiff) -> None:
+        for table, d in diff.items():
+            pk = self.ctx.pks[table]
+            if len(pk) == 1:
+                keys = {r.get(pk[0]) for r in d.inserted}
+                self.inserted.setdefault(table, set()).update(keys)
+                self.inserted_keys |= keys
+            for u in d.updated:
+                key = json_key(u.key)
+                for col, value in u.before.items():
+                    self.before_walk.setdefault((table, key, col), value)
+
+    def undoes(self, diff: StateDiff) -> bool:
+        """Whether a write's diff undoes what an earlier write of the walk did: it deletes or changes
+        a row the walk inserted, or sets a column back to its value before the walk changed it."""
+        for table, d in diff.items():
+            pk = self.ctx.pks[table]
+            made = self.inserted.get(table)
+            if made and len(pk) == 1:
+                if any(r.get(pk[0]) in made for r in d.deleted):
+                    return True
+                if any(u.key.get(pk[0]) in made for u in d.updated):
+                    return True
+            if self.before_walk:
+                for u in d.updated:
+                    key = json_key(u.key)
+                    for col, value in u.after.items():
+                        old = self.before_walk.get((table, key, col), _UNSET)
+                        if old is not _UNSET and old == value:
+                            return True
+        return False
+
+    def _acts_on_own_insert(self, call: Call) -> bool:
+        """Whether a write call names a row an earlier write of the walk inserted (it would undo or
+        rework it: cancel the booking just made)."""
+        if not self.inserted_keys or self.ctx.index.tool(call.name).read_only:
+            return False
+        for v in call.arguments.values():
+            for item in v if isinstance(v, list) else [v]:
+                try:
+                    if item in self.inserted_keys:
+                        return True
+                except TypeError:
+                    continue
+        return False
+
     def _edge(self, a: str, b: str, kind: str, label: str) -> None:
         if not any(e.source == a and e.target == b and e.kind == kind for e in self.edges):
             self.edges.append(DagEdge(source=a, target=b, kind=kind, label=label))
+            if kind == "data":
+                self.fed.add(a)
+
+    def live_calls(self) -> int:
+        """The executed calls that will stay: writes, refusals and the reads that feed something so
+        far (a read that feeds nothing is pruned at the end, so it does not count toward a
+        walk's length)."""
+        dead = sum(1 for n in self._by_id.values() if n.executed and not n.write and n.id not in self.fed)
+        return self.calls - dead
 
     def _call_text(self, node: CallNode) -> str:
         spec = self.env.tools[node.call.name]
@@ -411,6 +507,7 @@ class Builder:
         if not starts:
             raise BuildFailed("no_usable_tools")
         fixed: dict[str, tuple[Any, ArgSource]] = {}
+        own: list[str] = []
         aimed = self._aimed_starts(starts)
         if aimed:  # a setup's fresh entity: the walk starts from it
             tool, param = self.rng.choice(aimed)
@@ -418,15 +515,45 @@ class Builder:
             value = self.fresh.value
             fixed = {param: ([value] if self.ctx.domains[tool][param].is_list else value, _user(param))}
         else:
-            tool = weighted_choice(self.rng, starts, self.ctx.outcomes.starts.weight)
+            # The story starts from its principal, half the time, where a tool takes the
+            # principal's key: that call works (the principal exists) and leads to what the
+            # principal owns; the other half keeps the starts varied.
+            own = self._principal_starts(starts) if self.rng.random() < P_PRINCIPAL_START else []
+            tool = weighted_choice(self.rng, own or starts, self.ctx.outcomes.starts.weight)
+        failed: set[str] = set()
+        dropped: set[str] = set()
         for _ in range(self.cfg.tries_per_step):
             args, sources = self._fill(tool, fixed)
             call = Call(name=tool, arguments=args)
+            key = self._key(call)
+            if key in failed or not self._on_story(call):
+                # The principal's view offers this tool nothing new: another start tool may.
+                dropped.add(tool)
+                rest = [t for t in (own or starts) if t not in dropped] or [
+                    t for t in starts if t not in dropped
+                ]
+                if fixed or not rest:
+                    continue
+                tool = weighted_choice(self.rng, rest, self.ctx.outcomes.starts.weight)
+                continue
             out = await self._run(call)
             if out.ok and (out.diff is None or out.diff):
                 self._record_call(call, sources, out.data, out.diff, text=out.text)
                 return
+            failed.add(key)
         raise BuildFailed("start_failed")
+
+    def _principal_starts(self, starts: list[str]) -> list[str]:
+        """The start tools with a required parameter that takes the principal's key."""
+        if self.principal is None:
+            return []
+        ((column, _),) = self.principal.key.items()
+        ref = f"{self.principal.table}.{column}"
+        return [
+            t
+            for t in starts
+            if any(ref in self.ctx.domains[t][p].columns for p in self.env.tools[t].required)
+        ]
 
     def _aimed_starts(self, starts: list[str]) -> list[tuple[str, str]]:
         """(tool, parameter) pairs that take the fresh entity's key: the start tools first, else
@@ -465,12 +592,20 @@ class Builder:
                 node = self._by_id[node_id]
                 tool = node.call.name
                 weight = 1.0 + int(node_id[1:]) * 0.5
-                options = self._node_options[node_id] = [
-                    _Option(node, planned.edge, vals, weight, planned.writes, planned.feeds, single)
-                    for planned, vals, single in self.ctx.readings.extensions(
-                        tool, self.data[node_id], self.ctx.index.edge_plan(tool)
+                options = self._node_options[node_id] = []
+                for planned, vals, single in self.ctx.readings.extensions(
+                    tool, self.data[node_id], self.ctx.index.edge_plan(tool)
+                ):
+                    if self.principal is not None:
+                        e = planned.edge
+                        kept = [v for v in vals if self._allows(e.target, e.param, v)]
+                        if not kept:
+                            continue
+                        if len(kept) < len(vals):
+                            vals, single = kept, None
+                    options.append(
+                        _Option(node, planned.edge, vals, weight, planned.writes, planned.feeds, single)
                     )
-                ]
             out.extend(options)
         return out
 
@@ -497,6 +632,15 @@ class Builder:
             fresh = self.fresh.value
             weights = [
                 w * 10.0 if o.writes and fresh in o.values else w
+                for o, w in zip(options, weights, strict=True)
+            ]
+        if self.written_tools:
+            # A write that has undone one of this walk's earlier writes' tools before is likelier
+            # to again (cancel after book, restock after fill): such options weigh less.
+            sequel_w = outcomes.sequels.weights.get
+            done = self.written_tools
+            weights = [
+                w * min(sequel_w((t, o.edge.target), 1.0) for t in done) if w and o.writes else w
                 for o, w in zip(options, weights, strict=True)
             ]
         if not any(weights):
@@ -539,7 +683,7 @@ class Builder:
             return branched
         args, sources = self._fill(e.target, {e.param: (value, src)})
         call = Call(name=e.target, arguments=args)
-        if self._key(call) in self.done_calls:
+        if self._key(call) in self.done_calls or not self._on_story(call) or self._acts_on_own_insert(call):
             return False
         out = await self._run(call)
         ok, data, diff = out.ok, out.data, out.diff
@@ -681,7 +825,9 @@ class Builder:
         if not ((x > threshold) if comparator == ">" else (x < threshold)) == want_true:
             return False
         run, untaken = (then_call, else_call) if take_then else (else_call, then_call)
-        if self._key(run) in self.done_calls:
+        if self._key(run) in self.done_calls or not (self._on_story(run) and self._on_story(untaken)):
+            return False
+        if self._acts_on_own_insert(run) or self._acts_on_own_insert(untaken):
             return False
         # The call not taken must be one that would have worked here (what `verify` checks as
         # `untaken_branch`): tried on a copy of the episode, before the branch is taken.
@@ -737,6 +883,84 @@ class Builder:
             )
             self._edge(bid, node.id, "control", "then" if call is then_call else "else")
         return True
+
+    def prune_dead_reads(self) -> int:
+        """Drop every read whose result feeds nothing that stays (a later argument, a reasoning
+        step, a required output), and renumber the rest; returns how many calls were dropped.
+
+        Writes (run, refused or the untaken side of a branch) and the branches and closing counts
+        and sums stay; a pick stays when a kept call takes its value; a read stays when a kept node
+        takes data from it. The DAG is in topological order, so one pass from the end decides."""
+        feeds: dict[str, list[str]] = {}
+        for e in self.edges:
+            if e.kind in ("data", "control"):
+                feeds.setdefault(e.source, []).append(e.target)
+        needed: set[str] = set()
+        for node in reversed(self.nodes):
+            if node.kind == "call":
+                keep = node.write or node.expect_error
+            else:
+                keep = node.op in ("branch", "count", "sum")
+            if keep or any(t in needed for t in feeds.get(node.id, [])):
+                needed.add(node.id)
+        if len(needed) == len(self.nodes):
+            return 0
+        dropped = sum(1 for n in self.nodes if n.id not in needed and n.kind == "call" and n.executed)
+        new_id = {n.id: f"n{i}" for i, n in enumerate(n for n in self.nodes if n.id in needed)}
+
+        def ref(old: str | None) -> str | None:
+            return None if old is None else new_id.get(old, old)
+
+        def steps(text: str) -> str:
+            def one(m: re.Match[str]) -> str:
+                old = f"n{int(m.group(1)) - 1}"
+                return self._step_ref(new_id[old]) if old in new_id else m.group(0)
+
+            return re.sub(r"\bstep (\d+)\b", one, text)
+
+        nodes: list[DagNode] = []
+        for n in self.nodes:
+            if n.id not in needed:
+                continue
+            if n.kind == "call":
+                args = [
+                    a.model_copy(update={"node": ref(a.node)}) if a.source == "node" else a for a in n.args
+                ]
+                nodes.append(n.model_copy(update={"id": new_id[n.id], "args": args}))
+            else:
+                nodes.append(
+                    n.model_copy(
+                        update={
+                            "id": new_id[n.id],
+                            "source": ref(n.source),
+                            "then_node": ref(n.then_node),
+                            "else_node": ref(n.else_node),
+                            "text": steps(n.text),
+                        }
+                    )
+                )
+        self.nodes = nodes
+        self._by_id = {n.id: n for n in nodes if n.kind == "call"}
+        for n in nodes:
+            if n.kind == "call":
+                n.text = self._call_text(n)
+        self.edges = [
+            e.model_copy(update={"source": new_id[e.source], "target": new_id[e.target]})
+            for e in self.edges
+            if e.source in new_id and e.target in new_id
+        ]
+        self.data = {new_id[k]: v for k, v in self.data.items() if k in new_id}
+        self.texts = {new_id[k]: v for k, v in self.texts.items() if k in new_id}
+        self.write_diffs = {new_id[k]: v for k, v in self.write_diffs.items() if k in new_id}
+        self.output_labels = [steps(label) for label in self.output_labels]
+        self.facts = []
+        for n in nodes:
+            if n.kind == "call":
+                for a in n.args:
+                    if a.source == "user":
+                        self._add_fact(a.param, n.call.arguments[a.param], n.id)
+        self.calls -= dropped
+        return dropped
 
     def _summarise(self) -> None:
         """A closing count or sum over a listed result that the agent must tell the user."""
@@ -831,6 +1055,8 @@ class _RowFinder:
             return None
 
 
+_UNSET = object()
+
 _USER: dict[str, ArgSource] = {}
 
 
@@ -869,6 +1095,11 @@ async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfi
     )
     b = Builder(ctx=ctx, rng=rng, cfg=cfg, initial_state=initial_state, history=(key,))
     b.fresh = setup.fresh if setup else None
+    ownership = ctx.ownership
+    if setup is not None:
+        b.principal = ownership.principal_of(key, initial_state, setup.fresh.table, setup.fresh.value)
+    if b.principal is None:
+        b.principal = ownership.pick(random.Random(f"{seed}:principal"), key, initial_state, steer=cfg.steer)
     target = rng.randint(cfg.min_calls, cfg.max_calls)
     episode = await ctx.replayer.open_episode(database)
     b.episode = episode
@@ -877,8 +1108,12 @@ async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfi
     try:
         await b.start()
         stalls = 0
-        while b.calls < target or (b.writes == 0 and b.calls < cfg.max_calls):
-            if not await b.step(target - b.calls):
+        # A walk's length counts the calls that stay (`live_calls`); reads that feed nothing yet
+        # may still, and the walk stops at twice its longest length whatever it counts.
+        while b.calls < 2 * cfg.max_calls and (
+            (live := b.live_calls()) < target or (b.writes == 0 and b.calls < cfg.max_calls)
+        ):
+            if not await b.step(target - live):
                 stalls += 1
                 # A walk that has written is a task already and may try harder to grow; one that
                 # could not extend itself before writing seldom writes later (it is discarded).
@@ -888,6 +1123,8 @@ async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfi
             first = b.nodes[0]  # the start call
             assert first.kind == "call"
             ctx.outcomes.record_walk(first.call.name, b.writes > 0)
+            if cfg.steer and b.writes == 0:
+                ownership.record(b.principal, False)  # a walk that writes counts once judged
         # A walk that is rejected anyway is rejected before the full export it would not use.
         if b.writes == 0:
             raise BuildFailed("no_write")
@@ -901,7 +1138,12 @@ async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfi
         await ctx.replayer.close_episode(episode)
     if rng.random() < cfg.p_summary or not b.reasoned:
         b._summarise()
-    dag = Dag(nodes=b.nodes, edges=b.edges)
+    b.prune_dead_reads()
+    if b.calls < cfg.min_calls:
+        raise BuildFailed("too_short")
+    if b.calls > cfg.max_calls:  # reads that fed something late made it longer than asked
+        raise BuildFailed("too_long")
+    dag = Dag(nodes=b.nodes, edges=b.edges, principal=b.principal)
     checkpoints = []
     finders: dict[str, _RowFinder] = {}
     for node in b.nodes:

@@ -205,7 +205,11 @@ def test_bundled_tasks_are_distinct(env_dir: Path) -> None:
 
 def test_synth_tasks_stops_and_says_how_many_distinct_tasks_the_env_supports(tmp_path: Path) -> None:
     root = write_shop_env(tmp_path / "shop", lucky=False)
-    r = CliRunner().invoke(app, ["synth", "tasks", str(root), "--n", "500", "--seed", "0"])
+    # Two-call tasks: one principal's shop offers far fewer of those than 500.
+    r = CliRunner().invoke(
+        app,
+        ["synth", "tasks", str(root), "--n", "500", "--min-calls", "2", "--max-calls", "2", "--seed", "0"],
+    )
     assert r.exit_code == 0, r.output
     made = load_tasks(root)
     assert 0 < len(made) < 500 and duplicates(made) == []
