@@ -7,17 +7,18 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-import typer
 from rich.console import Console
 
 from envforge.server import Environment, EnvLoadError, load_env
+
+from .errors import UsageError
 
 console = Console(stderr=True)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    console.print(f"[bold red]error:[/] {message}")
-    raise typer.Exit(code)
+    """Stop the command: `main` prints `message` as one `error:` line and exits with `code`."""
+    raise UsageError(message, code)
 
 
 def load_envs(dirs: list[Path]) -> list[Environment]:
@@ -27,9 +28,11 @@ def load_envs(dirs: list[Path]) -> list[Environment]:
         try:
             envs.append(load_env(d))
         except EnvLoadError as exc:
+            if len(exc.problems) == 1:
+                fail(f"cannot load env {exc.problems[0]}")
             for problem in exc.problems:
-                console.print(f"[red]{problem}[/]")
-            fail(f"could not load env {d}")
+                console.print(str(problem), markup=False, highlight=False)
+            fail(f"cannot load env {d}: {len(exc.problems)} problems (listed above)")
     return envs
 
 

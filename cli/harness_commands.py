@@ -19,8 +19,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from envforge.harness import UserName
 
-from .common import console, fail, print_json
+from .common import console, fail, load_envs, print_json
 from .local_roles import is_local, local_roles
+from .preflight import check_api_key, check_served_envs
 
 
 def evaluate(
@@ -122,9 +123,16 @@ def evaluate(
             fail(str(exc))
         return cfg
 
+    envs = load_envs(env_dirs)
     for d in env_dirs:
         if not (d / "tasks.jsonl").exists():
-            fail(f"{d} has no tasks.jsonl")
+            fail(f"{d} has no tasks.jsonl (make some with `envforge synth tasks {d}`)")
+    check_model_keys(
+        {"agent": (agent, agent_api_base), "user": (user, user_api_base), "judge": (judge, judge_api_base)},
+        not_models={*BUILTIN_AGENTS, UserName.SCRIPTED},
+    )
+    if server:
+        check_served_envs(server, token, {e.name: d for e, d in zip(envs, env_dirs, strict=True)}, "--server")
     roles = {"agent": agent, "user": user, "judge": judge}
     with local_roles(roles, {"agent": temperature, "user": user_temperature}) as local:
         config = EvalConfig(
@@ -197,6 +205,13 @@ def evaluate(
 
 
 INFRA_REASONS_SHOWN = 3
+
+
+def check_model_keys(roles: dict[str, tuple[str | None, str | None]], not_models: set[str]) -> None:
+    """Each role played by a hosted model (not built in, not local) has its API key set."""
+    for role, (model, api_base) in roles.items():
+        if model and model not in not_models and not is_local(model):
+            check_api_key(f"--{role}", model, api_base, f"--{role}-api-base")
 
 
 def check_agent_name(agent: str, builtins: tuple[str, ...]) -> None:

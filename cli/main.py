@@ -6,6 +6,12 @@ import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+import sys
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated
+
+import click
 import typer
 
 from . import (
@@ -18,8 +24,41 @@ from . import (
     synth_commands,
     trainer_commands,
 )
+from .errors import DebugFlag, report_and_exit
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__, pretty_exceptions_enable=False)
+
+MULTI_VALUE_OPTIONS = ("--envs",)
+"""Options that take several values after one flag (`--envs a b`), as the README writes them; click
+options take one value each, so `main` spells them out as repeated flags before parsing."""
+
+
+def _package_version() -> str:
+    try:
+        return version("envforge")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"envforge {_package_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show the full traceback of an error instead of one line.")
+    ] = False,
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_show_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    DebugFlag.on = debug
+
+
 server_commands.register(app)
 synth_commands.register(app)
 envsynth_commands.register(app)
@@ -30,5 +69,38 @@ trainer_commands.register(app)
 app.command("demo")(demo.demo)
 
 
-def main() -> None:
-    app()
+def expand_multi_value_options(argv: Sequence[str]) -> list[str]:
+    """`--envs a b --steps 2` -> `--envs a --envs b --steps 2`: every bare word after a multi-value
+    option belongs to it (the commands that take one have no positional arguments)."""
+    out: list[str] = []
+    current: str | None = None
+    for arg in argv:
+        if arg == "--":
+            current = None
+        elif arg.startswith("-"):
+            current = arg if arg in MULTI_VALUE_OPTIONS else None
+        elif current is not None and out[-1] != current:
+            out.append(current)
+        elif current is not None:
+            pass  # the flag's first value
+        out.append(arg)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = expand_multi_value_options(sys.argv[1:] if argv is None else argv)
+    DebugFlag.on = "--debug" in args[: args.index("--") if "--" in args else len(args)]
+    try:
+        app(args=args, prog_name="envforge", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        sys.stderr.write("aborted\n")
+        raise SystemExit(130) from None
+    except click.ClickException as exc:
+        exc.show()  # usage errors: the command's usage line and one message, as click prints them
+        raise SystemExit(exc.exit_code) from None
+    except Exception as exc:
+        if DebugFlag.on:
+            raise
+        report_and_exit(exc)
