@@ -176,7 +176,13 @@ def replay_command(
     if export is ExportFormat.tau2:
         from envforge.synth import state_to_tau2_db
 
-        payload["tau2_db"] = state_to_tau2_db(result.final_state)
+        try:
+            payload["tau2_db"] = state_to_tau2_db(result.final_state)
+        except KeyError as exc:
+            fail(
+                f"--export tau2 needs a τ² retail env (made by `envforge import tau2`); "
+                f"{env.name} has no {exc.args[0]!r} table"
+            )
     if json_out:
         print_json(payload)
         return

@@ -36,6 +36,7 @@ from envforge.synth import (
 )
 
 from .common import console, fail, load_envs, print_json
+from .preflight import check_api_key
 
 synth_app = typer.Typer(no_args_is_help=True, help="Synthesize verified tasks for an env.")
 
@@ -95,6 +96,8 @@ def synth_tasks(
     if path.is_dir():
         fail(f"{path} is a directory; --out takes the path of the tasks file")
     (env,) = load_envs([env_dir])
+    if llm_model:
+        check_api_key("--llm", llm_model, None, None)
     cfg = SynthConfig(min_calls=min_calls, max_calls=max_calls, steer=steer)
 
     async def run() -> Any:
