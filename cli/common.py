@@ -14,6 +14,9 @@ from envforge.server import Environment, EnvLoadError, load_env
 from .errors import UsageError
 
 console = Console(stderr=True)
+"""Progress, logs and warnings: stderr, so stdout carries only results."""
+results = Console()
+"""Results (summary tables, scores, listings): stdout, where a pipe or a file picks them up."""
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

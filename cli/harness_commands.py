@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from envforge.harness import UserName
 
-from .common import console, fail, load_envs, print_json
+from .common import console, fail, load_envs, print_json, results
 from .local_roles import is_local, local_roles
 from .preflight import check_api_key, check_served_envs
 
@@ -188,8 +188,9 @@ def evaluate(
             except (RunExists, RunConfigMismatch, RunLocked, TaskSelectionError, FileNotFoundError) as exc:
                 fail(str(exc))
     summary = summarize(records, manifest.trials)
-    print_summary(summary, console)
-    console.print(f"run directory: {out}")
+    shown = console if json_out else results  # with --json, stdout holds the JSON alone
+    print_summary(summary, shown)
+    shown.print(f"run directory: {out}")
     if json_out:
         print_json(summary)
     infra = [r for r in records if r.fault == "infra"]
