@@ -160,7 +160,7 @@ def evaluate(
             MofNCompleteColumn(),
             TimeElapsedColumn(),
             console=console,
-            transient=json_out,
+            transient=True,  # a bar left on stderr would sit beside an error line or the results
         ) as progress:
             bar = progress.add_task(agent, total=None)
 
