@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import httpx
-from conftest import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 ENVS = REPO / "envs"
@@ -98,10 +97,10 @@ def test_serve_on_a_busy_port_is_one_line_and_announces_nothing() -> None:
 
 
 def test_serve_announces_only_once_it_answers() -> None:
-    """The moment `serving` appears, its URL must already answer: a script may start on that line."""
-    port = free_port()
+    """The moment `serving` appears, the URL it names must already answer: a script may start on
+    that line. `--port 0` (a free port) must name the port it got, not 0."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "envforge.cli", "serve", str(ENVS / "gym"), "--port", str(port)],
+        [sys.executable, "-m", "envforge.cli", "serve", str(ENVS / "gym"), "--port", "0"],
         env=cli_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -114,8 +113,10 @@ def test_serve_announces_only_once_it_answers() -> None:
         while "serving" not in line:
             assert time.monotonic() < deadline and proc.poll() is None, "serve never announced itself"
             line = proc.stderr.readline()
-        assert f"http://127.0.0.1:{port}/envs/gym/mcp" in line
-        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+        url = line.split()[-1]
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/envs/gym/mcp"), line
+        base = url.removesuffix("/envs/gym/mcp")
+        assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
     finally:
         proc.kill()
         proc.wait(10)
