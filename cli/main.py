@@ -9,10 +9,10 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
-from typing import Annotated
+from typing import Annotated, Any
 
-import click
 import typer
+from typer.core import TyperGroup
 
 from . import (
     demo,
@@ -24,13 +24,37 @@ from . import (
     synth_commands,
     trainer_commands,
 )
-from .errors import DebugFlag, report_and_exit
+from .errors import DebugFlag, UsageError, print_error, report_and_exit
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__, pretty_exceptions_enable=False)
+class ReportingGroup(TyperGroup):
+    """The root command group, however it is invoked (the console script, `python -m`, a test's
+    runner): multi-value options are spelled out before parsing, and a `UsageError` from any command
+    becomes its one line and exit code."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, expand_multi_value_options(args))
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UsageError as exc:
+            if DebugFlag.on:
+                raise
+            print_error(exc.message)
+            raise typer.Exit(exc.code) from None
+
+
+app = typer.Typer(
+    cls=ReportingGroup,
+    no_args_is_help=True,
+    add_completion=False,
+    help=__doc__,
+    pretty_exceptions_enable=False,
+)
 
 MULTI_VALUE_OPTIONS = ("--envs",)
 """Options that take several values after one flag (`--envs a b`), as the README writes them; click
-options take one value each, so `main` spells them out as repeated flags before parsing."""
+options take one value each, so the root group spells them out as repeated flags before parsing."""
 
 
 def _package_version() -> str:
@@ -88,18 +112,12 @@ def expand_multi_value_options(argv: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = expand_multi_value_options(sys.argv[1:] if argv is None else argv)
+    """The console script: usage errors end in `ReportingGroup`, anything unexpected here, as one
+    line (`--debug`: the traceback)."""
+    args = list(sys.argv[1:] if argv is None else argv)
     DebugFlag.on = "--debug" in args[: args.index("--") if "--" in args else len(args)]
     try:
-        app(args=args, prog_name="envforge", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        raise SystemExit(exc.exit_code) from None
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        sys.stderr.write("aborted\n")
-        raise SystemExit(130) from None
-    except click.ClickException as exc:
-        exc.show()  # usage errors: the command's usage line and one message, as click prints them
-        raise SystemExit(exc.exit_code) from None
+        app(args=args, prog_name="envforge")
     except Exception as exc:
         if DebugFlag.on:
             raise
