@@ -92,9 +92,7 @@ def synth_env(
         fail(f"cannot read docs: {exc}")
     settings = SynthSettings(name=env_name, max_rounds=max_rounds, min_tasks=min_tasks, api_base=api_base)
     report = asyncio.run(
-        synthesize_env(
-            tool_docs, out, responder, settings, progress=lambda m: console.print(m)
-        )
+        synthesize_env(tool_docs, out, responder, settings, progress=lambda m: console.print(m))
     )
     table = _table(f"{env_name}: {len(tool_docs)} documented tools")
     table.add_row(*_row(report))

@@ -15,7 +15,6 @@ from typing import NoReturn
 from typer._click.exceptions import ClickException
 
 
-
 class UsageError(ClickException):
     """A mistake the user can fix: the message names what is wrong and how to fix it.
 

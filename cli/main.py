@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
 
 import typer
+from typer._click.core import Context  # the vendored click that TyperGroup subclasses
 from typer.core import TyperGroup
 
 from . import (
@@ -26,15 +27,16 @@ from . import (
 )
 from .errors import DebugFlag, UsageError, print_error, report_and_exit
 
+
 class ReportingGroup(TyperGroup):
     """The root command group, however it is invoked (the console script, `python -m`, a test's
     runner): multi-value options are spelled out before parsing, and a `UsageError` from any command
     becomes its one line and exit code."""
 
-    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, expand_multi_value_options(args))
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: Context) -> Any:
         try:
             return super().invoke(ctx)
         except UsageError as exc:

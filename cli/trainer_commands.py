@@ -106,7 +106,9 @@ def check_envs(envs: list[Path], fleet_url: str | None) -> None:
     loaded = load_envs(envs)
     if fleet_url:
         check_served_envs(
-            fleet_url, os.environ.get("ENVFORGE_TOKEN"), {e.name: d for e, d in zip(loaded, envs, strict=True)},
+            fleet_url,
+            os.environ.get("ENVFORGE_TOKEN"),
+            {e.name: d for e, d in zip(loaded, envs, strict=True)},
             "--fleet-url",
         )
 
@@ -120,9 +122,16 @@ def check_tasks_per_step(envs: list[Path], tasks_per_step: int) -> None:
         )
     for d in envs:
         path = d / "tasks.jsonl"
-        count = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip()) if path.exists() else 0
+        count = (
+            sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+            if path.exists()
+            else 0
+        )
         if count < 2:
-            fail(f"{d} has {count} task(s); ERPO needs >= 2 per env (make some with `envforge synth tasks {d}`)")
+            fail(
+                f"{d} has {count} task(s); ERPO needs >= 2 per env "
+                f"(make some with `envforge synth tasks {d}`)"
+            )
 
 
 def train_cmd(
@@ -225,9 +234,7 @@ def train_cmd(
 
 def collect_cmd(
     model: Path = typer.Option(..., "--model"),
-    envs: list[Path] = typer.Option(
-        ..., "--envs", help="Env dirs: --envs envs/a envs/b (or repeat --envs)."
-    ),
+    envs: list[Path] = typer.Option(..., "--envs", help="Env dirs: --envs envs/a envs/b (or repeat --envs)."),
     backend: str = typer.Option("hf", "--backend"),
     vllm_url: str | None = typer.Option(None, "--vllm-url"),
     groups: int = typer.Option(4, "--groups", help="Task groups to collect (round-robin over envs)."),

@@ -17,9 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import envforge_serve
 
 from envforge.cli.main import main
+
+from conftest import envforge_serve
 
 REPO = Path(__file__).resolve().parents[1]
 ENVS = REPO / "envs"
@@ -33,7 +34,9 @@ def no_api_keys(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def envforge(args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
+def envforge(
+    args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> tuple[int, str, str]:
     """Run `envforge ARGS` through the console script's `main`: (exit code, stdout, stderr).
 
     Any exception escaping `main` fails the test: that is the traceback a user would have seen."""
@@ -80,12 +83,16 @@ def gym_server() -> Iterator[str]:
 
 
 def test_eval_on_a_folder_that_does_not_exist(capsys, monkeypatch, tmp_path) -> None:
-    code, _, err = envforge(["eval", str(ENVS / "gymm"), "--agent", "oracle", "--out", str(tmp_path)], capsys, monkeypatch)
+    code, _, err = envforge(
+        ["eval", str(ENVS / "gymm"), "--agent", "oracle", "--out", str(tmp_path)], capsys, monkeypatch
+    )
     assert_one_line_error(code, err, "gymm", "not a directory")
 
 
 def test_eval_with_a_misspelt_agent(capsys, monkeypatch, tmp_path) -> None:
-    code, _, err = envforge(["eval", str(ENVS / "gym"), "--agent", "oracl", "--out", str(tmp_path)], capsys, monkeypatch)
+    code, _, err = envforge(
+        ["eval", str(ENVS / "gym"), "--agent", "oracl", "--out", str(tmp_path)], capsys, monkeypatch
+    )
     assert_one_line_error(code, err, "unknown agent 'oracl'", "did you mean 'oracle'")
     assert not (tmp_path / "trials.jsonl").exists()
 
@@ -145,16 +152,22 @@ def test_train_with_a_model_folder_that_does_not_exist_never_imports_torch(tmp_p
     assert_one_line_error(2, done.stderr, "--model /nonexistent", "config.json")
 
 
-def test_train_tasks_per_step_is_checked_before_the_model_loads(capsys, monkeypatch, tmp_path, model_dir) -> None:
+def test_train_tasks_per_step_is_checked_before_the_model_loads(
+    capsys, monkeypatch, tmp_path, model_dir
+) -> None:
     args = ["train", "--model", str(model_dir), "--envs", str(ENVS / "gym"), "--tasks-per-step", "1"]
     code, _, err = envforge([*args, "--out", str(tmp_path / "out")], capsys, monkeypatch)
     assert_one_line_error(code, err, "--tasks-per-step 1", ">= 2")
 
 
-def test_train_takes_several_envs_after_one_flag_as_the_readme_writes(capsys, monkeypatch, tmp_path, model_dir) -> None:
+def test_train_takes_several_envs_after_one_flag_as_the_readme_writes(
+    capsys, monkeypatch, tmp_path, model_dir
+) -> None:
     """`--envs envs/a envs/b` (README): both envs count (the ERPO minimum becomes 4), no "extra argument"."""
     args = ["train", "--model", str(model_dir), "--envs", str(ENVS / "gym"), str(ENVS / "library")]
-    code, _, err = envforge([*args, "--tasks-per-step", "2", "--out", str(tmp_path / "out")], capsys, monkeypatch)
+    code, _, err = envforge(
+        [*args, "--tasks-per-step", "2", "--out", str(tmp_path / "out")], capsys, monkeypatch
+    )
     assert_one_line_error(code, err, ">= 4 for 2 env(s)")
 
 
@@ -174,7 +187,15 @@ def test_collect_on_a_fleet_lacking_the_env(capsys, monkeypatch, tmp_path, model
 
 
 def test_synth_tasks_with_an_llm_and_no_api_key(capsys, monkeypatch, tmp_path) -> None:
-    args = ["synth", "tasks", str(ENVS / "gym"), "--llm", "openai/gpt-4o-mini", "--out", str(tmp_path / "t.jsonl")]
+    args = [
+        "synth",
+        "tasks",
+        str(ENVS / "gym"),
+        "--llm",
+        "openai/gpt-4o-mini",
+        "--out",
+        str(tmp_path / "t.jsonl"),
+    ]
     code, _, err = envforge(args, capsys, monkeypatch)
     assert_one_line_error(code, err, "--llm openai/gpt-4o-mini", "OPENAI_API_KEY")
     assert not (tmp_path / "t.jsonl").exists()
@@ -188,7 +209,15 @@ def test_synth_env_without_a_model(capsys, monkeypatch, tmp_path) -> None:
 
 
 def test_synth_env_with_a_bad_env_name_keeps_the_pattern(capsys, monkeypatch, tmp_path) -> None:
-    args = ["synth", "env", str(ENVS / "library" / "docs"), "-o", str(tmp_path / "Bad-Name"), "--model", "openai/x"]
+    args = [
+        "synth",
+        "env",
+        str(ENVS / "library" / "docs"),
+        "-o",
+        str(tmp_path / "Bad-Name"),
+        "--model",
+        "openai/x",
+    ]
     code, _, err = envforge(args, capsys, monkeypatch)
     assert_one_line_error(code, err, "'Bad-Name'", "[a-z][a-z0-9_]*", "--name")
 
@@ -217,6 +246,10 @@ def test_debug_shows_the_traceback_that_the_one_line_error_hides(capsys, monkeyp
     assert_one_line_error(code, err, "--export tau2")
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     debug = subprocess.run(
-        [sys.executable, "-m", "envforge.cli", "--debug", *args], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-m", "envforge.cli", "--debug", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "KeyError" in debug.stderr

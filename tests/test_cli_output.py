@@ -26,7 +26,11 @@ def cli_env() -> dict[str, str]:
 
 def envforge(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "envforge.cli", *args], capture_output=True, text=True, env=cli_env(), timeout=300
+        [sys.executable, "-m", "envforge.cli", *args],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=300,
     )
 
 
@@ -43,7 +47,9 @@ def test_version() -> None:
 
 def test_eval_summary_is_on_stdout_with_whole_env_names_in_80_columns(tmp_path: Path) -> None:
     dirs = [str(ENVS / name) for name in ("car_rental", "flight_booking", "helpdesk_lite")]
-    done = envforge("eval", *dirs, "--agent", "oracle", "--limit", "1", "--trials", "2", "--out", str(tmp_path))
+    done = envforge(
+        "eval", *dirs, "--agent", "oracle", "--limit", "1", "--trials", "2", "--out", str(tmp_path)
+    )
     assert done.returncode == 0, done.stderr
     assert "Run summary" in done.stdout and "Run summary" not in done.stderr
     rows = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.strip()}
@@ -55,7 +61,9 @@ def test_eval_summary_is_on_stdout_with_whole_env_names_in_80_columns(tmp_path: 
 
 
 def test_eval_json_keeps_stdout_parseable(tmp_path: Path) -> None:
-    done = envforge("eval", str(ENVS / "gym"), "--agent", "oracle", "--limit", "1", "--json", "--out", str(tmp_path))
+    done = envforge(
+        "eval", str(ENVS / "gym"), "--agent", "oracle", "--limit", "1", "--json", "--out", str(tmp_path)
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["overall"]["n_trials"] == 1
 

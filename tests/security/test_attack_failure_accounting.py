@@ -7,7 +7,6 @@ uses), the in-process fleet, and the `envforge` CLI in a subprocess for exit cod
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
