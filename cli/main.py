@@ -7,6 +7,7 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import sys
+import traceback
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
@@ -41,7 +42,7 @@ class ReportingGroup(TyperGroup):
             return super().invoke(ctx)
         except UsageError as exc:
             if DebugFlag.on:
-                raise
+                traceback.print_exc()
             print_error(exc.message)
             raise typer.Exit(exc.code) from None
 
