@@ -7,11 +7,13 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+import typer
 from rich.console import Console
+from typer._click.globals import get_current_context
 
 from envforge.server import Environment, EnvLoadError, load_env
 
-from .errors import UsageError
+from .errors import UsageError, print_error
 
 console = Console(stderr=True)
 """Progress, logs and warnings: stderr, so stdout carries only results."""
@@ -20,7 +22,14 @@ results = Console()
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    """Stop the command: `main` prints `message` as one `error:` line and exits with `code`."""
+    """Stop the command: `message` becomes one `error:` line and the exit code `code`.
+
+    Under the root app its group reports the `UsageError`; a command registered on another app (a
+    test's) prints the same line here, instead of click's boxed and wrapped error panel."""
+    ctx = get_current_context(silent=True)
+    if ctx is None or not getattr(ctx.find_root().command, "reports_usage_errors", False):
+        print_error(message)
+        raise typer.Exit(code)
     raise UsageError(message, code)
 
 

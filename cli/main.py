@@ -34,6 +34,9 @@ class ReportingGroup(TyperGroup):
     runner): multi-value options are spelled out before parsing, and a `UsageError` from any command
     becomes its one line and exit code."""
 
+    reports_usage_errors = True
+    """Read by `common.fail`: under this group a `UsageError` is reported here."""
+
     def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, expand_multi_value_options(args))
 
