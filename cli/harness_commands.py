@@ -19,8 +19,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from envforge.harness import UserName
 
-from .common import console, fail, print_json
+from .common import console, fail, load_envs, print_json, results
 from .local_roles import is_local, local_roles
+from .preflight import check_api_key, check_served_envs
 
 
 def evaluate(
@@ -132,9 +133,16 @@ def evaluate(
             fail(str(exc))
         return cfg
 
+    envs = load_envs(env_dirs)
     for d in env_dirs:
         if not (d / "tasks.jsonl").exists():
-            fail(f"{d} has no tasks.jsonl")
+            fail(f"{d} has no tasks.jsonl (make some with `envforge synth tasks {d}`)")
+    check_model_keys(
+        {"agent": (agent, agent_api_base), "user": (user, user_api_base), "judge": (judge, judge_api_base)},
+        not_models={*BUILTIN_AGENTS, UserName.SCRIPTED},
+    )
+    if server:
+        check_served_envs(server, token, {e.name: d for e, d in zip(envs, env_dirs, strict=True)}, "--server")
     roles = {"agent": agent, "user": user, "judge": judge}
     with local_roles(
         roles, {"agent": temperature, "user": user_temperature}, shared=local_servers == "shared"
@@ -165,7 +173,7 @@ def evaluate(
             MofNCompleteColumn(),
             TimeElapsedColumn(),
             console=console,
-            transient=json_out,
+            transient=True,  # a bar left on stderr would sit beside an error line or the results
         ) as progress:
             bar = progress.add_task(agent, total=None)
 
@@ -193,8 +201,9 @@ def evaluate(
             except (RunExists, RunConfigMismatch, RunLocked, TaskSelectionError, FileNotFoundError) as exc:
                 fail(str(exc))
     summary = summarize(records, manifest.trials)
-    print_summary(summary, console)
-    console.print(f"run directory: {out}")
+    shown = console if json_out else results  # with --json, stdout holds the JSON alone
+    print_summary(summary, shown)
+    shown.print(f"run directory: {out}")
     console.print(f"report: {write_report(out)}", highlight=False)
     if json_out:
         print_json(summary)
@@ -211,6 +220,13 @@ def evaluate(
 
 
 INFRA_REASONS_SHOWN = 3
+
+
+def check_model_keys(roles: dict[str, tuple[str | None, str | None]], not_models: set[str]) -> None:
+    """Each role played by a hosted model (not built in, not local) has its API key set."""
+    for role, (model, api_base) in roles.items():
+        if model and model not in not_models and not is_local(model):
+            check_api_key(f"--{role}", model, api_base, f"--{role}-api-base")
 
 
 def check_agent_name(agent: str, builtins: tuple[str, ...]) -> None:

@@ -6,7 +6,15 @@ import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+import sys
+import traceback
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated, Any
+
 import typer
+from typer._click.core import Context  # the vendored click that TyperGroup subclasses
+from typer.core import TyperGroup
 
 from . import (
     demo,
@@ -18,8 +26,69 @@ from . import (
     synth_commands,
     trainer_commands,
 )
+from .errors import DebugFlag, UsageError, print_error, report_and_exit
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+
+class ReportingGroup(TyperGroup):
+    """The root command group, however it is invoked (the console script, `python -m`, a test's
+    runner): multi-value options are spelled out before parsing, and a `UsageError` from any command
+    becomes its one line and exit code."""
+
+    reports_usage_errors = True
+    """Read by `common.fail`: under this group a `UsageError` is reported here."""
+
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, expand_multi_value_options(args))
+
+    def invoke(self, ctx: Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UsageError as exc:
+            if DebugFlag.on:
+                traceback.print_exc()
+            print_error(exc.message)
+            raise typer.Exit(exc.code) from None
+
+
+app = typer.Typer(
+    cls=ReportingGroup,
+    no_args_is_help=True,
+    add_completion=False,
+    help=__doc__,
+    pretty_exceptions_enable=False,
+)
+
+MULTI_VALUE_OPTIONS = ("--envs",)
+"""Options that take several values after one flag (`--envs a b`), as the README writes them; click
+options take one value each, so the root group spells them out as repeated flags before parsing."""
+
+
+def _package_version() -> str:
+    try:
+        return version("envforge")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"envforge {_package_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show the full traceback of an error instead of one line.")
+    ] = False,
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_show_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    DebugFlag.on = debug
+
+
 server_commands.register(app)
 synth_commands.register(app)
 envsynth_commands.register(app)
@@ -30,5 +99,32 @@ trainer_commands.register(app)
 app.command("demo")(demo.demo)
 
 
-def main() -> None:
-    app()
+def expand_multi_value_options(argv: Sequence[str]) -> list[str]:
+    """`--envs a b --steps 2` -> `--envs a --envs b --steps 2`: every bare word after a multi-value
+    option belongs to it (the commands that take one have no positional arguments)."""
+    out: list[str] = []
+    current: str | None = None
+    for arg in argv:
+        if arg == "--":
+            current = None
+        elif arg.startswith("-"):
+            current = arg if arg in MULTI_VALUE_OPTIONS else None
+        elif current is not None and out[-1] != current:
+            out.append(current)
+        elif current is not None:
+            pass  # the flag's first value
+        out.append(arg)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The console script: usage errors end in `ReportingGroup`, anything unexpected here, as one
+    line (`--debug`: the traceback)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    DebugFlag.on = "--debug" in args[: args.index("--") if "--" in args else len(args)]
+    try:
+        app(args=args, prog_name="envforge")
+    except Exception as exc:
+        if DebugFlag.on:
+            raise
+        report_and_exit(exc)

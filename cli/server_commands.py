@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
+import textwrap
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -14,7 +16,8 @@ from rich.table import Table
 
 from envforge.server import Fleet, open_database, quote_ident, read_actions, replay
 
-from .common import console, fail, load_envs, print_json
+from .common import console, fail, load_envs, print_json, results
+from .schema_text import parameter_lines
 
 
 class Transport(StrEnum):
@@ -79,15 +82,43 @@ def serve(
         )
     except ValueError as exc:
         fail(str(exc))
-    for env in envs:
-        console.print(f"[green]serving[/] {env.name}: http://{host}:{port}/envs/{env.name}/mcp")
-    console.print(f"control plane: http://{host}:{port}/control/episodes")
+    try:
+        sock = listening_socket(host, port)
+    except OSError as exc:
+        fail(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc} "
+            "(is another server using it? pick another --port, or --port 0 for a free one)"
+        )
+    bound = sock.getsockname()[1]
+
+    def announce() -> None:
+        for env in envs:
+            console.print(f"[green]serving[/] {env.name}: http://{host}:{bound}/envs/{env.name}/mcp")
+        console.print(f"control plane: http://{host}:{bound}/control/episodes")
+
     serve_http(
         app,
         host=host,
-        port=port,
+        port=bound,
         limits=HTTPLimits(max_connections=max_connections, header_timeout=header_timeout),
+        sock=sock,
+        on_listening=announce,
     )
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to `host:port` (port 0: a free one), for uvicorn to listen on.
+
+    Bound here so a busy port or a bad address is a one-line error before anything is announced."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def inspect(
@@ -134,26 +165,40 @@ def inspect(
             }
         )
         return
-    tools = Table(title=f"{env.name} {env.manifest.version}: tools")
-    for col in ("tool", "kind", "parameters", "description"):
-        tools.add_column(col)
-    for s in env.tools.values():
-        props = s.input_schema.get("properties", {})
-        params = ", ".join(
-            f"{p}{'' if p in s.required else '?'}: {props.get(p, {}).get('type', 'any')}"
-            for p in s.parameters
-        )
-        kind = "read" if s.read_only else f"write {', '.join(s.writes)}"
-        tools.add_row(s.name, kind, params, s.description.splitlines()[0][:70])
-    tables = Table(title=f"{env.name}: tables")
+    out = results
+    out.print(f"[bold]{env.name}[/] {env.manifest.version}: {len(env.tools)} tools", highlight=False)
+    for spec in env.tools.values():
+        kind = "read" if spec.read_only else f"writes {', '.join(spec.writes)}"
+        out.print(f"\n[bold]{spec.name}[/] ({kind})", highlight=False)
+        out.print(wrapped(spec.description, out.width, "  "), markup=False, highlight=False)
+        for line in parameter_lines(spec.input_schema, set(spec.required)):
+            out.print(wrapped(line, out.width, "    ", "      "), markup=False, highlight=False)
+    tables = Table(title=f"{env.name}: tables", title_justify="left")
     for col in ("table", "primary key", "columns", "rows"):
-        tables.add_column(col)
+        tables.add_column(col, no_wrap=col == "table")
     for t in env.tables:
         tables.add_row(t.name, ", ".join(t.primary_key), str(len(t.columns)), str(counts[t.name]))
-    out = console.__class__()
-    out.print(tools)
+    out.print()
     out.print(tables)
-    out.print(f"seed state hash: {env.seed_hash()}")
+    out.print(f"seed state hash: {env.seed_hash()}", highlight=False)
+
+
+def wrapped(text: str, width: int, indent: str, subsequent: str | None = None) -> str:
+    """`text` wrapped at word boundaries to `width`: whole descriptions, never cut mid-word.
+
+    Paragraphs (blank-line separated) stay apart; words longer than a line are left whole."""
+    paragraphs = [" ".join(p.split()) for p in text.strip().split("\n\n") if p.strip()]
+    return "\n".join(
+        textwrap.fill(
+            p,
+            width=max(width, 40),
+            initial_indent=indent,
+            subsequent_indent=subsequent if subsequent is not None else indent,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        for p in paragraphs
+    )
 
 
 def replay_command(
@@ -176,11 +221,17 @@ def replay_command(
     if export is ExportFormat.tau2:
         from envforge.synth import state_to_tau2_db
 
-        payload["tau2_db"] = state_to_tau2_db(result.final_state)
+        try:
+            payload["tau2_db"] = state_to_tau2_db(result.final_state)
+        except KeyError as exc:
+            fail(
+                f"--export tau2 needs a τ² retail env (made by `envforge import tau2`); "
+                f"{env.name} has no {exc.args[0]!r} table"
+            )
     if json_out:
         print_json(payload)
         return
-    out = console.__class__()
+    out = results
     for action, text, err in zip(parsed, result.outputs, result.errors, strict=True):
         style = "red" if err else "green"
         out.print(f"[{style}]{action.name}[/] {action.arguments}\n  -> {text[:300]}")

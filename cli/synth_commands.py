@@ -21,6 +21,7 @@ from envforge.synth import (
     Call,
     EnvRealism,
     PhraseError,
+    Score,
     SynthConfig,
     SynthContext,
     build_graph,
@@ -40,7 +41,8 @@ from envforge.synth import (
     write_tasks_to,
 )
 
-from .common import console, fail, load_envs, print_json
+from .common import console, fail, load_envs, print_json, results
+from .preflight import check_api_key
 
 synth_app = typer.Typer(no_args_is_help=True, help="Synthesize verified tasks for an env.")
 
@@ -104,6 +106,8 @@ def synth_tasks(
         load_phrases(env)  # a vocabulary the gate rejects stops the run before any walk
     except PhraseError as exc:
         fail(str(exc))
+    if llm_model:
+        check_api_key("--llm", llm_model, None, None)
     cfg = SynthConfig(min_calls=min_calls, max_calls=max_calls, steer=steer)
 
     async def run() -> Any:
@@ -313,7 +317,25 @@ def score_cmd(
     if as_json:
         print_json(score.model_dump(mode="json"))
     else:
-        console.print(score)
+        print_score(task_id, score)
+
+
+def print_score(task_id: str, score: Score) -> None:
+    """A score as a reader wants it on stdout: the reward, then each part and what it missed."""
+    out = results
+    out.print(f"{task_id}: reward {score.reward:.2f}", highlight=False)
+    out.print(f"  state matches expected: {'yes' if score.state_match else 'no'}", highlight=False)
+    out.print(
+        f"  checkpoints: {score.checkpoints_passed} of {score.checkpoints_total} ({score.checkpoints:.0%})",
+        highlight=False,
+    )
+    missing = f" (missing: {', '.join(score.outputs_missing)})" if score.outputs_missing else ""
+    out.print(f"  required outputs found: {score.outputs:.0%}{missing}", markup=False, highlight=False)
+    out.print(f"  reward from: {', '.join(str(p) for p in score.basis) or 'nothing'}", highlight=False)
+    if score.not_judged:
+        out.print(f"  not judged: {', '.join(str(p) for p in score.not_judged)}", highlight=False)
+    if score.answer_rule is not None:
+        out.print(f"  answers judged by: {score.answer_rule}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -23,7 +23,9 @@ import typer
 
 from envforge.harness import UserName
 
-from .common import console, fail
+from .common import console, fail, load_envs
+from .harness_commands import check_model_keys
+from .preflight import check_model_dir, check_served_envs
 
 if TYPE_CHECKING:
     from envforge.trainer import RunOptions, StepMetrics, Trajectory
@@ -95,8 +97,11 @@ def _opts(
     mcp: bool,
     **extra: Any,
 ) -> RunOptions:
+    from envforge.harness import is_local_spec
     from envforge.trainer import RunOptions
 
+    if not is_local_spec(model):
+        check_model_dir(Path(model))
     if backend not in ("hf", "vllm"):
         fail("--backend must be hf or vllm")
     if extra.get("env_kind", "harness") not in ("harness", "fleet"):
@@ -111,6 +116,11 @@ def _opts(
         fail("--tasks must be all or lookup")
     if extra.get("tasks") == "lookup" and extra.get("env_kind") == "harness":
         extra["env_kind"] = "fleet"  # a lookup is one question: no simulated user to talk to
+    check_envs(envs, extra.get("fleet_url"))
+    check_model_keys(
+        {"user": (extra.get("user"), extra.get("user_api_base")), "judge": (extra.get("judge"), None)},
+        not_models={UserName.SCRIPTED},
+    )
     return RunOptions(
         model=_model_dir(model),
         envs=envs,
@@ -125,10 +135,43 @@ def _opts(
     )
 
 
+def check_envs(envs: list[Path], fleet_url: str | None) -> None:
+    """The env folders load and, with `--fleet-url`, that fleet serves every one of them."""
+    loaded = load_envs(envs)
+    if fleet_url:
+        check_served_envs(
+            fleet_url,
+            os.environ.get("ENVFORGE_TOKEN"),
+            {e.name: d for e, d in zip(loaded, envs, strict=True)},
+            "--fleet-url",
+        )
+
+
+def check_tasks_per_step(envs: list[Path], tasks_per_step: int) -> None:
+    """ERPO compares two tasks per env each step: checked here, before the model loads."""
+    if tasks_per_step < 2 * len(envs):
+        fail(
+            f"--tasks-per-step {tasks_per_step} is too small: ERPO needs >= 2 per env "
+            f"(>= {2 * len(envs)} for {len(envs)} env(s))"
+        )
+    for d in envs:
+        path = d / "tasks.jsonl"
+        count = (
+            sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+            if path.exists()
+            else 0
+        )
+        if count < 2:
+            fail(
+                f"{d} has {count} task(s); ERPO needs >= 2 per env "
+                f"(make some with `envforge synth tasks {d}`)"
+            )
+
+
 def train_cmd(
     model: ModelOption,
     envs: list[Path] = typer.Option(
-        ..., "--envs", help="Env dirs, each with tasks.jsonl (repeat the option)."
+        ..., "--envs", help="Env dirs, each with tasks.jsonl: --envs envs/a envs/b (or repeat --envs)."
     ),
     backend: str = typer.Option("hf", "--backend", help="hf (local transformers) or vllm (HTTP)."),
     vllm_url: str | None = typer.Option(None, "--vllm-url", help="OpenAI-compatible vLLM server URL."),
@@ -172,6 +215,7 @@ def train_cmd(
 
     from envforge.trainer import LearnerConfig, RolloutConfig, TrainConfig, run_training
 
+    check_tasks_per_step(envs, tasks_per_step)
     opts = _opts(
         model,
         envs,
@@ -238,7 +282,7 @@ def train_cmd(
 
 def collect_cmd(
     model: ModelOption,
-    envs: list[Path] = typer.Option(..., "--envs"),
+    envs: list[Path] = typer.Option(..., "--envs", help="Env dirs: --envs envs/a envs/b (or repeat --envs)."),
     backend: str = typer.Option("hf", "--backend"),
     vllm_url: str | None = typer.Option(None, "--vllm-url"),
     groups: int = typer.Option(4, "--groups", help="Task groups to collect (round-robin over envs)."),

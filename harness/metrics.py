@@ -267,46 +267,77 @@ def fmt_cost(value: float) -> str:
     return f"${value:.4f}"
 
 
-def print_summary(summary: dict[str, Any], console: Any) -> None:
-    """A rich table: one row per env and an overall row (pass^1..k, reward ± CI, errors, cost)."""
-    from rich import box
-    from rich.table import Table
+SUMMARY_DROP_ORDER = ("reward 95% CI", "cost", "user err")
+"""Columns the summary table leaves out, in this order, when the terminal is too narrow for them
+(`--json` always has them); env names and pass^k are never cut."""
+SUMMARY_COLUMN_GAP = 2
 
+
+def summary_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The summary table's headers and rows (each env, then `overall`), as text."""
     overall = summary["overall"]
     k_max = len(overall["pass_hat_k"])
-    table = Table(title="Run summary", title_justify="left", box=box.SIMPLE_HEAD)
-    table.add_column("env")
-    table.add_column("tasks", justify="right")
-    table.add_column("trials", justify="right")
-    for k in range(1, k_max + 1):
-        table.add_column(f"pass^{k}", justify="right")
-    table.add_column("mean reward [95% CI]", justify="right")
-    table.add_column("user err", justify="right")
-    table.add_column("infra fail", justify="right")
-    table.add_column("cost", justify="right")
+    headers = ["env", "tasks", "trials", *(f"pass^{k}" for k in range(1, k_max + 1))]
+    headers += ["reward", "reward 95% CI", "user err", "infra", "cost"]
 
-    def row(name: str, part: dict[str, Any], style: str | None = None, end_section: bool = False) -> None:
-        reward = fmt_rate(part["mean_reward"])
-        if part["mean_reward_ci"] is not None:
-            reward += " " + fmt_ci(part["mean_reward_ci"])
-        table.add_row(
+    def row(name: str, part: dict[str, Any]) -> list[str]:
+        return [
             name,
             str(part["n_tasks"]),
             str(part["n_trials"]),
             *(fmt_rate(v) for v in part["pass_hat_k"]),
-            reward,
+            fmt_rate(part["mean_reward"]),
+            fmt_ci(part["mean_reward_ci"]),
             fmt_rate(part["user_error_rate"]),
             str(part["infra_failures"]),
             fmt_cost(part["cost_usd"]),
-            style=style,
-            end_section=end_section,
-        )
+        ]
 
-    envs = list(summary["envs"].items())
-    for i, (env, part) in enumerate(envs):
-        row(env, part, end_section=i == len(envs) - 1)
-    row("overall", overall, style="bold")
+    rows = [row(env, part) for env, part in summary["envs"].items()]
+    return headers, [*rows, row("overall", overall)]
+
+
+def fitting_columns(headers: list[str], rows: list[list[str]], width: int) -> list[int]:
+    """Indices of the columns to show within `width` characters, each at its full width: optional
+    columns are dropped (`SUMMARY_DROP_ORDER`) rather than any cell shortened."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    keep = list(range(len(headers)))
+    for name in SUMMARY_DROP_ORDER:
+        if sum(widths[i] + SUMMARY_COLUMN_GAP for i in keep) <= width:
+            break
+        keep.remove(headers.index(name))
+    return keep
+
+
+def print_summary(summary: dict[str, Any], console: Any) -> None:
+    """A table fitted to the console: one row per env and an overall row (pass^1..k, reward and its
+    CI, user errors, infra failures, cost). Env names are printed whole, never cut to `car_r…`."""
+    from rich import box
+    from rich.table import Table
+
+    overall = summary["overall"]
+    headers, rows = summary_rows(summary)
+    keep = fitting_columns(headers, rows, console.width)
+    table = Table(
+        title="Run summary", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False
+    )
+    name_width = max(len(r[0]) for r in rows)
+    for i in keep:
+        if i == 0:
+            table.add_column(headers[i], no_wrap=True, min_width=name_width)
+        else:
+            table.add_column(headers[i], justify="right", no_wrap=True)
+    for n, cells in enumerate(rows):
+        is_overall = n == len(rows) - 1
+        table.add_row(
+            *(cells[i] for i in keep),
+            style="bold" if is_overall else None,
+            end_section=n == len(rows) - 2,
+        )
     console.print(table)
+    left_out = [h for i, h in enumerate(headers) if i not in keep]
+    if left_out:
+        console.print(f"left out at {console.width} columns: {', '.join(left_out)} (--json has them)")
     console.print(f"answers scored by: {describe_answer_rules(overall['answer_rules'])}")
     calls = overall.get("tool_calls") or {}
     if calls.get("agent_turns"):

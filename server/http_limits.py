@@ -21,7 +21,9 @@ import asyncio
 import errno
 import logging
 import resource
+import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -200,9 +202,26 @@ def install_log_limiter(interval: float = 10.0) -> ResourceErrorLogLimiter:
     return limiter
 
 
-def serve_http(app: Any, *, host: str, port: int, limits: HTTPLimits) -> None:
-    """Run `app` under uvicorn with `limits` until interrupted."""
+def serve_http(
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    limits: HTTPLimits,
+    sock: socket.socket | None = None,
+    on_listening: Callable[[], None] | None = None,
+) -> None:
+    """Run `app` under uvicorn with `limits` until interrupted.
+
+    `sock`: a socket the caller bound already (so a busy port is its error to report, not a log line
+    inside uvicorn); `on_listening` runs once the server accepts connections, and only then."""
     import uvicorn
+
+    class _Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started and on_listening is not None:
+                on_listening()
 
     config = uvicorn.Config(
         app,
@@ -217,4 +236,4 @@ def serve_http(app: Any, *, host: str, port: int, limits: HTTPLimits) -> None:
         backlog=limits.effective_backlog(),
     )
     install_log_limiter()  # after Config: it (re)configures uvicorn's loggers
-    uvicorn.Server(config).run()
+    _Server(config).run(sockets=[sock] if sock is not None else None)

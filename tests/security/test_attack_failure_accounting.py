@@ -7,7 +7,6 @@ uses), the in-process fleet, and the `envforge` CLI in a subprocess for exit cod
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -132,16 +131,15 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_eval_exits_nonzero_with_the_reason_when_every_trial_is_infra(task: Task, tmp_path: Path) -> None:
-    """Found: a run whose every trial failed for infra reasons exited 0, the reason only in trials.jsonl."""
+    """Found: a run whose every trial failed for infra reasons exited 0, the reason only in trials.jsonl.
+    An env server that cannot be reached is now refused before any trial, naming its URL."""
     dead = f"http://127.0.0.1:{free_port()}"
     args = ["eval", str(RETAIL), "--agent", "oracle", "--tasks", task.id, "--server", dead, "--json"]
     result = cli(*args, "--out", str(tmp_path / "a"))
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 2, result.stderr
     stderr = " ".join(result.stderr.split())
-    assert "1 of 1 trial(s) failed for infra reasons" in stderr and dead in stderr
-    assert json.loads(result.stdout)["overall"]["infra_failures"] == 1
-    tolerated = cli(*args, "--out", str(tmp_path / "b"), "--max-infra-failures", "1")
-    assert tolerated.returncode == 0, tolerated.stderr
+    assert "cannot reach" in stderr and dead in stderr and "Traceback" not in stderr
+    assert result.stdout == "" and not (tmp_path / "a" / "trials.jsonl").exists()
 
 
 @pytest.mark.parametrize(
