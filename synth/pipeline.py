@@ -137,6 +137,8 @@ async def synthesize(
                 if missing:
                     report.rewrites_rejected += 1
                 task = task.model_copy(update={"scenario": scenario})
+            # Shipped ids count shipped tasks (`ENV-SEED-00000` is always the first), not attempts.
+            task = task.model_copy(update={"id": f"{env.name}-{seed}-{len(report.tasks):05d}"})
             report.tasks.append(task)
             seen.update(keys)
             last_shipped = k
