@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from envforge.cli import trainer_commands
 from envforge.harness import EnvTasks, ScriptedUser, load_env_tasks, request_text
 from envforge.server import Fleet
-from envforge.synth import Task
+from envforge.synth import Task, load_tasks
 from envforge.trainer import (
     Generation,
     HarnessRolloutEnv,
@@ -36,7 +36,14 @@ from envforge.trainer import (
 
 REPO = Path(__file__).resolve().parents[1]
 RETAIL = REPO / "envs" / "retail_orders"
-TASK_IDS = ["retail_orders-0-00000", "retail_orders-0-00003"]
+ID_VALUE = re.compile(r"[A-Z]+-\d+")
+# Two tasks whose first fact, the one the scripted agent asks for, is a record id (a liar states
+# another id of the same prefix, which the user-error detector must catch).
+TASK_IDS = [
+    t.id
+    for t in load_tasks(RETAIL)
+    if t.scenario.known_facts and ID_VALUE.fullmatch(str(t.scenario.known_facts[0].value))
+][:2]
 EOS = 0
 SOLVER_ASK = "What is your {fact}?"
 LAZY_ASK = "Could you tell me your {fact}?"
