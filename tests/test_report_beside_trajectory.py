@@ -10,12 +10,14 @@ model agent whose server is not there (an infra failure).
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import anyio
@@ -37,9 +39,20 @@ from envforge.harness import (
 )
 from envforge.synth import TableDiff, Task, diff_states, load_tasks
 
-from conftest import REPO, free_port
+from conftest import FIXTURES, REPO, free_port
 
-FLIGHTS = REPO / "envs" / "flight_booking"
+
+def _frozen_flights() -> Path:
+    """flight_booking with two tasks frozen as a fixture (a refund and a two-passenger check-in,
+    whose values the tests below name); the bundled tasks are regenerated as synthesis improves."""
+    root = Path(tempfile.mkdtemp(prefix="report-flights-")) / "flight_booking"
+    shutil.copytree(REPO / "envs" / "flight_booking", root, ignore=shutil.ignore_patterns("tasks.jsonl"))
+    shutil.copy(FIXTURES / "report_flight_tasks.jsonl", root / "tasks.jsonl")
+    atexit.register(shutil.rmtree, root.parent, True)
+    return root
+
+
+FLIGHTS = _frozen_flights()
 # a refund task (a member's travel credit raised, a payment row inserted) and a check-in task
 # whose answer ("2") must be told to the user
 REFUND, CHECK_IN = "flight_booking-0-00000", "flight_booking-0-00008"
