@@ -79,6 +79,7 @@ def _person_names(env_dir: Path, phrases: Phrases, extra_rows: dict[str, list[di
             parts = [row.get(c) for c in entity.name.split()]
             if all(isinstance(p, str) for p in parts):
                 names.add(" ".join(str(p) for p in parts))
+                names.add(str(parts[0]))  # the walker's principal is named by its first name column
     return names
 
 
