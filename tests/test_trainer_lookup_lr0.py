@@ -79,9 +79,15 @@ def test_a_batch_without_signal_costs_no_update(model_dir: Path) -> None:
     runs (AdamW would still bump its step count and moments), and the version stays put so samples
     collected meanwhile are not stale."""
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    learner = Learner(model, LearnerConfig(lr=0.1, weight_decay=0.1), pad_id=0)
+    batch = [("t1", 0.0), ("t1", 0.0), ("t2", 1.0), ("t2", 1.0)]
+    # with weight decay a zero-gradient AdamW step still shrinks the weights: not a no-op, so it runs
+    decayed = Learner(
+        AutoModelForCausalLM.from_pretrained(model_dir), LearnerConfig(lr=0.1, weight_decay=0.1), pad_id=0
+    )
+    assert not decayed.step(_trajs(model_dir, batch)).skipped
+    learner = Learner(model, LearnerConfig(lr=0.1), pad_id=0)
     before = _weights(model)
-    result = learner.step(_trajs(model_dir, [("t1", 0.0), ("t1", 0.0), ("t2", 1.0), ("t2", 1.0)]))
+    result = learner.step(_trajs(model_dir, batch))
     assert result.skipped
     assert result.advantages == [0.0] * 4 and result.loss == 0.0
     assert learner.optimizer.state == {}  # no optimizer step was taken

@@ -201,7 +201,10 @@ async def test_vllm_workers_learn_the_version_the_driver_pushed(
     tok = load_tokenizer(model_dir)
     press = [tok.convert_tokens_to_ids("press_green"), tok.eos_token_id]
     fake = FakeVLLM([press])
-    learner = Learner(AutoModelForCausalLM.from_pretrained(model_dir), LearnerConfig(lr=0.01))
+    # weight decay makes every step a real update, so each one pushes a new version
+    learner = Learner(
+        AutoModelForCausalLM.from_pretrained(model_dir), LearnerConfig(lr=0.01, weight_decay=0.1)
+    )
     fleet, envs = driver_envs(dirs)
     backend = BackendSpec(kind="vllm", model=str(model_dir), vllm_model="tiny")
     seen: list[tuple[int, list[int], int, list[Trajectory]]] = []

@@ -152,7 +152,7 @@ class Learner:
         token_adv = [
             [a * m * (not t.user_error) for m in t.loss_mask] for t, a in zip(trajs, adv, strict=True)
         ]
-        if all(a == 0.0 for _, a in kept):
+        if all(a == 0.0 for _, a in kept) and self._zero_gradient_moves_nothing():
             return self._skipped(trajs, adv, token_adv, len(kept), n_tokens)
         index = {id(t): i for i, t in enumerate(trajs)}
         local = self.dp.shard(kept) if self.dp is not None else kept
@@ -207,6 +207,12 @@ class Learner:
             ratio_mean=ratio_sum / max(n_tokens, 1),
             grad_norm=grad_norm,
         )
+
+    def _zero_gradient_moves_nothing(self) -> bool:
+        """Whether an optimizer step on all-zero gradients leaves every weight as it is: no weight
+        decay (it shrinks weights whatever the gradient) and no moments from earlier steps (Adam's
+        momentum keeps moving them). Only then may a step without signal be skipped."""
+        return self.config.weight_decay == 0.0 and not self.optimizer.state
 
     def _skipped(
         self,
