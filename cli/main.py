@@ -14,7 +14,9 @@ from typing import Annotated, Any
 
 import typer
 from typer._click.core import Context  # the vendored click that TyperGroup subclasses
+from typer._click.exceptions import ClickException
 from typer.core import TyperGroup
+from typer.exceptions import Abort
 
 from . import (
     demo,
@@ -39,6 +41,24 @@ class ReportingGroup(TyperGroup):
 
     def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, expand_multi_value_options(args))
+
+    def main(  # type: ignore[override]  # the same call as click's, standalone_mode handled here
+        self, args: Sequence[str] | None = None, prog_name: str | None = None, **kwargs: Any
+    ) -> Any:
+        """Run the CLI; in standalone mode (the console script, a test's runner) a parser mistake
+        (unknown option or command, a bad or missing value) ends as one `error:` line and exit 2,
+        like every other mistake, instead of typer's boxed panel."""
+        if not kwargs.pop("standalone_mode", True):
+            return super().main(args, prog_name, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(args, prog_name, standalone_mode=False, **kwargs)
+        except ClickException as exc:
+            print_error(parser_error(exc))
+            sys.exit(exc.exit_code)
+        except Abort:
+            print_error("aborted")
+            sys.exit(1)
+        sys.exit(code if type(code) is int else 0)  # non-standalone: an `Exit`'s code comes back
 
     def invoke(self, ctx: Context) -> Any:
         try:
@@ -97,6 +117,15 @@ report_commands.register(app)
 harness_commands.register(app)
 trainer_commands.register(app)
 app.command("demo")(demo.demo)
+
+
+def parser_error(exc: ClickException) -> str:
+    """A click error as one line, pointing at the help of the command it concerns."""
+    message = exc.format_message()
+    ctx = getattr(exc, "ctx", None)
+    if ctx is None:
+        return message
+    return f"{message} (see '{ctx.command_path} --help')"
 
 
 def expand_multi_value_options(argv: Sequence[str]) -> list[str]:
