@@ -11,6 +11,9 @@
                      branch gone the other way: run in the state the branch is decided in (the
                      initial state plus the golden calls before it), it succeeds and changes the
                      state (or, marked to be refused, is refused). A task with no branch passes.
+8. stored_golden     the golden end state the task stores (its exact hash and its diff from the
+                     initial state, which the report shows) is the one its golden calls reach:
+                     checked standalone, since synthesis writes both from the run it just made.
 
 All run from the task's initial state: the seed with the task's setup rows applied.
 
@@ -28,7 +31,7 @@ from .golden import GoldenRun
 from .models import Call, CallNode, RowCheck, Task
 from .rewards import Evidence, compose_reward
 from .scoring import oracle_messages
-from .statediff import cents_hash, states_match
+from .statediff import apply_diff, cents_hash, states_match
 from .states import setup_key
 
 CHECKS = (
@@ -39,6 +42,7 @@ CHECKS = (
     "deterministic",
     "refusals",
     "untaken_branch",
+    "stored_golden",
 )
 
 
@@ -164,8 +168,11 @@ async def verify_task(ctx: SynthContext, task: Task, *, golden_state: State | No
     if golden_state is not None:
         if final != golden_state:
             failed.append("deterministic")
-    elif h1 != (await ctx.replayer.replay(database, task.golden_calls))[1]:
-        failed.append("deterministic")
+    else:
+        if h1 != (await ctx.replayer.replay(database, task.golden_calls))[1]:
+            failed.append("deterministic")
+        if h1 != task.golden_hash or state_hash(apply_diff(ctx.pks, initial_state, task.golden_diff)) != h1:
+            failed.append("stored_golden")
     return [c for c in CHECKS if c in failed]
 
 

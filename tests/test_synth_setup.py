@@ -174,6 +174,6 @@ async def test_untaken_branches_are_run_and_broken_ones_rejected() -> None:
             }
         )
         assert "untaken_branch" in await verify_task(ctx, dangling)
-        assert CHECKS[-1] == "untaken_branch"
+        assert "untaken_branch" in CHECKS
     finally:
         await fleet.aclose()
