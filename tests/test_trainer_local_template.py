@@ -1,21 +1,43 @@
 """The packaged models train on their own chat template: the context token ids the trainer builds
 for a system + user prompt are exactly those of the model's template (rendered and tokenized as the
-model was trained), for the models whose dequantized folder is in the cache."""
+model was trained).
+
+The tokenizer is the one `envforge train --model local/NAME` uses: read from the packaged GGUF and
+saved beside the dequantized weights (here into a temporary folder, without the weights, which take
+minutes to dequantize), then loaded the way the trainer loads any model folder.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from envforge.harness import cache_dir, model_for_spec
+from envforge.harness import assemble, cache_dir, model_for_spec
 from envforge.trainer import SequenceBuilder, load_tokenizer
 
+from conftest import LOCAL_MODEL_MISSING, local_model_missing
 
-@pytest.mark.parametrize("name", ["smollm2", "qwen2.5-coder-0.5b"])
-def test_context_ids_match_the_models_chat_template(name: str) -> None:
-    folder = cache_dir() / "hf" / model_for_spec(f"local/{name}").sha256
+
+def trainer_tokenizer(name: str, scratch: Path) -> Any:
+    """The tokenizer of `local/NAME` as the trainer loads it: the dequantized folder's when it has
+    been made, else the same tokenizer saved from the GGUF by the same call."""
+    model = model_for_spec(f"local/{name}")
+    folder = cache_dir() / "hf" / model.sha256
     if not (folder / "tokenizer_config.json").is_file():
-        pytest.skip(f"local/{name} not dequantized here (envforge train --model local/{name} makes it)")
-    tok = load_tokenizer(folder)
+        from transformers import AutoTokenizer
+
+        gguf = assemble(model)
+        AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(str(scratch))
+        folder = scratch
+    return load_tokenizer(folder)
+
+
+@pytest.mark.skipif(local_model_missing(), reason=LOCAL_MODEL_MISSING)
+@pytest.mark.parametrize("name", ["smollm2", "qwen2.5-coder-0.5b"])
+def test_context_ids_match_the_models_chat_template(name: str, tmp_path: Path) -> None:
+    tok = trainer_tokenizer(name, tmp_path)
     messages = [
         {"role": "system", "content": "Policy.\n\nTools:\n- get_car(car_id: string): Get one car."},
         {"role": "user", "content": "What is the daily rate cents of car V-601? Tell me the number."},
