@@ -4,7 +4,8 @@ A server that parses its model's tool calls returns them as OpenAI `tool_calls`;
 servers do not, and the call arrives as text. The forms seen from the local models
 (tests/fixtures/local_model_outputs.json keeps captured examples):
 
-- Qwen/Hermes tags: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, one block per call;
+- Qwen/Hermes tags: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, one block per call
+  (or, less often, a JSON list of calls in one block);
 - a bare JSON object `{"name": ..., "arguments": {...}}` as the whole answer, often inside a
   ```json fence (Qwen2.5-Coder does this more often than it uses its tags);
 - several such objects one after another, or a JSON list of them;
@@ -106,19 +107,22 @@ def _untagged_calls(text: str) -> list[dict[str, Any]] | None:
     return None
 
 
-def _tagged_call(body: str) -> dict[str, Any]:
+def _tagged_calls(body: str) -> list[dict[str, Any]]:
+    """The calls in one `<tool_call>` block: an object, or several (one after another or as a JSON
+    list), each call-shaped; anything else in a tagged block is a malformed call."""
     values = _json_values(_unfenced(body).strip())
-    if values and len(values) == 1 and isinstance(values[0], dict):
-        value: dict[str, Any] = values[0]
-        if _call_shaped(value) or _call_shaped(value.get("function")):
-            return value
+    flat = [v for value in values or [] for v in (value if isinstance(value, list) else [value])]
+    if flat and all(
+        isinstance(v, dict) and (_call_shaped(v) or _call_shaped(v.get("function"))) for v in flat
+    ):
+        return flat
     raise MalformedToolCall(f"a <tool_call> block that is not a call: {body[:160]!r}")
 
 
 def parse_tool_calls(content: str) -> tuple[str | None, list[ToolCall]]:
     """(the text left for the user, the calls) found in a model's text answer."""
     if "<tool_call>" in content:
-        calls = [_tagged_call(m.group(1)) for m in _TAGGED.finditer(content)]
+        calls = [c for m in _TAGGED.finditer(content) for c in _tagged_calls(m.group(1))]
         rest = _TAGGED.sub("", content).strip()
         return rest or None, [_to_call(c, i) for i, c in enumerate(calls)]
     untagged = _untagged_calls(content)

@@ -57,6 +57,20 @@ def test_qwen_tags_several_calls_and_text_around_them() -> None:
     assert len({c.id for c in calls}) == 2
 
 
+def test_a_list_of_calls_in_one_tag_is_every_call() -> None:
+    text = (
+        '<tool_call>[{"name": "get_order", "arguments": {"order_id": "O-1"}}, '
+        '{"name": "get_customer", "arguments": {"customer_id": "C-2"}}]</tool_call>'
+    )
+    rest, calls = parse_tool_calls(text)
+    assert rest is None
+    assert [(c.name, c.arguments) for c in calls] == [
+        ("get_order", {"order_id": "O-1"}),
+        ("get_customer", {"customer_id": "C-2"}),
+    ]
+    assert len({c.id for c in calls}) == 2
+
+
 def test_unclosed_tag_at_the_end_still_counts() -> None:
     # A token limit can cut the closing tag off.
     assert calls_of('<tool_call>{"name": "get_product", "arguments": {"product_id": "P-1"}}') == [
@@ -112,6 +126,8 @@ def test_arguments_that_are_not_an_object_reach_the_orchestrator_as_unparsed() -
         "<tool_call>get_order(O-1)</tool_call>",
         '<tool_call>{"arguments": {"order_id": "O-1"}}</tool_call>',
         '<tool_call>{"name": "get_order", "arguments": {"order_id": </tool_call>',
+        '<tool_call>[{"name": "get_order", "arguments": {}}, "and then"]</tool_call>',
+        "<tool_call>[]</tool_call>",
     ],
 )
 def test_a_tagged_call_that_is_not_one_is_malformed(text: str) -> None:
