@@ -55,6 +55,12 @@ FleetUrlOption = Annotated[
     str | None,
     typer.Option("--fleet-url", help="Run episodes on this `envforge serve` fleet instead of in-process."),
 ]
+FleetTokenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--token", envvar="ENVFORGE_TOKEN", help="Bearer token of the --fleet-url server's control plane."
+    ),
+]
 
 
 ModelOption = Annotated[
@@ -116,7 +122,7 @@ def _opts(
         fail("--tasks must be all or lookup")
     if extra.get("tasks") == "lookup" and extra.get("env_kind") == "harness":
         extra["env_kind"] = "fleet"  # a lookup is one question: no simulated user to talk to
-    check_envs(envs, extra.get("fleet_url"))
+    check_envs(envs, extra.get("fleet_url"), extra.get("fleet_token"))
     check_model_keys(
         {"user": (extra.get("user"), extra.get("user_api_base")), "judge": (extra.get("judge"), None)},
         not_models={UserName.SCRIPTED},
@@ -135,13 +141,13 @@ def _opts(
     )
 
 
-def check_envs(envs: list[Path], fleet_url: str | None) -> None:
+def check_envs(envs: list[Path], fleet_url: str | None, token: str | None = None) -> None:
     """The env folders load and, with `--fleet-url`, that fleet serves every one of them."""
     loaded = load_envs(envs)
     if fleet_url:
         check_served_envs(
             fleet_url,
-            os.environ.get("ENVFORGE_TOKEN"),
+            token,
             {e.name: d for e, d in zip(loaded, envs, strict=True)},
             "--fleet-url",
         )
@@ -201,6 +207,7 @@ def train_cmd(
     ray_workers: RayWorkersOption = 0,
     ray_address: RayAddressOption = None,
     fleet_url: FleetUrlOption = None,
+    token: FleetTokenOption = None,
     tasks: TasksOption = "all",
     eval_every: int = typer.Option(
         0, "--eval-every", help="Evaluate the held-out tasks (--tasks lookup) every N steps; 0: never."
@@ -235,6 +242,7 @@ def train_cmd(
         ray_workers=ray_workers,
         ray_address=ray_address,
         fleet_url=fleet_url,
+        fleet_token=token,
         tasks=tasks,
         eval_every=eval_every,
         eval_samples=eval_samples,
@@ -304,6 +312,7 @@ def collect_cmd(
     ray_workers: RayWorkersOption = 0,
     ray_address: RayAddressOption = None,
     fleet_url: FleetUrlOption = None,
+    token: FleetTokenOption = None,
     tasks: TasksOption = "all",
 ) -> None:
     """Collect rollouts only (no updates) and write them to OUT/trajectories.jsonl."""
@@ -326,6 +335,7 @@ def collect_cmd(
         ray_workers=ray_workers,
         ray_address=ray_address,
         fleet_url=fleet_url,
+        fleet_token=token,
         tasks=tasks,
     )
     rc = RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens)

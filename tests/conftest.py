@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -92,15 +92,16 @@ LOCAL_MODEL_MISSING = (
 
 
 @contextmanager
-def envforge_serve(env_dirs: list[str], *, timeout_s: float = 60) -> Iterator[str]:
-    """`envforge serve ENV_DIR...` as a real subprocess on an ephemeral port: yields its URL once
-    `/healthz` answers, fails the test with the server's stderr if it exits first, kills it after."""
+def envforge_serve(env_dirs: list[str], *, timeout_s: float = 60, args: Sequence[str] = ()) -> Iterator[str]:
+    """`envforge serve ENV_DIR... ARGS` as a real subprocess on an ephemeral port: yields its URL
+    once `/healthz` answers, fails the test with the server's stderr if it exits first, kills it
+    after."""
     import httpx
 
     port = free_port()
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "envforge.cli", "serve", *env_dirs, "--port", str(port)],
+        [sys.executable, "-m", "envforge.cli", "serve", *env_dirs, "--port", str(port), *args],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from envforge.harness import UserName
 
@@ -72,6 +72,7 @@ class EnvSpec(BaseModel):
     user_api_base: str | None = None
     judge: str | None = None
     fleet_url: str | None = Field(None, description="an `envforge serve` URL; None: in-process fleet")
+    fleet_token: SecretStr | None = Field(None, description="that server's control-plane bearer token")
 
 
 class WorkerSpec(BaseModel):
@@ -101,6 +102,7 @@ class WorkerSpec(BaseModel):
                 user_api_base=opts.user_api_base,
                 judge=opts.judge,
                 fleet_url=opts.fleet_url,
+                fleet_token=opts.fleet_token,
             ),
         )
 
@@ -143,7 +145,8 @@ class RolloutWorker:
         torch.set_num_threads(b.torch_threads)
         dirs = [Path(d) for d in e.envs]
         loaded = [load_env(d) for d in dirs]
-        self.fleet = RemoteFleet(e.fleet_url, loaded) if e.fleet_url else Fleet(loaded)
+        token = None if e.fleet_token is None else e.fleet_token.get_secret_value()
+        self.fleet = RemoteFleet(e.fleet_url, loaded, token=token) if e.fleet_url else Fleet(loaded)
         envs = build_envs(
             self.fleet,
             dirs,

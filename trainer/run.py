@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 
 from envforge.harness import UserName, http_sessions
 from envforge.server import Fleet, load_env
@@ -60,11 +60,17 @@ class RunOptions(BaseModel):
     user_api_base: str | None = None
     judge: str | None = None
     fleet_url: str | None = None
+    fleet_token: SecretStr | None = None
+    """The bearer token of `fleet_url`'s control plane; written to no file (`options` shows stars)."""
     ray_workers: int = 0
     ray_address: str | None = None
     tasks: Literal["all", "lookup"] = "all"
     eval_every: int = 0
     eval_samples: int = 2
+
+
+def secret(value: SecretStr | None) -> str | None:
+    return None if value is None else value.get_secret_value()
 
 
 def _fleet(opts: RunOptions) -> Any:
@@ -73,7 +79,7 @@ def _fleet(opts: RunOptions) -> Any:
     if opts.fleet_url:
         from .remote_fleet import RemoteFleet
 
-        return RemoteFleet(opts.fleet_url, loaded)
+        return RemoteFleet(opts.fleet_url, loaded, token=secret(opts.fleet_token))
     return Fleet(loaded)
 
 
