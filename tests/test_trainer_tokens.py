@@ -213,3 +213,18 @@ def test_masked_trajectory_does_not_change_the_update(model_dir: Path, tok) -> N
         not torch.equal(p, q) for p, q in zip(a.model.parameters(), model.parameters(), strict=True)
     )
     assert changed
+
+
+def test_logprobs_from_a_later_start_equal_the_full_ones_there(model_dir: Path) -> None:
+    """The update computes logits only from the first generated token on (the prompt's logits over
+    the whole vocabulary were most of its memory): there, the values are the full computation's."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    ids = torch.randint(3, model.config.vocab_size, (3, 24))
+    attn = torch.ones_like(ids)
+    attn[2, 20:] = 0  # a shorter row, padded at the end
+    full = token_logprobs(model, ids, attn, 0.7)
+    for start in (1, 9, 22):
+        part = token_logprobs(model, ids, attn, 0.7, start=start)
+        assert part.shape == full.shape
+        assert torch.allclose(part[:, start:], full[:, start:], atol=1e-5)
+        assert not part[:, :start].any()
