@@ -123,7 +123,7 @@ class InProcessBackend:
         return episode_client(self.fleet, env, episode_id)
 
     async def export(self, episode_id: str) -> State:
-        return (await self.fleet.export(episode_id))[0]
+        return await self.fleet.export_state(episode_id)
 
     async def close(self, episode_id: str) -> None:
         await self.fleet.close_episode(episode_id)

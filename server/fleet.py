@@ -95,6 +95,11 @@ class Fleet:
         state = await self.store.get(episode_id).export()
         return ExportedState(state, state_hash(state))
 
+    async def export_state(self, episode_id: str) -> State:
+        """The episode's state without its hash: hashing reads the whole state (megabytes for a
+        large seed), and a caller that scores with its own digest need not pay for it twice."""
+        return await self.store.get(episode_id).export()
+
     async def close_episode(self, episode_id: str) -> None:
         await self.store.close(episode_id)
 

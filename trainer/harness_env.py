@@ -138,7 +138,7 @@ class _HarnessEpisode:
         if self.infra_error is not None:
             info = RewardInfo(reward=0.0, user_error=True, user_error_reason=self.infra_error)
         else:
-            final, _ = await self.env.fleet.export(self.episode_id)
+            final = await self.env.fleet.export_state(self.episode_id)
             judge = self.env.judge
             ts = await score_trial(self.task, final, self.messages, status=status, judge=judge)
             try:

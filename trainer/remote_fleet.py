@@ -65,6 +65,9 @@ class RemoteFleet:
         state = await self.http.export(episode_id)
         return ExportedState(state, state_hash(state))
 
+    async def export_state(self, episode_id: str) -> State:
+        return await self.http.export(episode_id)
+
     async def close_episode(self, episode_id: str) -> None:
         await self.http.close(episode_id)
 

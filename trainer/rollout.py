@@ -89,7 +89,7 @@ class _FleetEpisode:
         return None
 
     async def finish(self, agent_messages: list[str]) -> RewardInfo:
-        state, _ = await self.env.fleet.export(self.episode_id)
+        state = await self.env.fleet.export_state(self.episode_id)
         if self.env.reward_fn is not None:
             reward, parts = self.env.reward_fn(self.task, state, agent_messages)
             return RewardInfo(reward=reward, parts=parts)
