@@ -52,22 +52,24 @@ def make_copies(source: Path, root: Path, n: int) -> list[Path]:
     return folders
 
 
-def serve(folders: list[Path], port: int, timeout_s: float) -> tuple[subprocess.Popen[bytes], float]:
-    """Start `envforge serve FOLDERS...`; (the process, seconds until `/healthz` answered)."""
+def serve(
+    folders: list[Path], port: int, timeout_s: float, log: Path
+) -> tuple[subprocess.Popen[bytes], float]:
+    """Start `envforge serve FOLDERS...` with its output in `log` (a pipe nobody reads would fill
+    and stall it); (the process, seconds until `/healthz` answered)."""
     started = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "envforge.cli", "serve", *map(str, folders), "--port", str(port)],
-        cwd=REPO,
-        env=child_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "envforge.cli", "serve", *map(str, folders), "--port", str(port)],
+            cwd=REPO,
+            env=child_env(),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
     deadline = started + timeout_s
     while time.perf_counter() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(
-                f"envforge serve exited: {proc.stderr.read().decode()[-400:] if proc.stderr else ''}"
-            )
+            raise RuntimeError(f"envforge serve exited: {log.read_text(errors='replace')[-400:]}")
         try:
             if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=0.5).status_code == 200:
                 return proc, time.perf_counter() - started
@@ -136,7 +138,7 @@ def main() -> None:
         folders = make_copies(REPO / "envs" / args.env, Path(tmp), sizes[-1])
         for n in sizes:
             port = free_port()
-            proc, ready = serve(folders[:n], port, args.timeout)
+            proc, ready = serve(folders[:n], port, args.timeout, Path(tmp) / f"serve-{n}.log")
             try:
                 rss = rss_mb(proc.pid)
                 if base_point is None:
