@@ -48,7 +48,7 @@ def env_dir(tmp: Path) -> Path:
         [
             sys.executable,
             "-m",
-            "envforge.cli.main",
+            "envforge.cli",
             "import",
             "tau2",
             str(SHARED / "tau2" / "retail"),

@@ -29,6 +29,10 @@ class ExportFormat(StrEnum):
     tau2 = "tau2"
 
 
+ANNOUNCED_ENVS = 10
+"""A fleet of more envs announces the first few and a count, not a line per env."""
+
+
 def serve(
     env_dirs: Annotated[list[Path], typer.Argument(help="Env folders to serve.")],
     transport: Annotated[Transport, typer.Option(help="stdio: one env, one episode; http: a fleet.")] = (
@@ -92,8 +96,12 @@ def serve(
     bound = sock.getsockname()[1]
 
     def announce() -> None:
-        for env in envs:
+        shown = envs if len(envs) <= ANNOUNCED_ENVS else envs[: ANNOUNCED_ENVS - 1]
+        for env in shown:
             console.print(f"[green]serving[/] {env.name}: http://{host}:{bound}/envs/{env.name}/mcp")
+        if len(shown) < len(envs):
+            more = len(envs) - len(shown)
+            console.print(f"[green]serving[/] {more} more envs (GET /control/envs lists all {len(envs)})")
         console.print(f"control plane: http://{host}:{bound}/control/episodes")
 
     serve_http(

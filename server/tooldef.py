@@ -9,6 +9,7 @@ documentation, in the style of τ²-bench's toolkits.
 from __future__ import annotations
 
 import inspect
+import linecache
 import re
 import typing
 from collections.abc import Awaitable, Callable, Sequence
@@ -122,13 +123,15 @@ class ToolSpec:
 
 def def_line(fn: Callable[..., Any]) -> int:
     """The line of the `def` itself (not of its first decorator), for error messages."""
-    try:
-        lines, start = inspect.getsourcelines(fn)
-    except (OSError, TypeError):
-        return getattr(getattr(fn, "__code__", None), "co_firstlineno", 0)
-    for offset, text in enumerate(lines):
-        if text.lstrip().startswith(("def ", "async def ")):
-            return start + offset
+    code = getattr(fn, "__code__", None)
+    start = getattr(code, "co_firstlineno", 0)
+    # The code's first line is its first decorator's; the `def` follows within a few lines. Reading
+    # them from linecache (not `inspect.getsourcelines`, which tokenizes the whole body) keeps
+    # loading an env's tools cheap.
+    lines = linecache.getlines(code.co_filename) if code is not None else []
+    for number in range(start, min(start + 64, len(lines) + 1)):
+        if lines[number - 1].lstrip().startswith(("def ", "async def ")):
+            return number
     return start
 
 
@@ -165,11 +168,14 @@ def build_tool_spec(fn: Callable[..., Awaitable[Any]]) -> ToolSpec:
     if not description:
         raise ToolDefinitionError(f"tool {name!r}: a docstring is required (it is the agent's only manual)")
     try:
-        schema_model = create_model("parameters", **fields)
-        input_schema = schema_model.model_json_schema()
         arguments_model = create_model(
             f"{name}_arguments", __config__=ConfigDict(extra="forbid", strict=True), **fields
         )
+        # The listed schema is the validator's, as a model without `extra="forbid"` would write
+        # it: one model built per tool instead of two (most of an env's load time).
+        input_schema = arguments_model.model_json_schema()
+        input_schema.pop("additionalProperties", None)
+        input_schema["title"] = "parameters"
     except Exception as exc:
         raise ToolDefinitionError(f"tool {name!r}: cannot derive a JSON schema ({exc})") from exc
     line = def_line(fn)

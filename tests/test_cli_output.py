@@ -128,3 +128,40 @@ def test_serve_announces_only_once_it_answers() -> None:
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_serve_of_many_envs_announces_a_few_and_a_count(tmp_path: Path) -> None:
+    """A fleet of many envs is not a screen of lines: the first few are named, the rest counted,
+    and the control plane lists every one."""
+    folders = []
+    for i in range(12):
+        folder = tmp_path / f"shop_{i:02d}"
+        folder.mkdir()
+        for name in ("schema.sql", "seed.json", "tools.py", "policy.md"):
+            (folder / name).write_bytes((ENVS / "retail_orders" / name).read_bytes())
+        toml = (ENVS / "retail_orders" / "env.toml").read_text()
+        (folder / "env.toml").write_text(toml.replace('name = "retail_orders"', f'name = "{folder.name}"', 1))
+        folders.append(str(folder))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envforge.cli", "serve", *folders, "--port", "0"],
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 120
+        while not lines or "control plane" not in lines[-1]:
+            assert time.monotonic() < deadline and proc.poll() is None, "serve never announced itself"
+            lines.append(proc.stderr.readline())
+        serving = [line for line in lines if line.startswith("serving")]
+        assert len(serving) == 10, lines
+        assert "3 more envs" in serving[-1] and "all 12" in serving[-1]
+        base = lines[-1].split()[-1].removesuffix("/control/episodes")
+        listed = httpx.get(f"{base}/control/envs", timeout=5).json()
+        assert len(listed["envs"] if isinstance(listed, dict) else listed) == 12
+    finally:
+        proc.kill()
+        proc.wait(10)
