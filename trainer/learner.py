@@ -144,8 +144,9 @@ class Learner:
         self.dp = dp
         self.device = next(model.parameters()).device
         if self.config.gradient_checkpointing and getattr(model, "supports_gradient_checkpointing", False):
-            enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-            enable()
+            # transformers 5 renamed it (the old name warns that it goes in v6)
+            enable = getattr(model, "activation_checkpointing_enable", None)
+            (enable or model.gradient_checkpointing_enable)()
         self.version = 0
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=self.config.lr, weight_decay=self.config.weight_decay
