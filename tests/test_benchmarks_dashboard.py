@@ -50,6 +50,8 @@ def test_every_row_has_target_current_command_and_date() -> None:
         assert len(row) == 4, row
         target, current, command, date = row
         assert target and current, row
+        if current.startswith("not measured"):  # a target with no figure yet says so, undated
+            continue
         assert DATE.match(date), f"no date in {row}"
         assert "`" in command or command.startswith(("same", "see ")), f"no command in {row}"
 
