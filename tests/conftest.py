@@ -91,6 +91,20 @@ LOCAL_MODEL_MISSING = (
 )
 
 
+def run_envforge(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """`python -m envforge.cli ARGS` in a fresh process, run from the repository, output as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "envforge.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", **(env or os.environ)},
+    )
+
+
 @contextmanager
 def envforge_serve(env_dirs: list[str], *, timeout_s: float = 60, args: Sequence[str] = ()) -> Iterator[str]:
     """`envforge serve ENV_DIR... ARGS` as a real subprocess on an ephemeral port: yields its URL

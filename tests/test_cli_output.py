@@ -104,16 +104,21 @@ def test_serve_on_a_busy_port_is_one_line_and_announces_nothing() -> None:
     assert "serving" not in done.stderr + done.stdout and "Traceback" not in done.stderr
 
 
-def test_serve_announces_only_once_it_answers() -> None:
-    """The moment `serving` appears, the URL it names must already answer: a script may start on
-    that line. `--port 0` (a free port) must name the port it got, not 0."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "envforge.cli", "serve", str(ENVS / "gym"), "--port", "0"],
+def start_serve(*env_dirs: str) -> subprocess.Popen[str]:
+    """`envforge serve ENV_DIRS --port 0` with its announcements readable line by line (stderr)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "envforge.cli", "serve", *env_dirs, "--port", "0"],
         env=cli_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def test_serve_announces_only_once_it_answers() -> None:
+    """The moment `serving` appears, the URL it names must already answer: a script may start on
+    that line. `--port 0` (a free port) must name the port it got, not 0."""
+    proc = start_serve(str(ENVS / "gym"))
     try:
         assert proc.stderr is not None
         deadline = time.monotonic() + 120
@@ -142,13 +147,7 @@ def test_serve_of_many_envs_announces_a_few_and_a_count(tmp_path: Path) -> None:
         toml = (ENVS / "retail_orders" / "env.toml").read_text()
         (folder / "env.toml").write_text(toml.replace('name = "retail_orders"', f'name = "{folder.name}"', 1))
         folders.append(str(folder))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "envforge.cli", "serve", *folders, "--port", "0"],
-        env=cli_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_serve(*folders)
     try:
         assert proc.stderr is not None
         lines: list[str] = []

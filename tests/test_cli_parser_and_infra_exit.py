@@ -10,28 +10,20 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_harness_llm import FakeOpenAI
 
+from conftest import run_envforge
+
 REPO = Path(__file__).resolve().parents[1]
 BOX = set("╭╮╰╯│─")
 
 
-def envforge(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 240
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "envforge.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-        env=env,
-    )
+def envforge(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return run_envforge(*args, env=env, timeout=240)
 
 
 def assert_one_error_line(proc: subprocess.CompletedProcess[str], *needles: str) -> str:

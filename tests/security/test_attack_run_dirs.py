@@ -24,20 +24,14 @@ import pytest
 
 from envforge.synth import load_tasks
 
-from conftest import REPO
+from conftest import REPO, run_envforge
 
 RETAIL = REPO / "envs" / "retail_orders"
 ENV = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "NO_COLOR": "1", "COLUMNS": "300"}
 
 
 def envforge(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "envforge.cli", *args],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=timeout,
-    )
+    return run_envforge(*args, env=ENV, timeout=timeout)
 
 
 def spawn(*args: str) -> subprocess.Popen[str]:
