@@ -24,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from envforge.synth import Task
 
-from .llm import LLMConfig, complete
+from .llm import LLMConfig, add_usage, complete
 from .records import Message, Usage
 from .vocab import ControlToken, UserName
 
@@ -137,8 +137,25 @@ Your goal (follow it, one step at a time, in your own words):
 Facts you know (give one only when the agent asks for it; never invent other facts):
 {facts}
 
-Write only what the user says next. When your goal is reached, or cannot be reached, reply with
-exactly {stop}. If the agent transfers you to a human, reply with exactly {transfer}."""
+Write only what the user says next, in one or two sentences. Start by telling the agent what you
+want. Only once your goal is reached, or cannot be reached, reply with exactly {stop}. If the
+agent transfers you to a human, reply with exactly {transfer}."""
+
+OPENING_NUDGE = (
+    "(You have not said anything yet: the agent is waiting. Tell the agent, in your own words, "
+    "what you want.)"
+)
+"""Sent once when a model opens with the stop token or nothing: small models (Qwen2.5-Coder-0.5B)
+copy the last control token of their prompt as their first words, ending a conversation that never
+began."""
+
+_LOOSE_CONTROL = re.compile(r"#{2,}\s*(STOP|TRANSFER)\s*#{2,}", re.IGNORECASE)
+
+
+def normalize_control(text: str) -> str:
+    """`### STOP###`, `##stop##` and the like as the control token they stand for: a model that
+    writes one means it, and a near miss would otherwise let the conversation run on."""
+    return _LOOSE_CONTROL.sub(lambda m: f"###{m.group(1).upper()}###", text)
 
 
 class LLMUser:
@@ -160,10 +177,20 @@ class LLMUser:
 
     async def _ask(self, history: list[dict[str, Any]]) -> UserReply:
         message, usage = await complete(self.cfg, [{"role": "system", "content": self.system}, *history])
-        return UserReply((message.content or "").strip() or STOP, usage)
+        return UserReply(normalize_control((message.content or "").strip()) or STOP, usage)
 
     async def start(self) -> UserReply:
-        return await self._ask([{"role": "user", "content": "Hi! How can I help you today?"}])
+        """The opening message. One that ends the conversation before it began (the stop token, or
+        nothing) is asked for again, once, with a nudge; the second answer stands, whatever it is."""
+        greeting: list[dict[str, Any]] = [{"role": "user", "content": "Hi! How can I help you today?"}]
+        first = await self._ask(greeting)
+        if not first.stop:
+            return first
+        again = await self._ask([{"role": "user", "content": f"{greeting[0]['content']}\n{OPENING_NUDGE}"}])
+        both = {"user": first.usage}
+        add_usage(both, "user", again.usage)
+        again.usage = both["user"]
+        return again
 
     async def reply(self, messages: list[Message]) -> UserReply:
         # Roles flipped: what the agent said is this model's input; tool traffic is invisible to users.
