@@ -103,7 +103,10 @@ class HFBackend:
                 gen.manual_seed(seed)
             version = self.version
             ids = torch.tensor([prompt_ids], device=self.device)
-            out = self.model(input_ids=ids, use_cache=True)
+            try:  # the prompt's last position only: the vocabulary's logits at every prompt position
+                out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1)  # are ~200 MB
+            except TypeError:  # a model without `logits_to_keep`
+                out = self.model(input_ids=ids, use_cache=True)
             past = out.past_key_values
             logits = out.logits[:, -1, :]
             tokens: list[int] = []
