@@ -146,8 +146,7 @@ def server_command(model_path: Path, model: LocalModel, port: int, api_key: str)
         "127.0.0.1",
         "--port",
         str(port),
-        "--api_key",
-        api_key,
+        f"--api_key={api_key}",  # one argument: a key may begin with "-" (token_urlsafe's alphabet)
         "--n_ctx",
         str(model.context),
         "--n_threads",

@@ -72,7 +72,8 @@ def test_check_tasks_fails_a_tampered_task_and_passes_the_shipped_ones(retail: e
     checks = envforge.check_tasks(retail, [*shipped, forged])
     assert [c.task_id for c in checks] == [shipped[0].id, shipped[1].id, "forged"]
     assert [c.passed for c in checks] == [True, True, False]
-    assert checks[2].failures == ["golden_replay"]
+    # its calls neither earn the reward nor reach the golden end state the task stores
+    assert checks[2].failures == ["golden_replay", "stored_golden"]
     assert set(checks[0].adversary_rewards) == {"spray", "read_all", "double_write", "golden_prefix"}
 
 

@@ -133,7 +133,7 @@ async def test_checks_catch_broken_tasks(ctx: SynthContext, shop_tasks: list[Tas
 async def test_drop_write_catches_a_write_that_does_not_matter(ctx: SynthContext) -> None:
     """Cancelling O-1 twice: the second call is refused, so dropping the first changes nothing."""
     cancel = Call(name="cancel_order", arguments={"order_id": "O-1"})
-    database, _, _ = ctx.states.initial("", {})
+    database, initial, _ = ctx.states.initial("", {})
     once, _ = await ctx.replayer.replay(database, [cancel])
     base = (await synthesize(ctx.env, 1, 7, SynthConfig(min_calls=2, max_calls=6), graph=ctx.graph)).tasks[0]
     twice = base.model_copy(
@@ -141,6 +141,8 @@ async def test_drop_write_catches_a_write_that_does_not_matter(ctx: SynthContext
             "golden_calls": [cancel, cancel],
             "golden_hash": state_hash(once),
             "golden_cents_hash": cents_hash(once),
+            "golden_diff": diff_states(ctx.pks, initial, once),  # the stored end state is this one too
+            "setup": {},
             "required_outputs": [],
             "checkpoints": [],
         }

@@ -26,7 +26,7 @@ from envforge.harness.local_models import (
     PackagedFile,
     assemble,
 )
-from envforge.harness.local_server import start, stop
+from envforge.harness.local_server import server_command, start, stop
 
 from conftest import LOCAL_MODEL_MISSING, REPO, local_model_missing
 
@@ -138,3 +138,14 @@ def test_local_server_answers_only_its_key_holder(tmp_path: Path, monkeypatch: p
     finally:
         stop(server)
     assert server.process.poll() is not None
+
+
+@pytest.mark.skipif(local_model_missing(), reason=LOCAL_MODEL_MISSING)
+def test_a_key_that_begins_with_a_dash_still_starts_the_server(tmp_path: Path) -> None:
+    """Keys are random URL-safe text, so one in 64 begins with "-": given as a separate argument,
+    the server's parser took it for an option and refused to start (a CI run met one)."""
+    model = MODELS["smollm2"]
+    command = server_command(tmp_path / "absent.gguf", model, 1, "-Zk3" + "x" * 28)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert "expected one argument" not in done.stderr, done.stderr[-500:]
+    assert "absent.gguf" in done.stderr  # it got past its arguments, to the missing model file
