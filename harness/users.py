@@ -141,6 +141,20 @@ Write only what the user says next, in one or two sentences. Start by telling th
 want. Only once your goal is reached, or cannot be reached, reply with exactly {stop}. If the
 agent transfers you to a human, reply with exactly {transfer}."""
 
+USER_OPENING = """You are a customer talking to a customer-service agent, not the agent.
+Persona: {persona}
+
+Your goal:
+{instruction}
+
+Facts you know (give one only when the agent asks for it; never invent other facts):
+{facts}
+
+The agent has just greeted you. Write your first message to the agent: in one or two sentences, in
+the first person, say what you want. Do not offer help: you are the one asking for it."""
+"""The opening turn's prompt: no control tokens, since there is nothing to end yet. Given the full
+prompt, Qwen2.5-Coder-0.5B answered the greeting with `### STOP###` every time, nudged or not."""
+
 OPENING_NUDGE = (
     "(You have not said anything yet: the agent is waiting. Tell the agent, in your own words, "
     "what you want.)"
@@ -174,19 +188,25 @@ class LLMUser:
             stop=STOP,
             transfer=TRANSFER,
         )
+        self.opening = USER_OPENING.format(
+            persona=task.scenario.persona, instruction=request_text(task), facts=facts
+        )
 
-    async def _ask(self, history: list[dict[str, Any]]) -> UserReply:
-        message, usage = await complete(self.cfg, [{"role": "system", "content": self.system}, *history])
+    async def _ask(self, history: list[dict[str, Any]], system: str | None = None) -> UserReply:
+        prompt = [{"role": "system", "content": system or self.system}, *history]
+        message, usage = await complete(self.cfg, prompt)
         return UserReply(normalize_control((message.content or "").strip()) or STOP, usage)
 
     async def start(self) -> UserReply:
-        """The opening message. One that ends the conversation before it began (the stop token, or
-        nothing) is asked for again, once, with a nudge; the second answer stands, whatever it is."""
+        """The opening message, asked for with `USER_OPENING`. One that ends the conversation before
+        it began (the stop token, or nothing) is asked for again, once, with a nudge; the second
+        answer stands, whatever it is."""
         greeting: list[dict[str, Any]] = [{"role": "user", "content": "Hi! How can I help you today?"}]
-        first = await self._ask(greeting)
+        first = await self._ask(greeting, self.opening)
         if not first.stop:
             return first
-        again = await self._ask([{"role": "user", "content": f"{greeting[0]['content']}\n{OPENING_NUDGE}"}])
+        nudged = [{"role": "user", "content": f"{greeting[0]['content']}\n{OPENING_NUDGE}"}]
+        again = await self._ask(nudged, self.opening)
         both = {"user": first.usage}
         add_usage(both, "user", again.usage)
         again.usage = both["user"]

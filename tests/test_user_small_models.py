@@ -68,6 +68,21 @@ def test_a_good_opening_is_taken_as_it_is(task: Task) -> None:
     assert reply.text == REQUEST and len(bodies) == 1
 
 
+def test_the_opening_prompt_offers_no_control_token_to_copy(task: Task) -> None:
+    """A small model copies the last control token its prompt shows: the opening turn's prompt
+    shows none (there is nothing to end yet); every later turn's prompt says how to end."""
+    fake, bodies = answering(REQUEST, "Thanks. ###STOP###")
+    user = user_for(task, fake.url)
+    with fake:
+        anyio.run(user.start)
+        anyio.run(
+            user.reply, [Message(role="user", content=REQUEST), Message(role="assistant", content="Done.")]
+        )
+    opening, later = (b["messages"][0]["content"] for b in bodies)
+    assert "###" not in opening and task.scenario.persona in opening
+    assert "###STOP###" in later and "###TRANSFER###" in later
+
+
 @pytest.mark.parametrize("said", ["Thanks, that's all. ### STOP###", "ok ##stop##", "####TRANSFER####"])
 def test_a_near_miss_control_token_ends_the_conversation(task: Task, said: str) -> None:
     fake, _ = answering(said)
