@@ -203,6 +203,24 @@ def derive_entities(tables: Sequence[TableShape]) -> dict[str, EntityPhrase]:
     return out
 
 
+# Verbs whose object is made anew: the entity it concerns follows "on" ("add comment on ticket T-1").
+_MAKING_VERBS = frozenset(
+    {"add", "create", "open", "post", "place", "file", "submit", "make", "leave", "write", "log"}
+)
+# Verbs that hand something to a person: the person follows "to" ("assign ticket T-1 to agent A-1").
+_GIVING_VERBS = frozenset({"assign", "give", "transfer", "send", "reassign", "forward", "grant", "hand"})
+_PREPOSITIONS = frozenset(
+    {"to", "from", "into", "onto", "on", "off", "out", "back", "in", "at", "for", "with"}
+)
+# Parameters that count a span of time: said as "for {days} days".
+_DURATIONS = frozenset({"days", "nights", "hours", "weeks", "months", "minutes", "years"})
+
+
+def _entity_of(param: str, entities: dict[str, EntityPhrase]) -> EntityPhrase | None:
+    base = param[:-1] if param.endswith("s") else param
+    return next((e for e in entities.values() if e.key in (param, base)), None)
+
+
 def _param_phrase(param: str, entities: dict[str, EntityPhrase]) -> str:
     base = param[:-1] if param.endswith("s") else param
     for e in entities.values():
@@ -211,35 +229,70 @@ def _param_phrase(param: str, entities: dict[str, EntityPhrase]) -> str:
     return f"{_words(param)} {{{param}}}"
 
 
-def derive_tool_phrase(tool: ToolShape, entities: dict[str, EntityPhrase]) -> str:
-    """A phrase from the tool's name and parameters alone: "cancel booking {booking_id}", "the
-    class {class_id}". Deterministic, and it passes the gate by construction (every required
-    parameter is a placeholder, the name's words are spaced, never the name itself)."""
-    words = tool.name.split("_")
-    verb, rest = (words[0], words[1:]) if len(words) > 1 else (words[0], [])
-    required = [p for p in tool.parameters if p in tool.required]
-    obj = " ".join(rest)
-    # the parameter naming the object itself ("cancel booking {booking_id}") goes right after it
+def _read_phrase(tool: ToolShape, entities: dict[str, EntityPhrase], required: list[str]) -> str:
+    """ "the loans of member {member_id}": what a read shows, named by the tool's words less its
+    verb and less a word that only repeats the entity its parameter names ("member loans of member")."""
+    words = [w for w in tool.name.split("_") if w not in _READ_VERBS]
+    owners = {e.singular for p in required if (e := _entity_of(p, entities)) is not None}
+    trimmed = [w for w in words if w not in owners] if len(words) > 1 else words
+    noun = " ".join(trimmed or words) or _words(tool.name)
     head = next(
-        (
-            p
-            for p in required
-            if any(e.key == p and obj and e.singular.endswith(obj) for e in entities.values())
-        ),
+        (p for p in required if (e := _entity_of(p, entities)) is not None and e.singular == noun),
         None,
     )
-    parts: list[str] = []
-    if tool.read_only:
-        noun = " ".join(w for w in words if w not in _READ_VERBS) or _words(tool.name)
-        parts.append(f"the {noun}")
-    else:
-        parts.append(f"{verb} {obj}".strip())
-    if head is not None:
-        parts[0] += f" {{{head}}}"
+    text = f"the {noun}" + (f" {{{head}}}" if head is not None else "")
     others = [_param_phrase(p, entities) for p in required if p != head]
-    text = parts[0]
-    if others:
-        text += (" of " if tool.read_only else " for ") + ", ".join(others)
+    return text + (" of " + ", ".join(others) if others else "")
+
+
+def derive_tool_phrase(tool: ToolShape, entities: dict[str, EntityPhrase]) -> str:
+    """A phrase from the tool's name and parameters alone, as a person would put the wish: "book
+    class {class_id} for member {member_id}", "send car {car_id} to maintenance", "freeze the
+    membership of member {member_id}", "add comment on ticket {ticket_id} with body {body}".
+    Deterministic, and it passes the gate by construction (every required parameter is a
+    placeholder, the name's words are spaced, never the name itself)."""
+    words = tool.name.split("_")
+    required = [p for p in tool.parameters if p in tool.required]
+    if tool.read_only:
+        return _read_phrase(tool, entities, required)
+    verb, rest = (words[0], words[1:]) if len(words) > 1 else (words[0], [])
+    obj = " ".join(rest)
+    keyed = {p: e for p in required if (e := _entity_of(p, entities)) is not None}
+    # the parameter naming the object itself ("cancel booking {booking_id}") goes right after it
+    head = next((p for p, e in keyed.items() if obj and e.singular.endswith(obj)), None)
+    things = [p for p, e in keyed.items() if p != head and not e.person]
+    people = [p for p, e in keyed.items() if p != head and e.person]
+    placed: set[str] = set() if head is None else {head}
+    if head is not None:
+        text = f"{verb} {obj} {{{head}}}"
+    elif rest and rest[0] in _PREPOSITIONS and things:  # "send car {car_id} to maintenance"
+        text = f"{verb} {_param_phrase(things[0], entities)} {obj}"
+        placed.add(things[0])
+    elif obj and verb in _MAKING_VERBS and things:  # "place hold on book {book_id}"
+        text = f"{verb} {obj} on {_param_phrase(things[0], entities)}"
+        placed.add(things[0])
+    elif obj and len(keyed) == 1:  # "freeze the membership of member {member_id}"
+        (only,) = keyed
+        text = f"{verb} the {obj} of {_param_phrase(only, entities)}"
+        placed.add(only)
+    else:
+        text = f"{verb} {obj}".strip()
+    scalars: list[str] = []
+    for p in required:
+        if p in placed:
+            continue
+        if p in things:
+            text += f" on {_param_phrase(p, entities)}"
+        elif p in people:
+            text += f" {'to' if verb in _GIVING_VERBS else 'for'} {_param_phrase(p, entities)}"
+        elif _words(p) in _DURATIONS:
+            text += f" for {{{p}}} {_words(p)}"
+        else:
+            scalars.append(_param_phrase(p, entities))
+    if scalars:  # "with line1 {line1}, city {city} and zip {zip}"
+        text += " with " + (
+            scalars[0] if len(scalars) == 1 else ", ".join(scalars[:-1]) + " and " + scalars[-1]
+        )
     return text
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .models import CallNode, Dag, Fact, ReasonNode, UserScenario
-from .phrases import PLACEHOLDER, Phrases
+from .phrases import PLACEHOLDER, Phrases, singular
 from .scoring import normalize_text
 
 # How many results back a reference is described before it is only "the … on file".
@@ -30,20 +30,41 @@ _MAX_DEPTH = 3
 _LABEL_SUFFIX = re.compile(r" \(step \d+\)$")
 
 
+# A value that is a code word ("wrong_size", "delivery_too_slow"): a person says it as words.
+_CODE_WORD = re.compile(r"[a-z]+(?:_[a-z0-9]+)+")
+# A name that only numbers a row ("Member 114", "Agent 3"): no one is called that.
+_NUMBERED_NAME = re.compile(r"[A-Za-z]+ ?#?\d+")
+
+
 def _words(name: str) -> str:
     return name.replace("_", " ").strip()
 
 
+def _field(name: str) -> str:
+    """A column as the user speaks of it: "daily rate (in cents)", not "daily rate cents"."""
+    words = _words(name)
+    return f"{words[: -len(' cents')]} (in cents)" if words.endswith(" cents") else words
+
+
+def _join(items: list[str]) -> str:
+    if not items:
+        return "none"
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def _value_text(value: Any) -> str:
-    """A value as the user says it: strings bare, lists as "a, b and c", the rest as JSON."""
+    """A value as the user says it: strings bare (a code word as words), lists as "a, b and c",
+    the rest as JSON."""
     if isinstance(value, list):
-        items = [_value_text(v) for v in value]
-        if not items:
-            return "none"
-        return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+        return _join([_value_text(v) for v in value])
     if isinstance(value, str):
-        return value
+        return _words(value) if _CODE_WORD.fullmatch(value) else value
     return json.dumps(value, ensure_ascii=False)
+
+
+def _spoken(text: str) -> str:
+    """Text compared as said: case, commas and code words' underscores do not count."""
+    return normalize_text(text).replace("_", " ")
 
 
 def _a(noun: str) -> str:
@@ -62,6 +83,8 @@ class _Renderer:
         for f in self.facts:
             if isinstance(f.value, list):
                 self.known |= {json.dumps(v, sort_keys=True) for v in f.value}
+        self.singulars = sorted({e.singular for e in self.phrases.entities.values()}, key=len, reverse=True)
+        self.own = _Ownership.of(self.dag, self.phrases)
         self.branched = {
             n.then_node for n in self.dag.nodes if isinstance(n, ReasonNode) and n.op == "branch"
         } | {n.else_node for n in self.dag.nodes if isinstance(n, ReasonNode) and n.op == "branch"}
@@ -119,7 +142,7 @@ class _Renderer:
         """An argmax/argmin/filter node as the user's choice: "the order with the highest total"."""
         what = self.noun(r.select or "item")
         among = f" among {self.describe(r.source, depth)}" if r.source else ""
-        field = _words(r.field or "value")
+        field = _field(r.field or "value")
         if r.op == "filter":
             return f"the {what} whose {field} is {_value_text(r.equals)}{among}"
         which = "highest" if r.op == "argmax" else "lowest"
@@ -132,7 +155,7 @@ class _Renderer:
         used = set(PLACEHOLDER.findall(phrase))
         parts: list[str] = []
         spoken: list[tuple[str, str]] = []  # descriptions said so far, and their nouns
-        at = 0
+        at = unquote = 0
         for m in PLACEHOLDER.finditer(phrase):
             said = self.argument(node, m.group(1), depth)
             for prev, prev_noun in spoken:  # "the item of that order", not the order described twice
@@ -140,18 +163,46 @@ class _Renderer:
                     said = said.replace(prev, f"that {prev_noun}")
             if said.startswith("the "):
                 spoken.append((said, self.noun(m.group(1))))
-            before = phrase[at : m.start()]
+            before = phrase[at + unquote : m.start()]
+            unquote = 0
+            if (
+                not self.literal(node, m.group(1), said)
+                and before.endswith('"')
+                and phrase[m.end() :].startswith('"')
+            ):
+                # quotes hold the user's own words ('titled "{subject}"'), never a description
+                before, unquote = before[:-1], 1
             noun = self.noun(m.group(1))
             if said.startswith("the "):  # "my order {order_id}" given "the order of …"
-                for lead in (f"the {noun} ", f"my {noun} ", f"a {noun} ", f"{noun} "):
-                    if before.endswith(lead):
+                for name in (noun, *self.singulars):
+                    lead = next(
+                        (
+                            lead
+                            for lead in (f"the {name} ", f"my {name} ", f"a {name} ", f"{name} ")
+                            if before.endswith(lead)
+                        ),
+                        None,
+                    )
+                    if lead is not None:
                         before = before[: -len(lead)]
                         break
-            parts += [before, said]
+            parts += [_second_person(before), said]
             at = m.end()
-        text = "".join(parts) + phrase[at:]
-        extra = [f"{_words(p)} {self.argument(node, p, depth)}" for p in node.call.arguments if p not in used]
-        return text + (f" ({'; '.join(extra)})" if extra else "")
+        text = "".join(parts) + _second_person(phrase[at + unquote :])
+        extra = [self.extra(node, p, depth) for p in node.call.arguments if p not in used]
+        return text + (f" with {_join(extra)}" if extra else "")
+
+    def extra(self, node: CallNode, param: str, depth: int) -> str:
+        """An argument the phrase has no place for: "genre mystery", or "the genre of book B-1"
+        where its description already names what it is."""
+        said = self.argument(node, param, depth)
+        label = _words(param)
+        described = said.startswith("the ") and (label in said or self.noun(param) in said)
+        return said if described else f"{label} {said}"
+
+    def literal(self, node: CallNode, param: str, said: str) -> bool:
+        """Whether `said` is the argument's value itself, not a description of where it is found."""
+        return said == _value_text(node.call.arguments.get(param))
 
     # ------------------------------------------------------------------ sentences
     def wishes(self) -> list[str]:
@@ -160,9 +211,9 @@ class _Renderer:
         for node in self.dag.nodes:
             lead = "You want to" if not out else "You also want to"
             if isinstance(node, CallNode) and node.write and node.id not in self.branched:
-                out.append(f"{lead} {self.fill(node, 0)}.")
+                out.append(self.own(f"{lead} {self.fill(node, 0)}."))
             elif isinstance(node, ReasonNode) and node.op == "branch":
-                out.append(self.branch(node))
+                out.append(self.own(self.branch(node)))
         return out
 
     def branch(self, r: ReasonNode) -> str:
@@ -172,7 +223,7 @@ class _Renderer:
         assert isinstance(then_node, CallNode) and isinstance(else_node, CallNode)
         threshold = f"{r.threshold:g}" if r.threshold is not None else "the limit"
         return (
-            f"If the {_words(r.field or 'figure')} of {subject} is {more} than {threshold}, "
+            f"If the {_field(r.field or 'figure')} of {subject} is {more} than {threshold}, "
             f"you want to {self.fill(then_node, 0)}; if not, you want to {self.fill(else_node, 0)}."
         )
 
@@ -181,11 +232,78 @@ class _Renderer:
         subject = self.describe(r.source, 0) if r.source else "it"
         if r.path and r.path[-1] != r.field:
             subject = f"the {_words(r.path[-1])} in {subject}"
-        field = _words(r.field or "value")
+        field = _field(r.field or "value")
         if r.op == "sum":
             unit = "to the cent" if isinstance(r.value, float) else "a whole number"
             return f"the total {field} of {subject} ({unit})"
         return f"how many of {subject} have {field} {_value_text(r.equals)} (a whole number)"
+
+
+def _known(facts: list[Fact]) -> str:
+    """ "member id: M-4; book ids: B-1 and B-2": each label once, with every value it has."""
+    by_label: dict[str, tuple[str, list[str]]] = {}  # "passenger id" and "passenger ids" are one label
+    for f in facts:
+        label = _words(_LABEL_SUFFIX.sub("", f.name))
+        one = singular(label)
+        _, values = by_label.setdefault(one, (label, []))
+        if label != one:
+            by_label[one] = (label, values)
+        for v in f.value if isinstance(f.value, list) else [f.value]:
+            if (text := _value_text(v)) not in values:
+                values.append(text)
+    parts = []
+    for one, (label, values) in by_label.items():
+        parts.append(f"{one if len(values) == 1 and label == one else _plural(one)}: {_join(values)}")
+    return "; ".join(parts)
+
+
+def _plural(noun: str) -> str:
+    if noun.endswith("y") and noun[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return noun[:-1] + "ies"
+    return noun + ("es" if noun.endswith(("s", "x", "ch", "sh")) else "s")
+
+
+def _second_person(phrase_text: str) -> str:
+    """A phrase's own words as said to the user: "your order", where the env's vocabulary speaks
+    as the user ("my order {order_id}"). Values are never touched: only the phrase between them."""
+    return re.sub(r"\bmy\b", "your", re.sub(r"\bMy\b", "Your", phrase_text))
+
+
+@dataclass(frozen=True)
+class _Ownership:
+    """The user's own rows spoken of as theirs: the principal is the user, so "for member M-4"
+    goes unsaid (the user is member M-4), "the loans of member M-4" is "your loans", "employee
+    E-1's seat" is "your seat". The principal's id stays in what the user knows."""
+
+    patterns: tuple[tuple[re.Pattern[str], str], ...] = ()
+
+    @classmethod
+    def of(cls, dag: Dag, phrases: Phrases) -> _Ownership:
+        principal = dag.principal
+        if principal is None or len(principal.key) != 1:
+            return cls()
+        entity = phrases.entities.get(principal.table)
+        (value,) = principal.key.values()
+        if entity is None or not isinstance(value, str | int):
+            return cls()
+        me = rf"(?:the )?{re.escape(entity.singular)} {re.escape(str(value))}\b"
+        owned = r"((?:(?!\b(?:of|the)\b)[\w ])+?)"  # one noun phrase: no "of", no second "the"
+        return cls(
+            (
+                (re.compile(rf" ?\({me}\)"), ""),
+                (re.compile(rf"{me}'s\b"), "your"),
+                (re.compile(rf"\b(?:give|grant) {me}"), "get"),
+                (re.compile(rf"\b[Tt]he {owned} of {me}"), r"your \1"),
+                (re.compile(rf",? (?:for|of) {me}"), ""),
+                (re.compile(rf"\bto {me}"), "to yourself"),
+                (re.compile(rf"\bby {me}"), "by you"),
+            )
+        )
+
+    def __call__(self, text: str) -> str:
+        for pattern, replacement in self.patterns:
+            text = pattern.sub(replacement, text)
+        return text.replace("your your ", "your ")
 
 
 def _persona(env_name: str, dag: Dag, data: dict[str, Any], phrases: Phrases) -> str:
@@ -198,7 +316,7 @@ def _persona(env_name: str, dag: Dag, data: dict[str, Any], phrases: Phrases) ->
         entity = phrases.entities.get(dag.principal.table)
         if entity is None or entity.person:
             who = entity.singular if entity is not None else who
-            if dag.principal.name:
+            if dag.principal.name and not _NUMBERED_NAME.fullmatch(dag.principal.name):
                 return f"{dag.principal.name}, {_a(who)} of the {label} service"
     for node in dag.nodes:
         d = data.get(node.id)
@@ -206,7 +324,13 @@ def _persona(env_name: str, dag: Dag, data: dict[str, Any], phrases: Phrases) ->
             continue
         for person in people:
             names = [n for c in (person.name or "").split() if isinstance(n := d.get(c), str)]
-            if person.key in d and names and len(names) == len((person.name or "").split()):
+            full = " ".join(names)
+            if (
+                person.key in d
+                and names
+                and len(names) == len((person.name or "").split())
+                and not _NUMBERED_NAME.fullmatch(full)
+            ):
                 return f"{' '.join(names)}, {_a(person.singular)} of the {label} service"
     return f"{_a(who).capitalize()} of the {label} service"
 
@@ -227,11 +351,11 @@ def render_scenario(
     lines: list[str] = []
     lines += r.wishes()
     if facts:
-        known = "; ".join(f"{_words(_LABEL_SUFFIX.sub('', f.name))}: {_value_text(f.value)}" for f in facts)
-        lines.append(f"You know: {known}. Give these only when asked.")
+        known = _known(facts)
+        lines.append(f"You know: {known}{'' if known.endswith('.') else '.'} Give these only when asked.")
     if outputs:
         questions = [
-            r.question(n) for n in dag.nodes if isinstance(n, ReasonNode) and n.op in ("sum", "count")
+            r.own(r.question(n)) for n in dag.nodes if isinstance(n, ReasonNode) and n.op in ("sum", "count")
         ]
         if len(questions) != len(outputs):
             questions = [_LABEL_SUFFIX.sub("", lab) for lab in (output_labels or [""] * len(outputs))]
@@ -257,8 +381,8 @@ def needed_strings(scenario: UserScenario) -> list[str]:
 
 
 def missing_facts(scenario: UserScenario, text: str) -> list[str]:
-    said = normalize_text(text)
-    return [s for s in needed_strings(scenario) if normalize_text(s) not in said]
+    said = _spoken(text)
+    return [s for s in needed_strings(scenario) if _spoken(s) not in said]
 
 
 REWRITE_PROMPT = (

@@ -1,0 +1,170 @@
+"""Scenarios read as a person would put them: attacks on stiff, machine-made wording.
+
+Each class of stiffness found in the bundled tasks gets a test over every bundled task file and a
+small render that shows the rule itself: the user named in the third person ("freeze membership
+for member G-114" said to member G-114), code words ("because wrong_size"), a label repeated in
+what the user knows ("variant ids: V-1; variant ids: V-2"), a numbered name as the persona
+("Member 114"), a money column read out with its unit glued on ("the daily rate cents"), and a
+description put in quotes as if the user would say those words.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envforge.server import load_env
+from envforge.synth import (
+    Dag,
+    Fact,
+    Phrases,
+    derive_phrases,
+    load_phrases,
+    load_tasks,
+    missing_facts,
+    render_scenario,
+)
+
+from conftest import REPO, bundled_env_dirs
+
+ENVS_WITH_TASKS = [d for d in bundled_env_dirs() if (d / "tasks.jsonl").exists()]
+CODE_WORD = re.compile(r"\b[a-z]+(?:_[a-z0-9]+)+\b")
+
+
+def _wish_lines(instruction: str) -> list[str]:
+    """The lines the user speaks from: wishes, conditions and questions (not the facts list)."""
+    return [line for line in instruction.splitlines() if not line.startswith("You know:")]
+
+
+@pytest.mark.parametrize("env_dir", ENVS_WITH_TASKS, ids=lambda d: d.name)
+def test_the_user_is_never_named_in_the_third_person(env_dir: Path) -> None:
+    """The principal is the user: "your membership", never "the membership of member G-114"."""
+    phrases = load_phrases(load_env(env_dir))
+    checked = 0
+    for task in load_tasks(env_dir):
+        principal = task.dag.principal
+        if principal is None or len(principal.key) != 1:
+            continue
+        entity = phrases.entities.get(principal.table)
+        if entity is None:
+            continue
+        (value,) = principal.key.values()
+        me = f"{entity.singular} {value}"
+        for line in _wish_lines(task.scenario.instruction):
+            assert not re.search(rf"\b{re.escape(me)}\b", line), f"{task.id}: {line!r}"
+        checked += 1
+    assert checked, f"{env_dir.name}: no task has a principal to check"
+
+
+@pytest.mark.parametrize("env_dir", ENVS_WITH_TASKS, ids=lambda d: d.name)
+def test_code_words_units_and_quoted_descriptions_are_never_said(env_dir: Path) -> None:
+    for task in load_tasks(env_dir):
+        text = task.scenario.instruction
+        assert not CODE_WORD.search(text), f"{task.id}: {CODE_WORD.search(text)!r} in {text!r}"
+        assert not re.search(r"\b(?!in )\w+ cents\b", text), f"{task.id}: {text!r}"
+        assert '"the ' not in text, f"{task.id}: a description in quotes: {text!r}"
+        # every fact the verifier needs is still said, code words as words
+        assert missing_facts(task.scenario, text) == [], task.id
+
+
+@pytest.mark.parametrize("env_dir", ENVS_WITH_TASKS, ids=lambda d: d.name)
+def test_each_thing_the_user_knows_is_labelled_once(env_dir: Path) -> None:
+    for task in load_tasks(env_dir):
+        known = next((ln for ln in task.scenario.instruction.splitlines() if ln.startswith("You know:")), "")
+        body = known.removeprefix("You know: ").rsplit(" Give these only when asked.", 1)[0]
+        labels = [part.split(":", 1)[0] for part in body.split("; ") if part]
+        assert len(labels) == len(set(labels)), f"{task.id}: {known!r}"
+
+
+@pytest.mark.parametrize("env_dir", ENVS_WITH_TASKS, ids=lambda d: d.name)
+def test_no_persona_is_a_numbered_row(env_dir: Path) -> None:
+    for task in load_tasks(env_dir):
+        name = task.scenario.persona.split(",")[0]
+        assert not re.fullmatch(r"[A-Za-z]+ #?\d+", name), f"{task.id}: persona {task.scenario.persona!r}"
+
+
+# --------------------------------------------------------------------------- the rules, one render each
+
+
+def _car_rental() -> tuple[Phrases, Any]:
+    env = load_env(REPO / "envs" / "car_rental")
+    return load_phrases(env), env
+
+
+def _call(node_id: str, name: str, arguments: dict[str, Any], write: bool = True) -> dict[str, Any]:
+    return {
+        "id": node_id,
+        "kind": "call",
+        "text": name,
+        "call": {"name": name, "arguments": arguments},
+        "write": write,
+        "args": [{"param": p, "source": "user"} for p in arguments],
+    }
+
+
+def _render(nodes: list[dict[str, Any]], facts: dict[str, Any], principal: dict[str, Any] | None) -> Any:
+    phrases, _ = _car_rental()
+    dag = Dag.model_validate({"nodes": nodes, "edges": [], "principal": principal})
+    return render_scenario(
+        "car_rental", dag, [Fact(name=k, value=v) for k, v in facts.items()], [], {}, [], phrases
+    )
+
+
+RENT = _call("n0", "rent_car", {"customer_id": "C-509", "car_id": "V-621", "days": 7})
+ME = {"table": "customers", "key": {"customer_id": "C-509"}, "name": "Luis Ibarra"}
+
+
+def test_a_wish_for_oneself_does_not_name_oneself() -> None:
+    scenario = _render([RENT], {"customer_id": "C-509", "car_id": "V-621", "days": 7}, ME)
+    wish = scenario.instruction.splitlines()[0]
+    assert wish == "You want to rent car V-621 for 7 days.", wish
+    # the id is still what the user knows, to give when asked
+    assert "customer id: C-509" in scenario.instruction
+    # for someone else, the other customer is named
+    other = _render(
+        [RENT], {"customer_id": "C-509", "car_id": "V-621", "days": 7}, {**ME, "key": {"customer_id": "C-1"}}
+    )
+    assert "for customer C-509" in other.instruction
+
+
+def test_code_words_are_said_as_words_and_still_count_as_said() -> None:
+    node = _call("n0", "return_car", {"rental_id": "R-1"})
+    node["call"]["arguments"]["reason"] = "wrong_size"  # an optional argument the phrase has no place for
+    scenario = _render([node], {"rental_id": "R-1", "reason": "wrong_size"}, None)
+    assert "wrong size" in scenario.instruction and "wrong_size" not in scenario.instruction
+    assert missing_facts(scenario, scenario.instruction) == []
+
+
+def test_repeated_labels_are_merged() -> None:
+    second = _call("n1", "rent_car", {"customer_id": "C-509", "car_id": "V-622", "days": 2})
+    facts = [
+        Fact(name="car_id", value="V-621"),
+        Fact(name="car_id (step 2)", value="V-622"),
+        Fact(name="days", value=7),
+    ]
+    phrases, _ = _car_rental()
+    dag = Dag.model_validate({"nodes": [RENT, second], "edges": [], "principal": ME})
+    text = render_scenario("car_rental", dag, facts, [], {}, [], phrases).instruction
+    assert "You know: car ids: V-621 and V-622; days: 7." in text, text
+
+
+def test_a_numbered_row_is_no_persona() -> None:
+    scenario = _render([RENT], {"car_id": "V-621"}, {**ME, "name": "Customer 509"})
+    assert scenario.persona == "A customer of the car rental service"
+
+
+def test_derived_phrases_put_the_wish_as_a_person_would() -> None:
+    """The synthesized envs' vocabulary is derived, so the deriver itself must speak plainly."""
+    phrases = derive_phrases(load_env(REPO / "envs" / "car_rental"))
+    assert phrases.tools["send_to_maintenance"].phrase == "send car {car_id} to maintenance"
+    assert phrases.tools["rent_car"].phrase == "rent car {car_id} for customer {customer_id} for {days} days"
+    assert phrases.tools["return_car"].phrase == "return the car of rental {rental_id}"
+    helpdesk = derive_phrases(load_env(REPO / "envs" / "helpdesk_lite"))
+    assert helpdesk.tools["assign_ticket"].phrase == "assign ticket {ticket_id} to agent {agent_id}"
+    assert helpdesk.tools["add_comment"].phrase == "add comment on ticket {ticket_id} with body {body}"
+    library = derive_phrases(load_env(REPO / "envs" / "library"))
+    assert library.tools["list_member_loans"].phrase == "the loans of member {member_id}"
+    assert library.tools["place_hold"].phrase == "place hold on book {book_id} for member {member_id}"
