@@ -52,14 +52,18 @@ def _join(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def _value_text(value: Any) -> str:
-    """A value as the user says it: strings bare (a code word as words), lists as "a, b and c",
-    the rest as JSON."""
+def _value_text(value: Any, exact: bool = False) -> str:
+    """A value as the user says it: strings bare (a code word as words, unless `exact`: an id is
+    said as it is), lists as "a, b and c", the rest as JSON."""
     if isinstance(value, list):
-        return _join([_value_text(v) for v in value])
+        return _join([_value_text(v, exact) for v in value])
     if isinstance(value, str):
-        return _words(value) if _CODE_WORD.fullmatch(value) else value
+        return _words(value) if not exact and _CODE_WORD.fullmatch(value) else value
     return json.dumps(value, ensure_ascii=False)
+
+
+def _is_id(name: str) -> bool:
+    return name.endswith(("_id", "_ids", " id", " ids"))
 
 
 def _spoken(text: str) -> str:
@@ -69,6 +73,11 @@ def _spoken(text: str) -> str:
 
 def _a(noun: str) -> str:
     return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
+class VagueReference(ValueError):
+    """A value the task needs comes from so far back in the walk that the user could not name it
+    ("the book on file"): such a task is not rendered, so not shipped (`BuildFailed`)."""
 
 
 @dataclass
@@ -123,9 +132,10 @@ class _Renderer:
         value = node.call.arguments.get(param)
         source = next((a for a in node.args if a.param == param), None)
         if source is None or source.source == "user" or json.dumps(value, sort_keys=True) in self.known:
-            return _value_text(value)
+            return _value_text(value, exact=_is_id(param))
         if depth >= _MAX_DEPTH or source.node is None or source.node not in self.by_id:
-            return f"the {self.noun(param)} on file"
+            # "the book on file" names no book: the user could not say which one they mean
+            raise VagueReference(f"{node.call.name}.{param} is described {depth} results back")
         feeding = self.by_id[source.node]
         if isinstance(feeding, ReasonNode):
             return self.selection(feeding, depth)
@@ -202,7 +212,7 @@ class _Renderer:
 
     def literal(self, node: CallNode, param: str, said: str) -> bool:
         """Whether `said` is the argument's value itself, not a description of where it is found."""
-        return said == _value_text(node.call.arguments.get(param))
+        return said == _value_text(node.call.arguments.get(param), exact=_is_id(param))
 
     # ------------------------------------------------------------------ sentences
     def wishes(self) -> list[str]:
@@ -249,7 +259,7 @@ def _known(facts: list[Fact]) -> str:
         if label != one:
             by_label[one] = (label, values)
         for v in f.value if isinstance(f.value, list) else [f.value]:
-            if (text := _value_text(v)) not in values:
+            if (text := _value_text(v, exact=_is_id(label))) not in values:
                 values.append(text)
     parts = []
     for one, (label, values) in by_label.items():

@@ -47,7 +47,7 @@ from .models import (
     StateDiff,
     Task,
 )
-from .render import render_scenario
+from .render import VagueReference, render_scenario
 from .replayer import call_key, scratch_connection
 from .setup import Fresh
 from .statediff import json_key
@@ -1166,7 +1166,12 @@ async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfi
     for n in executed:
         t = ctx.graph.tool(n.call.name)
         tables |= set(t.reads) | set(t.writes)
-    scenario = render_scenario(ctx.env.name, dag, b.facts, b.outputs, b.data, b.output_labels, ctx.phrases)
+    try:
+        scenario = render_scenario(
+            ctx.env.name, dag, b.facts, b.outputs, b.data, b.output_labels, ctx.phrases
+        )
+    except VagueReference:
+        raise BuildFailed("vague_reference") from None
     golden_hash, golden_cents = ctx.states.hasher.hashes(golden)
     if golden_cents == initial_cents:
         raise BuildFailed("no_change")
