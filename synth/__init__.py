@@ -75,7 +75,7 @@ if TYPE_CHECKING:
         tool_descriptions_in,
         tool_names_in,
     )
-    from .render import missing_facts, render_scenario, rewrite_scenario
+    from .render import VagueReference, missing_facts, render_scenario, rewrite_scenario
     from .rewards import (
         OFFLINE_PARTS,
         SCORERS,
@@ -187,6 +187,7 @@ _LAZY = {
     "tool_names_in": "realism",
     "rewrite_scenario": "render",
     "render_scenario": "render",
+    "VagueReference": "render",
     "missing_facts": "render",
     "PHRASES_FILE": "phrases",
     "PhraseError": "phrases",
@@ -313,6 +314,7 @@ __all__ = [
     "ToolGraph",
     "ToolShape",
     "UserScenario",
+    "VagueReference",
     "VerifyReport",
     "adversary_calls",
     "adversary_message",

@@ -174,7 +174,7 @@ def test_derived_phrases_put_the_wish_as_a_person_would() -> None:
 def test_a_value_too_far_back_to_name_is_no_task() -> None:
     """ "the car on file" names no car: an honest agent could not tell which one is meant, so
     the renderer refuses (and synthesis drops the build) rather than ship an unsolvable task."""
-    from envforge.synth.render import VagueReference
+    from envforge.synth import VagueReference
 
     vague = _call("n0", "send_to_maintenance", {"car_id": "V-633"})
     vague["args"] = [{"param": "car_id", "source": "node", "node": "n-gone", "key": "car_id"}]
