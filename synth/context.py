@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from envforge.server import Environment, Fleet
 
-from .domains import derive_domains, key_columns
+from .domains import derive_domains, foreign_keys, key_columns
 from .graphindex import GraphIndex
 from .models import ParamDomain, ToolGraph
 from .outcomes import Outcomes
@@ -44,6 +44,7 @@ class SynthContext:
     _setups: SetupPlanner | None = field(default=None, init=False)
     _phrases: Phrases | None = field(default=None, init=False)
     _ownership: Ownership | None = field(default=None, init=False)
+    _references: dict[str, str] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.index = GraphIndex(self.env, self.graph, self.domains, self.key_names)
@@ -74,6 +75,19 @@ class SynthContext:
         if self._phrases is None:
             self._phrases = load_phrases(self.env)
         return self._phrases
+
+    @property
+    def references(self) -> dict[str, str]:
+        """Column -> the table it references, for columns not named after it ("assigned_to" ->
+        "employees"): what a person calls such a value ("the employee"), worked out once."""
+        if self._references is None:
+            refs: dict[str, str] = {}
+            for child, parents in sorted(foreign_keys(self.env).items()):
+                column = child.split(".", 1)[1]
+                if not column.endswith("_id") and len(parents) == 1:
+                    refs.setdefault(column, parents[0].split(".", 1)[0])
+            self._references = refs
+        return self._references
 
     @property
     def ownership(self) -> Ownership:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from .models import CallNode, Dag, Fact, ReasonNode, UserScenario
@@ -34,6 +35,24 @@ _LABEL_SUFFIX = re.compile(r" \(step \d+\)$")
 _CODE_WORD = re.compile(r"[a-z]+(?:_[a-z0-9]+)+")
 # A name that only numbers a row ("Member 114", "Agent 3"): no one is called that.
 _NUMBERED_NAME = re.compile(r"[A-Za-z]+ ?#?\d+")
+
+
+# "for 1 days", "add 1 checked bags": a count of one, then a plural noun of one or two words.
+_ONE = re.compile(
+    r"(?<![\w.,-])1 (?!(?:this|its|his|yes|plus|minus|bus|gas|was|has|is|as|us)\b)"
+    r"((?:[a-z]+ )?[a-z]{2,}?)(ies|s)\b(?! of\b)"
+)
+
+
+def _one(m: re.Match[str]) -> str:
+    stem, ending = m.group(1), m.group(2)
+    if stem.endswith("s"):  # "1 class", "1 address": not a plural
+        return m.group(0)
+    return f"1 {stem}{'y' if ending == 'ies' else ''}"
+
+
+# A column named for how it relates ("assigned_to", "created_by"), not for what it holds.
+_PREPOSITIONS = frozenset({"to", "by", "for", "from", "with", "of"})
 
 
 def _words(name: str) -> str:
@@ -85,6 +104,7 @@ class _Renderer:
     dag: Dag
     facts: list[Fact]
     phrases: Phrases
+    references: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.by_id = {n.id: n for n in self.dag.nodes}
@@ -103,6 +123,10 @@ class _Renderer:
         entity = self.phrases.entity_for_column(column)
         if entity is not None:
             return entity.singular
+        parent = self.phrases.entities.get(self.references.get(column, ""))
+        if parent is not None and column.rsplit("_", 1)[-1] in _PREPOSITIONS:
+            # "assigned_to" is no noun; the employee it names is: "the employee of device A-2"
+            return parent.singular
         base = column[:-3] if column.endswith("_id") else column
         return _words(base)
 
@@ -199,31 +223,40 @@ class _Renderer:
             parts += [_second_person(before), said]
             at = m.end()
         text = "".join(parts) + _second_person(phrase[at + unquote :])
-        extra = [self.extra(node, p, depth) for p in node.call.arguments if p not in used]
-        return text + (f" with {_join(extra)}" if extra else "")
-
-    def extra(self, node: CallNode, param: str, depth: int) -> str:
-        """An argument the phrase has no place for: "genre mystery", or "the genre of book B-1"
-        where its description already names what it is."""
-        said = self.argument(node, param, depth)
-        label = _words(param)
-        described = said.startswith("the ") and (label in said or self.noun(param) in said)
-        return said if described else f"{label} {said}"
+        given: list[str] = []  # "with genre mystery", "with the genre of book B-1"
+        matched: list[str] = []  # "whose requester is the employee of device A-2"
+        for p in node.call.arguments:
+            if p in used:
+                continue
+            said = self.argument(node, p, depth)
+            label, noun = _words(p), self.noun(p)
+            if self.literal(node, p, said):
+                given.append(f"{label} {said}")
+            elif label in said or noun in said:
+                given.append(said)
+            else:
+                matched.append(f"{noun} is {said}")
+        text += f" with {_join(given)}" if given else ""
+        return text + (f" whose {_join(matched)}" if matched else "")
 
     def literal(self, node: CallNode, param: str, said: str) -> bool:
         """Whether `said` is the argument's value itself, not a description of where it is found."""
         return said == _value_text(node.call.arguments.get(param), exact=_is_id(param))
 
     # ------------------------------------------------------------------ sentences
+    def say(self, sentence: str) -> str:
+        """A sentence as said: the user's own rows as theirs, one of a kind in the singular."""
+        return _ONE.sub(_one, self.own(sentence))
+
     def wishes(self) -> list[str]:
         """One sentence per write the user wants, and per condition, in the DAG's order."""
         out: list[str] = []
         for node in self.dag.nodes:
             lead = "You want to" if not out else "You also want to"
             if isinstance(node, CallNode) and node.write and node.id not in self.branched:
-                out.append(self.own(f"{lead} {self.fill(node, 0)}."))
+                out.append(self.say(f"{lead} {self.fill(node, 0)}."))
             elif isinstance(node, ReasonNode) and node.op == "branch":
-                out.append(self.own(self.branch(node)))
+                out.append(self.say(self.branch(node)))
         return out
 
     def branch(self, r: ReasonNode) -> str:
@@ -245,7 +278,8 @@ class _Renderer:
         field = _field(r.field or "value")
         if r.op == "sum":
             unit = "to the cent" if isinstance(r.value, float) else "a whole number"
-            return f"the total {field} of {subject} ({unit})"
+            total = "the total" if field in ("total", "amount", "sum") else f"the total {field}"
+            return f"{total} of {subject} ({unit})"
         return f"how many of {subject} have {field} {_value_text(r.equals)} (a whole number)"
 
 
@@ -353,11 +387,12 @@ def render_scenario(
     data: dict[str, Any],
     output_labels: list[str] | None = None,
     phrases: Phrases | None = None,
+    references: Mapping[str, str] | None = None,
 ) -> UserScenario:
     """The templated scenario in the env's vocabulary (`phrases`; none: the tools' own words).
     `output_labels` are the builder's; the user's wording of each output comes from the closing
     count or sum that computes it, in order, and the builder's label only where there is none."""
-    r = _Renderer(dag=dag, facts=facts, phrases=phrases or Phrases())
+    r = _Renderer(dag=dag, facts=facts, phrases=phrases or Phrases(), references=references or {})
     lines: list[str] = []
     lines += r.wishes()
     if facts:

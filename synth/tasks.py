@@ -1168,7 +1168,7 @@ async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfi
         tables |= set(t.reads) | set(t.writes)
     try:
         scenario = render_scenario(
-            ctx.env.name, dag, b.facts, b.outputs, b.data, b.output_labels, ctx.phrases
+            ctx.env.name, dag, b.facts, b.outputs, b.data, b.output_labels, ctx.phrases, ctx.references
         )
     except VagueReference:
         raise BuildFailed("vague_reference") from None

@@ -194,3 +194,39 @@ def test_an_id_keeps_its_exact_form() -> None:
     scenario = _render([node], {"rental_id": "ordered_by_mistake"}, None)
     assert "rental ordered_by_mistake" in scenario.instruction
     assert "rental id: ordered_by_mistake" in scenario.instruction
+
+
+STIFF = {
+    "a count of one with a plural noun": re.compile(
+        r"(?<![\w.,-])1 (?:days|nights|bags|checked bags|cars|copies|seats)\b"
+    ),
+    "a total of a total": re.compile(r"\btotal total\b"),
+    "a relation read out as a noun": re.compile(r"\bthe (?:assigned to|created by|owned by)\b"),
+    "a label glued to a description": re.compile(r"\b\w+ id the\b"),
+}
+
+
+@pytest.mark.parametrize("env_dir", ENVS_WITH_TASKS, ids=lambda d: d.name)
+def test_no_bundled_instruction_reads_stiffly(env_dir: Path) -> None:
+    for task in load_tasks(env_dir):
+        for what, pattern in STIFF.items():
+            found = pattern.search(task.scenario.instruction)
+            assert found is None, f"{task.id}: {what}: {found and found.group(0)!r}"
+
+
+def test_one_of_a_kind_is_singular_and_other_counts_stay_plural() -> None:
+    one = _render(
+        [
+            {
+                **RENT,
+                "call": {
+                    "name": "rent_car",
+                    "arguments": {"customer_id": "C-509", "car_id": "V-621", "days": 1},
+                },
+            }
+        ],
+        {},
+        ME,
+    )
+    assert "rent car V-621 for 1 day." in one.instruction, one.instruction
+    assert "for 7 days." in _render([RENT], {}, ME).instruction
