@@ -24,6 +24,12 @@ synthesized tasks and for τ²'s imported ones (`envforge check`, `benchmarks/be
   person's id among the golden calls' arguments (a parameter `<who>_id` with `<who>` one of
   `PERSON_WORDS`) and, given the results, among the top-level fields of a call's object result
   (τ²'s `get_order_details` names the order's `user_id`). Ids are compared by value.
+- **stiff wording**: an instruction that reads machine-made: a code word said raw ("because
+  wrong_size"; ids are exempt: the agent must type them), "the … on file" (a reference that names
+  nothing), a persona that is a numbered row ("Member 114"), a label repeated in what the user
+  knows, the user's own id in their wishes (the principal named in the third person: "freeze
+  membership for member G-114" said to member G-114), a plural after a count of one ("for 1
+  days"), or "total total". Target 0.
 - **shape**: calls, writes and reasoning nodes per task (executed call nodes, those that write,
   reasoning nodes), as min / median / max and mean.
 """
@@ -91,6 +97,7 @@ class TaskRealism(_Model):
     numbered_steps: bool
     dead_reads: list[str] | None
     principals: list[str]
+    stiff: list[str] = []
     calls: int
     writes: int
     reasoning: int
@@ -117,6 +124,7 @@ class EnvRealism(_Model):
     principals: int
     multi_principal_tasks: int
     no_principal_tasks: int
+    stiff_tasks: int = 0
     calls: Spread
     writes: Spread
     reasoning: Spread
@@ -131,6 +139,8 @@ class EnvRealism(_Model):
             out.append(f"{self.dead_reads} dead reads")
         if self.duplicates:
             out.append(f"{self.duplicates} duplicates")
+        if self.stiff_tasks:
+            out.append(f"{self.stiff_tasks} stiffly worded instructions")
         return out
 
 
@@ -174,6 +184,44 @@ def has_numbered_steps(text: str) -> bool:
     if _LINE_ONE.search(text) and _LINE_TWO.search(text):
         return True
     return bool(_INLINE_LIST.search(text) or _STEP_REF.search(text))
+
+
+_CODE_WORD = re.compile(r"\b[a-z]+(?:_[a-z0-9]+)+\b")
+_NUMBERED_PERSONA = re.compile(r"[A-Za-z]+ #?\d+")
+_ONE_PLURAL = re.compile(
+    r"(?<![\w.,-])1 (?:days|nights|hours|weeks|bags|checked bags|copies|seats|items|units)\b"
+)
+
+
+def stiff_wording(task: Task) -> list[str]:
+    """Why `task`'s scenario reads machine-made (the module docstring's list); [] when it does not."""
+    scenario = task.scenario
+    text = scenario.instruction
+    lines = text.splitlines()
+    wishes = [ln for ln in lines if not ln.startswith("You know:")]
+    ids = [f.value for f in scenario.known_facts if "id" in f.name]
+    out = []
+    raw = [w for w in _CODE_WORD.findall(text) if not re.search(rf"\bids?:? {re.escape(w)}\b", text)]
+    if any(not any(word in v for v in ids) for word in raw):
+        out.append("code word")
+    if " on file" in text:
+        out.append("on file")
+    if _NUMBERED_PERSONA.fullmatch(scenario.persona.split(",")[0]):
+        out.append("numbered persona")
+    known = next((ln for ln in lines if ln.startswith("You know:")), "")
+    labels = [part.split(":", 1)[0] for part in known.removeprefix("You know: ").split("; ") if ":" in part]
+    if len(labels) != len(set(labels)):
+        out.append("repeated label")
+    principal = task.dag.principal
+    if principal is not None and len(principal.key) == 1:
+        (me,) = (str(v) for v in principal.key.values())
+        if any(re.search(rf"(?<![\w-]){re.escape(me)}(?![\w-])", ln) for ln in wishes):
+            out.append("user in the third person")
+    if _ONE_PLURAL.search(text):
+        out.append("plural after one")
+    if "total total" in text:
+        out.append("total total")
+    return out
 
 
 # --------------------------------------------------------------------------- values
@@ -345,6 +393,7 @@ def task_realism(
         numbered_steps=has_numbered_steps(task.scenario.instruction),
         dead_reads=dead_reads(task, results),
         principals=task_principals(task, results),
+        stiff=stiff_wording(task),
         calls=len(calls),
         writes=sum(1 for n in calls if n.write),
         reasoning=sum(1 for n in task.dag.nodes if isinstance(n, ReasonNode)),
@@ -392,6 +441,7 @@ def measure_realism(
         principals=len({who for p in per for who in p.principals}),
         multi_principal_tasks=sum(1 for p in per if len(p.principals) > 1),
         no_principal_tasks=sum(1 for p in per if not p.principals),
+        stiff_tasks=sum(1 for p in per if p.stiff),
         calls=spread([p.calls for p in per]),
         writes=spread([p.writes for p in per]),
         reasoning=spread([p.reasoning for p in per]),
@@ -399,6 +449,7 @@ def measure_realism(
             "procedural": [p.id for p in procedural][:5],
             "dead_reads": [p.id for p in per if p.dead_reads][:5],
             "multi_principal": [p.id for p in per if len(p.principals) > 1][:5],
+            "stiff": [f"{p.id} ({', '.join(p.stiff)})" for p in per if p.stiff][:5],
         },
     )
 
@@ -424,9 +475,10 @@ def _spread_cell(s: Spread) -> str:
 
 def realism_table(rows: Sequence[EnvRealism]) -> str:
     """One line per env, within 80 columns: procedural instructions (tool names or numbered
-    steps) as a share, tasks with dead reads / dead reads, duplicates, distinct principals (and
-    tasks with more than one), and min/median/max mean of calls, writes and reasoning nodes."""
-    head = ("env", "tasks", "proc", "dead", "dup", "who", "calls", "writes", "reason")
+    steps) as a share, stiffly worded ones (`stiff_wording`), tasks with dead reads / dead reads,
+    duplicates, distinct principals (and tasks with more than one), and min/median/max mean of
+    calls, writes and reasoning nodes."""
+    head = ("env", "tasks", "proc", "stiff", "dead", "dup", "who", "calls", "writes", "reason")
     lines = [head]
     for r in rows:
         dead = "-" if r.dead_reads is None else f"{r.dead_read_tasks}/{r.dead_reads}"
@@ -436,6 +488,7 @@ def realism_table(rows: Sequence[EnvRealism]) -> str:
                 r.env[:14],
                 str(r.tasks),
                 f"{100 * r.procedural_share:.0f}%",
+                str(r.stiff_tasks),
                 dead,
                 str(r.duplicates),
                 who,

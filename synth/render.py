@@ -280,6 +280,10 @@ class _Renderer:
             unit = "to the cent" if isinstance(r.value, float) else "a whole number"
             total = "the total" if field in ("total", "amount", "sum") else f"the total {field}"
             return f"{total} of {subject} ({unit})"
+        principal = self.dag.principal
+        if principal is not None and [str(v) for v in principal.key.values()] == [str(r.equals)]:
+            # "have author id E-1014" asked by E-1014: "have you as author"
+            return f"how many of {subject} have you as {self.noun(r.field or 'value')} (a whole number)"
         return f"how many of {subject} have {field} {_value_text(r.equals)} (a whole number)"
 
 
@@ -331,6 +335,7 @@ class _Ownership:
         if entity is None or not isinstance(value, str | int):
             return cls()
         me = rf"(?:the )?{re.escape(entity.singular)} {re.escape(str(value))}\b"
+        my_id = rf"(?:\w+ )?id {re.escape(str(value))}\b"  # "the tickets with requester id E-1"
         owned = r"((?:(?!\b(?:of|the)\b)[\w ])+?)"  # one noun phrase: no "of", no second "the"
         return cls(
             (
@@ -338,6 +343,7 @@ class _Ownership:
                 (re.compile(rf"{me}'s\b"), "your"),
                 (re.compile(rf"\b(?:give|grant) {me}"), "get"),
                 (re.compile(rf"\b[Tt]he {owned} of {me}"), r"your \1"),
+                (re.compile(rf"\b[Tt]he {owned} with {my_id}"), r"your \1"),
                 (re.compile(rf",? (?:for|of) {me}"), ""),
                 (re.compile(rf"\bto {me}"), "to yourself"),
                 (re.compile(rf"\bby {me}"), "by you"),

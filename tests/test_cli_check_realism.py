@@ -33,6 +33,7 @@ REALISM_KEYS = {
     "principals",
     "multi_principal_tasks",
     "no_principal_tasks",
+    "stiff_tasks",
     "calls",
     "writes",
     "reasoning",

@@ -21,6 +21,7 @@ from envforge.synth import (
     duplicate_groups,
     has_numbered_steps,
     measure_realism,
+    stiff_wording,
     task_principals,
     tool_descriptions_in,
     tool_names_in,
@@ -229,7 +230,8 @@ def test_env_measures_count_procedural_tasks_and_spread_task_shape() -> None:
     assert (r.calls.min, r.calls.median, r.calls.max, r.calls.mean) == (1, 1.5, 2, 1.5)
     assert (r.writes.max, r.reasoning.max, r.reasoning.mean) == (1, 1, 0.5)
     assert r.examples["procedural"] == ["b"]
-    assert r.strict_failures() == ["1 procedural instructions"]
+    # its tool name is also a raw code word
+    assert r.strict_failures() == ["1 procedural instructions", "1 stiffly worded instructions"]
 
 
 def test_the_median_is_not_the_mean_of_a_skewed_env() -> None:
@@ -259,3 +261,51 @@ def test_an_instruction_copying_a_tool_description_is_procedural() -> None:
     r = measure_realism("shop", [task], TOOLS, descriptions=DESCRIPTIONS)
     assert (r.procedural, r.tool_description_tasks, r.tool_name_tasks) == (1, 1, 0)
     assert measure_realism("shop", [task], TOOLS).procedural == 0
+
+
+# --------------------------------------------------------------------------- stiff wording
+
+
+def test_machine_made_wording_is_caught_by_class() -> None:
+    me = Principal(table="members", key={"member_id": "G-114"}, name="Ada Park")
+    node = call("n0", "freeze_membership", write=True, member_id="G-114")
+    cases = {
+        "user in the third person": "You want to freeze membership for member G-114.",
+        "code word": "You want to cancel order O-1 because wrong_size.",
+        "on file": "You want to return the book on file.",
+        "plural after one": "You want to rent car V-1 for 1 days.",
+        "total total": "Make sure the agent tells you the total total of your orders.",
+        "repeated label": "You want X.\nYou know: car id: V-1; car id: V-2. Give these only when asked.",
+    }
+    for reason, instruction in cases.items():
+        task = make_task("t", [node], instruction=instruction, principal=me)
+        assert reason in stiff_wording(task), (reason, stiff_wording(task))
+    numbered = make_task("t", [node], instruction="You want to freeze your membership.")
+    numbered = numbered.model_copy(
+        update={
+            "scenario": numbered.scenario.model_copy(update={"persona": "Member 114, a member of the gym"})
+        }
+    )
+    assert stiff_wording(numbered) == ["numbered persona"]
+
+
+def test_plain_wording_and_ids_are_not_stiff() -> None:
+    me = Principal(table="members", key={"member_id": "G-114"}, name="Ada Park")
+    node = call("n0", "freeze_membership", write=True, member_id="G-114")
+    task = make_task(
+        "t",
+        [node],
+        instruction=(
+            "You want to freeze your membership and hear about order ordered_by_mistake.\n"
+            "You know: member id: G-114; order id: ordered_by_mistake. Give these only when asked."
+        ),
+        facts=[Fact(name="member_id", value="G-114"), Fact(name="order_id", value="ordered_by_mistake")],
+        principal=me,
+    )
+    assert stiff_wording(task) == []
+    # τ²'s own words: an id named as one is no code word
+    tau2 = make_task(
+        "t", [node], instruction="You just created your user id mei_patel_7272 and ordered 1 item."
+    )
+    assert stiff_wording(tau2) == []
+    assert measure_realism("shop", [task, tau2], TOOLS).stiff_tasks == 0
