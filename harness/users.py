@@ -88,11 +88,44 @@ def request_text(task: Task) -> str:
     )
     for second, first in (("You want to ", "I want to "), ("You also want to ", "I also want to ")):
         text = text.replace(second, first)
-    return (
-        text.replace("; if not, you want to ", "; if not, I want to ")
-        .replace(", you want to ", ", I want to ")
-        .strip()
+    text = text.replace("; if not, you want to ", "; if not, I want to ").replace(
+        ", you want to ", ", I want to "
     )
+    values = [fact_text(f.value) for f in task.scenario.known_facts]
+    return _first_person(text, [v for v in values if v]).strip()
+
+
+# The scenario speaks to the user ("your loans", "assign it to yourself"); the user says it of
+# themselves. Longest forms first, so "yourself" is not read as "your" + "self".
+_SECOND_TO_FIRST = (
+    (re.compile(r"\byourself\b"), "myself"),
+    (re.compile(r"\bYour\b"), "My"),
+    (re.compile(r"\byour\b"), "my"),
+    (re.compile(r"\b(by|to|for|with) you\b"), r"\1 me"),
+    (re.compile(r"\bhave you as\b"), "have me as"),
+    (re.compile(r"\bwhat you hear back when you\b"), "what I hear back when I"),
+)
+_QUOTED = re.compile(r'"[^"\n]*"')
+
+
+def _first_person(text: str, values: list[str]) -> str:
+    """`text` with the scenario's second person turned into the user's first; a quoted span or a
+    value the user gives is left exactly as it is (a ticket body may well say "your")."""
+    keep = sorted({m.group(0) for m in _QUOTED.finditer(text)} | set(values), key=len, reverse=True)
+    spans = re.compile("|".join(re.escape(k) for k in keep)) if keep else None
+    out, at = [], 0
+    for m in spans.finditer(text) if spans else ():
+        out.append(_swap(text[at : m.start()]))
+        out.append(m.group(0))
+        at = m.end()
+    out.append(_swap(text[at:]))
+    return "".join(out)
+
+
+def _swap(text: str) -> str:
+    for pattern, first in _SECOND_TO_FIRST:
+        text = pattern.sub(first, text)
+    return text
 
 
 class ScriptedUser:

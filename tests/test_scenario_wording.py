@@ -230,3 +230,26 @@ def test_one_of_a_kind_is_singular_and_other_counts_stay_plural() -> None:
     )
     assert "rent car V-621 for 1 day." in one.instruction, one.instruction
     assert "for 7 days." in _render([RENT], {}, ME).instruction
+
+
+def test_the_scripted_user_says_its_wishes_in_the_first_person() -> None:
+    """The scenario says "your loans" to the user; the user says "my loans" to the agent, and a
+    value it gives (a quoted note, a fact) stays exactly as the verifier needs it."""
+    from envforge.harness.users import request_text
+
+    assign = _call("n0", "rent_car", {"customer_id": "C-509", "car_id": "V-621", "days": 7})
+    scenario = _render([assign], {"customer_id": "C-509", "car_id": "V-621", "days": 7}, ME)
+    scenario = scenario.model_copy(
+        update={
+            "instruction": 'You want to add the note "check your email" to your rental, by you, to yourself.\n'
+            + scenario.instruction
+        }
+    )
+    tasks = load_tasks(REPO / "envs" / "car_rental")
+    task = tasks[0].model_copy(update={"scenario": scenario})
+    said = request_text(task)
+    assert said.startswith('I want to add the note "check your email" to my rental, by me, to myself.'), said
+    for env_dir in ENVS_WITH_TASKS:
+        for task in load_tasks(env_dir):
+            outside_quotes = re.sub(r'"[^"\n]*"', "", request_text(task))
+            assert not re.search(r"\byour\b|\byourself\b", outside_quotes), (task.id, outside_quotes)
