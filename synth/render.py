@@ -44,6 +44,10 @@ _ONE = re.compile(
 )
 
 
+# "the order of your orders": a value read off a list holds one such row, so it is "your order".
+_ONLY_ONE = re.compile(r"\bthe (\w+) of your \1s\b")
+
+
 def _one(m: re.Match[str]) -> str:
     stem, ending = m.group(1), m.group(2)
     if stem.endswith("s"):  # "1 class", "1 address": not a plural
@@ -114,6 +118,12 @@ class _Renderer:
                 self.known |= {json.dumps(v, sort_keys=True) for v in f.value}
         self.singulars = sorted({e.singular for e in self.phrases.entities.values()}, key=len, reverse=True)
         self.own = _Ownership.of(self.dag, self.phrases)
+        principal = self.dag.principal
+        self.me = str(next(iter(principal.key.values()))) if principal and len(principal.key) == 1 else None
+        # descriptions said so far in the whole scenario, and the last one said of each noun:
+        # a later mention of the same thing is "that order", never the description again
+        self.spoken: list[tuple[str, str]] = []
+        self.last_of: dict[str, str] = {}
         self.branched = {
             n.then_node for n in self.dag.nodes if isinstance(n, ReasonNode) and n.op == "branch"
         } | {n.else_node for n in self.dag.nodes if isinstance(n, ReasonNode) and n.op == "branch"}
@@ -157,6 +167,11 @@ class _Renderer:
         source = next((a for a in node.args if a.param == param), None)
         if source is None or source.source == "user" or json.dumps(value, sort_keys=True) in self.known:
             return _value_text(value, exact=_is_id(param))
+        if self.me is not None and isinstance(value, str | int) and str(value) == self.me:
+            # the user's own id, found by a lookup ("the customer of the account of Ada at zip
+            # 11201"): the user is that customer, so it is said as them (and `_Ownership` then
+            # says it as "your", "yourself" or not at all)
+            return str(value)
         if depth >= _MAX_DEPTH or source.node is None or source.node not in self.by_id:
             # "the book on file" names no book: the user could not say which one they mean
             raise VagueReference(f"{node.call.name}.{param} is described {depth} results back")
@@ -188,15 +203,10 @@ class _Renderer:
         phrase = self.tool_phrase(node)
         used = set(PLACEHOLDER.findall(phrase))
         parts: list[str] = []
-        spoken: list[tuple[str, str]] = []  # descriptions said so far, and their nouns
         at = unquote = 0
         for m in PLACEHOLDER.finditer(phrase):
             said = self.argument(node, m.group(1), depth)
-            for prev, prev_noun in spoken:  # "the item of that order", not the order described twice
-                if prev != said and prev in said:
-                    said = said.replace(prev, f"that {prev_noun}")
-            if said.startswith("the "):
-                spoken.append((said, self.noun(m.group(1))))
+            said = self.back_reference(said, self.noun(m.group(1)))
             before = phrase[at + unquote : m.start()]
             unquote = 0
             if (
@@ -207,7 +217,7 @@ class _Renderer:
                 # quotes hold the user's own words ('titled "{subject}"'), never a description
                 before, unquote = before[:-1], 1
             noun = self.noun(m.group(1))
-            if said.startswith("the "):  # "my order {order_id}" given "the order of …"
+            if said.startswith(("the ", "that ")):  # "my order {order_id}" given "the order of …"
                 for name in (noun, *self.singulars):
                     lead = next(
                         (
@@ -230,6 +240,8 @@ class _Renderer:
                 continue
             said = self.argument(node, p, depth)
             label, noun = _words(p), self.noun(p)
+            if not self.literal(node, p, said):
+                said = self.back_reference(said, noun)
             if self.literal(node, p, said):
                 given.append(f"{label} {said}")
             elif label in said or noun in said:
@@ -239,6 +251,21 @@ class _Renderer:
         text += f" with {_join(given)}" if given else ""
         return text + (f" whose {_join(matched)}" if matched else "")
 
+    def back_reference(self, said: str, noun: str) -> str:
+        """`said` with what was already described said as "that order" ("the item of that
+        order"), where that order is the last one described; a new description is remembered."""
+        for prev, prev_noun in self.spoken:
+            if self.last_of.get(prev_noun) != prev:
+                continue  # another order was described since: "that order" would point to it
+            if prev == said:
+                return f"that {prev_noun}"
+            if prev in said:
+                said = said.replace(prev, f"that {prev_noun}")
+        if said.startswith("the ") and len(said.split()) > 3:
+            self.spoken.append((said, noun))
+            self.last_of[noun] = said
+        return said
+
     def literal(self, node: CallNode, param: str, said: str) -> bool:
         """Whether `said` is the argument's value itself, not a description of where it is found."""
         return said == _value_text(node.call.arguments.get(param), exact=_is_id(param))
@@ -246,7 +273,7 @@ class _Renderer:
     # ------------------------------------------------------------------ sentences
     def say(self, sentence: str) -> str:
         """A sentence as said: the user's own rows as theirs, one of a kind in the singular."""
-        return _ONE.sub(_one, self.own(sentence))
+        return _ONE.sub(_one, _ONLY_ONE.sub(r"your \1", self.own(sentence)))
 
     def wishes(self) -> list[str]:
         """One sentence per write the user wants, and per condition, in the DAG's order."""
@@ -276,14 +303,20 @@ class _Renderer:
         if r.path and r.path[-1] != r.field:
             subject = f"the {_words(r.path[-1])} in {subject}"
         field = _field(r.field or "value")
+        if r.op == "sum" and field.startswith("is ") and not isinstance(r.value, float):
+            # a sum of a yes/no column counts the rows where it holds: "how many … are default"
+            return f"how many of {subject} are {field[3:]} (a whole number)"
         if r.op == "sum":
             unit = "to the cent" if isinstance(r.value, float) else "a whole number"
+            field = field.removesuffix(" total")  # "copies total": "the total copies"
             total = "the total" if field in ("total", "amount", "sum") else f"the total {field}"
             return f"{total} of {subject} ({unit})"
         principal = self.dag.principal
         if principal is not None and [str(v) for v in principal.key.values()] == [str(r.equals)]:
             # "have author id E-1014" asked by E-1014: "have you as author"
             return f"how many of {subject} have you as {self.noun(r.field or 'value')} (a whole number)"
+        if r.equals in ("", None):
+            return f"how many of {subject} have no {field} (a whole number)"
         return f"how many of {subject} have {field} {_value_text(r.equals)} (a whole number)"
 
 
@@ -334,7 +367,7 @@ class _Ownership:
         (value,) = principal.key.values()
         if entity is None or not isinstance(value, str | int):
             return cls()
-        me = rf"(?:the )?{re.escape(entity.singular)} {re.escape(str(value))}\b"
+        me = rf"(?:the )?(?:{re.escape(entity.singular)} )?{re.escape(str(value))}\b"
         my_id = rf"(?:\w+ )?id {re.escape(str(value))}\b"  # "the tickets with requester id E-1"
         owned = r"((?:(?!\b(?:of|the)\b)[\w ])+?)"  # one noun phrase: no "of", no second "the"
         return cls(

@@ -235,13 +235,14 @@ def test_one_of_a_kind_is_singular_and_other_counts_stay_plural() -> None:
 def test_the_scripted_user_says_its_wishes_in_the_first_person() -> None:
     """The scenario says "your loans" to the user; the user says "my loans" to the agent, and a
     value it gives (a quoted note, a fact) stays exactly as the verifier needs it."""
-    from envforge.harness.users import request_text
+    from envforge.harness import request_text
 
     assign = _call("n0", "rent_car", {"customer_id": "C-509", "car_id": "V-621", "days": 7})
     scenario = _render([assign], {"customer_id": "C-509", "car_id": "V-621", "days": 7}, ME)
     scenario = scenario.model_copy(
         update={
-            "instruction": 'You want to add the note "check your email" to your rental, by you, to yourself.\n'
+            "instruction": 'You want to add the note "check your email" to your rental, by you, '
+            + "to yourself.\n"
             + scenario.instruction
         }
     )
@@ -253,3 +254,55 @@ def test_the_scripted_user_says_its_wishes_in_the_first_person() -> None:
         for task in load_tasks(env_dir):
             outside_quotes = re.sub(r'"[^"\n]*"', "", request_text(task))
             assert not re.search(r"\byour\b|\byourself\b", outside_quotes), (task.id, outside_quotes)
+
+
+def _description_repeats(text: str) -> list[str]:
+    """Runs of seven words starting with "the" that a scenario's wishes say more than once (a
+    quoted value is the user's own words, and the closing question may name its subject again)."""
+    lines = [ln for ln in _wish_lines(text) if not ln.startswith("Make sure")]
+    wishes = re.sub(r'"[^"\n]*"', '""', " ".join(lines)).split()
+    seen: dict[str, int] = {}
+    for i, word in enumerate(wishes[:-6]):
+        if word.lower() == "the":
+            run = " ".join(wishes[i : i + 7])
+            if '""' not in run:  # the same wish with other words in quotes: two notes, not one
+                seen[run] = seen.get(run, 0) + 1
+    return [run for run, n in seen.items() if n > 1]
+
+
+@pytest.mark.parametrize("env_dir", ENVS_WITH_TASKS, ids=lambda d: d.name)
+def test_a_thing_described_once_is_then_that_thing(env_dir: Path) -> None:
+    """ "the order whose status is processing among your orders", said four times in one scenario,
+    is read as four orders; once described, it is "that order"."""
+    for task in load_tasks(env_dir):
+        assert _description_repeats(task.scenario.instruction) == [], (task.id, task.scenario.instruction)
+
+
+def test_the_user_found_by_a_lookup_is_the_user() -> None:
+    """The customer an email lookup finds is the user: "cancel order O-5008", not "cancel order
+    O-5008 of the customer of the account registered to …", and their id, which they never
+    knew, is not handed to them."""
+    phrases = load_phrases(load_env(REPO / "envs" / "retail_orders"))
+    lookup = _call("n0", "find_customer_by_email", {"email": "ada@example.com"}, write=False)
+    cancel = _call("n1", "cancel_order", {"customer_id": "C-1031", "order_id": "O-5008", "reason": "other"})
+    cancel["args"][0] = {"param": "customer_id", "source": "node", "node": "n0", "key": "customer_id"}
+    me = {"table": "customers", "key": {"customer_id": "C-1031"}, "name": "Ada Park"}
+    dag = Dag.model_validate({"nodes": [lookup, cancel], "edges": [], "principal": me})
+    facts = [Fact(name="email", value="ada@example.com"), Fact(name="order_id", value="O-5008")]
+    data = {"n0": {"customer_id": "C-1031"}}
+    text = render_scenario("retail_orders", dag, facts, [], data, [], phrases).instruction
+    assert text.splitlines()[0] == "You want to cancel order O-5008, because other.", text
+    assert "C-1031" not in text
+
+
+def test_counts_of_yes_no_and_empty_columns_read_as_questions() -> None:
+    from envforge.synth import ReasonNode
+
+    phrases, _ = _car_rental()
+    read = _call("n0", "list_available_cars", {"location_id": "LOC-1"}, write=False)
+    flagged = ReasonNode(id="r0", text="sum", op="sum", source="n0", field="is_electric", value=2)
+    empty = ReasonNode(id="r1", text="count", op="count", source="n0", field="notes", equals="", value=1)
+    dag = Dag.model_validate({"nodes": [read, flagged, empty], "edges": [], "principal": None})
+    text = render_scenario("car_rental", dag, [], ["2", "1"], {}, [], phrases).instruction
+    assert "how many of the available cars of location LOC-1 are electric (a whole number): 2" in text, text
+    assert "how many of the available cars of location LOC-1 have no notes (a whole number): 1" in text, text
