@@ -604,16 +604,16 @@ class Builder:
                 tool = node.call.name
                 weight = 1.0 + int(node_id[1:]) * 0.5
                 options = self._node_options[node_id] = []
-                for planned, vals, single in self.ctx.readings.extensions(
-                    tool, self.data[node_id], self.ctx.index.edge_plan(tool)
-                ):
-                    if self.principal is not None:
-                        e = planned.edge
-                        kept = [v for v in vals if self._allows(e.target, e.param, v)]
-                        if not kept:
-                            continue
-                        if len(kept) < len(vals):
-                            vals, single = kept, None
+                plan = self.ctx.index.edge_plan(tool)
+                readings = self.ctx.readings
+                if self.principal is None:
+                    extensions = readings.extensions(tool, self.data[node_id], plan)
+                else:  # the values the principal may name, kept per principal and initial state
+                    who = (self.history[0], self.principal.table, json_key(self.principal.key))
+                    extensions = readings.allowed_extensions(
+                        tool, self.data[node_id], plan, who, self._allows
+                    )
+                for planned, vals, single in extensions:
                     options.append(
                         _Option(node, planned.edge, vals, weight, planned.writes, planned.feeds, single)
                     )
