@@ -15,6 +15,7 @@ import json
 import math
 import random
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -160,6 +161,7 @@ class Builder:
     before_walk: dict[tuple[str, str, str], Any] = field(default_factory=dict)
     _last_key: tuple[Call, str] | None = None
     _by_id: dict[str, CallNode] = field(default_factory=dict)
+    _edge_keys: set[tuple[str, str, str]] = field(default_factory=set)  # (source, target, kind) of `edges`
     _node_options: dict[str, list[_Option]] = field(default_factory=dict)
     # `_from_results` answers
     _fed: dict[tuple[str, str], tuple[Any, ArgSource] | None] = field(default_factory=dict)
@@ -471,7 +473,8 @@ class Builder:
         return False
 
     def _edge(self, a: str, b: str, kind: str, label: str) -> None:
-        if not any(e.source == a and e.target == b and e.kind == kind for e in self.edges):
+        if (a, b, kind) not in self._edge_keys:
+            self._edge_keys.add((a, b, kind))
             self.edges.append(DagEdge(source=a, target=b, kind=kind, label=label))
             if kind == "data":
                 self.fed.add(a)
@@ -667,9 +670,15 @@ class Builder:
             weights.append(w)
         if not any(weights):
             return False
-        cum_weights = list(accumulate(weights))  # what `choices(weights=...)` computes each time
+        # `rng.choices(options, weights)[0]` for each try, its arithmetic done once per step: the
+        # cumulative weights and their total, then one draw and a bisection per try (the same
+        # draw, and so the same option, as `choices` makes).
+        cum_weights = list(accumulate(weights))
+        total = cum_weights[-1] + 0.0
+        hi = len(options) - 1
+        draw = self.rng.random
         for _ in range(self.cfg.tries_per_step):
-            option = self.rng.choices(options, cum_weights=cum_weights)[0]
+            option = options[bisect_right(cum_weights, draw() * total, 0, hi)]
             if await self._try_option(option):
                 return True
         return False
@@ -971,6 +980,7 @@ class Builder:
             for e in self.edges
             if e.source in new_id and e.target in new_id
         ]
+        self._edge_keys = {(e.source, e.target, e.kind) for e in self.edges}
         self.data = {new_id[k]: v for k, v in self.data.items() if k in new_id}
         self.texts = {new_id[k]: v for k, v in self.texts.items() if k in new_id}
         self.write_diffs = {new_id[k]: v for k, v in self.write_diffs.items() if k in new_id}
