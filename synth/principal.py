@@ -18,7 +18,7 @@ construction.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -252,19 +252,40 @@ class Ownership:
     ) -> bool:
         """Whether `value` for a parameter of `domain` names no row of another principal (a row
         the initial state lacks was made by the walk itself, for its principal)."""
+        return self.checker(state_key, state, principal)(domain, value)
+
+    def checker(
+        self, state_key: str, state: State, principal: Principal | None
+    ) -> Callable[[ParamDomain, Any], bool]:
+        """`allows` for one principal on one initial state, as a function of (domain, value).
+
+        A walk asks tens of thousands of times in a run, always about its own principal and
+        initial state: the owner map and the principal's key are looked up once here, not on
+        every question."""
         if principal is None or self.table is None:
-            return True
-        refs = self._entity_refs(domain)
-        if not refs:
-            return True
+            return _always
         me = principal.key[self.key]
         owners = self.owners(state_key, state)
-        for item in value if isinstance(value, list) else [value]:
-            for table, _ in refs:
-                try:
-                    owner = owners.get(table, {}).get(item, _MISSING)
-                except TypeError:  # an unhashable value names no row
-                    owner = _MISSING
-                if owner is not _MISSING and owner is not None and owner != me:
-                    return False
-        return True
+        refs_of = self._entity_refs
+        no_owners: dict[Any, Any] = {}
+
+        def allows(domain: ParamDomain, value: Any) -> bool:
+            refs = refs_of(domain)
+            if not refs:
+                return True
+            for item in value if isinstance(value, list) else [value]:
+                for table, _ in refs:
+                    try:
+                        owner = owners.get(table, no_owners).get(item, _MISSING)
+                    except TypeError:  # an unhashable value names no row
+                        owner = _MISSING
+                    if owner is not _MISSING and owner is not None and owner != me:
+                        return False
+            return True
+
+        return allows
+
+
+def _always(domain: ParamDomain, value: Any) -> bool:
+    """`Ownership.checker` where there is no principal to keep to: every value is allowed."""
+    return True

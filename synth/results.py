@@ -9,7 +9,7 @@ of being recomputed by each walk that lands on it.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +58,7 @@ class ResultReadings:
         # by the result's id, with the result itself held (so that its id is not reused)
         self._values: BoundedMemo[int, tuple[Any, dict[str, list[Any]]]] = BoundedMemo(KEPT)
         self._extensions: BoundedMemo[tuple[int, str], tuple[Any, list[Extension]]] = BoundedMemo(KEPT)
+        self._allowed: BoundedMemo[tuple[int, str, Hashable], tuple[Any, list[Extension]]] = BoundedMemo(KEPT)
 
     def values(self, data: Any) -> dict[str, list[Any]]:
         hit = self._values.get(id(data))
@@ -87,4 +88,31 @@ class ResultReadings:
                         single = value_key(e.target, not planned.writes, e.param, vals[0])
                     out.append((planned, vals, single))
             hit = self._extensions.put((id(data), tool), (data, out))
+        return hit[1]
+
+    def allowed_extensions(
+        self,
+        tool: str,
+        data: Any,
+        plan: list[PlannedEdge],
+        who: Hashable,
+        allows: Callable[[str, str, Any], bool],
+    ) -> list[Extension]:
+        """`extensions` with each edge's values narrowed to those `allows(target, param, value)`
+        keeps (edges left with none are left out; an edge that lost values has no single value
+        key). `who` names what `allows` depends on (a principal on an initial state): the answer
+        is kept per result object and `who`, since every walk of a principal that reads the same
+        memoised result (its start call, most often) would filter the same values again."""
+        hit = self._allowed.get((id(data), tool, who))
+        if hit is None or hit[0] is not data:
+            out: list[Extension] = []
+            for planned, vals, single in self.extensions(tool, data, plan):
+                e = planned.edge
+                kept = [v for v in vals if allows(e.target, e.param, v)]
+                if not kept:
+                    continue
+                if len(kept) < len(vals):
+                    vals, single = kept, None
+                out.append((planned, vals, single))
+            hit = self._allowed.put((id(data), tool, who), (data, out))
         return hit[1]

@@ -15,7 +15,8 @@ import json
 import math
 import random
 import re
-from collections.abc import Hashable
+from bisect import bisect_right
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from itertools import accumulate
 from operator import itemgetter
@@ -160,6 +161,7 @@ class Builder:
     before_walk: dict[tuple[str, str, str], Any] = field(default_factory=dict)
     _last_key: tuple[Call, str] | None = None
     _by_id: dict[str, CallNode] = field(default_factory=dict)
+    _edge_keys: set[tuple[str, str, str]] = field(default_factory=set)  # (source, target, kind) of `edges`
     _node_options: dict[str, list[_Option]] = field(default_factory=dict)
     # `_from_results` answers
     _fed: dict[tuple[str, str], tuple[Any, ArgSource] | None] = field(default_factory=dict)
@@ -174,6 +176,8 @@ class Builder:
     # when a second write is about to run; None until then, or when the mirror did not hold it whole.
     after_first_write: State | None = None
     _first_write_taken: bool = False
+    # The principal and `Ownership.checker` for it on the initial state (`_allows`).
+    _check: tuple[Principal, Callable[[Any, Any], bool]] | None = None
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -276,7 +280,7 @@ class Builder:
                 vals = self._key_values(node_id, key)
                 if len(vals) == 1 and accepts(domain, vals[0]) and self._allows(tool, param, vals[0]):
                     value = [vals[0]] if domain.is_list else vals[0]
-                    return value, ArgSource(param=param, source="node", node=node_id, key=key)
+                    return value, _from_node(param, node_id, key)
         return None
 
     def _key_values(self, node_id: str, key: str) -> list[Any]:
@@ -295,10 +299,16 @@ class Builder:
 
     def _allows(self, tool: str, param: str, value: Any) -> bool:
         """Whether `value` for `tool`'s `param` names no other principal's row."""
-        if self.principal is None:
+        principal = self.principal
+        if principal is None:
             return True
-        domain = self.ctx.domains[tool][param]
-        return self.ctx.ownership.allows(self.history[0], self.initial_state, self.principal, domain, value)
+        check = self._check
+        if check is None or check[0] is not principal:  # the principal is set once, after creation
+            check = self._check = (
+                principal,
+                self.ctx.ownership.checker(self.history[0], self.initial_state, principal),
+            )
+        return check[1](self.ctx.domains[tool][param], value)
 
     def _on_story(self, call: Call) -> bool:
         """Whether every argument of `call` stays on the principal's rows and public ones."""
@@ -463,7 +473,8 @@ class Builder:
         return False
 
     def _edge(self, a: str, b: str, kind: str, label: str) -> None:
-        if not any(e.source == a and e.target == b and e.kind == kind for e in self.edges):
+        if (a, b, kind) not in self._edge_keys:
+            self._edge_keys.add((a, b, kind))
             self.edges.append(DagEdge(source=a, target=b, kind=kind, label=label))
             if kind == "data":
                 self.fed.add(a)
@@ -492,6 +503,9 @@ class Builder:
         return f"{desc} ({'; '.join(parts)})" if parts else desc
 
     def nodes_by_id(self, node_id: str) -> DagNode:
+        node = self._by_id.get(node_id)  # every call node is there; reasoning nodes are looked for
+        if node is not None:
+            return node
         return next(n for n in self.nodes if n.id == node_id)
 
     # ------------------------------------------------------------------ steps
@@ -593,16 +607,16 @@ class Builder:
                 tool = node.call.name
                 weight = 1.0 + int(node_id[1:]) * 0.5
                 options = self._node_options[node_id] = []
-                for planned, vals, single in self.ctx.readings.extensions(
-                    tool, self.data[node_id], self.ctx.index.edge_plan(tool)
-                ):
-                    if self.principal is not None:
-                        e = planned.edge
-                        kept = [v for v in vals if self._allows(e.target, e.param, v)]
-                        if not kept:
-                            continue
-                        if len(kept) < len(vals):
-                            vals, single = kept, None
+                plan = self.ctx.index.edge_plan(tool)
+                readings = self.ctx.readings
+                if self.principal is None:
+                    extensions = readings.extensions(tool, self.data[node_id], plan)
+                else:  # the values the principal may name, kept per principal and initial state
+                    who = (self.history[0], self.principal.table, json_key(self.principal.key))
+                    extensions = readings.allowed_extensions(
+                        tool, self.data[node_id], plan, who, self._allows
+                    )
+                for planned, vals, single in extensions:
                     options.append(
                         _Option(node, planned.edge, vals, weight, planned.writes, planned.feeds, single)
                     )
@@ -616,38 +630,55 @@ class Builder:
             return False
         must_write = self.writes == 0 and remaining <= 1
         boost = 3.0 if remaining <= 2 else 1.0
-        weights = [o.weight * boost if o.writes else 0.0 if must_write else o.weight for o in options]
-        # How likely each option's call is to work, from this run's outcomes (its edge's success
-        # rate, and how its value has done where it has one value), and how much its tool is
-        # wanted for coverage (`outcomes.Outcomes.record_task`).
+        # Each option's weight: its node's, times (a) how likely its call is to work, from this
+        # run's outcomes (its edge's success rate, and how its value has done where it has one
+        # value), and how much its tool is wanted for coverage (`outcomes.Outcomes.record_task`);
+        # (b) for a write that can take a setup's fresh entity not yet acted on, 10 (the entity
+        # is there to be acted on); (c) for a write, the least of how often its tool has left
+        # each tool this walk wrote with undone (cancel after book, restock after fill). One
+        # pass, the factors in that order: the floats are those of one pass per factor.
         outcomes = self.ctx.outcomes
         edge_w, value_w = outcomes.edges.weights.get, outcomes.values.weights.get
         cover_w = outcomes.coverage.get
-        weights = [
-            w * edge_w(o.feeds, 1.0) * value_w(o.value_key, 1.0) * cover_w(o.edge.target, 1.0) if w else 0.0
-            for o, w in zip(options, weights, strict=True)
-        ]
-        if self.fresh is not None and not self.acts_on_fresh():
-            # A setup's fresh entity is there to be acted on: writes that can take it come first.
-            fresh = self.fresh.value
-            weights = [
-                w * 10.0 if o.writes and fresh in o.values else w
-                for o, w in zip(options, weights, strict=True)
-            ]
-        if self.written_tools:
-            # A write that has undone one of this walk's earlier writes' tools before is likelier
-            # to again (cancel after book, restock after fill): such options weigh less.
-            sequel_w = outcomes.sequels.weights.get
-            done = self.written_tools
-            weights = [
-                w * min(sequel_w((t, o.edge.target), 1.0) for t in done) if w and o.writes else w
-                for o, w in zip(options, weights, strict=True)
-            ]
+        fresh_pending = self.fresh is not None and not self.acts_on_fresh()
+        fresh = self.fresh.value if self.fresh is not None else None
+        done = self.written_tools
+        sequel_w = outcomes.sequels.weights.get
+        sequel_of: dict[str, float] = {}  # per target tool, the least sequel weight over `done`
+        weights = []
+        for o in options:
+            if o.writes:
+                w = o.weight * boost
+            elif must_write:
+                weights.append(0.0)
+                continue
+            else:
+                w = o.weight
+            if not w:
+                weights.append(0.0)
+                continue
+            target = o.edge.target
+            w = w * edge_w(o.feeds, 1.0) * value_w(o.value_key, 1.0) * cover_w(target, 1.0)
+            if o.writes:
+                if fresh_pending and fresh in o.values:
+                    w = w * 10.0
+                if done and w:
+                    least = sequel_of.get(target)
+                    if least is None:
+                        least = sequel_of[target] = min(sequel_w((t, target), 1.0) for t in done)
+                    w = w * least
+            weights.append(w)
         if not any(weights):
             return False
-        cum_weights = list(accumulate(weights))  # what `choices(weights=...)` computes each time
+        # `rng.choices(options, weights)[0]` for each try, its arithmetic done once per step: the
+        # cumulative weights and their total, then one draw and a bisection per try (the same
+        # draw, and so the same option, as `choices` makes).
+        cum_weights = list(accumulate(weights))
+        total = cum_weights[-1] + 0.0
+        hi = len(options) - 1
+        draw = self.rng.random
         for _ in range(self.cfg.tries_per_step):
-            option = self.rng.choices(options, cum_weights=cum_weights)[0]
+            option = options[bisect_right(cum_weights, draw() * total, 0, hi)]
             if await self._try_option(option):
                 return True
         return False
@@ -659,7 +690,7 @@ class Builder:
         pre: list[ReasonNode] = []
         if len(o.values) == 1:
             value = o.values[0]
-            src = ArgSource(param=e.param, source="node", node=o.node.id, key=e.key)
+            src = _from_node(e.param, o.node.id, e.key)
         else:
             chosen = None
             if not self.reasoned and self.rng.random() < self.cfg.p_reason:
@@ -667,7 +698,7 @@ class Builder:
             if chosen is not None:
                 reason, value = chosen
                 pre.append(reason)
-                src = ArgSource(param=e.param, source="node", node=reason.id, key=e.key)
+                src = _from_node(e.param, reason.id, e.key)
             else:
                 value = self._pick_value(o)
                 src = _user(e.param)
@@ -949,6 +980,7 @@ class Builder:
             for e in self.edges
             if e.source in new_id and e.target in new_id
         ]
+        self._edge_keys = {(e.source, e.target, e.kind) for e in self.edges}
         self.data = {new_id[k]: v for k, v in self.data.items() if k in new_id}
         self.texts = {new_id[k]: v for k, v in self.texts.items() if k in new_id}
         self.write_diffs = {new_id[k]: v for k, v in self.write_diffs.items() if k in new_id}
@@ -1065,6 +1097,24 @@ def _user(param: str) -> ArgSource:
     src = _USER.get(param)
     if src is None:
         src = _USER[param] = ArgSource(param=param, source="user")
+    return src
+
+
+_FROM_NODE: dict[tuple[str, str, str], ArgSource] = {}
+_FROM_NODE_KEPT = 10_000  # sources kept: far more than one env's walks use
+
+
+def _from_node(param: str, node: str, key: str) -> ArgSource:
+    """`ArgSource(param=param, source="node", node=node, key=key)`, one per triple: walks build the
+    same few sources over and over (node ids restart at n0 in every walk), and validating each
+    anew was a visible share of a step. Sources are never changed in place, so one object can
+    serve every node that takes the same value from the same place."""
+    k = (param, node, key)
+    src = _FROM_NODE.get(k)
+    if src is None:
+        if len(_FROM_NODE) >= _FROM_NODE_KEPT:
+            _FROM_NODE.clear()
+        src = _FROM_NODE[k] = ArgSource(param=param, source="node", node=node, key=key)
     return src
 
 
