@@ -184,7 +184,11 @@ def train_cmd(
     steps: int = typer.Option(10, "--steps"),
     tasks_per_step: int = typer.Option(4, "--tasks-per-step", help=">= 2 per env."),
     rollouts_per_task: int = typer.Option(4, "--rollouts-per-task"),
-    staleness: int = typer.Option(1, "--staleness", help="Max policy versions a sample may lag."),
+    staleness: int = typer.Option(
+        1,
+        "--staleness",
+        help="Max policy versions a sample may lag; collection runs at most this many batches ahead.",
+    ),
     out: Path = typer.Option(..., "--out"),
     lr: float = typer.Option(1e-5, "--lr"),
     baseline: str = typer.Option("task", "--baseline", help="task or env"),

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .local_weights import resolve_model
     from .lookup import held_out, lookup_tasks, split_tasks
     from .loop import Group, StepMetrics, TrainConfig, collect, job_stream, select_batch, train
-    from .plots import write_comparison, write_plots
+    from .plots import svg_line_chart, write_comparison, write_plots
     from .ray_workers import BackendSpec, EnvSpec, RayWorkers, WorkerSpec, state_checksum
     from .rollout import (
         FleetRolloutEnv,
@@ -87,6 +87,7 @@ _LAZY = {
     "lookup_tasks": "lookup",
     "split_tasks": "lookup",
     "held_out": "lookup",
+    "svg_line_chart": "plots",
     "write_comparison": "plots",
     "write_plots": "plots",
     "IM_END": "trajectory",
@@ -155,6 +156,7 @@ __all__ = [
     "shutdown",
     "split_tasks",
     "state_checksum",
+    "svg_line_chart",
     "token_logprobs",
     "train",
     "unbiased_std",

@@ -8,6 +8,13 @@ version is more than `staleness` behind the learner is dropped (and counted); th
 with their sampling logprobs as the behaviour policy. Each batch holds >= 2 distinct tasks of every
 env, because the env-level std in ERPO needs more than one task to mean anything.
 
+Collectors start a group only with a credit (`Jobs`): `(staleness + 1)` batches' worth at first,
+one batch more after each update's weights are synced. So collection runs at most `staleness`
+batches ahead of the learner and never plays a group that would be too stale to use: with
+`staleness 0` the loop is synchronous (collect, update, collect with the new weights) instead of
+generating, during every update, groups that are certain to be dropped and that take the CPU or
+GPU from the update itself.
+
 Where groups come from is a `GroupSource`: by default `LocalCollectors` (coroutines in this process
 sharing one backend); `ray_workers.RayWorkers` plays the same jobs on Ray actors instead. The loop
 only hands a source the job stream and, after each update, the new weights.
@@ -17,7 +24,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import anyio
@@ -100,10 +107,44 @@ def numbered(jobs: Iterator[tuple[RolloutEnv, str]]) -> Iterator[Job]:
         yield env, task_id, index
 
 
+class Jobs:
+    """The job iterator that every collector of a run shares, with optional admission credits.
+
+    Without credits it hands out jobs until the plan runs out (`collect`). With `credits`, each job
+    first takes a credit and `grant` adds more: `train` grants them so that no group starts before
+    the weights it will be judged against exist (see the module docstring), because a group played
+    too early is generated, then dropped as stale, and its generation slowed the update it ran beside.
+    """
+
+    def __init__(self, jobs: Iterator[Job], credits: int | None = None) -> None:
+        self._jobs = jobs
+        self._credits = None if credits is None else anyio.Semaphore(credits)
+        self.granted = credits or 0
+
+    def __aiter__(self) -> AsyncIterator[Job]:
+        return self
+
+    async def __anext__(self) -> Job:
+        if self._credits is not None:
+            await self._credits.acquire()
+        try:
+            return next(self._jobs)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+    def grant(self, n: int = 1) -> None:
+        """Let `n` more jobs start (a no-op without credits)."""
+        if self._credits is None:
+            return
+        for _ in range(n):
+            self._credits.release()
+        self.granted += n
+
+
 class GroupSource(Protocol):
     """Where the loop's groups come from.
 
-    `produce` plays jobs taken from the shared iterator until it is exhausted (or the caller cancels),
+    `produce` plays jobs taken from the shared `Jobs` until it is exhausted (or the caller cancels),
     sends each finished `Group` into `send`, and closes `send` when done. `sync_weights` makes the
     policy that generates from now on the learner's `version`; it returns once that holds, so a
     group's `version` (the oldest weights in it) is what the staleness bound checks.
@@ -111,7 +152,7 @@ class GroupSource(Protocol):
 
     async def produce(
         self,
-        jobs: Iterator[Job],
+        jobs: AsyncIterator[Job],
         rollouts_per_task: int,
         rollout: RolloutConfig,
         send: MemoryObjectSendStream[Group],
@@ -140,14 +181,14 @@ class LocalCollectors:
 
     async def produce(
         self,
-        jobs: Iterator[Job],
+        jobs: AsyncIterator[Job],
         rollouts_per_task: int,
         rollout: RolloutConfig,
         send: MemoryObjectSendStream[Group],
     ) -> None:
         async def collector(out: MemoryObjectSendStream[Group]) -> None:
             async with out:
-                for env, task_id, index in jobs:
+                async for env, task_id, index in jobs:
                     started = time.time()
                     trajs = await rollout_group(
                         env, task_id, self.backend, self.tokenizer, rollout, rollouts_per_task, group=index
@@ -216,7 +257,7 @@ async def train(
             raise ValueError("train() needs a backend and tokenizer, or a group source")
         source = LocalCollectors(backend, tokenizer, config.collectors)
     env_names = [e.name for e in envs]
-    jobs = numbered(job_stream(envs, config.seed))
+    jobs = Jobs(numbered(job_stream(envs, config.seed)), (config.staleness + 1) * config.tasks_per_step)
     send, recv = anyio.create_memory_object_stream[Group](max(1, config.tasks_per_step))
     metrics: list[StepMetrics] = []
 
@@ -226,16 +267,22 @@ async def train(
         pool: list[Group] = []
         dropped_total = 0
         last_end = time.time()
+        received = 0
         for step in range(config.steps):
             dropped = 0
             while True:
                 fresh = [g for g in pool if learner.version - g.version <= config.staleness]
-                dropped += sum(len(g.trajectories) for g in pool if g not in fresh)
+                stale = [g for g in pool if g not in fresh]
+                dropped += sum(len(g.trajectories) for g in stale)
+                jobs.grant(len(stale))  # their replacements
                 pool = fresh
                 batch = select_batch(pool, env_names, config.tasks_per_step)
                 if batch is not None:
                     break
+                if jobs.granted <= received:  # nothing more is coming (e.g. the pool holds one task
+                    jobs.grant()  # twice and a batch needs two distinct ones): one more group
                 pool.append(await recv.receive())
+                received += 1
             pool = [g for g in pool if g not in batch]
             dropped_total += dropped
             trajs = [t for g in batch for t in g.trajectories]
@@ -246,6 +293,7 @@ async def train(
             if not result.skipped:
                 state = await anyio.to_thread.run_sync(learner.state_dict_copy)
                 await source.sync_weights(state, learner.version, learner.model)
+            jobs.grant(len(batch))  # the next batch's groups start on the weights just synced
             rewards = [t.reward for t in trajs]
             kept = [t.reward for t in trajs if not t.user_error]
             now = time.time()
@@ -313,7 +361,7 @@ async def collect(
             raise ValueError("collect() needs a backend and tokenizer, or a group source")
         source = LocalCollectors(backend, tokenizer, concurrency)
     stream = job_stream(envs, seed)
-    plan = numbered(iter([next(stream) for _ in range(groups)]))
+    plan = Jobs(numbered(iter([next(stream) for _ in range(groups)])))
     send, recv = anyio.create_memory_object_stream[Group](max(1, groups))
     out: list[Trajectory] = []
     async with anyio.create_task_group() as tg:

@@ -26,7 +26,7 @@ import asyncio
 import hashlib
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
@@ -319,7 +319,7 @@ class RayWorkers:
 
     async def produce(
         self,
-        jobs: Iterator[Job],
+        jobs: AsyncIterator[Job],
         rollouts_per_task: int,
         rollout: RolloutConfig,
         send: MemoryObjectSendStream[Group],
@@ -331,7 +331,7 @@ class RayWorkers:
 
         async def drive(actor: Any, out: MemoryObjectSendStream[Group]) -> None:
             async with out:
-                for env, task_id, index in jobs:
+                async for env, task_id, index in jobs:
                     if env.name not in self.tasks or task_id not in self.tasks[env.name]:
                         raise KeyError(f"Ray workers have no task {env.name}/{task_id}")
                     ref = actor.run_group.remote(env.name, task_id, index, rollouts_per_task, config)
