@@ -83,25 +83,22 @@ def request_text(task: Task) -> str:
         for line in task.scenario.instruction.splitlines()
         if not line.startswith(("You know:", "Make sure the agent tells you"))
     ]
-    text = "\n".join(lines).replace(
-        "You want the agent to do the following", "I need help with the following"
-    )
-    for second, first in (("You want to ", "I want to "), ("You also want to ", "I also want to ")):
-        text = text.replace(second, first)
-    text = text.replace("; if not, you want to ", "; if not, I want to ").replace(
-        ", you want to ", ", I want to "
-    )
+    text = "\n".join(lines)
     values = [fact_text(f.value) for f in task.scenario.known_facts]
     return _first_person(text, [v for v in values if v]).strip()
 
 
-# The scenario speaks to the user ("your loans", "assign it to yourself"); the user says it of
-# themselves. Longest forms first, so "yourself" is not read as "your" + "self".
+# The scenario speaks to the user ("You want to …", "your loans", "assign it to yourself"); the
+# user says it of themselves. Longest forms first, so "yourself" is not read as "your" + "self".
 _SECOND_TO_FIRST = (
+    (re.compile(r"You want the agent to do the following"), "I need help with the following"),
+    (re.compile(r"\bYou (also )?want to\b"), r"I \1want to"),
+    (re.compile(r"([;,] (?:if not, )?)you want to\b"), r"\1I want to"),
     (re.compile(r"\byourself\b"), "myself"),
     (re.compile(r"\bYour\b"), "My"),
     (re.compile(r"\byour\b"), "my"),
     (re.compile(r"\b(by|to|for|with) you\b"), r"\1 me"),
+    (re.compile(r"\bis you\b"), "is me"),
     (re.compile(r"\bhave you as\b"), "have me as"),
     (re.compile(r"\bwhat you hear back when you\b"), "what I hear back when I"),
 )
@@ -110,9 +107,19 @@ _QUOTED = re.compile(r'"[^"\n]*"')
 
 def _first_person(text: str, values: list[str]) -> str:
     """`text` with the scenario's second person turned into the user's first; a quoted span or a
-    value the user gives is left exactly as it is (a ticket body may well say "your")."""
-    keep = sorted({m.group(0) for m in _QUOTED.finditer(text)} | set(values), key=len, reverse=True)
-    spans = re.compile("|".join(re.escape(k) for k in keep)) if keep else None
+    value the user gives (as a whole word: "our" is no value inside "yourself") is left exactly
+    as it is (a ticket body may well say "your")."""
+    kept = sorted({m.group(0) for m in _QUOTED.finditer(text)} | set(values), key=len, reverse=True)
+    spans = (
+        re.compile(
+            "|".join(
+                rf"(?<!\w){re.escape(k)}(?!\w)" if k[:1].isalnum() or k[-1:].isalnum() else re.escape(k)
+                for k in kept
+            )
+        )
+        if kept
+        else None
+    )
     out, at = [], 0
     for m in spans.finditer(text) if spans else ():
         out.append(_swap(text[at : m.start()]))

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .models import CallNode, Dag, Fact, ReasonNode, UserScenario
+from .models import ArgSource, CallNode, Dag, Fact, ReasonNode, UserScenario
 from .phrases import PLACEHOLDER, Phrases, singular
 from .scoring import normalize_text
 
@@ -43,6 +43,10 @@ _ONE = re.compile(
     r"((?:[a-z]+ )?[a-z]{2,}?)(ies|s)\b(?! of\b)"
 )
 
+
+# Marks around a value in the user's own words while sentences are reworded (`_Renderer.say`).
+_KEEP_OPEN, _KEEP_CLOSE = "\x02", "\x03"
+_KEPT = re.compile("\x02[^\x03]*\x03")
 
 # "the order of your orders": a value read off a list holds one such row, so it is "your order".
 _ONLY_ONE = re.compile(r"\bthe (\w+) of your \1s\b")
@@ -109,6 +113,7 @@ class _Renderer:
     facts: list[Fact]
     phrases: Phrases
     references: Mapping[str, str] = field(default_factory=dict)
+    created: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.by_id = {n.id: n for n in self.dag.nodes}
@@ -120,10 +125,17 @@ class _Renderer:
         self.own = _Ownership.of(self.dag, self.phrases)
         principal = self.dag.principal
         self.me = str(next(iter(principal.key.values()))) if principal and len(principal.key) == 1 else None
-        # descriptions said so far in the whole scenario, and the last one said of each noun:
-        # a later mention of the same thing is "that order", never the description again
-        self.spoken: list[tuple[str, str]] = []
-        self.last_of: dict[str, str] = {}
+        # What was already described or named, by value, and the last value said of each noun:
+        # a value described again is "that order", and only while no other order was named
+        # since. What a text holds counts as said once that text is final (`hear`), never while
+        # it is being built: a description never refers to itself.
+        self.said: set[tuple[str, str]] = set()  # (noun, value): described or named
+        self.last_of: dict[str, str] = {}  # noun -> the value last described or named
+        self.made: list[tuple[str, str, str]] = []  # (text, noun, value) not yet heard
+        # how many values each write created per table: "the new address" only when one was
+        self.tables_created: dict[str, int] = {}
+        for _, table in self.created.values():
+            self.tables_created[table] = self.tables_created.get(table, 0) + 1
         self.branched = {
             n.then_node for n in self.dag.nodes if isinstance(n, ReasonNode) and n.op == "branch"
         } | {n.else_node for n in self.dag.nodes if isinstance(n, ReasonNode) and n.op == "branch"}
@@ -172,6 +184,16 @@ class _Renderer:
             # 11201"): the user is that customer, so it is said as them (and `_Ownership` then
             # says it as "your", "yourself" or not at all)
             return str(value)
+        key, noun = json.dumps(value, sort_keys=True), self.noun(param)
+        if (noun, key) in self.said and self.last_of.get(noun) == key:
+            return f"that {noun}"  # described before, and no other since
+        said = self.describe_value(node, param, depth, value, source)
+        self.made.append((said, noun, key))
+        return said
+
+    def describe_value(self, node: CallNode, param: str, depth: int, value: Any, source: ArgSource) -> str:
+        """Where the user's value is found, as they would say it ("the order whose status is
+        pending among your orders")."""
         if depth >= _MAX_DEPTH or source.node is None or source.node not in self.by_id:
             # "the book on file" names no book: the user could not say which one they mean
             raise VagueReference(f"{node.call.name}.{param} is described {depth} results back")
@@ -184,7 +206,10 @@ class _Renderer:
             # said as that call's own argument, not "the device of device A-3"
             return self.argument(feeding, key, depth + 1)
         if feeding.write:
-            return f"the new {self.noun(source.key or param)}"
+            made = self.created.get(json.dumps(value, sort_keys=True))
+            if made is not None and made[0] == feeding.id and self.tables_created.get(made[1]) == 1:
+                return f"the new {self.noun(source.key or param)}"  # the one row of its kind made
+            # a value the write shows but did not make (the address of a cancelled order)
         return f"the {self.noun(source.key or param)} of {self.describe(feeding.id, depth)}"
 
     def selection(self, r: ReasonNode, depth: int) -> str:
@@ -193,6 +218,8 @@ class _Renderer:
         among = f" among {self.describe(r.source, depth)}" if r.source else ""
         field = _field(r.field or "value")
         if r.op == "filter":
+            if self.me is not None and str(r.equals) == self.me:  # "whose author is you"
+                return f"the {what} whose {self.noun(r.field or 'value')} is you{among}"
             return f"the {what} whose {field} is {_value_text(r.equals)}{among}"
         which = "highest" if r.op == "argmax" else "lowest"
         return f"the {what} with the {which} {field}{among}"
@@ -205,8 +232,9 @@ class _Renderer:
         parts: list[str] = []
         at = unquote = 0
         for m in PLACEHOLDER.finditer(phrase):
-            said = self.argument(node, m.group(1), depth)
-            said = self.back_reference(said, self.noun(m.group(1)))
+            param = m.group(1)
+            said = self.argument(node, param, depth)
+            self.note(node, param, said)
             before = phrase[at + unquote : m.start()]
             unquote = 0
             if (
@@ -230,7 +258,9 @@ class _Renderer:
                     if lead is not None:
                         before = before[: -len(lead)]
                         break
-            parts += [_second_person(before), said]
+            parts += [_second_person(before), self.protect(node, param, said)]
+            if depth == 0:
+                self.hear(said)
             at = m.end()
         text = "".join(parts) + _second_person(phrase[at + unquote :])
         given: list[str] = []  # "with genre mystery", "with the genre of book B-1"
@@ -239,11 +269,12 @@ class _Renderer:
             if p in used:
                 continue
             said = self.argument(node, p, depth)
+            self.note(node, p, said)
+            if depth == 0:
+                self.hear(said)
             label, noun = _words(p), self.noun(p)
-            if not self.literal(node, p, said):
-                said = self.back_reference(said, noun)
             if self.literal(node, p, said):
-                given.append(f"{label} {said}")
+                given.append(f"{label} {self.protect(node, p, said)}")
             elif label in said or noun in said:
                 given.append(said)
             else:
@@ -251,19 +282,27 @@ class _Renderer:
         text += f" with {_join(given)}" if given else ""
         return text + (f" whose {_join(matched)}" if matched else "")
 
-    def back_reference(self, said: str, noun: str) -> str:
-        """`said` with what was already described said as "that order" ("the item of that
-        order"), where that order is the last one described; a new description is remembered."""
-        for prev, prev_noun in self.spoken:
-            if self.last_of.get(prev_noun) != prev:
-                continue  # another order was described since: "that order" would point to it
-            if prev == said:
-                return f"that {prev_noun}"
-            if prev in said:
-                said = said.replace(prev, f"that {prev_noun}")
-        if said.startswith("the ") and len(said.split()) > 3:
-            self.spoken.append((said, noun))
-            self.last_of[noun] = said
+    def note(self, node: CallNode, param: str, said: str) -> None:
+        """Remember a value of an entity said as itself ("ticket HT-3"): once heard, it is the
+        last ticket named, and "that ticket" no longer points past it."""
+        if self.literal(node, param, said) and self.phrases.entity_for_column(param) is not None:
+            value = node.call.arguments.get(param)
+            self.made.append((said, self.noun(param), json.dumps(value, sort_keys=True)))
+
+    def hear(self, text: str) -> None:
+        """What was made and is in `text` is now said, in the order `text` says it."""
+        placed = sorted((text.find(t), noun, key) for t, noun, key in self.made if t in text)
+        for _, noun, key in placed:
+            self.said.add((noun, key))
+            self.last_of[noun] = key
+        self.made = []
+
+    def protect(self, node: CallNode, param: str, said: str) -> str:
+        """A value in the user's own words (a note, a subject) kept out of the sentence-level
+        rewording (`say`): "your", "1 days" or an id inside it stay exactly as given."""
+        value = node.call.arguments.get(param)
+        if isinstance(value, str) and not _is_id(param) and self.literal(node, param, said):
+            return f"{_KEEP_OPEN}{said}{_KEEP_CLOSE}"
         return said
 
     def literal(self, node: CallNode, param: str, said: str) -> bool:
@@ -272,8 +311,17 @@ class _Renderer:
 
     # ------------------------------------------------------------------ sentences
     def say(self, sentence: str) -> str:
-        """A sentence as said: the user's own rows as theirs, one of a kind in the singular."""
-        return _ONE.sub(_one, _ONLY_ONE.sub(r"your \1", self.own(sentence)))
+        """A sentence as said: the user's own rows as theirs, one of a kind in the singular;
+        protected values (`protect`) untouched. What it names is now said (`hear`)."""
+        self.hear(sentence)
+        out, at = [], 0
+        for m in _KEPT.finditer(sentence):
+            out += [self._reword(sentence[at : m.start()]), m.group(0)]
+            at = m.end()
+        return "".join([*out, self._reword(sentence[at:])])
+
+    def _reword(self, text: str) -> str:
+        return _ONE.sub(_one, _ONLY_ONE.sub(r"your \1", self.own(text)))
 
     def wishes(self) -> list[str]:
         """One sentence per write the user wants, and per condition, in the DAG's order."""
@@ -288,6 +336,7 @@ class _Renderer:
 
     def branch(self, r: ReasonNode) -> str:
         subject = self.describe(r.source, 0) if r.source else "it"
+        self.hear(subject)  # "if the rate of the car with …, you want to rent that car"
         more = "more" if r.comparator == ">" else "less"
         then_node, else_node = self.by_id[r.then_node or ""], self.by_id[r.else_node or ""]
         assert isinstance(then_node, CallNode) and isinstance(else_node, CallNode)
@@ -367,9 +416,16 @@ class _Ownership:
         (value,) = principal.key.values()
         if entity is None or not isinstance(value, str | int):
             return cls()
-        me = rf"(?:the )?(?:{re.escape(entity.singular)} )?{re.escape(str(value))}\b"
-        my_id = rf"(?:\w+ )?id {re.escape(str(value))}\b"  # "the tickets with requester id E-1"
-        owned = r"((?:(?!\b(?:of|the)\b)[\w ])+?)"  # one noun phrase: no "of", no second "the"
+        ident = rf"(?<![\w-]){re.escape(str(value))}(?![\w-])"
+        # a bare id names the user only when it cannot be a count ("C-1044", not 7)
+        distinct = (
+            isinstance(value, str) and any(c.isalpha() for c in value) and any(c.isdigit() for c in value)
+        )
+        noun = re.escape(entity.singular)
+        me = rf"(?:the )?(?:{noun} )?{ident}" if distinct else rf"(?:the )?{noun} {ident}"
+        my_id = rf"(?:\w+ )?id {ident}"  # "the tickets with requester id E-1"
+        # one noun phrase: no "of", no second "the", no preposition or "whose"
+        owned = r"((?:(?!\b(?:of|the|among|whose|with|in|on|for|to|at|from|by)\b)[\w ])+?)"
         return cls(
             (
                 (re.compile(rf" ?\({me}\)"), ""),
@@ -427,11 +483,16 @@ def render_scenario(
     output_labels: list[str] | None = None,
     phrases: Phrases | None = None,
     references: Mapping[str, str] | None = None,
+    created: Mapping[str, tuple[str, str]] | None = None,
 ) -> UserScenario:
     """The templated scenario in the env's vocabulary (`phrases`; none: the tools' own words).
     `output_labels` are the builder's; the user's wording of each output comes from the closing
-    count or sum that computes it, in order, and the builder's label only where there is none."""
-    r = _Renderer(dag=dag, facts=facts, phrases=phrases or Phrases(), references=references or {})
+    count or sum that computes it, in order, and the builder's label only where there is none.
+    `references` maps relation columns to the table they name; `created` maps each value a write
+    made (JSON) to (that write's node id, table): only such a value is "the new …"."""
+    r = _Renderer(
+        dag=dag, facts=facts, phrases=phrases or Phrases(), references=references or {}, created=created or {}
+    )
     lines: list[str] = []
     lines += r.wishes()
     if facts:
@@ -439,7 +500,7 @@ def render_scenario(
         lines.append(f"You know: {known}{'' if known.endswith('.') else '.'} Give these only when asked.")
     if outputs:
         questions = [
-            r.own(r.question(n)) for n in dag.nodes if isinstance(n, ReasonNode) and n.op in ("sum", "count")
+            r.say(r.question(n)) for n in dag.nodes if isinstance(n, ReasonNode) and n.op in ("sum", "count")
         ]
         if len(questions) != len(outputs):
             questions = [_LABEL_SUFFIX.sub("", lab) for lab in (output_labels or [""] * len(outputs))]
@@ -448,7 +509,7 @@ def render_scenario(
         lines.append("Make sure the agent tells you " + "; and ".join(told) + ".")
     return UserScenario(
         persona=_persona(env_name, dag, data, phrases or Phrases()),
-        instruction="\n".join(lines),
+        instruction="\n".join(lines).replace(_KEEP_OPEN, "").replace(_KEEP_CLOSE, ""),
         known_facts=list(facts),
         must_be_told=list(outputs),
     )

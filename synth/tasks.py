@@ -1216,9 +1216,24 @@ async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfi
     for n in executed:
         t = ctx.graph.tool(n.call.name)
         tables |= set(t.reads) | set(t.writes)
+    created: dict[str, tuple[str, str]] = {}  # what each write made: only that is "the new …"
+    for node_id, diff in b.write_diffs.items():
+        for table, d in diff.items():
+            pk = ctx.pks[table]
+            if len(pk) == 1:
+                for row in d.inserted:
+                    created[_json_key(row[pk[0]])] = (node_id, table)
     try:
         scenario = render_scenario(
-            ctx.env.name, dag, b.facts, b.outputs, b.data, b.output_labels, ctx.phrases, ctx.references
+            ctx.env.name,
+            dag,
+            b.facts,
+            b.outputs,
+            b.data,
+            b.output_labels,
+            ctx.phrases,
+            ctx.references,
+            created,
         )
     except VagueReference:
         raise BuildFailed("vague_reference") from None

@@ -260,14 +260,20 @@ def _description_repeats(text: str) -> list[str]:
     """Runs of seven words starting with "the" that a scenario's wishes say more than once (a
     quoted value is the user's own words, and the closing question may name its subject again)."""
     lines = [ln for ln in _wish_lines(text) if not ln.startswith("Make sure")]
-    wishes = re.sub(r'"[^"\n]*"', '""', " ".join(lines)).split()
-    seen: dict[str, int] = {}
-    for i, word in enumerate(wishes[:-6]):
-        if word.lower() == "the":
-            run = " ".join(wishes[i : i + 7])
-            if '""' not in run:  # the same wish with other words in quotes: two notes, not one
-                seen[run] = seen.get(run, 0) + 1
-    return [run for run, n in seen.items() if n > 1]
+    said = re.sub(r'"[^"\n]*"', '""', " ".join(lines))
+    words = said.split()
+    out = []
+    for i, word in enumerate(words[:-6]):
+        run = " ".join(words[i : i + 7])
+        if word.lower() != "the" or '""' in run:  # the same wish with other quoted words: two notes
+            continue
+        first, again = said.find(run), said.find(run, said.find(run) + 1)
+        # said again in full on purpose when something else was named in between ("that
+        # ticket" would then point at it)
+        named_between = re.search(r"\b[A-Z]+-\d+\b", said[first + len(run) : again])
+        if again > first and not named_between and run not in out:
+            out.append(run)
+    return out
 
 
 @pytest.mark.parametrize("env_dir", ENVS_WITH_TASKS, ids=lambda d: d.name)
@@ -306,3 +312,84 @@ def test_counts_of_yes_no_and_empty_columns_read_as_questions() -> None:
     text = render_scenario("car_rental", dag, [], ["2", "1"], {}, [], phrases).instruction
     assert "how many of the available cars of location LOC-1 are electric (a whole number): 2" in text, text
     assert "how many of the available cars of location LOC-1 have no notes (a whole number): 1" in text, text
+
+
+# --------------------------------------------------------------------------- references that point right
+
+
+def _entity_tables(env_dir: Path) -> dict[str, str]:
+    return {e.singular: table for table, e in load_phrases(load_env(env_dir)).entities.items()}
+
+
+@pytest.mark.parametrize("env_dir", ENVS_WITH_TASKS, ids=lambda d: d.name)
+def test_every_that_points_back_to_the_last_one_described(env_dir: Path) -> None:
+    """ "among the books with that genre" with no genre said before names nothing; "resolve that
+    ticket" after "ticket HT-114" was named points at HT-114, whatever the golden call says."""
+    nouns = _entity_tables(env_dir)
+    for task in load_tasks(env_dir):
+        body = "\n".join(_wish_lines(task.scenario.instruction))
+        for m in re.finditer(r"\bthat ([a-z]+)(?: ([a-z]+))?\b", body):
+            noun = f"{m.group(1)} {m.group(2)}" if f"{m.group(1)} {m.group(2)}" in nouns else m.group(1)
+            before = body[: m.start()]
+            described = [x.start() for x in re.finditer(rf"\b(?:the|your) {re.escape(noun)}\b", before)]
+            named = [x.start() for x in re.finditer(rf"\b{re.escape(noun)}s? [A-Z]+-\d+", before)]
+            assert described, f"{task.id}: {m.group(0)!r} with nothing said before: {body!r}"
+            assert not named or max(named) < max(described), f"{task.id}: {m.group(0)!r} after a named one"
+
+
+@pytest.mark.parametrize("env_dir", ENVS_WITH_TASKS, ids=lambda d: d.name)
+def test_the_new_thing_is_one_the_task_made(env_dir: Path) -> None:
+    """ "ship it to the new address" is a lie when no address was added (the golden call used
+    the address of a cancelled order), and ambiguous when two were."""
+    nouns = _entity_tables(env_dir)
+    for task in load_tasks(env_dir):
+        for m in re.finditer(r"\bthe new ([a-z]+(?: [a-z]+)?)\b", task.scenario.instruction):
+            table = nouns.get(m.group(1)) or nouns.get(m.group(1).split()[0])
+            if table is None:
+                continue
+            made = task.golden_diff.get(table)
+            assert made is not None and len(made.inserted) == 1, f"{task.id}: {m.group(0)!r}"
+
+
+def test_the_users_own_words_are_never_reworded() -> None:
+    """A note or a comment body is what the verifier compares: "Escalated by E-1056", "Waited 1
+    days" or "Forwarded to agent AG-3 by your team" stay as given, in the scenario and in what
+    the scripted user says."""
+    from envforge.harness import request_text
+
+    phrases = load_phrases(load_env(REPO / "envs" / "helpdesk_lite"))
+    body = "Forwarded to agent AG-3 by your team, 1 days ago"
+    comment = _call("n0", "add_comment", {"ticket_id": "HT-1", "body": body})
+    assign = _call("n1", "assign_ticket", {"ticket_id": "HT-1", "agent_id": "AG-3"})
+    me = {"table": "agents", "key": {"agent_id": "AG-3"}, "name": "Ines Ortega"}
+    dag = Dag.model_validate({"nodes": [comment, assign], "edges": [], "principal": me})
+    facts = [
+        Fact(name="ticket_id", value="HT-1"),
+        Fact(name="body", value=body),
+        Fact(name="agent_id", value="AG-3"),
+    ]
+    scenario = render_scenario("helpdesk_lite", dag, facts, [], {}, [], phrases)
+    wishes = scenario.instruction.splitlines()
+    assert wishes[0] == f"You want to add comment on ticket HT-1 with body {body}.", wishes[0]
+    assert wishes[1] == "You also want to assign ticket HT-1 to yourself.", wishes[1]
+    task = load_tasks(REPO / "envs" / "helpdesk_lite")[0].model_copy(update={"scenario": scenario})
+    said = request_text(task)
+    assert f"with body {body}." in said and "to myself" in said, said
+    quoted = scenario.model_copy(
+        update={
+            "instruction": 'You want to add the note "You want to restart; if not, you want to call" to it.'
+        }
+    )
+    assert '"You want to restart; if not, you want to call"' in request_text(
+        task.model_copy(update={"scenario": quoted})
+    )
+
+
+def test_a_count_is_never_taken_for_the_user() -> None:
+    """A principal whose id is a bare number is not every 7 in the scenario."""
+    seven = {**ME, "key": {"customer_id": 7}}
+    rent = _call("n0", "rent_car", {"customer_id": 7, "car_id": "V-621", "days": 7})
+    assert "rent car V-621 for 7 days." in _render([rent], {}, seven).instruction
+    other = _call("n0", "rent_car", {"customer_id": "C-10-B", "car_id": "V-621", "days": 2})
+    text = _render([other], {}, {**ME, "key": {"customer_id": "C-10"}}).instruction
+    assert "for customer C-10-B" in text, text
