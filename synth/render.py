@@ -16,6 +16,7 @@ output the user must be told) is missing from it, so a rewrite can never change 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -416,12 +417,16 @@ class _Ownership:
         (value,) = principal.key.values()
         if entity is None or not isinstance(value, str | int):
             return cls()
+        return _ownership_of(entity.singular, value)
+
+    @classmethod
+    def build(cls, singular: str, value: str | int) -> _Ownership:
         ident = rf"(?<![\w-]){re.escape(str(value))}(?![\w-])"
         # a bare id names the user only when it cannot be a count ("C-1044", not 7)
         distinct = (
             isinstance(value, str) and any(c.isalpha() for c in value) and any(c.isdigit() for c in value)
         )
-        noun = re.escape(entity.singular)
+        noun = re.escape(singular)
         me = rf"(?:the )?(?:{noun} )?{ident}" if distinct else rf"(?:the )?{noun} {ident}"
         my_id = rf"(?:\w+ )?id {ident}"  # "the tickets with requester id E-1"
         # one noun phrase: no "of", no second "the", no preposition or "whose"
@@ -443,6 +448,12 @@ class _Ownership:
         for pattern, replacement in self.patterns:
             text = pattern.sub(replacement, text)
         return text.replace("your your ", "your ")
+
+
+@functools.lru_cache(maxsize=1024)
+def _ownership_of(singular: str, value: str | int) -> _Ownership:
+    """A principal's patterns, compiled once per principal (synthesis renders many tasks of each)."""
+    return _Ownership.build(singular, value)
 
 
 def _persona(env_name: str, dag: Dag, data: dict[str, Any], phrases: Phrases) -> str:
