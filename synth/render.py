@@ -115,6 +115,7 @@ class _Renderer:
     phrases: Phrases
     references: Mapping[str, str] = field(default_factory=dict)
     created: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    data: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.by_id = {n.id: n for n in self.dag.nodes}
@@ -206,6 +207,11 @@ class _Renderer:
             # a result echoing what its call was given ("device A-3" back from "device A-3"):
             # said as that call's own argument, not "the device of device A-3"
             return self.argument(feeding, key, depth + 1)
+        shown = self.data.get(feeding.id)
+        if isinstance(shown, dict) and key in shown and shown[key] != value:
+            # read from a list inside the result ("the status of your loyalty profile" meaning
+            # one reservation's status, not the profile's own): no reader would find it
+            raise VagueReference(f"{node.call.name}.{param} is a nested {key}, not the result's own")
         if feeding.write:
             made = self.created.get(json.dumps(value, sort_keys=True))
             if made is not None and made[0] == feeding.id and self.tables_created.get(made[1]) == 1:
@@ -216,14 +222,22 @@ class _Renderer:
     def selection(self, r: ReasonNode, depth: int) -> str:
         """An argmax/argmin/filter node as the user's choice: "the order with the highest total"."""
         what = self.noun(r.select or "item")
-        among = f" among {self.describe(r.source, depth)}" if r.source else ""
+        source = self.describe(r.source, depth) if r.source else ""
+        among = f" among {source}" if source else ""
         field = _field(r.field or "value")
+        # "the order whose status is pending among your orders" picks a row of the list; "the
+        # drug whose rx id is RX-3 among your prescriptions" would call a prescription a drug
+        row = (
+            ""
+            if not source or re.search(rf"\b{re.escape(self.plural(r.select or 'item'))}\b", source)
+            else " of the one"
+        )
         if r.op == "filter":
             if self.me is not None and str(r.equals) == self.me:  # "whose author is you"
-                return f"the {what} whose {self.noun(r.field or 'value')} is you{among}"
-            return f"the {what} whose {field} is {_value_text(r.equals)}{among}"
+                return f"the {what}{row} whose {self.noun(r.field or 'value')} is you{among}"
+            return f"the {what}{row} whose {field} is {_value_text(r.equals)}{among}"
         which = "highest" if r.op == "argmax" else "lowest"
-        return f"the {what} with the {which} {field}{among}"
+        return f"the {what}{row} with the {which} {field}{among}"
 
     def fill(self, node: CallNode, depth: int) -> str:
         """The node's phrase with each placeholder spoken; an argument the phrase has no place
@@ -235,8 +249,8 @@ class _Renderer:
         for m in PLACEHOLDER.finditer(phrase):
             param = m.group(1)
             said = self.argument(node, param, depth)
-            self.note(node, param, said)
             before = phrase[at + unquote : m.start()]
+            self.note(node, param, said, before)
             unquote = 0
             if (
                 not self.literal(node, m.group(1), said)
@@ -283,12 +297,18 @@ class _Renderer:
         text += f" with {_join(given)}" if given else ""
         return text + (f" whose {_join(matched)}" if matched else "")
 
-    def note(self, node: CallNode, param: str, said: str) -> None:
-        """Remember a value of an entity said as itself ("ticket HT-3"): once heard, it is the
-        last ticket named, and "that ticket" no longer points past it."""
-        if self.literal(node, param, said) and self.phrases.entity_for_column(param) is not None:
-            value = node.call.arguments.get(param)
-            self.made.append((said, self.noun(param), json.dumps(value, sort_keys=True)))
+    def note(self, node: CallNode, param: str, said: str, before: str = "") -> None:
+        """Remember a value said as itself, under its entity ("ticket HT-3") or the entity the
+        phrase names it by ("the address {line1}", "employee {assignee_id}"): once heard, it is
+        the last one of that noun named, and "that address" no longer points past it."""
+        if not self.literal(node, param, said):
+            return
+        key = json.dumps(node.call.arguments.get(param), sort_keys=True)
+        if self.phrases.entity_for_column(param) is not None:
+            self.made.append((said, self.noun(param), key))
+        named = next((n for n in self.singulars if re.search(rf"\b{re.escape(n)} \"?$", before)), None)
+        if named is not None and named != self.noun(param):
+            self.made.append((said, named, key))
 
     def hear(self, text: str) -> None:
         """What was made and is in `text` is now said, in the order `text` says it."""
@@ -502,7 +522,12 @@ def render_scenario(
     `references` maps relation columns to the table they name; `created` maps each value a write
     made (JSON) to (that write's node id, table): only such a value is "the new …"."""
     r = _Renderer(
-        dag=dag, facts=facts, phrases=phrases or Phrases(), references=references or {}, created=created or {}
+        dag=dag,
+        facts=facts,
+        phrases=phrases or Phrases(),
+        references=references or {},
+        created=created or {},
+        data=data,
     )
     lines: list[str] = []
     lines += r.wishes()

@@ -393,3 +393,68 @@ def test_a_count_is_never_taken_for_the_user() -> None:
     other = _call("n0", "rent_car", {"customer_id": "C-10-B", "car_id": "V-621", "days": 2})
     text = _render([other], {}, {**ME, "key": {"customer_id": "C-10"}}).instruction
     assert "for customer C-10-B" in text, text
+
+
+def test_a_value_read_from_inside_a_result_is_not_said_as_the_results_own() -> None:
+    """The reservation's status read out of a member's profile is not "the status of your
+    profile" (the profile's own status differs): such a task is not rendered, so not shipped."""
+    from envforge.synth import VagueReference
+
+    phrases = load_phrases(load_env(REPO / "envs" / "flight_booking"))
+    member = _call("n0", "get_member", {"member_id": "M-1"}, write=False)
+    cancel = _call("n1", "cancel_reservation", {"member_id": "M-1", "reservation_id": "R-1"})
+    cancel["args"][1] = {"param": "reservation_id", "source": "node", "node": "n0", "key": "reservation_id"}
+    dag = Dag.model_validate({"nodes": [member, cancel], "edges": [], "principal": None})
+    nested = {
+        "n0": {"member_id": "M-1", "reservation_id": "R-9", "reservations": [{"reservation_id": "R-1"}]}
+    }
+    with pytest.raises(VagueReference):
+        render_scenario("flight_booking", dag, [Fact(name="member_id", value="M-1")], [], nested, [], phrases)
+    top = {"n0": {"member_id": "M-1", "reservations": [{"reservation_id": "R-1"}]}}
+    text = render_scenario("flight_booking", dag, [Fact(name="member_id", value="M-1")], [], top, [], phrases)
+    assert "R-1" not in text.instruction
+
+
+def test_a_pick_from_rows_of_another_kind_names_the_row() -> None:
+    """Picking a drug id out of the prescriptions is "the drug of the one whose rx id is …",
+    never "the drug whose rx id is …" (a drug has no rx id)."""
+    from envforge.synth import ReasonNode
+
+    phrases = load_phrases(load_env(REPO / "envs" / "pharmacy"))
+    listing = _call("n0", "list_prescriptions", {"patient_id": "P-1"}, write=False)
+    pick = ReasonNode(
+        id="r0", text="filter", op="filter", source="n0", field="rx_id", equals="RX-3", select="drug_id"
+    )
+    restock = _call("n1", "restock_drug", {"drug_id": "D-2", "quantity": 30})
+    restock["args"][0] = {"param": "drug_id", "source": "node", "node": "r0", "key": "drug_id"}
+    dag = Dag.model_validate({"nodes": [listing, pick, restock], "edges": [], "principal": None})
+    facts = [Fact(name="patient_id", value="P-1"), Fact(name="quantity", value=30)]
+    text = render_scenario("pharmacy", dag, facts, [], {}, [], phrases).instruction
+    assert "the drug of the one whose rx id is RX-3 among the prescriptions of patient P-1" in text, text
+
+
+def test_that_never_points_past_a_thing_named_in_other_words() -> None:
+    """After "add the address 1257 Park Place", "that address" would mean the new one: an
+    earlier address is said in full again."""
+    phrases = load_phrases(load_env(REPO / "envs" / "retail_orders"))
+    order = _call("n0", "get_order", {"order_id": "O-1"}, write=False)
+    first = _call(
+        "n1", "update_order_address", {"customer_id": "C-1", "order_id": "O-2", "address_id": "A-5"}
+    )
+    first["args"][2] = {"param": "address_id", "source": "node", "node": "n0", "key": "address_id"}
+    add = _call(
+        "n2",
+        "add_address",
+        {"customer_id": "C-1", "line1": "1257 Park Place", "city": "Boston", "state": "MA", "zip": "02116"},
+    )
+    again = _call(
+        "n3", "update_order_address", {"customer_id": "C-1", "order_id": "O-3", "address_id": "A-5"}
+    )
+    again["args"][2] = {"param": "address_id", "source": "node", "node": "n0", "key": "address_id"}
+    dag = Dag.model_validate({"nodes": [order, first, add, again], "edges": [], "principal": None})
+    facts = [Fact(name="order_id", value="O-1")]
+    text = render_scenario(
+        "retail_orders", dag, facts, [], {"n0": {"address_id": "A-5"}}, [], phrases
+    ).instruction
+    last = text.splitlines()[2]
+    assert "that address" not in last and "the address of your order O-1" in last, text
