@@ -424,8 +424,12 @@ def _second_person(phrase_text: str) -> str:
 class _Ownership:
     """The user's own rows spoken of as theirs: the principal is the user, so "for member M-4"
     goes unsaid (the user is member M-4), "the loans of member M-4" is "your loans", "employee
-    E-1's seat" is "your seat". The principal's id stays in what the user knows."""
+    E-1's seat" is "your seat". The principal's id stays in what the user knows.
 
+    The patterns match any id where the user's could stand (`_ownership_patterns`, compiled once
+    per entity noun) and rewrite only where it is the user's."""
+
+    me: str = ""
     patterns: tuple[tuple[re.Pattern[str], str], ...] = ()
 
     @classmethod
@@ -437,43 +441,44 @@ class _Ownership:
         (value,) = principal.key.values()
         if entity is None or not isinstance(value, str | int):
             return cls()
-        return _ownership_of(entity.singular, value)
-
-    @classmethod
-    def build(cls, singular: str, value: str | int) -> _Ownership:
-        ident = rf"(?<![\w-]){re.escape(str(value))}(?![\w-])"
         # a bare id names the user only when it cannot be a count ("C-1044", not 7)
         distinct = (
             isinstance(value, str) and any(c.isalpha() for c in value) and any(c.isdigit() for c in value)
         )
-        noun = re.escape(singular)
-        me = rf"(?:the )?(?:{noun} )?{ident}" if distinct else rf"(?:the )?{noun} {ident}"
-        my_id = rf"(?:\w+ )?id {ident}"  # "the tickets with requester id E-1"
-        # one noun phrase: no "of", no second "the", no preposition or "whose"
-        owned = r"((?:(?!\b(?:of|the|among|whose|with|in|on|for|to|at|from|by)\b)[\w ])+?)"
-        return cls(
-            (
-                (re.compile(rf" ?\({me}\)"), ""),
-                (re.compile(rf"{me}'s\b"), "your"),
-                (re.compile(rf"\b(?:give|grant) {me}"), "get"),
-                (re.compile(rf"\b[Tt]he {owned} of {me}"), r"your \1"),
-                (re.compile(rf"\b[Tt]he {owned} with {my_id}"), r"your \1"),
-                (re.compile(rf",? (?:for|of) {me}"), ""),
-                (re.compile(rf"\bto {me}"), "to yourself"),
-                (re.compile(rf"\bby {me}"), "by you"),
-            )
-        )
+        return cls(str(value), _ownership_patterns(entity.singular, distinct))
 
     def __call__(self, text: str) -> str:
+        if not self.me or self.me not in text:
+            return text
         for pattern, replacement in self.patterns:
-            text = pattern.sub(replacement, text)
+            text = pattern.sub(
+                lambda m, r=replacement: m.expand(r) if m.group("id") == self.me else m.group(0), text
+            )
         return text.replace("your your ", "your ")
 
 
-@functools.lru_cache(maxsize=1024)
-def _ownership_of(singular: str, value: str | int) -> _Ownership:
-    """A principal's patterns, compiled once per principal (synthesis renders many tasks of each)."""
-    return _Ownership.build(singular, value)
+@functools.lru_cache(maxsize=64)
+def _ownership_patterns(singular: str, distinct: bool) -> tuple[tuple[re.Pattern[str], str], ...]:
+    noun = re.escape(singular)
+    if distinct:  # an id with a digit, the noun before it optional ("C-1044", "customer C-1044")
+        ident = r"(?<![\w-])(?P<id>[\w-]*\d[\w-]*)(?![\w-])"
+        me = rf"(?:the )?(?:{noun} )?{ident}"
+    else:  # a number or a word: only after its noun ("customer 7")
+        ident = r"(?<![\w-])(?P<id>[\w-]+)(?![\w-])"
+        me = rf"(?:the )?{noun} {ident}"
+    my_id = rf"(?:\w+ )?id {ident}"  # "the tickets with requester id E-1"
+    # one noun phrase: no "of", no second "the", no preposition or "whose"
+    owned = r"((?:(?!\b(?:of|the|among|whose|with|in|on|for|to|at|from|by)\b)[\w ])+?)"
+    return (
+        (re.compile(rf" ?\({me}\)"), ""),
+        (re.compile(rf"{me}'s\b"), "your"),
+        (re.compile(rf"\b(?:give|grant) {me}"), "get"),
+        (re.compile(rf"\b[Tt]he {owned} of {me}"), r"your \1"),
+        (re.compile(rf"\b[Tt]he {owned} with {my_id}"), r"your \1"),
+        (re.compile(rf",? (?:for|of) {me}"), ""),
+        (re.compile(rf"\bto {me}"), "to yourself"),
+        (re.compile(rf"\bby {me}"), "by you"),
+    )
 
 
 def _persona(env_name: str, dag: Dag, data: dict[str, Any], phrases: Phrases) -> str:
