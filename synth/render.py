@@ -451,9 +451,11 @@ class _Ownership:
         if not self.me or self.me not in text:
             return text
         for pattern, replacement in self.patterns:
-            text = pattern.sub(
-                lambda m, r=replacement: m.expand(r) if m.group("id") == self.me else m.group(0), text
-            )
+
+            def mine(m: re.Match[str], replacement: str = replacement) -> str:
+                return m.expand(replacement) if m.group("id") == self.me else m.group(0)
+
+            text = pattern.sub(mine, text)
         return text.replace("your your ", "your ")
 
 
