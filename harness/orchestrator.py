@@ -35,7 +35,15 @@ import anyio
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from envforge.server import EpisodeClient, Fleet, State, episode_client, http_episode_client, state_hash
+from envforge.server import (
+    EnvClients,
+    EpisodeClient,
+    Fleet,
+    State,
+    episode_client,
+    http_episode_client,
+    state_hash,
+)
 from envforge.synth import AnswersMode, Task, with_answers
 
 from .agents import BUILTIN_AGENTS, Agent, as_reply, build_agent, openai_tools
@@ -115,11 +123,15 @@ class Backend(Protocol):
 @dataclass
 class InProcessBackend:
     fleet: Fleet
+    clients: EnvClients | None = None
+    """Shared per-env MCP clients (`open_backend` opens them); without, a client per episode."""
 
     async def create(self, env: str, state: State | None) -> str:
         return (await self.fleet.create_episode(env, state=state)).id
 
     def client(self, env: str, episode_id: str) -> AbstractAsyncContextManager[EpisodeClient]:
+        if self.clients is not None:
+            return self.clients.episode(env, episode_id)
         return episode_client(self.fleet, env, episode_id)
 
     async def export(self, episode_id: str) -> State:
@@ -454,7 +466,8 @@ async def open_backend(config: EvalConfig, envs: Sequence[EnvTasks]) -> AsyncIte
         return
     fleet = Fleet([et.env for et in envs], max_episodes=max(64, config.concurrency * 4))
     try:
-        yield InProcessBackend(fleet)
+        async with EnvClients(fleet) as clients:
+            yield InProcessBackend(fleet, clients)
     finally:
         await fleet.aclose()
 

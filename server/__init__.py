@@ -39,7 +39,7 @@ from .state import (
 from .tooldef import ToolSpec, tool
 
 if TYPE_CHECKING:
-    from .client import EpisodeClient, episode_client, http_episode_client
+    from .client import EnvClients, EpisodeClient, episode_client, http_episode_client
     from .http_app import build_app
     from .http_limits import HTTPLimits, install_log_limiter, serve_http
     from .inline import InlineConnection, InlinePool, ScratchConnection, ScratchPool, run_inline
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 # name -> module (inside this package) that defines it, imported on first access
 _LAZY = {
+    "EnvClients": "client",
     "EpisodeClient": "client",
     "episode_client": "client",
     "http_episode_client": "client",
@@ -81,6 +82,7 @@ __all__ = [
     "MAX_STRING_CHARS",
     "CheckedArguments",
     "Db",
+    "EnvClients",
     "EnvLoadError",
     "Environment",
     "Episode",

@@ -7,7 +7,7 @@ only adds the episode id to every request's `_meta`.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, nullcontext
 from typing import Any, cast
 
 import mcp_types as types
@@ -50,6 +50,38 @@ async def episode_client(fleet: Fleet, env_name: str, episode_id: str) -> AsyncI
     """An in-process MCP client on `env_name`'s server, bound to `episode_id`."""
     async with Client(fleet.mcp(env_name).server) as client:
         yield EpisodeClient(client, episode_id)
+
+
+class EnvClients:
+    """One in-process MCP client per env of `fleet`, shared by all of that env's episodes.
+
+    An episode needs no session of its own: every request names its episode in `_meta`, and the
+    server's tool listing is the env's. A client per episode paid a handshake, a `tools/list` and
+    the validation of its (large) result per trial, which at thousands of trials was milliseconds
+    of the harness's CPU each. Concurrent requests on one session are fine: the in-process
+    dispatcher tracks each request by its own id. Enter and exit it in one task (the clients hold
+    task groups), around the tasks that use it.
+    """
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self._clients: dict[str, Client] = {}
+        self._stack = AsyncExitStack()
+
+    async def __aenter__(self) -> EnvClients:
+        async with AsyncExitStack() as stack:
+            for name in self.fleet.envs:
+                self._clients[name] = await stack.enter_async_context(Client(self.fleet.mcp(name).server))
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._clients.clear()
+        await self._stack.aclose()
+
+    def episode(self, env_name: str, episode_id: str) -> AbstractAsyncContextManager[EpisodeClient]:
+        """`env_name`'s shared client bound to `episode_id` (leaving the context closes nothing)."""
+        return nullcontext(EpisodeClient(self._clients[env_name], episode_id))
 
 
 @asynccontextmanager
