@@ -22,11 +22,12 @@ never adopts records another agent wrote.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -518,10 +519,42 @@ async def run_eval(
                 if on_record:
                     on_record(record)
 
-            async with anyio.create_task_group() as tg:
-                for job in jobs:
-                    tg.start_soon(one, job)
+            for et in envs:
+                et.env.seed_state()  # made now, so `_quiet_collector` sets it aside with the rest
+            with _quiet_collector():
+                async with anyio.create_task_group() as tg:
+                    for job in jobs:
+                        tg.start_soon(one, job)
         return manifest, records_for(manifest, rd.read_records())
+
+
+GC_THRESHOLD = (20_000, 20, 20)
+"""The collector's thresholds while trials run (CPython's default: 700, 10, 10)."""
+
+
+@contextmanager
+def _quiet_collector() -> Iterator[None]:
+    """Keep the cyclic garbage collector from re-walking what the run set up, while trials run.
+
+    Everything alive when trials start (modules, envs, their seed states, tasks) lives as long
+    as the run, yet every older-generation collection walked it again: ~0.5 CPU-s of the trials
+    of a 296-trial run at 256 in flight, ~0.1 s with this. `gc.freeze` sets it aside, and a
+    higher first threshold makes collections rarer
+    (trials allocate fast, and most of it is freed by reference counting anyway); both are undone
+    on the way out, so a caller that runs several evaluations leaks nothing. A process that froze
+    objects itself keeps its own arrangement (then only the thresholds change).
+    """
+    frozen_here = gc.get_freeze_count() == 0
+    threshold = gc.get_threshold()
+    if frozen_here:
+        gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        if frozen_here:
+            gc.unfreeze()
 
 
 class UnknownTasks(TaskSelectionError):
