@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import json
+import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -522,10 +524,49 @@ async def run_eval(
             for et in envs:
                 et.env.seed_state()  # made now, so `_quiet_collector` sets it aside with the rest
             with _quiet_collector():
-                async with anyio.create_task_group() as tg:
+                async with _loop_lag_probe(os.environ.get(LOOP_LAG_ENV)), anyio.create_task_group() as tg:
                     for job in jobs:
                         tg.start_soon(one, job)
         return manifest, records_for(manifest, rd.read_records())
+
+
+LOOP_LAG_ENV = "ENVFORGE_LOOP_LAG"
+"""Set to a file path, `run_eval` measures the event loop's lag while trials run and writes it there."""
+LOOP_LAG_PERIOD_S = 0.01
+
+
+@asynccontextmanager
+async def _loop_lag_probe(path: str | None) -> AsyncIterator[None]:
+    """With a `path` (`ENVFORGE_LOOP_LAG`), a task that sleeps 10 ms over and over while the body
+    runs, each time noting how late it woke: how long a ready callback waits for the one event
+    loop that runs every trial. Writes `{"samples", "p50_ms", "p99_ms", "max_ms"}` as JSON to
+    `path` on the way out. Off by default (one wake-up per 10 ms when on: nothing to measure)."""
+    if not path:
+        yield
+        return
+    lags: list[float] = []
+
+    async def sample() -> None:
+        while True:
+            start = time.perf_counter()
+            await anyio.sleep(LOOP_LAG_PERIOD_S)
+            lags.append(max(0.0, time.perf_counter() - start - LOOP_LAG_PERIOD_S))  # never early
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sample)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+    finally:
+        ranked = sorted(lags)
+
+        def ms(q: float) -> float | None:
+            return round(1000 * ranked[min(len(ranked) - 1, int(q * len(ranked)))], 3) if ranked else None
+
+        summary = {"samples": len(ranked), "p50_ms": ms(0.5), "p99_ms": ms(0.99), "max_ms": ms(1.0)}
+        Path(path).write_text(json.dumps(summary) + "\n", encoding="utf-8")
 
 
 GC_THRESHOLD = (20_000, 20, 20)

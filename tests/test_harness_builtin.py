@@ -285,3 +285,16 @@ async def test_collector_is_quiet_while_trials_run_and_restored_after(tmp_path: 
     with anyio.CancelScope() as scope:
         await run_eval([RETAIL], config, tmp_path / "b", on_record=lambda r: scope.cancel())
     assert (gc.get_threshold(), gc.get_freeze_count()) == before
+
+
+async def test_loop_lag_probe_writes_its_figures_when_asked(tmp_path: Path, monkeypatch) -> None:
+    """`ENVFORGE_LOOP_LAG=path`: the run writes the event loop's lag while trials ran (off unset)."""
+    config = EvalConfig(agent="oracle", task_ids=first_ids(RETAIL, 2))
+    await run_eval([RETAIL], config, tmp_path / "off")
+    assert not (tmp_path / "lag.json").exists()
+    monkeypatch.setenv("ENVFORGE_LOOP_LAG", str(tmp_path / "lag.json"))
+    await run_eval([RETAIL], config, tmp_path / "on")
+    lag = json.loads((tmp_path / "lag.json").read_text())
+    assert set(lag) == {"samples", "p50_ms", "p99_ms", "max_ms"}
+    if lag["samples"]:
+        assert 0 <= lag["p50_ms"] <= lag["p99_ms"] <= lag["max_ms"]
