@@ -379,3 +379,40 @@ def test_hashes_resumed_from_frozen_prefixes_equal_plain_sha256(retail_orders: E
     for _ in range(2):  # the second pass is served from the remembered midstates
         for state in states:
             assert (state_hash(state), cents_hash(state)) == plain(state)
+
+
+def test_checkpoints_on_frozen_tables_find_the_rows_a_scan_finds() -> None:
+    """A frozen table's rows are looked up through an index; each lookup finds the row (the first
+    of equal keys, 1 == 1.0, multi-column keys, missing rows) that a scan of the table finds."""
+    from envforge.server import freeze
+    from envforge.synth import Checkpoint, RowCheck
+    from envforge.synth.scoring import checkpoint_passed
+
+    rows = [
+        {"id": 1, "k": "a", "v": 10},
+        {"id": 2, "k": "b", "v": 20},
+        {"id": 2, "k": "c", "v": 21},  # a second row with id 2: the first is the one found
+        {"id": 3.0, "k": "d", "v": None},
+        {"id": 4, "k": "e"},
+    ]
+    frozen = freeze({"t": rows})
+    plain = {"t": [dict(r) for r in rows]}  # not frozen: scanned
+    checks = [
+        ({"id": 1}, {"id": 1, "k": "a", "v": 10}),
+        ({"id": 2}, {"id": 2, "k": "b", "v": 20}),
+        ({"id": 2}, {"id": 2, "k": "c", "v": 21}),
+        ({"id": 3}, {"id": 3.0, "k": "d", "v": None}),
+        ({"id": 2, "k": "c"}, {"id": 2, "k": "c", "v": 21}),
+        ({"id": 9}, None),
+        ({"id": 9}, {"id": 9}),
+        ({"v": None}, {"id": 3.0, "k": "d", "v": None}),  # v is None in row 3 before the v-less row 4
+        ({"id": [1]}, None),  # an unhashable wanted value
+        ({"id": float("nan")}, None),
+    ]
+    for key, row in checks:
+        checkpoint = Checkpoint(node="n", tool="t", rows=[RowCheck(table="t", key=key, row=row)])
+        for _ in range(2):  # the second time the index is reused
+            assert checkpoint_passed(checkpoint, frozen) == checkpoint_passed(checkpoint, plain), (key, row)
+    assert checkpoint_passed(
+        Checkpoint(node="n", tool="t", rows=[RowCheck(table="t", key={"id": 2}, row=rows[1])]), frozen
+    )
