@@ -11,7 +11,7 @@ import json
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 State = dict[str, list[dict[str, Any]]]
 
@@ -142,7 +142,10 @@ def is_frozen(rows: Any) -> bool:
     return hit is not None and hit[0] is rows
 
 
-Digest = Any  # a hashlib sha256 object (hashlib's class is private)
+if TYPE_CHECKING:
+    from hashlib import _Hash as Digest  # a sha256 object (hashlib's class is private)
+else:
+    Digest = Any
 Feed = Callable[[Digest, int, str], None]
 """Feeds the i-th table (by sorted name) of a state to a digest, with its leading separator."""
 

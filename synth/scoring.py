@@ -350,7 +350,7 @@ def _lookup(state: State, table: str, key: dict[str, Any]) -> dict[str, Any] | N
         index = _frozen_index(rows, tuple(key))
         if index is not None:
             try:
-                return index.get(tuple(key.values()))  # type: ignore[no-any-return]
+                return index.get(tuple(key.values()))
             except TypeError:  # an unhashable wanted value: scanned below
                 pass
     if len(key) == 1:
