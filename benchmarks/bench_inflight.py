@@ -10,8 +10,11 @@ the harness's. Printed per C and fake: simulations, errors, simulations per seco
 (first trial start to last trial end), the harness process's own CPU per simulation (its user +
 system time from `wait4`, less the start-up and one simulation that a one-trial run costs), its
 peak resident memory, and the 1 s run's throughput as a share of the instant one's (1.0: the
-latency is fully hidden). Resident memory per concurrent episode is the growth of the peak from
-the smallest C, per added episode, next to the database's size.
+latency is fully hidden), and the event loop's lag while trials ran: the run sets
+`ENVFORGE_LOOP_LAG`, so a task in it sleeps 10 ms over and over and notes how late it woke (p50,
+p99 and max in ms: how long a ready trial waits for the one loop). Resident memory per concurrent
+episode is the growth of the peak from the smallest C, per added episode, next to the database's
+size.
 """
 
 from __future__ import annotations
@@ -53,7 +56,13 @@ def run_eval(env: Path, base: str, trials: int, concurrency: int, out: Path, lim
     ]  # fmt: skip
     if limit:
         args += ["--limit", str(limit)]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
+    lag_file = out.with_name(out.name + "-lag.json")
+    proc = subprocess.Popen(
+        args,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**ENV, "ENVFORGE_LOOP_LAG": str(lag_file)},
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     if status != 0:
         raise RuntimeError(
@@ -69,6 +78,7 @@ def run_eval(env: Path, base: str, trials: int, concurrency: int, out: Path, lim
         "cpu": usage.ru_utime + usage.ru_stime,
         "rss_mb": usage.ru_maxrss / 1024,
         "mean_trial_s": sum(r["duration_s"] for r in records) / len(records),
+        "lag": json.loads(lag_file.read_text()),
     }
 
 
@@ -94,6 +104,7 @@ def main() -> None:
             print(
                 f"{'C':>5} {'fake':>7} {'sims':>5} {'err':>4} {'sims/s':>7} {'trial s':>8}"
                 f" {'CPU ms/sim':>11} {'peak RSS MB':>12} {'1 s / instant':>14}"
+                f" {'loop lag ms p50/p99/max':>24}"
             )
             first_rss: tuple[int, float] | None = None
             for c in levels:
@@ -104,9 +115,14 @@ def main() -> None:
                 for name, r in rows.items():
                     per_sim = 1000 * (r["cpu"] - fixed["cpu"]) / max(1, r["sims"] - 1)
                     ratio = r["rate"] / rows["instant"]["rate"]
+                    lag = r["lag"]
+                    lags = "/".join(
+                        "–" if lag[k] is None else f"{lag[k]:.0f}" for k in ("p50_ms", "p99_ms", "max_ms")
+                    )
                     print(
                         f"{c:>5} {name:>7} {r['sims']:>5} {r['errors']:>4} {r['rate']:>7.1f} "
-                        f"{r['mean_trial_s']:>8.2f} {per_sim:>11.1f} {r['rss_mb']:>12.0f} {ratio:>14.2f}",
+                        f"{r['mean_trial_s']:>8.2f} {per_sim:>11.1f} {r['rss_mb']:>12.0f} {ratio:>14.2f}"
+                        f" {lags:>24}",
                         flush=True,
                     )
                 peak = rows[f"{opts.latency:g} s"]["rss_mb"]

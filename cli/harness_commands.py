@@ -10,6 +10,7 @@ manifest is missing or does not match.
 from __future__ import annotations
 
 import difflib
+import gc
 from pathlib import Path
 from typing import Annotated
 
@@ -200,23 +201,34 @@ def evaluate(
                 )
             except (RunExists, RunConfigMismatch, RunLocked, TaskSelectionError, FileNotFoundError) as exc:
                 fail(str(exc))
-    summary = summarize(records, manifest.trials)
-    shown = console if json_out else results  # with --json, stdout holds the JSON alone
-    print_summary(summary, shown)
-    shown.print(f"run directory: {out}")
-    console.print(f"report: {write_report(out)}", highlight=False)
-    if json_out:
-        print_json(summary)
-    infra = [r for r in records if r.fault == "infra"]
-    if infra:
-        console.print(
-            f"[bold red]{len(infra)} of {len(records)} trial(s) failed for infra reasons[/] "
-            "(--resume runs them again):"
-        )
-        for r in infra[:INFRA_REASONS_SHOWN]:
-            console.print(f"  {r.trial_key}: {r.error}", markup=False, highlight=False)
-    if len(infra) > max_infra_failures:
-        raise typer.Exit(1)
+    # What is left is to summarize, report and exit: the collector need not walk the run's heap
+    # (its records, the envs) again for the little garbage that makes (~1 ms a trial at 2,048).
+    # Undone on the way out, so a caller that runs the command in its own process leaks nothing
+    # (and left alone in a process that froze objects itself).
+    freeze = gc.get_freeze_count() == 0
+    if freeze:
+        gc.freeze()
+    try:
+        summary = summarize(records, manifest.trials)
+        shown = console if json_out else results  # with --json, stdout holds the JSON alone
+        print_summary(summary, shown)
+        shown.print(f"run directory: {out}")
+        console.print(f"report: {write_report(out)}", highlight=False)
+        if json_out:
+            print_json(summary)
+        infra = [r for r in records if r.fault == "infra"]
+        if infra:
+            console.print(
+                f"[bold red]{len(infra)} of {len(records)} trial(s) failed for infra reasons[/] "
+                "(--resume runs them again):"
+            )
+            for r in infra[:INFRA_REASONS_SHOWN]:
+                console.print(f"  {r.trial_key}: {r.error}", markup=False, highlight=False)
+        if len(infra) > max_infra_failures:
+            raise typer.Exit(1)
+    finally:
+        if freeze:
+            gc.unfreeze()
 
 
 INFRA_REASONS_SHOWN = 3

@@ -30,6 +30,7 @@ training, so an ambiguous case is left to the judge. Measured on the labeled set
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -115,11 +116,7 @@ class _Known:
         self.text.append(text)
         if heard:
             self.heard.append(text)
-        for cls, value, _ in _typed_values(text):
-            self.values.add(value)
-            if cls == "date":
-                self.values.add("*" + value[4:])
-        self.values |= _known_amounts(text)
+        self.values |= _values_in(text)
 
     def said(self, needle: str) -> bool:
         return any(_has_word(t, needle) for t in self.text)
@@ -128,8 +125,27 @@ class _Known:
         return any(_has_word(t, needle) for t in self.heard)
 
 
+@functools.lru_cache(maxsize=2048)  # texts of a few kB: a few MB at most
+def _values_in(text: str) -> frozenset[str]:
+    """Every value `_Known.learn` takes from `text`: its typed values (a date also as `*-MM-DD`)
+    and every number as an amount. Remembered per text: the same instructions, facts and tool
+    results come back in every trial of a task, and seven regexes over each cost ~1 ms a trial."""
+    values: set[str] = set()
+    for cls, value, _ in _typed_values(text):
+        values.add(value)
+        if cls == "date":
+            values.add("*" + value[4:])
+    return frozenset(values | _known_amounts(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _word_pattern(needle: str) -> re.Pattern[str]:
+    """`needle` as a whole word (compiled once per needle: `re`'s own cache holds 512 patterns)."""
+    return re.compile(rf"(?<![\w.-]){re.escape(needle)}(?![\w-]|\.\d)", re.I)
+
+
 def _has_word(text: str, needle: str) -> bool:
-    return re.search(rf"(?<![\w.-]){re.escape(needle)}(?![\w-]|\.\d)", text, re.I) is not None
+    return _word_pattern(needle).search(text) is not None
 
 
 # --------------------------------------------------------------------------- per task

@@ -30,6 +30,8 @@ from .state import (
     canonical_json,
     export_state,
     freeze,
+    is_frozen,
+    prefix_digest,
     quote_ident,
     state_hash,
     table_json,
@@ -38,7 +40,7 @@ from .state import (
 from .tooldef import ToolSpec, tool
 
 if TYPE_CHECKING:
-    from .client import EpisodeClient, episode_client, http_episode_client
+    from .client import EnvClients, EpisodeClient, episode_client, http_episode_client
     from .http_app import build_app
     from .http_limits import HTTPLimits, install_log_limiter, serve_http
     from .inline import InlineConnection, InlinePool, ScratchConnection, ScratchPool, run_inline
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
 
 # name -> module (inside this package) that defines it, imported on first access
 _LAZY = {
+    "EnvClients": "client",
     "EpisodeClient": "client",
     "episode_client": "client",
     "http_episode_client": "client",
@@ -80,6 +83,7 @@ __all__ = [
     "MAX_STRING_CHARS",
     "CheckedArguments",
     "Db",
+    "EnvClients",
     "EnvLoadError",
     "Environment",
     "Episode",
@@ -112,9 +116,11 @@ __all__ = [
     "freeze",
     "http_episode_client",
     "install_log_limiter",
+    "is_frozen",
     "load_env",
     "on_db_thread",
     "open_database",
+    "prefix_digest",
     "quote_ident",
     "read_actions",
     "render_result",

@@ -7,11 +7,12 @@ only adds the episode id to every request's `_meta`.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, nullcontext
 from typing import Any, cast
 
 import mcp_types as types
 from mcp import Client
+from pydantic import TypeAdapter
 
 from .fleet import Fleet
 from .mcp_server import EPISODE_META_KEY, ERROR_META_KEY
@@ -50,6 +51,60 @@ async def episode_client(fleet: Fleet, env_name: str, episode_id: str) -> AsyncI
     """An in-process MCP client on `env_name`'s server, bound to `episode_id`."""
     async with Client(fleet.mcp(env_name).server) as client:
         yield EpisodeClient(client, episode_id)
+
+
+class EnvClients:
+    """One in-process MCP client per env of `fleet`, shared by all of that env's episodes.
+
+    An episode needs no session of its own: every request names its episode in `_meta`, and the
+    server's tool listing is the env's (listed once here, see `_ListedEpisodeClient`). A client per
+    episode paid a handshake, a `tools/list` and the validation of its (large) result per trial:
+    about 2 ms of the harness's CPU a trial. Concurrent requests on one session are fine: the
+    in-process dispatcher tracks each request by its own id. Enter and exit it in one task (the
+    clients hold task groups), around the tasks that use it.
+    """
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self._clients: dict[str, Client] = {}
+        self._listings: dict[str, bytes] = {}
+        self._stack = AsyncExitStack()
+
+    async def __aenter__(self) -> EnvClients:
+        async with AsyncExitStack() as stack:
+            for name in self.fleet.envs:
+                client = await stack.enter_async_context(Client(self.fleet.mcp(name).server))
+                self._clients[name] = client
+                # listed once through the shared session (which keeps the output schemas it checks
+                # call results against); each episode then gets its own copy from this JSON
+                self._listings[name] = _TOOL_LIST.dump_json((await client.list_tools()).tools, by_alias=True)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._clients.clear()
+        await self._stack.aclose()
+
+    def episode(self, env_name: str, episode_id: str) -> AbstractAsyncContextManager[EpisodeClient]:
+        """`env_name`'s shared client bound to `episode_id` (leaving the context closes nothing)."""
+        client = _ListedEpisodeClient(self._clients[env_name], episode_id, self._listings[env_name])
+        return nullcontext(client)
+
+
+_TOOL_LIST = TypeAdapter(list[types.Tool])
+
+
+class _ListedEpisodeClient(EpisodeClient):
+    """An `EpisodeClient` on a shared session whose `list_tools` answers from the env's listing,
+    fetched once (an in-process env server's tools never change): a fresh copy per call, so no
+    caller can change another's, for a twentieth of a `tools/list` round trip's CPU."""
+
+    def __init__(self, client: Client, episode_id: str, listing: bytes) -> None:
+        super().__init__(client, episode_id)
+        self._listing = listing
+
+    async def list_tools(self) -> list[types.Tool]:
+        return _TOOL_LIST.validate_json(self._listing)
 
 
 @asynccontextmanager

@@ -9,8 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 State = dict[str, list[dict[str, Any]]]
 
@@ -135,14 +136,69 @@ def _table_bytes(rows: list[dict[str, Any]]) -> bytes:
     return _dumps(rows).encode()
 
 
+def is_frozen(rows: Any) -> bool:
+    """Whether `rows` is a table list that `freeze` marked (so it never changes again)."""
+    hit = _FROZEN_JSON.get(id(rows))
+    return hit is not None and hit[0] is rows
+
+
+if TYPE_CHECKING:
+    from hashlib import _Hash as Digest  # a sha256 object (hashlib's class is private)
+else:
+    Digest = Any
+Feed = Callable[[Digest, int, str], None]
+"""Feeds the i-th table (by sorted name) of a state to a digest, with its leading separator."""
+
+# sha256 midstates after `{` and a state's leading frozen tables (in sorted name order), keyed by
+# the digest's kind and the tables' names and identities; each entry holds the row lists, so their
+# ids cannot be reused. Episodes share the unchanged tables of the state they started from, so a
+# trial that writes no table, or only tables late in name order, hashes the rest from a midstate
+# instead of re-reading megabytes of unchanged JSON (SHA-256 is sequential: a cached prefix is the
+# only part that can be skipped). Cleared when full: a run has few distinct starting states.
+_PREFIX_DIGESTS: dict[tuple[Any, ...], tuple[tuple[Any, ...], Digest]] = {}
+_PREFIX_DIGESTS_LIMIT = 512
+
+
+def prefix_digest(kind: str, state: State, tables: list[str], feed: Feed) -> tuple[Digest, int]:
+    """A sha256 fed `{` and the first n tables of `tables` (the sorted names of `state`), and n.
+
+    n is the number of leading tables that are frozen; their part of the digest is taken from a
+    midstate remembered under `kind` (which names what `feed` writes per table) when these same
+    tables were hashed before, else computed with `feed` and remembered.
+    """
+    n = 0
+    while n < len(tables) and is_frozen(state[tables[n]]):
+        n += 1
+    if n == 0:
+        return hashlib.sha256(b"{"), 0
+    held = tuple(state[t] for t in tables[:n])
+    key = (kind, *tables[:n], *map(id, held))
+    hit = _PREFIX_DIGESTS.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], held, strict=True)):
+        return hit[1].copy(), n
+    digest = hashlib.sha256(b"{")
+    for i in range(n):
+        feed(digest, i, tables[i])
+    if len(_PREFIX_DIGESTS) >= _PREFIX_DIGESTS_LIMIT:
+        _PREFIX_DIGESTS.clear()
+    _PREFIX_DIGESTS[key] = (held, digest.copy())
+    return digest, n
+
+
 def state_hash(state: State) -> str:
-    """sha256 of `canonical_json(state)`, fed table by table (the frozen ones' bytes cached)."""
+    """sha256 of `canonical_json(state)`, fed table by table (the frozen ones' bytes cached, and a
+    leading run of frozen tables resumed from a remembered midstate: `prefix_digest`)."""
     if not all(type(t) is str for t in state):
         return hashlib.sha256(canonical_json(state).encode()).hexdigest()
-    digest = hashlib.sha256(b"{")
-    for i, table in enumerate(sorted(state)):
+
+    def feed(digest: Digest, i: int, table: str) -> None:
         digest.update((("," if i else "") + _dumps(table) + ":").encode())
         digest.update(_table_bytes(state[table]))
+
+    tables = sorted(state)
+    digest, done = prefix_digest("state_hash", state, tables, feed)
+    for i in range(done, len(tables)):
+        feed(digest, i, tables[i])
     digest.update(b"}")
     return digest.hexdigest()
 

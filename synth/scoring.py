@@ -50,7 +50,7 @@ from decimal import Decimal, InvalidOperation
 from functools import cached_property, lru_cache
 from typing import Any, Literal
 
-from envforge.server import State
+from envforge.server import State, is_frozen
 
 from .models import AnswerRule, Checkpoint, Task
 from .statediff import cents_row
@@ -311,13 +311,48 @@ def with_answers(tasks: Iterable[Task], answers: AnswersMode) -> list[Task]:
 # --------------------------------------------------------------------------- state and checkpoints
 
 
+# Indexes of frozen tables (`server.freeze`: never changed again), by the identity of the row
+# list and the key columns; each entry holds the list, so its id cannot be reused. An episode's
+# unwritten tables are its starting state's frozen lists, so a checkpoint on a table the trial did
+# not write looks its row up here instead of scanning thousands of rows every trial. None: a key
+# column holds an unhashable value, so that table is scanned.
+_INDEXES: dict[tuple[int, tuple[str, ...]], tuple[list[Any], dict[tuple[Any, ...], Any] | None]] = {}
+_INDEXES_LIMIT = 256
+
+
+def _frozen_index(rows: list[Any], cols: tuple[str, ...]) -> dict[tuple[Any, ...], Any] | None:
+    """`rows`' first row per value tuple of `cols` (dict keys compare like `==`: 1 == 1.0 == True)."""
+    hit = _INDEXES.get((id(rows), cols))
+    if hit is not None and hit[0] is rows:
+        return hit[1]
+    index: dict[tuple[Any, ...], Any] | None = {}
+    for r in rows:
+        try:
+            index.setdefault(tuple(r.get(c) for c in cols), r)  # type: ignore[union-attr]
+        except (TypeError, AttributeError):  # an unhashable value, or a row that is no dict
+            index = None
+            break
+    if len(_INDEXES) >= _INDEXES_LIMIT:
+        _INDEXES.clear()
+    _INDEXES[(id(rows), cols)] = (rows, index)
+    return index
+
+
 def _lookup(state: State, table: str, key: dict[str, Any]) -> dict[str, Any] | None:
     """The first row of `table` whose `key` columns hold `key`'s values.
 
-    Values are compared as values (a scan with early exit, no JSON per row); a checkpoint names a
-    handful of rows, so indexing whole tables would cost more than it saves.
+    Values are compared as values: a frozen table (one the episode did not write) through an
+    index made once per run (`_frozen_index`), any other by a scan with early exit (a checkpoint
+    names a handful of rows, so indexing a table seen once would cost more than it saves).
     """
     rows = state.get(table, [])
+    if type(rows) is list and is_frozen(rows) and all(v == v for v in key.values()):  # NaN: scan
+        index = _frozen_index(rows, tuple(key))
+        if index is not None:
+            try:
+                return index.get(tuple(key.values()))
+            except TypeError:  # an unhashable wanted value: scanned below
+                pass
     if len(key) == 1:
         ((col, want),) = key.items()
         return next((r for r in rows if r.get(col) == want), None)

@@ -13,7 +13,7 @@ from json.encoder import c_make_encoder, encode_basestring, encode_basestring_as
 from operator import itemgetter
 from typing import Any
 
-from envforge.server import State, TableInfo, canonical_json, state_hash, table_json
+from envforge.server import State, TableInfo, canonical_json, prefix_digest, state_hash, table_json
 
 from .models import Row, RowUpdate, StateDiff, TableDiff
 
@@ -227,12 +227,18 @@ def cents_hash(state: State) -> str:
     scoring a trial needs only this one, and each digest reads the whole state."""
     if type(state) is not dict or not all(type(t) is str for t in state):
         return state_hashes(state)[1]
-    digest = hashlib.sha256(b"{")
-    for i, table in enumerate(sorted(state)):
+
+    def feed(digest: Any, i: int, table: str) -> None:
         rows = state[table]
         raw = table_json(rows) if type(rows) is list else _table_json(rows)  # frozen tables: cached
         head = ("," if i else "") + _table_json(table) + ":"
         digest.update((head + _cents_json(raw, rows)).encode())
+
+    tables = sorted(state)
+    # the leading frozen tables (unwritten by the episode) resume from a remembered midstate
+    digest, done = prefix_digest("cents_hash", state, tables, feed)
+    for i in range(done, len(tables)):
+        feed(digest, i, tables[i])
     digest.update(b"}")
     return digest.hexdigest()
 

@@ -264,3 +264,37 @@ async def test_trial_limits_end_trials_with_their_own_status_and_zero_reward(tmp
         errors = [m for m in records[0].messages if m.role == "tool" and m.is_error]
         assert len(errors) == limits.max_tool_errors + 1  # that many are tolerated; the next one ends it
         assert "unknown tool 'no_such_tool'" in errors[0].content
+
+
+async def test_collector_is_quiet_while_trials_run_and_restored_after(tmp_path: Path) -> None:
+    """While trials run, what the run set up is frozen out of the collector's walks and the first
+    threshold is raised; afterwards both are as they were, also when the run is cancelled."""
+    import gc
+
+    before = gc.get_threshold(), gc.get_freeze_count()
+    during: list[tuple[tuple[int, int, int], int]] = []
+    config = EvalConfig(agent="oracle", task_ids=first_ids(RETAIL, 2))
+    await run_eval(
+        [RETAIL],
+        config,
+        tmp_path / "a",
+        on_record=lambda r: during.append((gc.get_threshold(), gc.get_freeze_count())),
+    )
+    assert len(during) == 2 and all(t[0] > before[0][0] and n > 0 for t, n in during)
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+    with anyio.CancelScope() as scope:
+        await run_eval([RETAIL], config, tmp_path / "b", on_record=lambda r: scope.cancel())
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+
+
+async def test_loop_lag_probe_writes_its_figures_when_asked(tmp_path: Path, monkeypatch) -> None:
+    """`ENVFORGE_LOOP_LAG=path`: the run writes the event loop's lag while trials ran (off unset)."""
+    config = EvalConfig(agent="oracle", task_ids=first_ids(RETAIL, 2))
+    await run_eval([RETAIL], config, tmp_path / "off")
+    assert not (tmp_path / "lag.json").exists()
+    monkeypatch.setenv("ENVFORGE_LOOP_LAG", str(tmp_path / "lag.json"))
+    await run_eval([RETAIL], config, tmp_path / "on")
+    lag = json.loads((tmp_path / "lag.json").read_text())
+    assert set(lag) == {"samples", "p50_ms", "p99_ms", "max_ms"}
+    if lag["samples"]:
+        assert 0 <= lag["p50_ms"] <= lag["p99_ms"] <= lag["max_ms"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +200,25 @@ def test_read_run_missing_dir_and_manifest(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", [])
     (run / "trials.jsonl").unlink()
     assert read_run(run)[1] == []
+
+
+def test_bootstrap_ci_remembered_equals_computed() -> None:
+    """The remembered interval is the one a fresh computation gives, and a caller's list is its own."""
+
+    def _bootstrap(values: list[float], resamples: int, seed: int) -> list[float]:
+        """The interval as first written: 1000 `random.choices` resamples from `Random(seed)`."""
+        rng = random.Random(seed)
+        means = sorted(sum(rng.choices(values, k=len(values))) / len(values) for _ in range(resamples))
+        pos = [q * (resamples - 1) for q in ((1.0 - 0.95) / 2, 1.0 - (1.0 - 0.95) / 2)]
+        return [means[int(p)] + (means[int(p) + 1] - means[int(p)]) * (p - int(p)) for p in pos]
+
+    values = [0.0, 0.25, 1.0, 1.0, 0.5, 1 / 3]
+    first = bootstrap_ci(values)
+    assert first == list(_bootstrap(values, 1000, 0)) == bootstrap_ci(list(values))
+    assert first is not None
+    first.append(9.0)  # mutating the answer must not reach the next caller
+    assert bootstrap_ci(values) == list(_bootstrap(values, 1000, 0))
+    assert bootstrap_ci([0, 1, 1]) == list(_bootstrap([0, 1, 1], 1000, 0))  # ints: not remembered
 
 
 def test_bootstrap_ci_is_deterministic_and_contains_mean() -> None:

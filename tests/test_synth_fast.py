@@ -7,6 +7,7 @@ helpers: each is compared with the plain computation it replaces.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import textwrap
 from pathlib import Path
@@ -340,3 +341,78 @@ def test_json_helpers_write_what_json_dumps_writes(value: object) -> None:
     assert json_key([value, float("inf")]) == json.dumps([value, float("inf")], sort_keys=True)
     with pytest.raises(ValueError):
         _table_json([value, float("inf")])  # as json.dumps(..., allow_nan=False) refuses it
+
+
+def test_hashes_resumed_from_frozen_prefixes_equal_plain_sha256(retail_orders: Environment) -> None:
+    """`state_hash` and `cents_hash` resume the leading frozen tables from a remembered midstate;
+    whichever tables an episode wrote (first, middle, last, none, all), and across states sharing
+    some frozen tables, each digest is sha256 over the whole canonical JSON."""
+    from envforge.server import canonical_json, freeze, state_hash
+    from envforge.synth import cents_hash
+    from envforge.synth.statediff import to_cents
+
+    def plain(state: dict) -> tuple[str, str]:
+        return (
+            hashlib.sha256(canonical_json(state).encode()).hexdigest(),
+            hashlib.sha256(canonical_json(to_cents(state)).encode()).hexdigest(),
+        )
+
+    def changed(rows: list[dict]) -> list[dict]:
+        """A fresh copy of a table with its first row's first column changed."""
+        rows = [dict(r) for r in rows]
+        if rows:
+            key = next(iter(rows[0]))
+            rows[0][key] = f"{rows[0][key]}-changed" if isinstance(rows[0][key], str) else 0.001
+        return rows
+
+    seed = freeze(retail_orders.seed_state())
+    tables = sorted(seed)
+    assert len(tables) >= 3
+    # frozen too, with the same table names as the seed but other rows first and last
+    other = freeze({t: changed(rows) if t in (tables[0], tables[-1]) else rows for t, rows in seed.items()})
+    states = [seed, dict(seed), other]
+    for written in ([], [tables[0]], [tables[1]], [tables[-1]], [tables[0], tables[-1]], tables):
+        states.append({t: changed(rows) if t in written else rows for t, rows in seed.items()})
+    mixed = dict(other)
+    mixed[tables[0]] = seed[tables[0]]  # frozen tables of two states: a prefix seen in neither
+    states.append(mixed)
+    for _ in range(2):  # the second pass is served from the remembered midstates
+        for state in states:
+            assert (state_hash(state), cents_hash(state)) == plain(state)
+
+
+def test_checkpoints_on_frozen_tables_find_the_rows_a_scan_finds() -> None:
+    """A frozen table's rows are looked up through an index; each lookup finds the row (the first
+    of equal keys, 1 == 1.0, multi-column keys, missing rows) that a scan of the table finds."""
+    from envforge.server import freeze
+    from envforge.synth import Checkpoint, RowCheck
+    from envforge.synth.scoring import checkpoint_passed
+
+    rows = [
+        {"id": 1, "k": "a", "v": 10},
+        {"id": 2, "k": "b", "v": 20},
+        {"id": 2, "k": "c", "v": 21},  # a second row with id 2: the first is the one found
+        {"id": 3.0, "k": "d", "v": None},
+        {"id": 4, "k": "e"},
+    ]
+    frozen = freeze({"t": rows})
+    plain = {"t": [dict(r) for r in rows]}  # not frozen: scanned
+    checks = [
+        ({"id": 1}, {"id": 1, "k": "a", "v": 10}),
+        ({"id": 2}, {"id": 2, "k": "b", "v": 20}),
+        ({"id": 2}, {"id": 2, "k": "c", "v": 21}),
+        ({"id": 3}, {"id": 3.0, "k": "d", "v": None}),
+        ({"id": 2, "k": "c"}, {"id": 2, "k": "c", "v": 21}),
+        ({"id": 9}, None),
+        ({"id": 9}, {"id": 9}),
+        ({"v": None}, {"id": 3.0, "k": "d", "v": None}),  # v is None in row 3 before the v-less row 4
+        ({"id": [1]}, None),  # an unhashable wanted value
+        ({"id": float("nan")}, None),
+    ]
+    for key, row in checks:
+        checkpoint = Checkpoint(node="n", tool="t", rows=[RowCheck(table="t", key=key, row=row)])
+        for _ in range(2):  # the second time the index is reused
+            assert checkpoint_passed(checkpoint, frozen) == checkpoint_passed(checkpoint, plain), (key, row)
+    assert checkpoint_passed(
+        Checkpoint(node="n", tool="t", rows=[RowCheck(table="t", key={"id": 2}, row=rows[1])]), frozen
+    )

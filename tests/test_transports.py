@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import sys
 
+import anyio
 import httpx
 import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 
-from envforge.server import EPISODE_META_KEY, Fleet, build_app, episode_client
+from envforge.server import EPISODE_META_KEY, EnvClients, Fleet, build_app, episode_client
 
 from conftest import BANK_DIR
 
@@ -45,6 +46,30 @@ async def test_in_process_meta_routes_to_episodes(bank_env):
         assert json.loads(_text(unbound_read))["balance"] == 100.0  # the seed state, read-only
         gone = await client.call_tool("get_account", {"account_id": "A-1"}, meta={EPISODE_META_KEY: "nope"})
         assert gone.is_error and "episode 'nope' does not exist" in _text(gone)
+    await fleet.aclose()
+
+
+async def test_shared_env_client_keeps_concurrent_episodes_apart(bank_env):
+    """`EnvClients`: one session per env serves many episodes at once, each call in its own."""
+    fleet = Fleet([bank_env])
+    ids = [(await fleet.create_episode("bank")).id for _ in range(8)]
+
+    async def spend(clients: EnvClients, i: int, episode_id: str) -> None:
+        async with clients.episode("bank", episode_id) as client:
+            assert {t.name for t in await client.list_tools()} >= {"transfer", "get_account"}
+            for _ in range(i):
+                assert not (
+                    await client.call_tool("transfer", {"src": "A-1", "dst": "A-2", "amount": 1})
+                ).is_error
+
+    async with EnvClients(fleet) as clients:
+        async with anyio.create_task_group() as tg:
+            for i, episode_id in enumerate(ids):
+                tg.start_soon(spend, clients, i, episode_id)
+        for i, episode_id in enumerate(ids):
+            async with clients.episode("bank", episode_id) as client:
+                got = json.loads((await client.call_tool("get_account", {"account_id": "A-1"})).text)
+                assert got["balance"] == 100.0 - i
     await fleet.aclose()
 
 
