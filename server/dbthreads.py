@@ -108,7 +108,12 @@ def _work(queue: SimpleQueue[_Job]) -> None:
         except BaseException as exc:  # handed to the awaiting coroutine, never swallowed
             value, ok = exc, False
         if future is not None:
-            future.get_loop().call_soon_threadsafe(_deliver, future, ok, value)
+            try:
+                future.get_loop().call_soon_threadsafe(_deliver, future, ok, value)
+            except RuntimeError:
+                # its event loop is closed (a run that ended with this job queued): nobody awaits
+                # the result, and the thread must live on for every other connection it serves
+                pass
 
 
 class _Worker:
