@@ -120,6 +120,8 @@ def _opts(
         fail("--ray-address needs --ray-workers N")
     if extra.get("tasks", "all") not in ("all", "lookup"):
         fail("--tasks must be all or lookup")
+    if extra.get("precision", "float32") not in ("float32", "bfloat16"):
+        fail("--precision must be float32 or bfloat16")
     if extra.get("tasks") == "lookup" and extra.get("env_kind") == "harness":
         extra["env_kind"] = "fleet"  # a lookup is one question: no simulated user to talk to
     check_envs(envs, extra.get("fleet_url"), extra.get("fleet_token"))
@@ -220,6 +222,11 @@ def train_cmd(
     max_minutes: float = typer.Option(
         0.0, "--max-minutes", help="Stop after the step that passes it; 0: none."
     ),
+    precision: str = typer.Option(
+        "float32",
+        "--precision",
+        help="float32, or bfloat16: sample in bf16 and update under bf16 autocast (weights stay float32).",
+    ),
 ) -> None:
     """Train a policy with asynchronous ERPO on env tasks; writes metrics, checkpoints and plots."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -250,6 +257,7 @@ def train_cmd(
         tasks=tasks,
         eval_every=eval_every,
         eval_samples=eval_samples,
+        precision=precision,
     )
     if eval_every and tasks != "lookup":
         fail("--eval-every evaluates held-out tasks: use it with --tasks lookup")

@@ -40,10 +40,13 @@ class Slow:
     def version(self) -> int:
         return self.inner.version
 
-    async def generate(self, prompt_ids, *, max_new_tokens, seed=None):
+    def session(self):
+        return self.inner.session()
+
+    async def generate(self, prompt_ids, *, max_new_tokens, seed=None, session=None):
         start = time.time()
         await anyio.sleep(self.delay)
-        g = await self.inner.generate(prompt_ids, max_new_tokens=max_new_tokens)
+        g = await self.inner.generate(prompt_ids, max_new_tokens=max_new_tokens, session=session)
         self.calls.append((start, time.time()))
         return g
 

@@ -32,6 +32,7 @@ from envforge.trainer import (
     Trajectory,
     collect,
     erpo_advantages,
+    unbatched_session,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,7 +101,10 @@ class ScriptBackend:
         calls = [f"{c.name} {json.dumps(c.arguments)}" for c in task.golden_calls]
         return [ask, *calls, "All done: " + ", ".join(task.required_outputs) + "."]
 
-    async def generate(self, prompt_ids: list[int], *, max_new_tokens: int, seed: int | None = None):
+    def session(self):
+        return unbatched_session()
+
+    async def generate(self, prompt_ids: list[int], *, max_new_tokens: int, seed=None, session=None):
         prompt = self.tok.decode(prompt_ids)
         task = next(t for t in self.tasks if request_text(t) in prompt)
         turn = prompt.count("<|im_start|>assistant") - 1

@@ -29,6 +29,7 @@ from envforge.trainer import (
     load_tokenizer,
     parse_tool_call,
     token_logprobs,
+    unbatched_session,
     write_bandit_env,
 )
 from envforge.trainer.rollout import rollout
@@ -53,7 +54,10 @@ class Scripted:
         self.version = 3
         self.prompts: list[list[int]] = []
 
-    async def generate(self, prompt_ids: list[int], *, max_new_tokens: int, seed: int | None = None):
+    def session(self):
+        return unbatched_session()
+
+    async def generate(self, prompt_ids: list[int], *, max_new_tokens: int, seed=None, session=None):
         self.prompts.append(list(prompt_ids))
         ids = self.turns.pop(0)
         return Generation(token_ids=ids, logprobs=[-0.5 - i for i in range(len(ids))], version=self.version)
@@ -105,8 +109,11 @@ async def test_sampled_ids_survive_into_the_trajectory(tmp_path: Path, model_dir
         eos_id = hf.eos_id
         version = 0
 
-        async def generate(self, prompt_ids, *, max_new_tokens, seed=None):
-            g = await hf.generate(prompt_ids, max_new_tokens=max_new_tokens)
+        def session(self):
+            return hf.session()
+
+        async def generate(self, prompt_ids, *, max_new_tokens, seed=None, session=None):
+            g = await hf.generate(prompt_ids, max_new_tokens=max_new_tokens, session=session)
             seen.append(g.token_ids)
             return g
 

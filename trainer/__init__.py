@@ -12,8 +12,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .backends import Generation, HFBackend, VLLMBackend, load_tokenizer
+    from .backends import Generation, HFBackend, VLLMBackend, load_tokenizer, unbatched_session
     from .bandit import INSTRUCTIONS, bandit_corpus, bandit_tasks, write_bandit_env
+    from .batching import BatchRequest, LockstepBatcher
     from .distributed import init_from_env, shutdown
     from .envs import build_envs
     from .erpo import env_batch_stats, erpo_advantages, unbiased_std
@@ -44,6 +45,9 @@ _LAZY = {
     "HFBackend": "backends",
     "VLLMBackend": "backends",
     "load_tokenizer": "backends",
+    "unbatched_session": "backends",
+    "BatchRequest": "batching",
+    "LockstepBatcher": "batching",
     "INSTRUCTIONS": "bandit",
     "bandit_corpus": "bandit",
     "bandit_tasks": "bandit",
@@ -113,6 +117,7 @@ __all__ = [
     "IM_END",
     "INSTRUCTIONS",
     "BackendSpec",
+    "BatchRequest",
     "EnvSpec",
     "FleetRolloutEnv",
     "Generation",
@@ -121,6 +126,7 @@ __all__ = [
     "HarnessRolloutEnv",
     "Learner",
     "LearnerConfig",
+    "LockstepBatcher",
     "ParsedCall",
     "RayWorkers",
     "RewardInfo",
@@ -159,6 +165,7 @@ __all__ = [
     "svg_line_chart",
     "token_logprobs",
     "train",
+    "unbatched_session",
     "unbiased_std",
     "write_bandit_env",
     "write_comparison",

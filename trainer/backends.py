@@ -4,10 +4,11 @@ Both return the sampled token ids and their logprobs exactly as generated, plus 
 that produced them, so the learner can bound staleness and use the sampling logprobs as the
 behaviour policy in the clipped ratio.
 
-- `HFBackend`: a transformers model on CPU/GPU, sampled in a worker thread with a seeded
-  `torch.Generator` (greedy at temperature 0), under `torch.inference_mode`, with its KV
-  cache. It keeps its own copy of the weights, so collection can go on while the learner
-  updates its model; `sync_weights` swaps the new weights in between two generations.
+- `HFBackend`: a transformers model on CPU/GPU, sampled in a worker thread with seeded
+  `torch.Generator`s (greedy at temperature 0), under `torch.inference_mode`, with its KV
+  cache; the requests of concurrent episodes decode as one batch (`batching.LockstepBatcher`).
+  It keeps its own copy of the weights, so collection can go on while the learner updates its
+  model; `sync_weights` swaps the new weights in between two batches.
 - `VLLMBackend`: an OpenAI-compatible `/v1/completions` server (vLLM) called with token ids in and
   `return_tokens_as_token_ids` out; `sync_weights` calls a hook after each update.
 """
@@ -16,13 +17,16 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
 import httpx
 from pydantic import BaseModel
+
+from .batching import BatchRequest, LockstepBatcher
 
 
 class Generation(BaseModel):
@@ -36,13 +40,30 @@ class GenerationBackend(Protocol):
     version: int
     eos_id: int
 
+    def session(self) -> AbstractAsyncContextManager[int]:
+        """Open for the length of an episode; its id goes with each of the episode's requests.
+        A backend that batches waits for the open sessions' requests before it runs a batch."""
+        ...
+
     async def generate(
-        self, prompt_ids: list[int], *, max_new_tokens: int, seed: int | None = None
+        self,
+        prompt_ids: list[int],
+        *,
+        max_new_tokens: int,
+        seed: int | None = None,
+        session: int | None = None,
     ) -> Generation: ...
 
     async def sync_weights(self, state_dict: Mapping[str, Any], version: int, model: Any = None) -> None: ...
 
     async def aclose(self) -> None: ...
+
+
+@asynccontextmanager
+async def unbatched_session() -> AsyncIterator[int]:
+    """The `session` of a backend that runs each request on its own (a server that batches by
+    itself, a scripted fake)."""
+    yield 0
 
 
 def load_tokenizer(path: str | Path) -> Any:
@@ -63,7 +84,9 @@ def load_tokenizer(path: str | Path) -> Any:
 
 
 class HFBackend:
-    """Samples from a private copy of a transformers causal LM, one request at a time, in a thread."""
+    """Samples from a private copy of a transformers causal LM, in a worker thread, batching the
+    requests of concurrent episodes (`LockstepBatcher`: the same episodes batch the same way in
+    every run, so seeded episodes are reproducible)."""
 
     def __init__(
         self,
@@ -74,61 +97,131 @@ class HFBackend:
         seed: int = 0,
         device: str | None = None,
         copy_model: bool = True,
+        max_batch: int = 16,
+        max_wait: float = 2.0,
+        precision: str = "float32",
     ) -> None:
         import torch
 
         self.model = copy.deepcopy(model) if copy_model else model
+        if precision == "bfloat16":  # half the bytes a decoded token reads; synced weights are cast
+            self.model.to(torch.bfloat16)
+        elif precision != "float32":
+            raise ValueError(f"precision must be float32 or bfloat16, not {precision!r}")
         self.model.eval()
         self.device = torch.device(device) if device else next(self.model.parameters()).device
         self.model.to(self.device)
         self.eos_id = eos_id
+        self.pad_id = eos_id  # any id: a padded position is masked out and never sampled
         self.temperature = temperature
         self.version = 0
         self._gen = torch.Generator(device=self.device)
         self._gen.manual_seed(seed)
         self._lock = threading.Lock()
+        self.batcher: LockstepBatcher[Generation] = LockstepBatcher(
+            self._generate_chunk, max_batch=max_batch, max_wait=max_wait
+        )
+
+    def session(self) -> AbstractAsyncContextManager[int]:
+        return self.batcher.session()
 
     async def generate(
-        self, prompt_ids: list[int], *, max_new_tokens: int, seed: int | None = None
+        self,
+        prompt_ids: list[int],
+        *,
+        max_new_tokens: int,
+        seed: int | None = None,
+        session: int | None = None,
     ) -> Generation:
-        return await anyio.to_thread.run_sync(self._generate, prompt_ids, max_new_tokens, seed)
+        return await self.batcher.submit(prompt_ids, max_new_tokens, seed, session)
 
-    def _generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int | None) -> Generation:
+    def _generate_chunk(self, requests: Sequence[BatchRequest[Generation]]) -> list[Generation]:
+        """Samples every request of a chunk together: prompts left-padded (positions counted from
+        each prompt's own start, padding masked out), one forward per step for all unfinished rows,
+        a finished row dropped from the batch and its cache. Each row samples with its own
+        generator: seeded requests with their seed, the others from the backend's in turn."""
         import torch
 
         with self._lock, torch.inference_mode():
-            gen = self._gen
-            if seed is not None:
-                gen = torch.Generator(device=self.device)
-                gen.manual_seed(seed)
             version = self.version
-            ids = torch.tensor([prompt_ids], device=self.device)
-            try:  # the prompt's last position only: the vocabulary's logits at every prompt position
-                out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1)  # are ~200 MB
-            except TypeError:  # a model without `logits_to_keep`
-                out = self.model(input_ids=ids, use_cache=True)
+            rows = len(requests)
+            width = max(len(r.prompt_ids) for r in requests)
+            ids = torch.full((rows, width), self.pad_id, dtype=torch.long)
+            mask = torch.zeros((rows, width), dtype=torch.long)
+            for i, r in enumerate(requests):
+                ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
+                mask[i, width - len(r.prompt_ids) :] = 1
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            gens = [self._generator(r.seed) for r in requests]
+            tokens: list[list[int]] = [[] for _ in requests]
+            logprobs: list[list[float]] = [[] for _ in requests]
+            finish = ["length"] * rows
+            live = list(range(rows))  # request index of each batch row still decoding
+            out = self._forward(ids, mask, positions, None, prompt=True)
             past = out.past_key_values
             logits = out.logits[:, -1, :]
-            tokens: list[int] = []
-            logprobs: list[float] = []
-            finish = "length"
-            for _ in range(max_new_tokens):
-                if self.temperature > 0:
-                    lp = torch.log_softmax(logits.float() / self.temperature, dim=-1)
-                    tok = torch.multinomial(lp.exp(), 1, generator=gen)
-                else:  # greedy: the logprob is the untempered one, as the learner scores it at T=1
-                    lp = torch.log_softmax(logits.float(), dim=-1)
-                    tok = lp.argmax(dim=-1, keepdim=True)
-                t = int(tok.item())
-                tokens.append(t)
-                logprobs.append(float(lp[0, t].item()))
-                if t == self.eos_id:
-                    finish = "stop"
+            next_pos = positions[:, -1] + 1
+            while live:
+                lp = torch.log_softmax(logits.float() / (self.temperature or 1.0), dim=-1)
+                step = []
+                for row, i in enumerate(live):
+                    if self.temperature > 0:
+                        t = int(torch.multinomial(lp[row].exp(), 1, generator=gens[i]).item())
+                    else:  # greedy: the logprob is the untempered one, as the learner scores it at T=1
+                        t = int(lp[row].argmax().item())
+                    tokens[i].append(t)
+                    logprobs[i].append(float(lp[row, t].item()))
+                    if t == self.eos_id:
+                        finish[i] = "stop"
+                    step.append(t)
+                keep = [
+                    row
+                    for row, i in enumerate(live)
+                    if finish[i] != "stop" and len(tokens[i]) < requests[i].max_new_tokens
+                ]
+                if not keep:
                     break
-                out = self.model(input_ids=tok.view(1, 1), past_key_values=past, use_cache=True)
+                if len(keep) < len(live):
+                    index = torch.tensor(keep)
+                    past.batch_select_indices(index)
+                    mask, next_pos = mask[index], next_pos[index]
+                    step = [step[row] for row in keep]
+                    live = [live[row] for row in keep]
+                mask = torch.cat([mask, torch.ones((len(live), 1), dtype=torch.long)], dim=-1)
+                out = self._forward(torch.tensor(step).view(-1, 1), mask, next_pos.view(-1, 1), past)
                 past = out.past_key_values
                 logits = out.logits[:, -1, :]
-            return Generation(token_ids=tokens, logprobs=logprobs, version=version, finish_reason=finish)
+                next_pos = next_pos + 1
+            return [
+                Generation(
+                    token_ids=tokens[i], logprobs=logprobs[i], version=version, finish_reason=finish[i]
+                )
+                for i in range(rows)
+            ]
+
+    def _generator(self, seed: int | None) -> Any:
+        import torch
+
+        if seed is None:
+            return self._gen
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(seed)
+        return gen
+
+    def _forward(self, ids: Any, mask: Any, positions: Any, past: Any, *, prompt: bool = False) -> Any:
+        kwargs: dict[str, Any] = {
+            "input_ids": ids.to(self.device),
+            "attention_mask": mask.to(self.device),
+            "position_ids": positions.to(self.device),
+            "past_key_values": past,
+            "use_cache": True,
+        }
+        if not prompt:
+            return self.model(**kwargs)
+        try:  # the prompt's last position only: the vocabulary's logits at every prompt position
+            return self.model(**kwargs, logits_to_keep=1)  # are ~200 MB
+        except TypeError:  # a model without `logits_to_keep`
+            return self.model(**kwargs)
 
     async def sync_weights(self, state_dict: Mapping[str, Any], version: int, model: Any = None) -> None:
         def load() -> None:
@@ -183,8 +276,17 @@ class VLLMBackend:
         self.sync_dir = sync_dir
         self.sync_path = sync_path
 
+    def session(self) -> AbstractAsyncContextManager[int]:
+        """The server batches requests itself (continuous batching): nothing to wait for here."""
+        return unbatched_session()
+
     async def generate(
-        self, prompt_ids: list[int], *, max_new_tokens: int, seed: int | None = None
+        self,
+        prompt_ids: list[int],
+        *,
+        max_new_tokens: int,
+        seed: int | None = None,
+        session: int | None = None,
     ) -> Generation:
         version = self.version
         body: dict[str, Any] = {

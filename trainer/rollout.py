@@ -248,7 +248,7 @@ async def rollout(
     messages: list[dict[str, Any]] = []
     agent_messages: list[str] = []
     tools = env.tool_names()
-    async with env.episode(task_id) as ep:
+    async with backend.session() as session, env.episode(task_id) as ep:
         for msg in ep.initial_messages():
             builder.add_message(msg["role"], msg["content"])
             messages.append(msg)
@@ -260,6 +260,7 @@ async def rollout(
                 builder.token_ids,
                 max_new_tokens=config.max_new_tokens,
                 seed=None if seed is None else seed + turn,
+                session=session,
             )
             version = min(version, gen.version)
             builder.add_generated(gen.token_ids, gen.logprobs)

@@ -34,7 +34,7 @@ from .backends import GenerationBackend, HFBackend, VLLMBackend, load_tokenizer
 from .distributed import DataParallel, init_from_env, rank_device, shutdown
 from .envs import build_envs
 from .harness_env import HarnessRolloutEnv
-from .learner import Learner, LearnerConfig
+from .learner import Learner, LearnerConfig, Precision
 from .lookup import lookup_tasks, split_tasks
 from .loop import StepMetrics, TrainConfig, collect, train
 from .plots import write_plots
@@ -67,6 +67,8 @@ class RunOptions(BaseModel):
     tasks: Literal["all", "lookup"] = "all"
     eval_every: int = 0
     eval_samples: int = 2
+    precision: Precision = "float32"
+    """`bfloat16`: the sampler's copy of the weights in bf16, the learner under bf16 autocast."""
 
 
 def secret(value: SecretStr | None) -> str | None:
@@ -144,7 +146,9 @@ def _load(opts: RunOptions, *, training: bool = True) -> tuple[Any, Any, Generat
     if opts.backend == "hf" and opts.ray_workers:
         backend = None  # the actors sample; the driver only trains
     elif opts.backend == "hf":
-        backend = HFBackend(model, eos_id=eos, temperature=opts.temperature, seed=opts.seed)
+        backend = HFBackend(
+            model, eos_id=eos, temperature=opts.temperature, seed=opts.seed, precision=opts.precision
+        )
     else:
         if not opts.vllm_url:
             raise ValueError("--vllm-url is required with --backend vllm")
@@ -246,7 +250,9 @@ def _write_rank(out: Path, rank: int, steps: int, model: Any) -> None:
 
 def _learner_config(opts: RunOptions, learner_config: LearnerConfig) -> LearnerConfig:
     # greedy sampling (temperature 0) is scored at temperature 1, as its logprobs were taken
-    return learner_config.model_copy(update={"temperature": opts.temperature or 1.0})
+    return learner_config.model_copy(
+        update={"temperature": opts.temperature or 1.0, "precision": opts.precision}
+    )
 
 
 async def evaluate_held_out(
@@ -261,12 +267,22 @@ async def evaluate_held_out(
     """Mean reward of the current weights on every held-out task, `samples` episodes each, with
     seeds fixed by task and sample: two runs from the same weights score the same episodes, so a
     learning run and its learning-rate-0 control differ only by what was learned."""
-    rewards: list[float] = []
-    for env in held:
-        for i, task_id in enumerate(env.task_ids()):
-            for k in range(samples):
-                t = await rollout(env, task_id, backend, tok, rollout_config, seed=seed + 1000 * i + 97 * k)
-                rewards.append(t.reward)
+    episodes = [
+        (env, task_id, seed + 1000 * i + 97 * k)
+        for env in held
+        for i, task_id in enumerate(env.task_ids())
+        for k in range(samples)
+    ]
+    rewards: list[float] = [0.0] * len(episodes)
+
+    async def play(n: int) -> None:
+        env, task_id, episode_seed = episodes[n]
+        t = await rollout(env, task_id, backend, tok, rollout_config, seed=episode_seed)
+        rewards[n] = t.reward
+
+    async with anyio.create_task_group() as tg:  # all at once, so the backend can batch them
+        for n in range(len(episodes)):
+            tg.start_soon(play, n)
     return {"episodes": len(rewards), "reward_mean": sum(rewards) / len(rewards) if rewards else 0.0}
 
 
