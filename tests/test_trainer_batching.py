@@ -71,6 +71,27 @@ async def test_concurrent_requests_decode_as_one_batch_and_match_each_alone(mode
     assert alone.batcher.chunks == [1] * 6
 
 
+async def test_a_shared_prompt_prefix_runs_once_and_changes_nothing(model_dir: Path) -> None:
+    """Episodes open with the same system prompt: it is run once for the chunk, and each row still
+    samples what it would alone."""
+    tok = load_tokenizer(model_dir)
+    system = tok.encode(" ".join(["press the green button"] * 12))
+    items = [system + p for p in prompts(model_dir, 5)]
+    b = backend(model_dir, temperature=0.0)
+    shapes: list[tuple[int, ...]] = []
+    b.model.register_forward_pre_hook(
+        lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    together = await generate_all(b, items, max_new=8, seeds=[None] * 5)
+    assert shapes[0][0] == 1 and len(system) <= shapes[0][1] < len(system) + 8  # the common prefix, once
+    assert shapes[1][0] == 5 and shapes[1][1] < max(len(i) for i in items) - len(system)
+    alone = backend(model_dir, temperature=0.0)
+    for item, got in zip(items, together, strict=True):
+        want = await alone.generate(item, max_new_tokens=8)
+        assert got.token_ids == want.token_ids
+        assert got.logprobs == pytest.approx(want.logprobs, abs=1e-4)
+
+
 async def test_sampled_logprobs_are_the_models_own(model_dir: Path) -> None:
     """A padded row's stored logprobs are what the learner computes for the unpadded sequence."""
     items = prompts(model_dir, 5)

@@ -145,19 +145,12 @@ class HFBackend:
         with self._lock, torch.inference_mode():
             version = self.version
             rows = len(requests)
-            width = max(len(r.prompt_ids) for r in requests)
-            ids = torch.full((rows, width), self.pad_id, dtype=torch.long)
-            mask = torch.zeros((rows, width), dtype=torch.long)
-            for i, r in enumerate(requests):
-                ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
-                mask[i, width - len(r.prompt_ids) :] = 1
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            out, mask, positions = self._prefill([r.prompt_ids for r in requests])
             gens = [self._generator(r.seed) for r in requests]
             tokens: list[list[int]] = [[] for _ in requests]
             logprobs: list[list[float]] = [[] for _ in requests]
             finish = ["length"] * rows
             live = list(range(rows))  # request index of each batch row still decoding
-            out = self._forward(ids, mask, positions, None, prompt=True)
             past = out.past_key_values
             logits = out.logits[:, -1, :]
             next_pos = positions[:, -1] + 1
@@ -198,6 +191,40 @@ class HFBackend:
                 )
                 for i in range(rows)
             ]
+
+    def _prefill(self, prompts: list[list[int]]) -> tuple[Any, Any, Any]:
+        """The forward over a chunk's prompts: (output with the cache, attention mask, positions).
+
+        The prompts of a chunk usually open with the same system prompt (the policy and the tools),
+        most of each prompt's tokens, and a prompt is compute-bound on a CPU, so their longest
+        common prefix is run once and its cache shared by every row; each row's own rest follows,
+        left-padded, so a row reads [prefix][padding][its rest] with the padding masked out and
+        positions counted over its own tokens only.
+        """
+        import torch
+
+        rows = len(prompts)
+        shared = _common_prefix(prompts) if rows > 1 else 0
+        shared = min(shared, min(len(p) for p in prompts) - 1)  # every row keeps a token to run
+        past = None
+        if shared < MIN_SHARED_PREFIX:
+            shared = 0
+        else:
+            head = torch.tensor([prompts[0][:shared]])
+            ones = torch.ones_like(head)
+            past = self._forward(
+                head, ones, torch.arange(shared).view(1, -1), None, prompt=True
+            ).past_key_values
+            past.batch_repeat_interleave(rows)
+        width = max(len(p) for p in prompts) - shared
+        ids = torch.full((rows, width), self.pad_id, dtype=torch.long)
+        rest = torch.zeros((rows, width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - (len(p) - shared) :] = torch.tensor(p[shared:])
+            rest[i, width - (len(p) - shared) :] = 1
+        positions = (shared + rest.cumsum(-1) - 1).clamp(min=0)
+        mask = torch.cat([torch.ones((rows, shared), dtype=torch.long), rest], dim=-1)
+        return self._forward(ids, mask, positions, past, prompt=True), mask, positions
 
     def _generator(self, seed: int | None) -> Any:
         import torch
@@ -324,6 +351,21 @@ class VLLMBackend:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+MIN_SHARED_PREFIX = 16
+"""A common prefix shorter than this is run with each row: sharing it would save less than the
+extra forward costs."""
+
+
+def _common_prefix(prompts: Sequence[Sequence[int]]) -> int:
+    first = prompts[0]
+    n = min(len(p) for p in prompts)
+    for i in range(n):
+        t = first[i]
+        if any(p[i] != t for p in prompts):
+            return i
+    return n
 
 
 def _token_id(token: str) -> int:
