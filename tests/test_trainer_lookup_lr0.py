@@ -143,14 +143,46 @@ def test_lookup_tasks_reward_the_looked_up_figure_only() -> None:
             result = await fleet.call(ep.id, task.golden_calls[0].name, task.golden_calls[0].arguments)
             await fleet.close_episode(ep.id)
             assert figure in result.text
-            earned = compose_reward(task, Evidence(state, [f"The daily rate is {figure} cents."])).value
+            looked = task.golden_calls
+            earned = compose_reward(
+                task, Evidence(state, [f"The daily rate is {figure} cents."], agent_calls=looked)
+            ).value
             spray = " ".join(t.required_outputs[0] for t in tasks[:6])
-            sprayed = compose_reward(task, Evidence(state, [f"It is one of {spray}."])).value
-            guessed = compose_reward(task, Evidence(state, ["It is 1234 cents."])).value
+            sprayed = compose_reward(
+                task, Evidence(state, [f"It is one of {spray}."], agent_calls=looked)
+            ).value
+            guessed = compose_reward(task, Evidence(state, ["It is 1234 cents."], agent_calls=looked)).value
             assert (earned, sprayed, guessed) == (1.0, 0.0, 0.0)
             # the same ids land on the same side whatever else exists
             again = split_tasks(list(reversed(tasks)))
             assert {t.id for t in again[1]} == {t.id for t in held}
+        finally:
+            await fleet.aclose()
+
+    anyio.run(main)
+
+
+def test_the_right_figure_said_blind_earns_nothing() -> None:
+    """Small counts are guessable ("1 copy available"): a policy must not be paid for a right
+    guess, or RL teaches it to guess. Played through the rollout env's episodes: the figure
+    without the read, or after a read of another book, earns 0; after the read, 1."""
+
+    async def main() -> None:
+        fleet, tasks = await _lookup("library")
+        try:
+            env = FleetRolloutEnv(fleet, "library", tasks)
+            task = next(t for t in tasks if t.required_outputs[0] in ("1", "2", "3"))
+            figure, read = task.required_outputs[0], task.golden_calls[0]
+            other = next(t.golden_calls[0] for t in tasks if t.golden_calls[0].arguments != read.arguments)
+            rewards = []
+            for calls in ([], [other], [read]):
+                async with env.episode(task.id) as ep:
+                    for call in calls:
+                        await ep.call_tool(call.name, dict(call.arguments))
+                    info = await ep.finish([f"There are {figure}."])
+                    rewards.append((info.reward, info.parts))
+            assert [r for r, _ in rewards] == [0.0, 0.0, 1.0]
+            assert rewards[0][1] == {"outputs": 1.0, "actions": 0.0}  # the figure was right, unearned
         finally:
             await fleet.aclose()
 

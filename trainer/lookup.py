@@ -3,8 +3,12 @@
 The synthesized tasks of the bundled envs chain several calls and a write, which a 135M model
 never completes: every reward is 0, every group has zero variance and ERPO has nothing to learn
 from. A lookup task asks one question a single read call answers: "What is the price of book
-B-104?" → `get_book {"book_id": "B-104"}` → the figure, which the user must be told (reward basis:
-`outputs`, the task's one required output under the exact answer rule).
+B-104?" → `get_book {"book_id": "B-104"}` → the figure, which the user must be told. The reward is
+the product of `outputs` (the task's one required output, under the exact answer rule) and
+`actions` (that read was called): a figure guessed right without looking it up earns nothing,
+so a policy is never taught to guess. Small counts are guessable: on library's books, "1 copy
+available" said blind was the right answer often enough to be rewarded before `actions` was
+required.
 
 They are made from the env itself, deterministically: every read-only tool with exactly one
 parameter, a `*_id`, is called on every value of the seed column of that name, and each numeric
@@ -21,6 +25,7 @@ from typing import Any
 
 from envforge.server import Fleet
 from envforge.synth import (
+    ActionCheck,
     Call,
     CallNode,
     Dag,
@@ -143,7 +148,8 @@ def _task(
         required_outputs=[answer],
         checkpoints=[],
         difficulty=Difficulty(calls=1, writes=0, reasoning=0, depth=1, tables=1),
-        reward_basis=[RewardPart.OUTPUTS],
+        action_checks=[ActionCheck(name=tool, arguments={param: value})],
+        reward_basis=[RewardPart.OUTPUTS, RewardPart.ACTIONS],
         split=["test" if held_out(f"{env_name}-lookup-{tool}-{value}-{field}") else "train"],
     )
 

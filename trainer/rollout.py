@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 from envforge.harness import MalformedToolCall, parse_tool_calls
 from envforge.server import Fleet, State, episode_client
-from envforge.synth import Evidence, Task, apply_diff, compose_reward, primary_keys
+from envforge.synth import Call, Evidence, Task, apply_diff, compose_reward, primary_keys
 
 from .backends import GenerationBackend
 from .trajectory import SequenceBuilder, TokenizerLike, Trajectory
@@ -71,6 +71,7 @@ RewardFn = Callable[[Task, State, list[str]], tuple[float, dict[str, float]]]
 class _FleetEpisode:
     def __init__(self, env: FleetRolloutEnv, task: Task, episode_id: str, client: Any) -> None:
         self.env, self.task, self.episode_id, self.client = env, task, episode_id, client
+        self.calls: list[Call] = []  # every call the policy made, for the `actions` reward part
 
     def initial_messages(self) -> list[dict[str, str]]:
         return [
@@ -79,6 +80,7 @@ class _FleetEpisode:
         ]
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolOutcome:
+        self.calls.append(Call(name=name, arguments=arguments))
         if self.client is not None:
             result = await self.client.call_tool(name, arguments)
         else:
@@ -93,7 +95,7 @@ class _FleetEpisode:
         if self.env.reward_fn is not None:
             reward, parts = self.env.reward_fn(self.task, state, agent_messages)
             return RewardInfo(reward=reward, parts=parts)
-        composed = compose_reward(self.task, Evidence(state, agent_messages))
+        composed = compose_reward(self.task, Evidence(state, agent_messages, agent_calls=self.calls))
         return RewardInfo(reward=composed.value, parts={str(p): s.value for p, s in composed.parts.items()})
 
 

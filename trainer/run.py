@@ -283,7 +283,11 @@ async def evaluate_held_out(
     async with anyio.create_task_group() as tg:  # all at once, so the backend can batch them
         for n in range(len(episodes)):
             tg.start_soon(play, n)
-    return {"episodes": len(rewards), "reward_mean": sum(rewards) / len(rewards) if rewards else 0.0}
+    return {
+        "episodes": len(rewards),
+        "reward_mean": sum(rewards) / len(rewards) if rewards else 0.0,
+        "rewards": rewards,  # in a fixed episode order, so two runs' evaluations pair up
+    }
 
 
 async def _train_leader(
