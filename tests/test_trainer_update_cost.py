@@ -135,3 +135,57 @@ async def test_bf16_sampler_is_a_copy_and_takes_float32_weights(model_dir: Path)
     assert len(g.token_ids) >= 1 and all(lp <= 0 for lp in g.logprobs)
     with pytest.raises(ValueError, match="precision"):
         HFBackend(model, eos_id=tok.eos_token_id, precision="float16")
+
+
+def prefixed(model_dir: Path, prefix_len: int, rewards: list[tuple[str, float]]) -> list[Trajectory]:
+    """Trajectories that open with the same `prefix_len` tokens (a system prompt), then differ."""
+    out = trajs(model_dir, rewards)
+    g = torch.Generator().manual_seed(9)
+    tok = load_tokenizer(model_dir)
+    head = torch.randint(4, len(tok), (prefix_len,), generator=g).tolist()
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    fixed = []
+    for t in out:
+        ids = head + t.token_ids
+        mask = [0] * prefix_len + t.loss_mask
+        x = torch.tensor([ids])
+        with torch.no_grad():
+            lp = [0.0, *token_logprobs(model, x, torch.ones_like(x), 1.0)[0].tolist()]
+        lps = [v if m else 0.0 for v, m in zip(lp, mask, strict=True)]
+        fixed.append(t.model_copy(update={"token_ids": ids, "loss_mask": mask, "logprobs": lps}))
+    return fixed
+
+
+def test_a_shared_system_prompt_runs_once_and_the_gradient_is_unchanged(model_dir: Path) -> None:
+    batch = prefixed(model_dir, 40, [("t1", 1.0), ("t1", 0.0), ("t2", 0.0), ("t2", 1.0), ("t2", 0.0)])
+    grads, shapes = {}, {}
+    for share in (True, False):
+        model = AutoModelForCausalLM.from_pretrained(model_dir)
+        seen: list[tuple[int, ...]] = []
+        model.register_forward_pre_hook(
+            lambda _m, _a, kw, seen=seen: seen.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+        )
+        config = LearnerConfig(
+            lr=0.0, max_grad_norm=1e9, share_prompt_prefix=share, gradient_checkpointing=False
+        )
+        Learner(model, config, pad_id=0).step(batch)
+        grads[share] = {k: p.grad.clone() for k, p in model.named_parameters()}
+        shapes[share] = seen
+    assert shapes[True][0][0] == 1 and shapes[True][0][1] >= 40  # the prefix, once for all five rows
+    assert sum(rows * width for rows, width in shapes[True]) < 0.6 * sum(r * w for r, w in shapes[False])
+    for k in grads[False]:
+        assert torch.allclose(grads[True][k], grads[False][k], atol=1e-6, rtol=1e-4), k
+
+
+def test_a_prefix_is_never_shared_over_scored_tokens(model_dir: Path) -> None:
+    """Rows whose generated tokens begin alike share more than their prompt; the shared run must
+    stop where the first scored token is predicted, or those tokens would lose their logprobs."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    ids = torch.randint(4, 10, (3, 30), generator=torch.Generator().manual_seed(2))
+    ids[:, :25] = ids[0, :25]  # 25 tokens alike, scored from position 20 on
+    attn = torch.ones_like(ids)
+    full = token_logprobs(model, ids, attn, 1.0, start=19)
+    shared = token_logprobs(model, ids, attn, 1.0, start=19, shared=20)
+    assert torch.allclose(full, shared, atol=1e-5)
+    with pytest.raises(ValueError, match="covers scored positions"):
+        token_logprobs(model, ids, attn, 1.0, start=19, shared=25)

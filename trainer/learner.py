@@ -40,11 +40,15 @@ class LearnerConfig(BaseModel):
     0.5B model's activations for eight 1,000-token episodes at once outgrew 24 GB of RAM."""
     weight_decay: float = 0.0
     gradient_checkpointing: bool = True
+    """Recompute each layer's activations in the backward pass instead of keeping them (where the
+    model supports it): a third less memory for a 0.5B model's update, ~15 % more time. Not with
+    `share_prompt_prefix` (a checkpointed layer drops the shared cache)."""
+    share_prompt_prefix: bool = True
+    """Run the prefix a micro-batch's rows have in common (the system prompt, a group's task) once:
+    the same gradient for a fraction of the compute, and activations kept for the rest only."""
     precision: Precision = "float32"
     """`bfloat16`: forward and backward under bf16 autocast (the weights and AdamW's state stay
     float32). On a CPU with AVX512-BF16 a bf16 matmul runs ~4x the float32 one per CPU-second."""
-    """Recompute each layer's activations in the backward pass instead of keeping them (where the
-    model supports it): a third less memory for a 0.5B model's update, ~15 % more time."""
 
 
 class StepResult(BaseModel):
@@ -81,7 +85,7 @@ def clipped_pg_loss(
 
 
 def token_logprobs(
-    model: Any, input_ids: Any, attention_mask: Any, temperature: float, start: int = 0
+    model: Any, input_ids: Any, attention_mask: Any, temperature: float, start: int = 0, shared: int = 0
 ) -> Any:
     """log p(token_t | tokens_<t) for t >= 1, shape [B, T-1]; entries before `start` read 0.
 
@@ -90,15 +94,22 @@ def token_logprobs(
     update's memory (a 0.5B model's step on eight 1,000-token episodes grew past 20 GB), so they are
     not computed (`logits_to_keep`), and each kept position's log-probability is its logit less the
     log-sum-exp, without a second vocabulary-sized tensor from `log_softmax`.
+
+    With `shared` > 0 the first `shared` tokens are the same in every row and are run once
+    (`_shared_prefix_logits`); it must not exceed `start + 1`.
     """
     import torch
 
-    keep = input_ids.shape[1] - start
-    try:
-        out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep)
-    except TypeError:  # a model without `logits_to_keep`: all positions, the first ones dropped
-        out = model(input_ids=input_ids, attention_mask=attention_mask)
-    logits = out.logits[:, -keep:-1, :].float() / temperature
+    if shared > 0:
+        logits = _shared_prefix_logits(model, input_ids, attention_mask, start, shared)
+    else:
+        keep = input_ids.shape[1] - start
+        try:
+            out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep)
+        except TypeError:  # a model without `logits_to_keep`: all positions, the first ones dropped
+            out = model(input_ids=input_ids, attention_mask=attention_mask)
+        logits = out.logits[:, -keep:-1, :]
+    logits = logits.float() / temperature
     targets = input_ids[:, start + 1 :]
     picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
     if start == 0:
@@ -106,21 +117,77 @@ def token_logprobs(
     return torch.cat([picked.new_zeros((picked.shape[0], start)), picked], dim=1)
 
 
+def _shared_prefix_logits(model: Any, input_ids: Any, attention_mask: Any, start: int, shared: int) -> Any:
+    """The logits at positions `start` .. T-2, the common prefix run once.
+
+    The episodes of a batch open with the same system prompt (and a group's with the same task):
+    most of each sequence, and the same activations in every row, because attention is causal.
+    So the prefix runs once, its cache (with its autograd history) is repeated for every row, and
+    only each row's rest runs per row: the same values and the same gradient, since the repeated
+    cache's gradient is the sum over rows. Gradient checkpointing drops a cache, so the learner
+    does not checkpoint when it shares prefixes.
+    """
+    import torch
+
+    if start + 1 < shared:
+        raise ValueError(f"a shared prefix of {shared} tokens covers scored positions (from {start})")
+    rows, width = input_ids.shape
+    head = model(input_ids=input_ids[:1, :shared], use_cache=True, logits_to_keep=1)
+    past = head.past_key_values
+    past.batch_repeat_interleave(rows)
+    first = max(start, shared)
+    positions = torch.arange(shared, width, device=input_ids.device).expand(rows, -1)
+    tail = model(
+        input_ids=input_ids[:, shared:],
+        attention_mask=attention_mask,
+        position_ids=positions,
+        past_key_values=past,
+        use_cache=True,
+        logits_to_keep=width - first,
+    )
+    logits = tail.logits[:, :-1, :]
+    if start < shared:  # the prefix's last position predicts the first token after it
+        logits = torch.cat([head.logits[:, -1:, :].expand(rows, -1, -1), logits], dim=1)
+    return logits
+
+
+MIN_SHARED_PREFIX = 16
+"""A common prefix shorter than this runs with each row: sharing it saves less than a forward costs."""
+
+
+def common_prefix(rows: Sequence[Sequence[int]], most: int | None = None) -> int:
+    """How many leading tokens every row has in common (at most `most`)."""
+    first = rows[0]
+    n = min(len(r) for r in rows)
+    if most is not None:
+        n = min(n, most)
+    for i in range(n):
+        if any(r[i] != first[i] for r in rows):
+            return i
+    return n
+
+
 def micro_batches(
-    rows: Sequence[tuple[Trajectory, float]], most_rows: int, most_tokens: int
+    rows: Sequence[tuple[Trajectory, float]], most_rows: int, most_tokens: int, *, share_prefix: bool = False
 ) -> list[list[tuple[Trajectory, float]]]:
-    """`rows` in order, cut into runs of at most `most_rows` rows whose padded size (rows x the
-    longest) stays within `most_tokens`; a row longer than that alone is a run of its own."""
+    """`rows` in order, cut into runs of at most `most_rows` rows whose padded size stays within
+    `most_tokens`; a row longer than that alone is a run of its own. With `share_prefix` the size
+    counts only what each row runs beyond the prefix the run's rows share."""
     out: list[list[tuple[Trajectory, float]]] = []
     current: list[tuple[Trajectory, float]] = []
     width = 0
+    shared = 0
     for row in rows:
-        longest = max(width, len(row[0].token_ids))
-        if current and (len(current) >= most_rows or longest * (len(current) + 1) > most_tokens):
+        ids = row[0].token_ids
+        longest = max(width, len(ids))
+        common = common_prefix([current[0][0].token_ids, ids], shared) if current and share_prefix else 0
+        if current and (len(current) >= most_rows or (longest - common) * (len(current) + 1) > most_tokens):
             out.append(current)
-            current, longest = [], len(row[0].token_ids)
+            current, longest, common = [], len(ids), 0
+        if not current:
+            common = len(ids)
         current.append(row)
-        width = longest
+        width, shared = longest, common
     if current:
         out.append(current)
     return out
@@ -148,7 +215,8 @@ class Learner:
         self.pad_id = pad_id
         self.dp = dp
         self.device = next(model.parameters()).device
-        if self.config.gradient_checkpointing and getattr(model, "supports_gradient_checkpointing", False):
+        checkpointing = self.config.gradient_checkpointing and not self.config.share_prompt_prefix
+        if checkpointing and getattr(model, "supports_gradient_checkpointing", False):
             # transformers 5 renamed it (the old name warns that it goes in v6)
             enable = getattr(model, "activation_checkpointing_enable", None)
             (enable or model.gradient_checkpointing_enable)()
@@ -211,13 +279,17 @@ class Learner:
         # a row whose advantage is 0 adds exactly 0 to the loss and every gradient (the loss is
         # normalised by the whole batch's tokens, `n_tokens`, not by the rows run): not run
         local = [(t, a) for t, a in local if a != 0.0]
+        if c.share_prompt_prefix:  # rows with the same prompt side by side (the sum is the same)
+            local.sort(key=lambda row: (row[0].env, row[0].task_id))
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         total_loss = 0.0
         n_clipped = 0.0
         ratio_sum = 0.0
         tokens_run = 0.0  # the ratio is measured on the rows run
-        for chunk in micro_batches(local, c.micro_batch, c.micro_batch_tokens):
+        for chunk in micro_batches(
+            local, c.micro_batch, c.micro_batch_tokens, share_prefix=c.share_prompt_prefix
+        ):
             width = max(len(t.token_ids) for t, _ in chunk)
             ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
             attn = torch.zeros((len(chunk), width), dtype=torch.long)
@@ -235,8 +307,13 @@ class Learner:
             ids, attn, mask, old, a = (x.to(self.device) for x in (ids, attn, mask, old, a))
             # the first position any row's loss reads (lp index t predicts token t + 1)
             first = int(mask[:, 1:].sum(dim=0).nonzero()[0].item()) if bool(mask[:, 1:].any()) else 0
+            shared = 0
+            if c.share_prompt_prefix and len(chunk) > 1:
+                rows_ids = [t.token_ids for t, _ in chunk]
+                shared = min(common_prefix(rows_ids, first + 1), min(len(r) for r in rows_ids) - 1)
+                shared = shared if shared >= MIN_SHARED_PREFIX else 0
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=c.precision == "bfloat16"):
-                new_lp = token_logprobs(self.model, ids, attn, c.temperature, start=first)
+                new_lp = token_logprobs(self.model, ids, attn, c.temperature, start=first, shared=shared)
             loss, clipped, ratios = clipped_pg_loss(
                 new_lp, old[:, 1:], a[:, 1:], mask[:, 1:], n_tokens, c.clip_low, c.clip_high
             )
