@@ -359,7 +359,7 @@ async def _complete_litellm(
 def retry_wait_s(cfg: LLMConfig, attempt: int) -> float:
     """Seconds to wait after failed attempt `attempt` (from 1): `backoff_s`, doubled after each
     further failure, at most `backoff_max_s`."""
-    return max(0.0, min(cfg.backoff_s * 2 ** min(attempt - 1, 64), cfg.backoff_max_s))
+    return max(0.0, min(cfg.backoff_s * 2.0 ** min(attempt - 1, 64), cfg.backoff_max_s))
 
 
 async def _with_retries(cfg: LLMConfig, call: Callable[[], Awaitable[_T]]) -> _T:
