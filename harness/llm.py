@@ -369,7 +369,7 @@ async def _with_retries(cfg: LLMConfig, call: Callable[[], Awaitable[_T]]) -> _T
     A loop rather than tenacity's `AsyncRetrying`: that builds ~35 objects per call that refer to
     each other (its state, a `concurrent.futures.Future` with its lock and condition), garbage
     only the cycle collector can free, and at 2,048 episodes in flight freeing them was most of
-    what its collections did (13 model calls a simulation)."""
+    what its collections did (~6 model calls a simulation with the bench's fake)."""
     attempts = max(1, cfg.retries + 1)  # the first try is made whatever `retries` says
     for attempt in range(1, attempts + 1):
         try:
