@@ -145,6 +145,14 @@ def _word_pattern(needle: str) -> re.Pattern[str]:
 
 
 def _has_word(text: str, needle: str) -> bool:
+    """Whether `text` holds `needle` as a whole word, ignoring case.
+
+    ASCII text without the needle as a substring (ignoring case) cannot match, and finding that
+    out is a `str.find`, not a case-insensitive pattern tried at every position: most texts a
+    trial checks (each tool result, for each value only the agent can find) hold no such value.
+    Non-ASCII text goes to the pattern alone (`re`'s case folding matches `K` to `k`)."""
+    if text.isascii() and needle.isascii() and needle.lower() not in text.lower():
+        return False
     return _word_pattern(needle).search(text) is not None
 
 
