@@ -379,5 +379,8 @@ class Learner:
             skipped=True,
         )
 
-    def state_dict_copy(self) -> dict[str, Any]:
-        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+    def weights(self) -> dict[str, Any]:
+        """The live weights (no copy), for a sync awaited before the next step: every source copies
+        them (an HF backend into its own model, Ray with `ray.put`). A clone here held a second
+        float32 model (2 GB for 0.5B) through the whole next update; a run was killed for memory."""
+        return dict(self.model.state_dict())

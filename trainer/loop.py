@@ -291,8 +291,7 @@ async def train(
             result = await anyio.to_thread.run_sync(learner.step, trajs)
             update_finished = time.time()
             if not result.skipped:
-                state = await anyio.to_thread.run_sync(learner.state_dict_copy)
-                await source.sync_weights(state, learner.version, learner.model)
+                await source.sync_weights(learner.weights(), learner.version, learner.model)
             jobs.grant(len(batch))  # the next batch's groups start on the weights just synced
             rewards = [t.reward for t in trajs]
             kept = [t.reward for t in trajs if not t.user_error]
