@@ -12,6 +12,7 @@ import anyio
 import pytest
 import torch
 import typer
+from trainer_trajectories import on_policy_trajectories
 from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
@@ -25,11 +26,9 @@ from envforge.trainer import (
     Trajectory,
     bandit_corpus,
     build_tiny_model,
-    load_tokenizer,
     lookup_tasks,
     parse_tool_call,
     split_tasks,
-    token_logprobs,
 )
 
 ENVS = Path(__file__).resolve().parents[1] / "envs"
@@ -41,29 +40,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _trajs(model_dir: Path, rewards: list[tuple[str, float]]) -> list[Trajectory]:
-    """On-policy trajectories of random tokens (last five are the policy's), one per (task, reward)."""
-    tok = load_tokenizer(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    g = torch.Generator().manual_seed(0)
-    out = []
-    for task, reward in rewards:
-        ids = torch.randint(4, len(tok), (10,), generator=g).tolist()
-        mask = [0] * 5 + [1] * 5
-        t = torch.tensor([ids])
-        with torch.no_grad():
-            lp = [0.0, *token_logprobs(model, t, torch.ones_like(t), 1.0)[0].tolist()]
-        out.append(
-            Trajectory(
-                env="e",
-                task_id=task,
-                token_ids=ids,
-                logprobs=[x if m else 0.0 for x, m in zip(lp, mask, strict=True)],
-                loss_mask=mask,
-                reward=reward,
-                policy_version=0,
-            )
-        )
-    return out
+    return on_policy_trajectories(model_dir, rewards)
 
 
 def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from trainer_trajectories import on_policy_trajectories
 from transformers import AutoModelForCausalLM
 
 from envforge.trainer import (
@@ -29,29 +30,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def trajs(model_dir: Path, rewards: list[tuple[str, float]]) -> list[Trajectory]:
-    """On-policy trajectories of random tokens of different lengths (the last five are the policy's)."""
-    tok = load_tokenizer(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    g = torch.Generator().manual_seed(1)
-    out = []
-    for n, (task, reward) in enumerate(rewards):
-        ids = torch.randint(4, len(tok), (8 + n,), generator=g).tolist()
-        mask = [0] * (3 + n) + [1] * 5
-        t = torch.tensor([ids])
-        with torch.no_grad():
-            lp = [0.0, *token_logprobs(model, t, torch.ones_like(t), 1.0)[0].tolist()]
-        out.append(
-            Trajectory(
-                env="e",
-                task_id=task,
-                token_ids=ids,
-                logprobs=[x if m else 0.0 for x, m in zip(lp, mask, strict=True)],
-                loss_mask=mask,
-                reward=reward,
-                policy_version=0,
-            )
-        )
-    return out
+    return on_policy_trajectories(model_dir, rewards, seed=1, growing=True)
 
 
 def full_batch_gradient(
