@@ -36,7 +36,7 @@ def paired(erpo: dict, control: dict) -> str:
     wins = sum(x > y for x, y in zip(a, b, strict=True))
     losses = sum(x < y for x, y in zip(a, b, strict=True))
     p = sign_test(wins, losses)
-    return f"ERPO better on {wins}, control on {losses} of {len(a)} paired episodes, p = {p:.4f}"
+    return f"ERPO better on {wins}, control on {losses} of {len(a)} paired episodes, p = {p:.2g}"
 
 
 def main() -> None:
