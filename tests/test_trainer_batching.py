@@ -209,7 +209,7 @@ async def test_a_cancelled_request_is_dropped_and_the_rest_run() -> None:
 
     async def one(i: int) -> None:
         async with batcher.session() as s:
-            if i == 0:  # waits for a round that needs session 2, then gives up
+            if i == 0:  # waits for a round that needs the third episode, then gives up
                 with anyio.move_on_after(0.1):
                     await batcher.submit([0], 1, None, s)
                 return

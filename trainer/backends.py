@@ -27,6 +27,7 @@ import httpx
 from pydantic import BaseModel
 
 from .batching import BatchRequest, LockstepBatcher
+from .prefix import MIN_SHARED_PREFIX, common_prefix
 
 
 class Generation(BaseModel):
@@ -204,7 +205,7 @@ class HFBackend:
         import torch
 
         rows = len(prompts)
-        shared = _common_prefix(prompts) if rows > 1 else 0
+        shared = common_prefix(prompts) if rows > 1 else 0
         shared = min(shared, min(len(p) for p in prompts) - 1)  # every row keeps a token to run
         past = None
         if shared < MIN_SHARED_PREFIX:
@@ -351,21 +352,6 @@ class VLLMBackend:
 
     async def aclose(self) -> None:
         await self.client.aclose()
-
-
-MIN_SHARED_PREFIX = 16
-"""A common prefix shorter than this is run with each row: sharing it would save less than the
-extra forward costs."""
-
-
-def _common_prefix(prompts: Sequence[Sequence[int]]) -> int:
-    first = prompts[0]
-    n = min(len(p) for p in prompts)
-    for i in range(n):
-        t = first[i]
-        if any(p[i] != t for p in prompts):
-            return i
-    return n
 
 
 def _token_id(token: str) -> int:

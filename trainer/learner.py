@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from .distributed import DataParallel
 from .erpo import AdvantageKind, Baseline, erpo_advantages
+from .prefix import MIN_SHARED_PREFIX, common_prefix
 from .trajectory import Trajectory
 
 Precision = Literal["float32", "bfloat16"]
@@ -149,22 +150,6 @@ def _shared_prefix_logits(model: Any, input_ids: Any, attention_mask: Any, start
     if start < shared:  # the prefix's last position predicts the first token after it
         logits = torch.cat([head.logits[:, -1:, :].expand(rows, -1, -1), logits], dim=1)
     return logits
-
-
-MIN_SHARED_PREFIX = 16
-"""A common prefix shorter than this runs with each row: sharing it saves less than a forward costs."""
-
-
-def common_prefix(rows: Sequence[Sequence[int]], most: int | None = None) -> int:
-    """How many leading tokens every row has in common (at most `most`)."""
-    first = rows[0]
-    n = min(len(r) for r in rows)
-    if most is not None:
-        n = min(n, most)
-    for i in range(n):
-        if any(r[i] != first[i] for r in rows):
-            return i
-    return n
 
 
 def micro_batches(
