@@ -226,3 +226,12 @@ def test_unknown_local_model_is_one_line(tmp_path: Path) -> None:
     lines = [line for line in res.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "unknown local model 'nope'" in lines[0], res.output
     assert ("Traceback" not in res.output and res.exception is None) or isinstance(res.exception, SystemExit)
+
+
+def test_an_unknown_precision_is_one_line_before_any_model_loads(tmp_path: Path) -> None:
+    args = ["train", "--model", "local/qwen2.5-coder-0.5b", "--envs", str(ENVS / "car_rental")]
+    res = CliRunner().invoke(_app(), [*args, "--precision", "float16", "--out", str(tmp_path)])
+    assert res.exit_code == 2
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--precision must be float32 or bfloat16" in lines[0], res.output
+    assert not any(tmp_path.iterdir())  # nothing written, nothing loaded

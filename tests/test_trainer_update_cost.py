@@ -168,3 +168,15 @@ def test_a_prefix_is_never_shared_over_scored_tokens(model_dir: Path) -> None:
     assert torch.allclose(full, shared, atol=1e-5)
     with pytest.raises(ValueError, match="covers scored positions"):
         token_logprobs(model, ids, attn, 1.0, start=19, shared=25)
+
+
+def test_the_weights_handed_to_a_sync_are_the_models_own_not_a_copy(model_dir: Path) -> None:
+    """A float32 clone per sync lived through the whole next update (2 GB for 0.5B) and got a run
+    killed for memory; every source copies what it is handed, so the learner hands its own."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    learner = Learner(model, LearnerConfig(lr=0.05, gradient_checkpointing=False), pad_id=0)
+    learner.step(trajs(model_dir, [("t1", 1.0), ("t1", 0.0)]))
+    weights = learner.weights()
+    params = dict(model.named_parameters())
+    shared = [k for k, v in weights.items() if k in params and v.data_ptr() == params[k].data_ptr()]
+    assert shared and len(shared) == len([k for k in weights if k in params])
