@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .local_weights import resolve_model
     from .lookup import held_out, lookup_tasks, split_tasks
     from .loop import Group, StepMetrics, TrainConfig, collect, job_stream, select_batch, train
+    from .memory import release_freed_memory
     from .plots import svg_line_chart, write_comparison, write_plots
     from .ray_workers import BackendSpec, EnvSpec, RayWorkers, WorkerSpec, state_checksum
     from .rollout import (
@@ -94,6 +95,7 @@ _LAZY = {
     "svg_line_chart": "plots",
     "write_comparison": "plots",
     "write_plots": "plots",
+    "release_freed_memory": "memory",
     "IM_END": "trajectory",
     "SequenceBuilder": "trajectory",
     "Trajectory": "trajectory",
@@ -155,6 +157,7 @@ __all__ = [
     "load_tokenizer",
     "lookup_tasks",
     "parse_tool_call",
+    "release_freed_memory",
     "resolve_model",
     "run_collection",
     "run_training",

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from .distributed import DataParallel
 from .erpo import AdvantageKind, Baseline, erpo_advantages
+from .memory import release_freed_memory
 from .prefix import MIN_SHARED_PREFIX, common_prefix
 from .trajectory import Trajectory
 
@@ -320,6 +321,7 @@ class Learner:
         if n_tokens:
             self.optimizer.step()
         self.version += 1
+        release_freed_memory()  # the activations' blocks, before collection allocates beside us
         return StepResult(
             loss=total_loss,
             tokens=n_tokens,
