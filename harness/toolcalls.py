@@ -9,7 +9,13 @@ servers do not, and the call arrives as text. The forms seen from the local mode
 - a bare JSON object `{"name": ..., "arguments": {...}}` as the whole answer, often inside a
   ```json fence (Qwen2.5-Coder does this more often than it uses its tags);
 - several such objects one after another, or a JSON list of them;
-- prose around ```json blocks that each hold such calls ("Here are the calls: ...").
+- prose around ```json blocks that each hold such calls ("Here are the calls: ...");
+- a call followed by the result the model expects, `{"name": ...}{"capacity": 100}` (Qwen2.5-Coder
+  in training): the leading calls are the calls, and what follows stays text. A call written after
+  such an invented result is not run: it would act on a value the env never returned;
+- one or two closing braces too many after the call (`{"name": ...}\n}`), dropped;
+- a Python literal instead of JSON, `{'name': 'get_drug', 'arguments': {...}}`, read with
+  `ast.literal_eval` (which evaluates no code) when the text is not JSON.
 
 `extract_tool_calls` turns these into `ToolCall`s and leaves the rest of the text as the message's
 content. A tagged block that is not a call (no JSON object, no function name) raises
@@ -23,6 +29,7 @@ form the prompt asks for, and tool results become `<tool_response>` user turns.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import secrets
@@ -73,9 +80,9 @@ def _to_call(value: dict[str, Any], index: int) -> ToolCall:
     )
 
 
-def _json_values(text: str) -> list[Any] | None:
-    """Every JSON value in `text`, when the text is nothing but JSON values; else None."""
-    values: list[Any] = []
+def _json_spans(text: str) -> list[tuple[Any, int]] | None:
+    """Every JSON value in `text` with where it starts, when the text is nothing but JSON values."""
+    values: list[tuple[Any, int]] = []
     pos = 0
     while True:
         while pos < len(text) and text[pos] in " \t\r\n,;":
@@ -83,10 +90,39 @@ def _json_values(text: str) -> list[Any] | None:
         if pos == len(text):
             return values
         try:
-            value, pos = _DECODER.raw_decode(text, pos)
+            value, end = _DECODER.raw_decode(text, pos)
         except ValueError:
             return None
-        values.append(value)
+        values.append((value, pos))
+        pos = end
+
+
+def _json_values(text: str) -> list[Any] | None:
+    """Every JSON value in `text`, when the text is nothing but JSON values; else None."""
+    spans = _json_spans(text)
+    return None if spans is None else [value for value, _ in spans]
+
+
+_MOST_LITERAL_CHARS = 20_000
+_MOST_STRAY_CLOSERS = 2
+
+
+def _python_literal(text: str) -> list[Any] | None:
+    """The values of a Python literal (a dict, or several separated by commas) that JSON could have
+    written; None for anything else. `ast.literal_eval` parses literals only: no name is looked up
+    and no code runs."""
+    if not text.startswith(("{", "[")) or len(text) > _MOST_LITERAL_CHARS:
+        return None
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    values = list(value) if isinstance(value, tuple) else [value]
+    try:  # sets, bytes, tuples and the like are not JSON: not a call the env could take
+        normal = json.loads(json.dumps(values))
+    except (TypeError, ValueError):
+        return None
+    return normal if normal == values else None
 
 
 def _unfenced(text: str) -> str:
@@ -94,17 +130,41 @@ def _unfenced(text: str) -> str:
     return match.group(1) if match else text
 
 
-def _untagged_calls(text: str) -> list[dict[str, Any]] | None:
-    """The calls when the whole text (fenced or not) is call-shaped JSON: objects or lists of them."""
-    values = _json_values(_unfenced(text).strip())
-    if not values:
-        return None
-    flat = [v for value in values for v in (value if isinstance(value, list) else [value])]
-    if flat and all(
-        _call_shaped(v) or _call_shaped(v.get("function") if isinstance(v, dict) else None) for v in flat
-    ):
-        return flat
-    return None
+def _is_call(value: Any) -> bool:
+    return isinstance(value, dict) and (_call_shaped(value) or _call_shaped(value.get("function")))
+
+
+def _calls_in(value: Any) -> list[dict[str, Any]] | None:
+    """The calls one JSON value holds: a call, or a non-empty list of calls; None otherwise."""
+    items = value if isinstance(value, list) else [value]
+    return items if items and all(_is_call(v) for v in items) else None
+
+
+def _untagged_calls(text: str) -> tuple[list[dict[str, Any]], str] | None:
+    """(the calls, the text after them) when the text (fenced or not) opens with call-shaped JSON
+    and holds nothing but JSON values; None otherwise.
+
+    What follows the leading calls is the model writing the result it expects, and stays text.
+    """
+    written = _unfenced(text).strip()
+    body, spans = written, _json_spans(written)
+    for _ in range(_MOST_STRAY_CLOSERS):  # `{"name": ...}}` or `{...}\n}`: a closer too many
+        if spans is not None or not body.endswith(("}", "]")):
+            break
+        body = body[:-1].rstrip()
+        spans = _json_spans(body)
+    if spans is None:
+        literal = _python_literal(written)
+        if literal is None or not all(_calls_in(v) for v in literal):
+            return None
+        return [c for v in literal for c in _calls_in(v) or []], ""
+    calls: list[dict[str, Any]] = []
+    for value, start in spans:
+        found = _calls_in(value)
+        if found is None:
+            return (calls, body[start:].strip()) if calls else None
+        calls += found
+    return (calls, "") if calls else None
 
 
 def _tagged_calls(body: str) -> list[dict[str, Any]]:
@@ -112,9 +172,7 @@ def _tagged_calls(body: str) -> list[dict[str, Any]]:
     list), each call-shaped; anything else in a tagged block is a malformed call."""
     values = _json_values(_unfenced(body).strip())
     flat = [v for value in values or [] for v in (value if isinstance(value, list) else [value])]
-    if flat and all(
-        isinstance(v, dict) and (_call_shaped(v) or _call_shaped(v.get("function"))) for v in flat
-    ):
+    if flat and all(_is_call(v) for v in flat):
         return flat
     raise MalformedToolCall(f"a <tool_call> block that is not a call: {body[:160]!r}")
 
@@ -127,7 +185,8 @@ def parse_tool_calls(content: str) -> tuple[str | None, list[ToolCall]]:
         return rest or None, [_to_call(c, i) for i, c in enumerate(calls)]
     untagged = _untagged_calls(content)
     if untagged is not None:
-        return None, [_to_call(c, i) for i, c in enumerate(untagged)]
+        calls, rest = untagged
+        return rest or None, [_to_call(c, i) for i, c in enumerate(calls)]
     fenced = _fenced_calls(content)
     if fenced is not None:
         rest, calls = fenced
@@ -144,9 +203,9 @@ def _fenced_calls(content: str) -> tuple[str, list[dict[str, Any]]] | None:
     calls = []
     for block in blocks:
         found = _untagged_calls(block.group(1))
-        if found is None:
+        if found is None or found[1]:  # a block with more than calls in it is not a call block
             return None
-        calls += found
+        calls += found[0]
     rest = _FENCED_BLOCK.sub("", content)
     # A fence cut off by the token limit is not a call either: dropped from the text.
     rest = rest.split("```", 1)[0].strip()

@@ -2,7 +2,8 @@
 
 The captured outputs (tests/fixtures/local_model_outputs.json) are answers the packaged models
 gave through the real server to retail_orders first turns (written by
-`benchmarks/bench_local_models.py --capture`); each entry says which calls it must parse to.
+`benchmarks/bench_local_models.py --capture`), and turns Qwen2.5-Coder wrote while `envforge
+train` trained it (their `source` says so); each entry says which calls it must parse to.
 """
 
 from __future__ import annotations
@@ -69,6 +70,59 @@ def test_a_list_of_calls_in_one_tag_is_every_call() -> None:
         ("get_customer", {"customer_id": "C-2"}),
     ]
     assert len({c.id for c in calls}) == 2
+
+
+def test_the_result_a_model_invents_after_its_call_stays_text() -> None:
+    rest, calls = parse_tool_calls('{"name": "get_class", "arguments": {"class_id": "CL-1"}}{"capacity": 2}')
+    assert [(c.name, c.arguments) for c in calls] == [("get_class", {"class_id": "CL-1"})]
+    assert rest == '{"capacity": 2}'  # kept, not lost: the env's own result answers the call
+
+
+def test_a_call_written_after_an_invented_result_is_not_run() -> None:
+    # the second call acts on a value the env never returned
+    text = (
+        '{"name": "get_class", "arguments": {"class_id": "CL-1"}}{"capacity": 2}'
+        '{"name": "book_class", "arguments": {"class_id": "CL-1", "seats": 2}}'
+    )
+    rest, calls = parse_tool_calls(text)
+    assert [c.name for c in calls] == ["get_class"]
+    assert rest is not None and "book_class" in rest
+
+
+def test_an_invented_result_before_any_call_is_no_call() -> None:
+    text = '{"capacity": 2}{"name": "book_class", "arguments": {"class_id": "CL-1"}}'
+    assert parse_tool_calls(text) == (text, [])
+
+
+def test_a_closing_brace_too_many_after_a_call_is_dropped() -> None:
+    call = '{"name": "get_book", "arguments": {"book_id": "B-1"}}'
+    assert calls_of(call + "\n}") == calls_of(call + "}}") == [("get_book", {"book_id": "B-1"})]
+    assert parse_tool_calls(call + "}}}") == (call + "}}}", [])  # more than a slip: not a call
+
+
+def test_a_python_literal_call_is_a_call() -> None:
+    text = "{'name': 'get_drug', 'arguments': {'drug_id': 'D-201', 'ok': True, 'n': None}}"
+    assert calls_of(text) == [("get_drug", {"drug_id": "D-201", "ok": True, "n": None})]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{'name': 'get_drug', 'arguments': {'ids': {1, 2}}}",  # a set
+        "{'name': 'get_drug', 'arguments': {'ids': (1, 2)}}",  # a tuple
+        "{'name': 'get_drug', 'arguments': {1: 'D-201'}}",  # a key JSON would turn into a string
+        "{'name': 'get_drug', 'arguments': {'drug_id': b'D-201'}}",  # bytes
+    ],
+)
+def test_a_python_literal_json_cannot_write_is_no_call(text: str) -> None:
+    assert parse_tool_calls(text) == (text, [])
+
+
+def test_reading_a_python_literal_runs_no_code(tmp_path: Any) -> None:
+    marker = tmp_path / "ran"
+    text = f"{{'name': __import__('pathlib').Path({str(marker)!r}).touch(), 'arguments': {{}}}}"
+    assert parse_tool_calls(text) == (text, [])
+    assert not marker.exists()
 
 
 def test_unclosed_tag_at_the_end_still_counts() -> None:

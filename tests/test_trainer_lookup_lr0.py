@@ -172,7 +172,9 @@ def test_tool_calls_in_the_forms_small_models_write() -> None:
     smol = '<tool_call>[{"name": "get_car", "arguments": {"car_id": "V-601"}}]</tool_call>'
     fenced = '```json\n{"name": "get_car", "arguments": {"car_id": "V-601"}}\n```'
     bare = '{"name": "get_car", "arguments": {"car_id": "V-601"}}'
-    for text in (smol, fenced, bare):
+    with_invented_result = bare + '{"daily_rate_cents": 70}'  # Qwen2.5-Coder while training
+    python_literal = "{'name': 'get_car', 'arguments': {'car_id': 'V-601'}}"
+    for text in (smol, fenced, bare, with_invented_result, python_literal):
         assert tuple(parse_tool_call(text, tools) or ()) == want, text
     assert parse_tool_call("The daily rate is 3500.", tools) is None
 
