@@ -71,6 +71,15 @@ ModelOption = Annotated[
         "dequantized once into a folder beside it.",
     ),
 ]
+PrecisionOption = Annotated[
+    str,
+    typer.Option(
+        "--precision",
+        help="float32, or bfloat16: sample in bf16 (and in `train`, update under bf16 autocast; the "
+        "weights stay float32).",
+    ),
+]
+
 TasksOption = Annotated[
     str,
     typer.Option(
@@ -222,11 +231,7 @@ def train_cmd(
     max_minutes: float = typer.Option(
         0.0, "--max-minutes", help="Stop after the step that passes it; 0: none."
     ),
-    precision: str = typer.Option(
-        "float32",
-        "--precision",
-        help="float32, or bfloat16: sample in bf16 and update under bf16 autocast (weights stay float32).",
-    ),
+    precision: PrecisionOption = "float32",
 ) -> None:
     """Train a policy with asynchronous ERPO on env tasks; writes metrics, checkpoints and plots."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -326,6 +331,7 @@ def collect_cmd(
     fleet_url: FleetUrlOption = None,
     token: FleetTokenOption = None,
     tasks: TasksOption = "all",
+    precision: PrecisionOption = "float32",
 ) -> None:
     """Collect rollouts only (no updates) and write them to OUT/trajectories.jsonl."""
     from envforge.trainer import RolloutConfig, run_collection
@@ -349,6 +355,7 @@ def collect_cmd(
         fleet_url=fleet_url,
         fleet_token=token,
         tasks=tasks,
+        precision=precision,
     )
     rc = RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens)
     done = {"n": 0}

@@ -230,8 +230,9 @@ def test_unknown_local_model_is_one_line(tmp_path: Path) -> None:
     assert ("Traceback" not in res.output and res.exception is None) or isinstance(res.exception, SystemExit)
 
 
-def test_an_unknown_precision_is_one_line_before_any_model_loads(tmp_path: Path) -> None:
-    args = ["train", "--model", "local/qwen2.5-coder-0.5b", "--envs", str(ENVS / "car_rental")]
+@pytest.mark.parametrize("command", ["train", "collect"])
+def test_an_unknown_precision_is_one_line_before_any_model_loads(command: str, tmp_path: Path) -> None:
+    args = [command, "--model", "local/qwen2.5-coder-0.5b", "--envs", str(ENVS / "car_rental")]
     res = CliRunner().invoke(_app(), [*args, "--precision", "float16", "--out", str(tmp_path)])
     assert res.exit_code == 2
     lines = [line for line in res.output.splitlines() if line.strip()]

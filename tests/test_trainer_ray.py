@@ -33,6 +33,7 @@ from envforge.trainer import (
     RayWorkers,
     RolloutConfig,
     RolloutEnv,
+    RunOptions,
     SequenceBuilder,
     StepMetrics,
     TrainConfig,
@@ -238,6 +239,22 @@ async def test_vllm_workers_learn_the_version_the_driver_pushed(
         assert all(t.policy_tokens() == press and t.reward == 1.0 for t in trajs)  # the server sampled
         assert all(step - t.policy_version <= 1 for t in trajs)
     assert fake.requests and all(r["model"] == "tiny" for r in fake.requests)
+
+
+async def test_actors_sample_in_the_runs_precision(ray_instance, bandits, tmp_path: Path) -> None:
+    """`--precision bfloat16` reaches the actors: they sample in bf16 and take float32 syncs as bf16."""
+    dirs, model_dir = bandits
+    opts = RunOptions(
+        model=model_dir, envs=dirs, env_kind="fleet", out=tmp_path, ray_workers=1, precision="bfloat16"
+    )
+    pool = await RayWorkers.start(WorkerSpec.from_options(opts), 1)
+    try:
+        assert [i["dtype"] for i in await pool.info()] == ["bfloat16"]
+        model = AutoModelForCausalLM.from_pretrained(model_dir)
+        await pool.sync_weights(model.state_dict(), 1)
+        assert [(i["dtype"], i["version"]) for i in await pool.info()] == [("bfloat16", 1)]
+    finally:
+        await pool.aclose()
 
 
 async def test_unplaceable_workers_time_out_instead_of_hanging(ray_instance, bandits) -> None:

@@ -58,6 +58,9 @@ class BackendSpec(BaseModel):
     vllm_url: str | None = None
     vllm_model: str | None = None
     torch_threads: int = Field(1, description="per actor, so actors sharing a machine do not oversubscribe")
+    precision: Literal["float32", "bfloat16"] = Field(
+        "float32", description="what an hf actor samples in (`--precision`): bf16 reads half the bytes"
+    )
 
 
 class EnvSpec(BaseModel):
@@ -93,6 +96,7 @@ class WorkerSpec(BaseModel):
                 seed=opts.seed,
                 vllm_url=opts.vllm_url,
                 vllm_model=opts.vllm_model,
+                precision=opts.precision,
             ),
             env=EnvSpec(
                 envs=[str(d) for d in opts.envs],
@@ -164,7 +168,12 @@ class RolloutWorker:
 
             model = AutoModelForCausalLM.from_pretrained(b.model).to(b.device)
             self.backend = HFBackend(
-                model, eos_id=eos, temperature=b.temperature, seed=b.seed + self.index, copy_model=False
+                model,
+                eos_id=eos,
+                temperature=b.temperature,
+                seed=b.seed + self.index,
+                copy_model=False,
+                precision=b.precision,
             )
         else:
             if not b.vllm_url:
@@ -212,6 +221,9 @@ class RolloutWorker:
             if model is not None and hasattr(model, "state_dict")
             else None,
             "groups": self.groups_played,
+            "dtype": str(next(model.parameters()).dtype).removeprefix("torch.")
+            if model is not None and hasattr(model, "parameters")
+            else None,
         }
 
     async def verdicts(self) -> list[dict[str, Any]]:
