@@ -6,22 +6,30 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from envforge.server import Fleet, load_env
 from envforge.trainer import (
     BatchRequest,
+    FleetRolloutEnv,
     HFBackend,
     LockstepBatcher,
+    RolloutConfig,
     bandit_corpus,
+    bandit_tasks,
     build_tiny_model,
+    collect,
     load_tokenizer,
     token_logprobs,
+    write_bandit_env,
 )
 
 
@@ -249,3 +257,79 @@ async def test_a_model_error_fails_its_chunk_and_the_batcher_goes_on() -> None:
             tg.start_soon(one, i)
     assert errors and set(errors) == {"out of memory"}
     assert await batcher.submit([9], 1, None) == "ok"
+
+
+class JitteryEnv:
+    """A real bandit env whose episodes take random time to set up, answer a call and score: the
+    delays a slow tool, a database or a loaded machine add, which must not change what is sampled."""
+
+    def __init__(self, inner: FleetRolloutEnv, seed: int) -> None:
+        self.inner, self.name = inner, inner.name
+        self.rng = random.Random(seed)
+
+    def task_ids(self) -> list[str]:
+        return self.inner.task_ids()
+
+    def tool_names(self) -> list[str]:
+        return self.inner.tool_names()
+
+    def system_prompt(self) -> str:
+        return self.inner.system_prompt()
+
+    async def pause(self) -> None:
+        await anyio.sleep(self.rng.uniform(0, 0.03))
+
+    @asynccontextmanager
+    async def episode(self, task_id: str) -> AsyncIterator[Any]:
+        await self.pause()
+        async with self.inner.episode(task_id) as ep:
+            env = self
+
+            class Episode:
+                def initial_messages(self) -> list[dict[str, str]]:
+                    return ep.initial_messages()
+
+                async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+                    await env.pause()
+                    return await ep.call_tool(name, arguments)
+
+                async def user_reply(self, text: str) -> str | None:
+                    return await ep.user_reply(text)
+
+                async def finish(self, agent_messages: list[str]) -> Any:
+                    await env.pause()
+                    return await ep.finish(agent_messages)
+
+            yield Episode()
+        await self.pause()
+
+
+async def test_collectors_sample_the_same_whatever_their_episodes_cost(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    """Two collectors, several groups each: which requests share a batch (and so every sampled token)
+    must not depend on when a collector's episodes end and its next group begins."""
+    env_dir = write_bandit_env(tmp_path)
+    tok = load_tokenizer(model_dir)
+    fleet = Fleet([load_env(env_dir)])
+    try:
+        tasks = await bandit_tasks(fleet, "bandit", n=3)
+        runs = []
+        for jitter in (1, 2):
+            b = backend(model_dir, seed=0)
+            env = JitteryEnv(FleetRolloutEnv(fleet, "bandit", tasks, use_mcp=False), seed=jitter)
+            trajs = await collect(
+                [env],  # type: ignore[list-item]
+                b,
+                tok,
+                groups=6,
+                rollouts_per_task=3,
+                rollout_config=RolloutConfig(max_turns=3, max_new_tokens=3),
+                concurrency=2,
+            )
+            played = sorted((t.group, t.task_id, t.token_ids) for t in trajs)
+            runs.append((b.batcher.chunks, played))
+    finally:
+        await fleet.aclose()
+    assert runs[0][0] == runs[1][0]
+    assert runs[0][1] == runs[1][1]
