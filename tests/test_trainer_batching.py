@@ -260,12 +260,15 @@ async def test_a_model_error_fails_its_chunk_and_the_batcher_goes_on() -> None:
 
 
 class JitteryEnv:
-    """A real bandit env whose episodes take random time to set up, answer a call and score: the
-    delays a slow tool, a database or a loaded machine add, which must not change what is sampled."""
+    """A real bandit env whose episodes take random time to answer a call, hear the user, score and
+    close (up to `most` seconds each): the delays a slow tool, a database or a loaded machine add,
+    which must not change what is sampled. The user asks once more, so the groups of both
+    collectors end in the same round, and whose next group starts first is a matter of timing."""
 
-    def __init__(self, inner: FleetRolloutEnv, seed: int) -> None:
+    def __init__(self, inner: FleetRolloutEnv, seed: int, most: float) -> None:
         self.inner, self.name = inner, inner.name
-        self.rng = random.Random(seed)
+        self.rng, self.most = random.Random(seed), most
+        self.asks = dict.fromkeys(inner.task_ids(), 1)
 
     def task_ids(self) -> list[str]:
         return self.inner.task_ids()
@@ -277,13 +280,13 @@ class JitteryEnv:
         return self.inner.system_prompt()
 
     async def pause(self) -> None:
-        await anyio.sleep(self.rng.uniform(0, 0.03))
+        await anyio.sleep(self.rng.uniform(0, self.most))
 
     @asynccontextmanager
     async def episode(self, task_id: str) -> AsyncIterator[Any]:
-        await self.pause()
         async with self.inner.episode(task_id) as ep:
             env = self
+            asks_left = self.asks[task_id]
 
             class Episode:
                 def initial_messages(self) -> list[dict[str, str]]:
@@ -294,7 +297,10 @@ class JitteryEnv:
                     return await ep.call_tool(name, arguments)
 
                 async def user_reply(self, text: str) -> str | None:
-                    return await ep.user_reply(text)
+                    nonlocal asks_left
+                    await env.pause()
+                    asks_left -= 1
+                    return "Press a button." if asks_left >= 0 else None
 
                 async def finish(self, agent_messages: list[str]) -> Any:
                     await env.pause()
@@ -308,16 +314,18 @@ async def test_collectors_sample_the_same_whatever_their_episodes_cost(
     model_dir: Path, tmp_path: Path
 ) -> None:
     """Two collectors, several groups each: which requests share a batch (and so every sampled token)
-    must not depend on when a collector's episodes end and its next group begins."""
+    must not depend on when a collector's episodes end and its next group begins. (With collectors
+    that each took their next job when free, the jittery runs batched 6, 6, 6, 6, 3, 6, 3 and
+    6, 6, 3, 6, 3, 3, 6, 3 where the calm one batched 6 six times.)"""
     env_dir = write_bandit_env(tmp_path)
     tok = load_tokenizer(model_dir)
     fleet = Fleet([load_env(env_dir)])
     try:
         tasks = await bandit_tasks(fleet, "bandit", n=3)
         runs = []
-        for jitter in (1, 2):
-            b = backend(model_dir, seed=0)
-            env = JitteryEnv(FleetRolloutEnv(fleet, "bandit", tasks, use_mcp=False), seed=jitter)
+        for jitter, most in ((0, 0.0), (1, 0.1), (2, 0.1)):
+            b = backend(model_dir, seed=0, temperature=5.0)
+            env = JitteryEnv(FleetRolloutEnv(fleet, "bandit", tasks, use_mcp=False), jitter, most)
             trajs = await collect(
                 [env],  # type: ignore[list-item]
                 b,
@@ -331,5 +339,4 @@ async def test_collectors_sample_the_same_whatever_their_episodes_cost(
             runs.append((b.batcher.chunks, played))
     finally:
         await fleet.aclose()
-    assert runs[0][0] == runs[1][0]
-    assert runs[0][1] == runs[1][1]
+    assert runs[0] == runs[1] == runs[2]

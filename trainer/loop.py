@@ -15,9 +15,9 @@ batches ahead of the learner and never plays a group that would be too stale to 
 generating, during every update, groups that are certain to be dropped and that take the CPU or
 GPU from the update itself.
 
-Where groups come from is a `GroupSource`: by default `LocalCollectors` (coroutines in this process
-sharing one backend); `ray_workers.RayWorkers` plays the same jobs on Ray actors instead. The loop
-only hands a source the job stream and, after each update, the new weights.
+Where groups come from is a `GroupSource`: by default `LocalCollectors` (groups played in waves in
+this process, sharing one backend); `ray_workers.RayWorkers` plays the same jobs on Ray actors
+instead. The loop only hands a source the job stream and, after each update, the new weights.
 """
 
 from __future__ import annotations
@@ -132,6 +132,26 @@ class Jobs:
         except StopIteration:
             raise StopAsyncIteration from None
 
+    async def take(self, most: int) -> list[Job]:
+        """The next job (waiting for a credit if need be), then up to `most` - 1 more that can
+        start now; [] when the plan is done. At staleness 0 how many start together does not
+        depend on timing: credits come a whole batch at a time, while every collector waits."""
+        try:
+            taken = [await self.__anext__()]
+        except StopAsyncIteration:
+            return []
+        while len(taken) < most:
+            if self._credits is not None:
+                try:
+                    self._credits.acquire_nowait()
+                except anyio.WouldBlock:
+                    break
+            try:
+                taken.append(next(self._jobs))
+            except StopIteration:
+                break
+        return taken
+
     def grant(self, n: int = 1) -> None:
         """Let `n` more jobs start (a no-op without credits)."""
         if self._credits is None:
@@ -152,7 +172,7 @@ class GroupSource(Protocol):
 
     async def produce(
         self,
-        jobs: AsyncIterator[Job],
+        jobs: Jobs,
         rollouts_per_task: int,
         rollout: RolloutConfig,
         send: MemoryObjectSendStream[Group],
@@ -174,30 +194,44 @@ def make_group(env: str, task_id: str, index: int, trajs: list[Trajectory], star
 
 
 class LocalCollectors:
-    """The default source: `concurrency` coroutines in this process, all sampling from one backend."""
+    """The default source: task groups played in this process, `concurrency` at a time, all
+    sampling from one backend.
+
+    Groups are played in waves: up to `concurrency` jobs start together, in job order, and the next
+    wave starts when all of them have ended. A batching backend forms its batches from the
+    episodes waiting on it, so the episodes must open and wait in an order that timing cannot
+    change. With collectors that each started their next group as soon as their last one ended,
+    which collector took which job, and which episodes shared a batch (and so every token sampled
+    after that), depended on whose episodes ended first: two runs of the same seeded command
+    sampled different episodes from the third group on.
+    """
 
     def __init__(self, backend: GenerationBackend, tokenizer: TokenizerLike, concurrency: int = 2) -> None:
         self.backend, self.tokenizer, self.concurrency = backend, tokenizer, concurrency
 
     async def produce(
         self,
-        jobs: AsyncIterator[Job],
+        jobs: Jobs,
         rollouts_per_task: int,
         rollout: RolloutConfig,
         send: MemoryObjectSendStream[Group],
     ) -> None:
-        async def collector(out: MemoryObjectSendStream[Group]) -> None:
-            async with out:
-                async for env, task_id, index in jobs:
-                    started = time.time()
-                    trajs = await rollout_group(
-                        env, task_id, self.backend, self.tokenizer, rollout, rollouts_per_task, group=index
-                    )
-                    await out.send(make_group(env.name, task_id, index, trajs, started))
+        async def play(job: Job, played: dict[int, Group], slot: int) -> None:
+            env, task_id, index = job
+            started = time.time()
+            trajs = await rollout_group(
+                env, task_id, self.backend, self.tokenizer, rollout, rollouts_per_task, group=index
+            )
+            played[slot] = make_group(env.name, task_id, index, trajs, started)
 
-        async with send, anyio.create_task_group() as tg:
-            for _ in range(self.concurrency):
-                tg.start_soon(collector, send.clone())
+        async with send:
+            while wave := await jobs.take(self.concurrency):
+                played: dict[int, Group] = {}
+                async with anyio.create_task_group() as tg:
+                    for slot, job in enumerate(wave):  # started in job order: sessions open in it
+                        tg.start_soon(play, job, played, slot)
+                for slot in range(len(wave)):  # handed on in job order too, whatever ended first
+                    await send.send(played[slot])
 
     async def sync_weights(self, state_dict: Any, version: int, model: Any = None) -> None:
         await self.backend.sync_weights(state_dict, version, model)

@@ -26,7 +26,7 @@ import asyncio
 import hashlib
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from envforge.harness import UserName
 
 from .backends import GenerationBackend
-from .loop import Group, Job, make_group
+from .loop import Group, Jobs, make_group
 from .rollout import RolloutConfig, rollout_group
 
 # Environment variables an actor gets from the driver (a remote cluster does not inherit them).
@@ -331,7 +331,7 @@ class RayWorkers:
 
     async def produce(
         self,
-        jobs: AsyncIterator[Job],
+        jobs: Jobs,
         rollouts_per_task: int,
         rollout: RolloutConfig,
         send: MemoryObjectSendStream[Group],
