@@ -10,13 +10,19 @@ cost, about twice a batch's collection on this machine.
 Part 2 (`--ray 1,2,4`) collects the same groups on N Ray actors (one torch thread each) for each N,
 in one run, and prints episodes per second.
 
-    python benchmarks/bench_async.py --staleness 0,1,2 --rounds 3 --svg docs/async_staleness.svg
-    python benchmarks/bench_async.py --staleness '' --ray 1,2,4 --rounds 3
+Part 3 (`--real local/qwen2.5-coder-0.5b`) runs `envforge train` on the packaged model (lookup tasks
+of four bundled envs, bf16) once per staleness arm, each a process of its own, sampling the
+process's CPU time twice a second. Besides steps per hour it prints how many cores each phase kept
+busy: overlap only adds what the synchronous run leaves idle, so with every core shared between
+sampling and the update, `cores / cores in use at staleness 0` bounds what async can give.
+
+    python benchmarks/bench_async.py --staleness 0,1 --real local/qwen2.5-coder-0.5b --steps 4 --rounds 2
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import tempfile
@@ -207,6 +213,114 @@ def part_ray(args: argparse.Namespace, model_dir: Path, tmp: Path) -> None:
         ray.shutdown()
 
 
+REAL_ENVS = ("car_rental", "library", "gym", "pharmacy")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def train_real(args: argparse.Namespace, out: Path, staleness: int) -> dict[str, Any]:
+    """One `envforge train` process on the packaged model; its metrics and CPU-time samples."""
+    import json
+    import subprocess
+    import sys
+    import threading
+
+    envs = [x for e in REAL_ENVS for x in ("--envs", str(ROOT / "envs" / e))]
+    cmd = [
+        sys.executable, "-m", "envforge.cli", "train", "--model", args.real, *envs, "--tasks", "lookup",
+        "--steps", str(args.steps), "--tasks-per-step", "8", "--rollouts-per-task", "4",
+        "--collectors", str(args.collectors), "--staleness", str(staleness), "--max-turns", "2",
+        "--max-new-tokens", "48", "--temperature", "0.7", "--eval-every", "0", "--seed", str(args.seed),
+        "--precision", "bfloat16", "--lr", str(args.real_lr), "--out", str(out),
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    samples: list[tuple[float, float]] = []
+
+    def sample() -> None:
+        while proc.poll() is None:
+            try:
+                samples.append((time.time(), cpu_seconds(proc.pid)))
+            except (OSError, IndexError, ValueError):  # the process is just ending
+                break
+            time.sleep(0.5)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, err = proc.communicate()
+    sampler.join()
+    if proc.returncode:
+        raise SystemExit(f"envforge train exited {proc.returncode}: {err.strip().splitlines()[-1:]}")
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return {"rows": rows, "samples": samples}
+
+
+def cores_between(samples: list[tuple[float, float]], start: float, end: float) -> float:
+    """CPU-seconds the process used in [start, end], interpolated between samples."""
+
+    def at(t: float) -> float:
+        for (t0, c0), (t1, c1) in itertools.pairwise(samples):
+            if t0 <= t <= t1:
+                return c0 + (c1 - c0) * (t - t0) / max(t1 - t0, 1e-9)
+        return samples[-1][1] if t > samples[-1][0] else samples[0][1]
+
+    return at(end) - at(start)
+
+
+def summarize_real(res: dict[str, Any]) -> dict[str, float]:
+    """Steps per hour from the first group's start to the last update's end, and cores per phase."""
+    rows, samples = res["rows"], res["samples"]
+    spans = [r["collect_windows"] for r in rows]
+    windows = [(min(a for a, _ in w), max(b for _, b in w)) for w in spans]
+    updates = [(r["update_started"], r["update_finished"]) for r in rows]
+    start, end = windows[0][0], updates[-1][1]
+    busy = cores_between(samples, start, end)
+    collect_s = sum(b - a for a, b in windows)
+    update_s = sum(b - a for a, b in updates)
+    return {
+        "wall": end - start,
+        "steps_per_hour": len(rows) / (end - start) * 3600,
+        "cores": busy / (end - start),
+        "collect_cores": sum(cores_between(samples, a, b) for a, b in windows) / collect_s,
+        "update_cores": sum(cores_between(samples, a, b) for a, b in updates) / update_s,
+        "cpu_per_step": busy / len(rows),
+        "collect_s": collect_s / len(rows),
+        "update_s": update_s / len(rows),
+        "rewards": [r["reward_mean"] for r in rows],
+    }
+
+
+def part_real(args: argparse.Namespace, tmp: Path) -> None:
+    arms = [int(s) for s in args.staleness.split(",")]
+    runs: dict[int, list[dict[str, Any]]] = {s: [] for s in arms}
+    cores = os.cpu_count() or 1
+    for r in range(args.rounds):
+        for s in arms if r % 2 == 0 else arms[::-1]:
+            load = os.getloadavg()[0]
+            res = summarize_real(train_real(args, tmp / f"real{r}s{s}", s))
+            runs[s].append(res)
+            print(
+                f"round {r} staleness {s}: {res['steps_per_hour']:.0f} steps/h (wall {res['wall']:.0f}s; "
+                f"collection {res['collect_s']:.1f}s/step at {res['collect_cores']:.2f} cores, update "
+                f"{res['update_s']:.1f}s/step at {res['update_cores']:.2f} cores; {res['cores']:.2f} of "
+                f"{cores} cores busy, {res['cpu_per_step']:.0f} CPU-s/step; load {load:.1f}) "
+                f"rewards {' '.join(f'{x:.2f}' for x in res['rewards'])}",
+                flush=True,
+            )
+    base = statistics.median(x["steps_per_hour"] for x in runs[arms[0]])
+    for s in arms:
+        sph = statistics.median(x["steps_per_hour"] for x in runs[s])
+        busy = statistics.median(x["cores"] for x in runs[s])
+        line = f"staleness {s}: median {sph:.0f} steps/h, ratio {sph / base:.2f}x vs staleness {arms[0]}"
+        if s == 0:
+            line += f"; {busy:.2f} of {cores} cores busy: overlap can give at most {cores / busy:.2f}x"
+        print(line)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--staleness", default="0,1", help="comma-separated arms; the first is the baseline")
@@ -227,7 +341,18 @@ def main() -> None:
     p.add_argument("--svg", default="")
     p.add_argument("--ray", default="", help="Ray worker counts to measure, e.g. 1,2,4")
     p.add_argument("--ray-groups", type=int, default=48, help="groups per measurement")
+    p.add_argument("--real", default="", help="a packaged model, e.g. local/qwen2.5-coder-0.5b (part 3)")
+    p.add_argument(
+        "--real-lr",
+        type=float,
+        default=1e-5,
+        help="part 3's learning rate (0: every arm plays the same batches)",
+    )
     args = p.parse_args()
+    if args.real:
+        with tempfile.TemporaryDirectory() as d:
+            part_real(args, Path(d))
+        return
 
     import torch
 
