@@ -27,6 +27,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,14 @@ async def train_once(args: argparse.Namespace, model_dir: Path, tmp: Path, stale
     }
 
 
+def alternating(arms: list[int], rounds: int) -> Iterator[tuple[int, int]]:
+    """(round, arm) for every run: the arms in order in even rounds, reversed in odd ones, so each
+    arm goes first as often as last and a machine's drift is shared out."""
+    for r in range(rounds):
+        for arm in arms if r % 2 == 0 else arms[::-1]:
+            yield r, arm
+
+
 async def part_async(args: argparse.Namespace, model_dir: Path, tmp: Path) -> None:
     """Every run in one event loop: a run's cancelled collectors may still have database work
     finishing in the fleet's threads, which needs a loop to report back to."""
@@ -97,19 +106,17 @@ async def part_async(args: argparse.Namespace, model_dir: Path, tmp: Path) -> No
 
     arms = [int(s) for s in args.staleness.split(",")]
     runs: dict[int, list[dict[str, Any]]] = {s: [] for s in arms}
-    for r in range(args.rounds):
-        order = arms if r % 2 == 0 else arms[::-1]  # alternate who goes first
-        for s in order:
-            load = os.getloadavg()[0]
-            res = await train_once(args, model_dir, tmp / f"r{r}s{s}", s)
-            runs[s].append(res)
-            print(
-                f"round {r} staleness {s}: {res['steps_per_hour']:.0f} steps/h "
-                f"(wall {res['wall']:.1f}s, update {res['update_s']:.2f}s/step, "
-                f"dropped {res['dropped']}, mean lag {res['stale_mean']:.2f}, load {load:.1f}) "
-                f"rewards {' '.join(f'{x:.2f}' for x in res['rewards'])}",
-                flush=True,
-            )
+    for r, s in alternating(arms, args.rounds):
+        load = os.getloadavg()[0]
+        res = await train_once(args, model_dir, tmp / f"r{r}s{s}", s)
+        runs[s].append(res)
+        print(
+            f"round {r} staleness {s}: {res['steps_per_hour']:.0f} steps/h "
+            f"(wall {res['wall']:.1f}s, update {res['update_s']:.2f}s/step, "
+            f"dropped {res['dropped']}, mean lag {res['stale_mean']:.2f}, load {load:.1f}) "
+            f"rewards {' '.join(f'{x:.2f}' for x in res['rewards'])}",
+            flush=True,
+        )
     base = statistics.median(x["steps_per_hour"] for x in runs[arms[0]])
     series: dict[str, list[tuple[float, float]]] = {}
     for s in arms:
@@ -298,19 +305,18 @@ def part_real(args: argparse.Namespace, tmp: Path) -> None:
     arms = [int(s) for s in args.staleness.split(",")]
     runs: dict[int, list[dict[str, Any]]] = {s: [] for s in arms}
     cores = os.cpu_count() or 1
-    for r in range(args.rounds):
-        for s in arms if r % 2 == 0 else arms[::-1]:
-            load = os.getloadavg()[0]
-            res = summarize_real(train_real(args, tmp / f"real{r}s{s}", s))
-            runs[s].append(res)
-            print(
-                f"round {r} staleness {s}: {res['steps_per_hour']:.0f} steps/h (wall {res['wall']:.0f}s; "
-                f"collection {res['collect_s']:.1f}s/step at {res['collect_cores']:.2f} cores, update "
-                f"{res['update_s']:.1f}s/step at {res['update_cores']:.2f} cores; {res['cores']:.2f} of "
-                f"{cores} cores busy, {res['cpu_per_step']:.0f} CPU-s/step; load {load:.1f}) "
-                f"rewards {' '.join(f'{x:.2f}' for x in res['rewards'])}",
-                flush=True,
-            )
+    for r, s in alternating(arms, args.rounds):
+        load = os.getloadavg()[0]
+        res = summarize_real(train_real(args, tmp / f"real{r}s{s}", s))
+        runs[s].append(res)
+        print(
+            f"round {r} staleness {s}: {res['steps_per_hour']:.0f} steps/h (wall {res['wall']:.0f}s; "
+            f"collection {res['collect_s']:.1f}s/step at {res['collect_cores']:.2f} cores, update "
+            f"{res['update_s']:.1f}s/step at {res['update_cores']:.2f} cores; {res['cores']:.2f} of "
+            f"{cores} cores busy, {res['cpu_per_step']:.0f} CPU-s/step; load {load:.1f}) "
+            f"rewards {' '.join(f'{x:.2f}' for x in res['rewards'])}",
+            flush=True,
+        )
     base = statistics.median(x["steps_per_hour"] for x in runs[arms[0]])
     for s in arms:
         sph = statistics.median(x["steps_per_hour"] for x in runs[s])
