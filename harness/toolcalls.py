@@ -153,11 +153,12 @@ def _untagged_calls(text: str) -> tuple[list[dict[str, Any]], str] | None:
             break
         body = body[:-1].rstrip()
         spans = _json_spans(body)
-    if spans is None:
+    if spans is None:  # a Python literal: calls only, nothing after them
         literal = _python_literal(written)
-        if literal is None or not all(_calls_in(v) for v in literal):
+        per_value = [_calls_in(v) for v in literal or []]
+        if not per_value or None in per_value:
             return None
-        return [c for v in literal for c in _calls_in(v) or []], ""
+        return [c for calls in per_value for c in calls or []], ""
     calls: list[dict[str, Any]] = []
     for value, start in spans:
         found = _calls_in(value)
