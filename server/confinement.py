@@ -131,11 +131,14 @@ def bwrap_command(argv: list[str], *, scratch_mb: int = 64) -> list[str]:
         "--dev",
         "/dev",
     ]
+    # The scratch tmpfs goes up first: binds made after it land inside it, so an interpreter or a
+    # checkout under /tmp stays visible (mounted the other way round, the tmpfs hid them).
+    cmd += ["--size", str(scratch_mb * 1024 * 1024), "--tmpfs", SCRATCH]
     for path in dict.fromkeys((*_SYSTEM_READ_ONLY, *interpreter_paths(), str(SERVER_DIR))):
         inside_usr = path.startswith("/usr/")  # already visible through /usr
         if os.path.exists(path) and not inside_usr:
             cmd += ["--ro-bind", path, path]
-    cmd += ["--size", str(scratch_mb * 1024 * 1024), "--tmpfs", SCRATCH, "--chdir", SCRATCH]
+    cmd += ["--chdir", SCRATCH]
     cmd += ["--remount-ro", "/", "--"]  # the sandbox's own root (mount points) is not a second scratch
     return cmd + argv
 

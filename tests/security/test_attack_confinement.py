@@ -414,3 +414,45 @@ async def test_the_operator_opt_out_runs_unconfined_with_a_warning(
             await fleet.aclose()
     finally:
         confinement.confinement_problem.cache_clear()
+
+
+def test_an_interpreter_under_tmp_is_confined_not_hidden() -> None:
+    """A checkout (and its venv) under /tmp: the sandbox's scratch is a tmpfs on /tmp, and mounted
+    over the interpreter's binds it hid them, so every confined env refused to load (`execvp
+    .../python: No such file or directory`) on a machine whose checkout lived in /tmp."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    if confinement.confinement_problem() is not None:
+        pytest.skip(f"no confinement here: {confinement.confinement_problem()}")
+    root = Path(tempfile.mkdtemp(prefix="envforge-checkout-", dir="/tmp"))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True)
+        deps = os.pathsep.join(p for p in sys.path if p.endswith("site-packages"))
+        probe = textwrap.dedent(
+            """
+            import os, site, subprocess
+            for path in os.environ["DEPS"].split(os.pathsep):  # .pth files too (an editable install)
+                site.addsitedir(path)
+            from envforge.server import confinement
+            assert confinement.PYTHON.startswith("/tmp/"), confinement.PYTHON
+            print("problem:", confinement.confinement_problem())
+            cmd = confinement.bwrap_command([confinement.PYTHON, "-I", "-c", "import sys; print(sys.prefix)"])
+            done = subprocess.run(cmd, capture_output=True, text=True, env={})
+            print("sandboxed:", done.returncode, done.stdout.strip() or done.stderr.strip())
+            """
+        )
+        out = subprocess.run(
+            [str(root / "venv" / "bin" / "python"), "-c", probe],
+            capture_output=True,
+            text=True,
+            env={"PATH": os.environ["PATH"], "DEPS": deps},
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        assert "problem: None" in out.stdout, out.stdout
+        assert f"sandboxed: 0 {root / 'venv'}" in out.stdout, out.stdout
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
