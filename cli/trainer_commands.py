@@ -71,6 +71,14 @@ ModelOption = Annotated[
         "dequantized once into a folder beside it.",
     ),
 ]
+MaxBatchOption = Annotated[
+    int,
+    typer.Option(
+        "--max-batch",
+        help="Most sequences the hf sampler decodes as one batch (16 suits a CPU; on a GPU raise it to "
+        "the episodes in flight: collectors x rollouts per task).",
+    ),
+]
 PrecisionOption = Annotated[
     str,
     typer.Option(
@@ -131,6 +139,8 @@ def _opts(
         fail("--tasks must be all or lookup")
     if extra.get("precision", "float32") not in ("float32", "bfloat16"):
         fail("--precision must be float32 or bfloat16")
+    if extra.get("max_batch", 16) < 1:
+        fail("--max-batch must be at least 1")
     if extra.get("tasks") == "lookup" and extra.get("env_kind") == "harness":
         extra["env_kind"] = "fleet"  # a lookup is one question: no simulated user to talk to
     check_envs(envs, extra.get("fleet_url"), extra.get("fleet_token"))
@@ -232,6 +242,7 @@ def train_cmd(
         0.0, "--max-minutes", help="Stop after the step that passes it; 0: none."
     ),
     precision: PrecisionOption = "float32",
+    max_batch: MaxBatchOption = 16,
 ) -> None:
     """Train a policy with asynchronous ERPO on env tasks; writes metrics, checkpoints and plots."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -263,6 +274,7 @@ def train_cmd(
         eval_every=eval_every,
         eval_samples=eval_samples,
         precision=precision,
+        max_batch=max_batch,
     )
     if eval_every and tasks != "lookup":
         fail("--eval-every evaluates held-out tasks: use it with --tasks lookup")
@@ -290,8 +302,13 @@ def train_cmd(
     ) as bar:
         task = bar.add_task("train", total=steps, info="")
 
+        nonfinite = 0
+
         def progress(m: StepMetrics) -> None:
-            bar.update(task, advance=1, info=f"reward {m.reward_mean:.3f} stale<={m.staleness_max}")
+            nonlocal nonfinite
+            nonfinite += m.update_nonfinite
+            shown = f" {nonfinite} non-finite update(s) not applied" if nonfinite else ""
+            bar.update(task, advance=1, info=f"reward {m.reward_mean:.3f} stale<={m.staleness_max}{shown}")
 
         try:
             metrics = anyio.run(lambda: run_training(opts, config, learner_config, progress=progress))
@@ -299,9 +316,11 @@ def train_cmd(
             fail(str(exc))
     if not metrics:  # a torchrun rank other than 0: it only followed rank 0's updates
         return
+    dropped = sum(m.update_nonfinite for m in metrics)
+    note = f"; {dropped} update(s) had a non-finite gradient and were not applied" if dropped else ""
     console.print(
-        f"done: {len(metrics)} steps, reward {metrics[0].reward_mean:.3f} -> {metrics[-1].reward_mean:.3f}; "
-        f"outputs in {out}"
+        f"done: {len(metrics)} steps, reward {metrics[0].reward_mean:.3f} -> {metrics[-1].reward_mean:.3f}"
+        f"{note}; outputs in {out}"
     )
 
 
@@ -332,6 +351,7 @@ def collect_cmd(
     token: FleetTokenOption = None,
     tasks: TasksOption = "all",
     precision: PrecisionOption = "float32",
+    max_batch: MaxBatchOption = 16,
 ) -> None:
     """Collect rollouts only (no updates) and write them to OUT/trajectories.jsonl."""
     from envforge.trainer import RolloutConfig, run_collection
@@ -356,6 +376,7 @@ def collect_cmd(
         fleet_token=token,
         tasks=tasks,
         precision=precision,
+        max_batch=max_batch,
     )
     rc = RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens)
     done = {"n": 0}

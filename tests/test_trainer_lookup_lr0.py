@@ -231,10 +231,43 @@ def test_unknown_local_model_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", ["train", "collect"])
-def test_an_unknown_precision_is_one_line_before_any_model_loads(command: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--precision", "float16", "--precision must be float32 or bfloat16"),
+        ("--max-batch", "0", "--max-batch must be at least 1"),
+    ],
+)
+def test_a_bad_sampling_option_is_one_line_before_any_model_loads(
+    command: str, option: str, value: str, message: str, tmp_path: Path
+) -> None:
     args = [command, "--model", "local/qwen2.5-coder-0.5b", "--envs", str(ENVS / "car_rental")]
-    res = CliRunner().invoke(_app(), [*args, "--precision", "float16", "--out", str(tmp_path)])
+    res = CliRunner().invoke(_app(), [*args, option, value, "--out", str(tmp_path)])
     assert res.exit_code == 2
     lines = [line for line in res.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and "--precision must be float32 or bfloat16" in lines[0], res.output
+    assert len(lines) == 1 and message in lines[0], res.output
     assert not any(tmp_path.iterdir())  # nothing written, nothing loaded
+
+
+@pytest.mark.parametrize("most", [2, 16])
+def test_max_batch_bounds_what_the_sampler_decodes_together(
+    most: int, model_dir: Path, tmp_path: Path
+) -> None:
+    """Eight episodes in flight (2 groups x 4): `--max-batch 2` decodes them two by two; the
+    default lets all eight share a batch (a GPU wants every episode in flight in one)."""
+    rows: list[int] = []
+
+    def count(module: torch.nn.Module, _args: object, kwargs: dict, _out: object) -> None:
+        if torch.is_inference_mode_enabled() and "input_ids" in kwargs and hasattr(module, "lm_head"):
+            rows.append(kwargs["input_ids"].shape[0])
+
+    args = ["collect", "--model", str(model_dir), "--envs", str(ENVS / "car_rental"), "--tasks", "lookup"]
+    args += ["--groups", "2", "--rollouts-per-task", "4", "--concurrency", "2", "--max-turns", "1"]
+    args += ["--max-new-tokens", "2", "--max-batch", str(most), "--out", str(tmp_path / "run")]
+    hook = torch.nn.modules.module.register_module_forward_hook(count, with_kwargs=True)
+    try:
+        res = CliRunner().invoke(_app(), args)
+    finally:
+        hook.remove()
+    assert res.exit_code == 0, res.output
+    assert rows and max(rows) == min(most, 8), rows

@@ -13,7 +13,9 @@ the update equal to the single-process one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -65,6 +67,33 @@ class StepResult(BaseModel):
     grad_norm: float
     skipped: bool = False
     """No update ran: every kept trajectory's advantage was 0 (the weights and version are unchanged)."""
+    nonfinite: bool = False
+    """The gradient was not finite (inf or NaN), so no optimizer step was taken: the weights, AdamW's
+    moments and the version are unchanged. One such step, applied, turns every weight into NaN."""
+
+
+LOG_RATIO_LIMIT = 20.0
+"""The most `log(new / old)` a token's importance ratio is computed from. A ratio past e^20 is far
+outside any trust region (the clip takes over at 1.2), but left alone a recorded logprob of -inf,
+or one a broken sampler reports, makes the ratio inf, and the unselected branch of the clipped
+objective then backpropagates 0 x inf = NaN into every weight."""
+
+
+@contextmanager
+def attention_without_cudnn() -> Iterator[None]:
+    """Scaled-dot-product attention on every backend but cuDNN while the learner's graph is built.
+
+    cuDNN's SDPA backward (the default on H100/H200 since torch 2.11) returns NaN gradients for
+    some masked inputs (pytorch/pytorch#196678; trl#7181 hit it through Qwen2.5's attention). It
+    did here: Qwen2.5-Coder-0.5B on an H200, bf16, the second update of a lookup run went NaN in
+    `ScaledDotProductCudnnAttentionBackward0` (anomaly mode), while float32, which never uses cuDNN
+    attention, was clean on the same batch. The backward kernel is fixed when the forward runs, so
+    only the learner's forward is steered; a sampler only runs forwards and keeps cuDNN.
+    """
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+        yield
 
 
 def clipped_pg_loss(
@@ -77,7 +106,7 @@ def clipped_pg_loss(
     """
     import torch
 
-    ratio = torch.exp(new_lp - old_lp)
+    ratio = torch.exp(torch.clamp(new_lp - old_lp, max=LOG_RATIO_LIMIT))
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
     per_token = -torch.minimum(unclipped, clipped)
@@ -298,7 +327,10 @@ class Learner:
                 rows_ids = [t.token_ids for t, _ in chunk]
                 shared = min(common_prefix(rows_ids, first + 1), min(len(r) for r in rows_ids) - 1)
                 shared = shared if shared >= MIN_SHARED_PREFIX else 0
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=c.precision == "bfloat16"):
+            with (
+                attention_without_cudnn(),
+                torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=c.precision == "bfloat16"),
+            ):
                 new_lp = token_logprobs(self.model, ids, attn, c.temperature, start=first, shared=shared)
             loss, clipped, ratios = clipped_pg_loss(
                 new_lp, old[:, 1:], a[:, 1:], mask[:, 1:], n_tokens, c.clip_low, c.clip_high
@@ -318,9 +350,13 @@ class Learner:
                 [total_loss, n_clipped, ratio_sum, tokens_run], self.device
             )
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm))
-        if n_tokens:
+        nonfinite = not math.isfinite(grad_norm)  # every rank holds the same all-reduced gradient
+        if nonfinite:
+            self.optimizer.zero_grad(set_to_none=True)  # a NaN step would poison every weight
+        elif n_tokens:
             self.optimizer.step()
-        self.version += 1
+        if not nonfinite:
+            self.version += 1
         release_freed_memory()  # the activations' blocks, before collection allocates beside us
         return StepResult(
             loss=total_loss,
@@ -332,6 +368,7 @@ class Learner:
             clip_fraction=n_clipped / max(n_tokens, 1),
             ratio_mean=ratio_sum / tokens_run if tokens_run else 1.0,
             grad_norm=grad_norm,
+            nonfinite=nonfinite,
         )
 
     def _zero_gradient_moves_nothing(self) -> bool:

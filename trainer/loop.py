@@ -78,6 +78,9 @@ class StepMetrics(BaseModel):
     clip_fraction: float
     grad_norm: float
     update_skipped: bool = Field(False, description="every advantage was 0: no forward/backward, no step")
+    update_nonfinite: bool = Field(
+        False, description="the gradient was inf or NaN: no optimizer step, weights and version unchanged"
+    )
     update_started: float
     update_finished: float
     step_time_s: float
@@ -349,6 +352,7 @@ async def train(
                 clip_fraction=result.clip_fraction,
                 grad_norm=result.grad_norm,
                 update_skipped=result.skipped,
+                update_nonfinite=result.nonfinite,
                 update_started=update_started,
                 update_finished=update_finished,
                 step_time_s=now - last_end,

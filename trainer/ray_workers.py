@@ -61,6 +61,9 @@ class BackendSpec(BaseModel):
     precision: Literal["float32", "bfloat16"] = Field(
         "float32", description="what an hf actor samples in (`--precision`): bf16 reads half the bytes"
     )
+    max_batch: int = Field(
+        16, ge=1, description="most sequences an hf actor decodes together (`--max-batch`)"
+    )
 
 
 class EnvSpec(BaseModel):
@@ -97,6 +100,7 @@ class WorkerSpec(BaseModel):
                 vllm_url=opts.vllm_url,
                 vllm_model=opts.vllm_model,
                 precision=opts.precision,
+                max_batch=opts.max_batch,
             ),
             env=EnvSpec(
                 envs=[str(d) for d in opts.envs],
@@ -174,6 +178,7 @@ class RolloutWorker:
                 seed=b.seed + self.index,
                 copy_model=False,
                 precision=b.precision,
+                max_batch=b.max_batch,
             )
         else:
             if not b.vllm_url:

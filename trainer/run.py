@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, Field, SecretStr
 
 from envforge.harness import UserName, http_sessions
 from envforge.server import Fleet, load_env
@@ -69,6 +69,9 @@ class RunOptions(BaseModel):
     eval_samples: int = 2
     precision: Precision = "float32"
     """`bfloat16`: the sampler's copy of the weights in bf16, the learner under bf16 autocast."""
+    max_batch: int = Field(16, ge=1)
+    """Most sequences the hf sampler decodes together: a CPU gains little past 16, a GPU wants every
+    episode in flight in one batch."""
 
 
 def secret(value: SecretStr | None) -> str | None:
@@ -147,7 +150,12 @@ def _load(opts: RunOptions, *, training: bool = True) -> tuple[Any, Any, Generat
         backend = None  # the actors sample; the driver only trains
     elif opts.backend == "hf":
         backend = HFBackend(
-            model, eos_id=eos, temperature=opts.temperature, seed=opts.seed, precision=opts.precision
+            model,
+            eos_id=eos,
+            temperature=opts.temperature,
+            seed=opts.seed,
+            precision=opts.precision,
+            max_batch=opts.max_batch,
         )
     else:
         if not opts.vllm_url:
@@ -366,7 +374,7 @@ async def _train_leader(
             {
                 "options": opts.model_dump(mode="json"),
                 "train": config.model_dump(),
-                "learner": learner_config.model_dump(),
+                "learner": learner.config.model_dump(),  # as applied: precision, temperature
             },
             indent=2,
         )
