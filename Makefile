@@ -27,7 +27,7 @@ venv:
 		|| echo "bubblewrap not installed: confined envs will refuse to load (docs/security.md)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	@# llama-cpp-python compiles llama.cpp (~10 min on 2 cores); its multimodal library is not needed
+	@# llama-cpp-python compiles llama.cpp (~2 min on 2 idle cores); its multimodal library is not needed
 	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
 
 setup: $(VENV)/.stamp
