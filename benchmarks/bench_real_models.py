@@ -145,6 +145,8 @@ def main(args: argparse.Namespace) -> int:
                         file=sys.stderr,
                         flush=True,
                     )
+                    if args.markdown:  # the rows so far: an interrupted run keeps what it measured
+                        args.markdown.write_text(markdown(rows) + "\n")
         except (LocalModelError, LocalServerError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
