@@ -64,6 +64,7 @@ timed = steps[1:] or steps
 wall = sum(m["step_time_s"] for m in timed)
 print(f"steps {len(steps)}: {wall / len(timed):.2f} s a step after the first, "
       f"{sum(m['tokens'] for m in timed) / wall:.0f} tokens/s; train rewards "
-      f"{[round(m['reward_mean'], 3) for m in steps]}")
+      f"{[round(m['reward_mean'], 3) for m in steps]}; non-finite updates not applied: "
+      f"{sum(m.get('update_nonfinite', False) for m in steps)}")
 print("held-out:", ", ".join(f"step {e['step']}: {e['reward_mean']:.3f} ({e['episodes']} ep)" for e in evals))
 EOF
