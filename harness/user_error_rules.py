@@ -17,8 +17,10 @@ training, so an ambiguous case is left to the judge. Measured on the labeled set
 - Self-corrections (`contradiction`): the user takes back a value it gave ("no wait", "make that",
   "I meant", "correction", "got my ... wrong", "X, not C-1021"), in a message that states a value.
 - Leaks (`leak`): the user states, before the agent or a tool did, a value only the agent could
-  find: a required output (a small number only next to words such as "answer" or "total") or a
-  specific value (with a digit or `@`, or a code such as `YYZ`) the golden calls take from results.
+  find: a required output (a small number only next to words such as "answer", "total" or "you'll
+  find"), a specific value (with a digit or `@`, or a code such as `YYZ`) the golden calls take
+  from results, or a plain word they take from results said as that field's value ("the cabin is
+  economy"; the word alone may be the user's own, so it is not enough).
 - Premature stops (`premature_stop`): the user ends the conversation (`###STOP###` /
   `###TRANSFER###`) before the agent said anything, right after the agent asked something (not a
   closing offer such as "anything else I can help you with?"), or right after the agent
@@ -177,6 +179,9 @@ class _TaskFacts:
     """spoken base name (`days`, `priority`) -> the values facts of that name take (lowercase)."""
     hidden: list[tuple[str, str]]
     """(what, value) only the agent can find: required outputs, golden values from results."""
+    hidden_words: list[tuple[str, str]]
+    """(spoken argument name, value): plain words a golden call takes from results ("economy"),
+    a leak only when the user names the field with them ("the cabin is economy")."""
     request: str
 
     @classmethod
@@ -193,12 +198,17 @@ class _TaskFacts:
         facts = {fact_text(f.value) for f in task.scenario.known_facts}
         instruction = task.scenario.instruction
         hidden = [("required output", o) for o in task.required_outputs if o not in facts]
+        hidden_words: list[tuple[str, str]] = []
         for call in task.golden_calls:
             for key, value in call.arguments.items():
                 text = fact_text(value)
-                if _specific(value) and text not in facts and text not in instruction:
+                if text in facts or text in instruction:
+                    continue
+                if _specific(value):
                     hidden.append((key, text))
-        return cls(fact_keys, named, hidden, request_text(task))
+                elif isinstance(value, str) and re.fullmatch(r"[A-Za-z][\w-]{2,}", text):
+                    hidden_words.append((key.replace("_", " ").lower(), text))
+        return cls(fact_keys, named, hidden, hidden_words, request_text(task))
 
     def unexplained(self, text: str) -> str:
         """The part of a user message its request does not account for."""
@@ -222,11 +232,15 @@ OFFER = re.compile(
 """A question that closes the conversation ("Anything else I can help you with?"): stopping on it is
 the user being done, not cut short."""
 ANSWER_CUE = re.compile(
-    r"\b(?:answer|total|count|number|how many|comes? to|will be|should be|expected|result)"
+    r"\b(?:answer|total|count|number|how many|comes? to|will be|should be|expected|result"
+    r"|(?:you(?:'ll| will| should| would)?|you'd) (?:find|see|get)(?: that)?(?: it(?:'s| is))?)"
     r"(?:\s+(?:is|are|of|was))?",
     re.I,
 )
-"""Words that make a small number an answer when the number follows them ("the count is 1")."""
+"""Words that make a small number an answer when the number follows them ("the count is 1",
+"you'll find it's 6")."""
+FIELD_CUE = r"(?:is|are|was|'s|comes? to|will be|should be|would be|[:=])"
+"""What joins a field's name to the value the user claims for it ("the cabin is economy")."""
 
 
 def _named_value_error(facts: _TaskFacts, text: str, known: _Known) -> str | None:
@@ -261,6 +275,12 @@ def _leak(facts: _TaskFacts, text: str, known: _Known) -> str | None:
         if small_number and not re.search(ANSWER_CUE.pattern + rf"\W{{0,3}}{re.escape(value)}\b", rest, re.I):
             continue
         return f"states the {what.replace('_', ' ')} {value} before the agent found it"
+    for what, value in facts.hidden_words:
+        if known.heard_of(value):
+            continue
+        claim = rf"\b{re.escape(what)}\s+{FIELD_CUE}\s*\"?{re.escape(value)}\b"
+        if re.search(claim, rest, re.I) and not re.search(claim, facts.request, re.I):
+            return f"states the {what} {value} before the agent found it"
     return None
 
 

@@ -46,18 +46,17 @@ RULE_TASKS = {
     for t in map(Task.model_validate_json, (FIXTURES / "meu_rule_tasks.jsonl").read_text().splitlines())
 }
 
-# Measured with `python benchmarks/bench_meu.py`: 85 / 94 / 67 / 88 / 77 % recall, 83 % overall.
+# Measured with `python benchmarks/bench_meu.py`: 85 / 94 / 97 / 88 / 77 % recall, 88 % overall.
 RECALL_FLOORS = {
     "wrong_fact": 0.80,
     "contradiction": 0.90,
-    # 0.67 on the set built over the one-story, intent-rendered tasks (0.87 on the set before):
-    # their injected leaks more often state a plain word from a result ("the day will be thu"),
-    # which the rules leave alone on purpose (a model user says words for its own reasons).
-    "leak": 0.66,
+    # A plain word from a result counts only said as its field's value ("the day will be thu");
+    # the one miss is a bare small number ("Just so you know, 3."), left to the judge.
+    "leak": 0.95,
     "premature_stop": 0.85,
     "invented_fact": 0.70,
 }
-OVERALL_RECALL_FLOOR = 0.82
+OVERALL_RECALL_FLOOR = 0.87
 
 
 @pytest.fixture(scope="module")
@@ -195,3 +194,28 @@ def test_what_a_model_user_says_for_its_own_reasons_is_not_an_error() -> None:
     leaked = Message(role="user", content="By the way, the address you'll need is A-2053 and the count is 1.")
     verdict = rule_verdict(task, [*conversation[:4], leaked])
     assert verdict is not None and verdict.kind == "leak" and verdict.message == 4
+
+
+def test_a_word_from_a_result_said_as_its_fields_value_is_a_leak() -> None:
+    """The word alone may be the user's own ("I'm after some footwear"); naming the field with it
+    before any result showed it ("the category is footwear") is knowing what only the agent can
+    find, and so is announcing the answer ("you'll find it's 1"). Once the agent or a tool said
+    the word, repeating it is not a leak."""
+    task = RULE_TASKS["retail_orders-0-00000"]
+    opening = Message(role="user", content="Hi, I'd like to place an order, I'm after some footwear.")
+    asked = Message(role="assistant", content="Sure. Which product?")
+    for leaked in (
+        "P-104. The category is footwear, by the way.",
+        "It is P-104; its category will be footwear.",
+        "P-104. You'll find it's 1, I think.",
+    ):
+        verdict = rule_verdict(task, [opening, asked, Message(role="user", content=leaked)])
+        assert verdict is not None and verdict.kind == "leak" and verdict.message == 2, leaked
+    found = [
+        opening,
+        asked,
+        Message(role="user", content="P-104."),
+        Message(role="assistant", content="P-104 is a trail shoe, in the footwear category."),
+        Message(role="user", content="Right, the category is footwear. Show me others."),
+    ]
+    assert rule_verdict(task, found) is None
