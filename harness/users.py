@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from envforge.synth import Task
+from envforge.synth import ANSWERS_LINE, KNOWN_FACTS_LINE, Task
 
 from .llm import LLMConfig, add_usage, complete
 from .records import Message, Usage
@@ -89,9 +89,7 @@ def _request_text(instruction: str, values: tuple[str, ...]) -> str:
     for it three times (the user's two prompts, the user-error rules), and the rewrite compiles a
     pattern of the task's values and runs ten substitutions (~0.4 ms a trial at 2,048 in flight)."""
     lines = [
-        line
-        for line in instruction.splitlines()
-        if not line.startswith(("You know:", "Make sure the agent tells you"))
+        line for line in instruction.splitlines() if not line.startswith((KNOWN_FACTS_LINE, ANSWERS_LINE))
     ]
     return _first_person("\n".join(lines), list(values)).strip()
 

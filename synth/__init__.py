@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from .context import SynthContext
     from .graph import build_graph, graph_json, load_graph, to_dot, to_mermaid, write_graph
     from .models import (
+        ANSWERS_LINE,
+        KNOWN_FACTS_LINE,
         ActionCheck,
         AnswerRule,
         Call,
@@ -164,6 +166,8 @@ _LAZY = {
     "Task": "models",
     "ToolGraph": "models",
     "UserScenario": "models",
+    "ANSWERS_LINE": "models",
+    "KNOWN_FACTS_LINE": "models",
     "SynthReport": "pipeline",
     "load_tasks": "pipeline",
     "synthesize": "pipeline",
@@ -267,11 +271,13 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "ADVERSARIES",
+    "ANSWERS_LINE",
     "CHECKS",
     "CHECK_REASONS",
     "ENV_CODE",
     "GENERATED",
     "INITIAL_DB_HASH",
+    "KNOWN_FACTS_LINE",
     "MAX_OTHER_CANDIDATES",
     "OFFLINE_PARTS",
     "ORDER_OPTIONAL_FIELDS",

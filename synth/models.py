@@ -253,12 +253,26 @@ class Fact(_Model):
     value: Any
 
 
+KNOWN_FACTS_LINE = "You know:"
+"""How the instruction's line of the user's known facts starts."""
+ANSWERS_LINE = "Make sure the agent tells you"
+"""How the instruction's line of the answers the agent must find starts."""
+
+
 class UserScenario(_Model):
     persona: str
     instruction: str = Field(description="what the user wants, in the user's words")
     known_facts: list[Fact] = Field(description="given to the agent only when asked")
     must_be_told: list[str] = Field(description="what the user must hear from the agent")
     instruction_source: str = "template"
+
+    def without_answers(self) -> str:
+        """The instruction less its answers line, which holds the values the agent must find.
+
+        The only form of the instruction an agent-facing prompt may show (a rollout with no
+        simulated user opens with it); the simulated user says less still (no known-facts line:
+        `harness.users.request_text`)."""
+        return "\n".join(ln for ln in self.instruction.splitlines() if not ln.startswith(ANSWERS_LINE))
 
 
 class RowCheck(_Model):

@@ -47,7 +47,7 @@ from envforge.server import execute
 
 from .context import SynthContext
 from .footprint import parse_result
-from .models import CallNode, ReasonNode, Task
+from .models import KNOWN_FACTS_LINE, CallNode, ReasonNode, Task
 from .pipeline import task_keys
 
 #: The `<who>` of a `<who>_id` parameter that names a person a task can be the story of.
@@ -198,7 +198,7 @@ def stiff_wording(task: Task) -> list[str]:
     scenario = task.scenario
     text = scenario.instruction
     lines = text.splitlines()
-    wishes = [ln for ln in lines if not ln.startswith("You know:")]
+    wishes = [ln for ln in lines if not ln.startswith(KNOWN_FACTS_LINE)]
     ids = [f.value for f in scenario.known_facts if "id" in f.name]
     out = []
     raw = [w for w in _CODE_WORD.findall(text) if not re.search(rf"\bids?:? {re.escape(w)}\b", text)]
@@ -208,8 +208,9 @@ def stiff_wording(task: Task) -> list[str]:
         out.append("on file")
     if _NUMBERED_PERSONA.fullmatch(scenario.persona.split(",")[0]):
         out.append("numbered persona")
-    known = next((ln for ln in lines if ln.startswith("You know:")), "")
-    labels = [part.split(":", 1)[0] for part in known.removeprefix("You know: ").split("; ") if ":" in part]
+    known = next((ln for ln in lines if ln.startswith(KNOWN_FACTS_LINE)), "")
+    parts = known.removeprefix(KNOWN_FACTS_LINE).lstrip().split("; ")
+    labels = [part.split(":", 1)[0] for part in parts if ":" in part]
     if len(labels) != len(set(labels)):
         out.append("repeated label")
     principal = task.dag.principal

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .models import ArgSource, CallNode, Dag, Fact, ReasonNode, UserScenario
+from .models import ANSWERS_LINE, KNOWN_FACTS_LINE, ArgSource, CallNode, Dag, Fact, ReasonNode, UserScenario
 from .phrases import PLACEHOLDER, Phrases, singular
 from .scoring import normalize_text
 
@@ -540,7 +540,9 @@ def render_scenario(
     lines += r.wishes()
     if facts:
         known = _known(facts)
-        lines.append(f"You know: {known}{'' if known.endswith('.') else '.'} Give these only when asked.")
+        lines.append(
+            f"{KNOWN_FACTS_LINE} {known}{'' if known.endswith('.') else '.'} Give these only when asked."
+        )
     if outputs:
         questions = [
             r.say(r.question(n)) for n in dag.nodes if isinstance(n, ReasonNode) and n.op in ("sum", "count")
@@ -549,7 +551,7 @@ def render_scenario(
             questions = [_LABEL_SUFFIX.sub("", lab) for lab in (output_labels or [""] * len(outputs))]
         told = [f"{q}: {value}" if q else value for q, value in zip(questions, outputs, strict=True)]
         # the harness's scripted user leaves this line unsaid (it holds the answers)
-        lines.append("Make sure the agent tells you " + "; and ".join(told) + ".")
+        lines.append(f"{ANSWERS_LINE} " + "; and ".join(told) + ".")
     return UserScenario(
         persona=_persona(env_name, dag, data, phrases or Phrases()),
         instruction="\n".join(lines).replace(_KEEP_OPEN, "").replace(_KEEP_CLOSE, ""),

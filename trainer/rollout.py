@@ -76,7 +76,7 @@ class _FleetEpisode:
     def initial_messages(self) -> list[dict[str, str]]:
         return [
             {"role": "system", "content": self.env.system_prompt()},
-            {"role": "user", "content": self.task.scenario.instruction},
+            {"role": "user", "content": self.task.scenario.without_answers()},
         ]
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolOutcome:

@@ -7,6 +7,7 @@ episode (so the state part holds and only the answer decides), then the gamed an
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 from envforge.cli.main import app
 from envforge.server import Fleet, State, load_env
 from envforge.synth import (
+    ANSWERS_LINE,
     SynthContext,
     Task,
     build_graph,
@@ -119,3 +121,30 @@ async def test_listing_every_entity_id_earns_no_id_output() -> None:
     assert score_episode(task, golden, [f"The passenger is {ids[17]}."]).reward == 1.0
     # and a longer id that merely starts with the answer is no answer
     assert score_episode(task, golden, [f"The passenger is {ids[17]}9."]).reward == 0.0
+
+
+@pytest.mark.parametrize("env_dir", bundled_env_dirs(), ids=lambda p: p.name)
+async def test_a_rollout_without_a_user_never_shows_the_answers(env_dir: Path) -> None:
+    """`--env-kind fleet` opens each episode with the task itself (no simulated user to ask). The
+    instruction's last line lists the answers the user must be told; shown to the policy, echoing
+    the prompt would earn the outputs part with no lookup at all. The opening holds no answers line,
+    and a policy that does the golden writes and then echoes its opening earns the outputs part only
+    where its request already names the answer (a count that is also a quantity asked for)."""
+    from envforge.trainer import FleetRolloutEnv
+
+    tasks = [t for t in load_tasks(env_dir) if t.required_outputs]
+    env = load_env(env_dir)
+    async with Fleet([env]) as fleet:
+        rollouts = FleetRolloutEnv(fleet, env.name, tasks, use_mcp=False)
+        for task in tasks:
+            async with rollouts.episode(task.id) as episode:
+                opening = episode.initial_messages()
+                assert not any(ANSWERS_LINE in m["content"] for m in opening), task.id
+                for call in task.golden_calls:
+                    await episode.call_tool(call.name, call.arguments)
+                info = await episode.finish([opening[-1]["content"]])  # the task, echoed
+            if info.parts["outputs"]:  # only where the request itself names the answer ("2 days")
+                request = task.scenario.without_answers()
+                assert all(
+                    re.search(rf"(?<![\w.]){re.escape(o)}(?![\w])", request) for o in task.required_outputs
+                )
