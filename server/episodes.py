@@ -113,6 +113,9 @@ class Episode:
     guard: WriteTracker = field(default=None, repr=False)  # type: ignore[assignment]
     """The authorizer installed on the connection (the tracker itself, unless the connection is
     shared and keeps one of its own, as synthesis's scratch connections do)."""
+    read_only: bool = False
+    """Only read tools may run in it (the runtime refuses the rest): the shared seed view, which
+    every stateless client reads and so no client may change."""
 
     def __post_init__(self) -> None:
         if self.guard is None:
@@ -258,6 +261,33 @@ class EpisodeStore:
         self._episodes[episode_id] = episode
         self.created += 1
         return episode
+
+    async def open_view(self, env: Environment) -> Episode:
+        """A read-only episode on `env`'s seed that the store neither lists nor resolves.
+
+        It backs the seed view of stateless clients. Being outside the store, no id reaches it
+        (`get`, `find`, the listing, export and close never see it) and it counts against no cap;
+        `read_only` makes the runtime refuse write tools in it, and the `SqlGuard` denies a read
+        tool's writes, so what every stateless client reads cannot change. The caller closes it
+        with `close_view`.
+        """
+        tracker = WriteTracker(frozenset(t.name for t in env.tables))
+        conn = await self.pool.connect(episode_connector(env.seed_db, tracker))
+        now = time.monotonic()
+        return Episode(
+            id=f"seed view of {env.name}",
+            env=env,
+            conn=conn,
+            created_at=now,
+            last_used=now,
+            tracker=tracker,
+            base_state=freeze(env.seed_state()),
+            read_only=True,
+        )
+
+    async def close_view(self, episode: Episode) -> None:
+        """Close an episode `open_view` made."""
+        await self._shutdown(episode)
 
     def _full(self) -> bool:
         return len(self._episodes) + self._pending >= self.max_episodes

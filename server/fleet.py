@@ -40,7 +40,7 @@ class Fleet:
             max_episodes=max_episodes, ttl_seconds=ttl_seconds, max_per_owner=max_episodes_per_client
         )
         self._servers: dict[str, EnvMCPServer] = {}
-        self._seed_episodes: dict[str, str] = {}
+        self._seed_views: dict[str, Episode] = {}
         self._seed_lock = anyio.Lock()
 
     @classmethod
@@ -78,14 +78,18 @@ class Fleet:
         return await self.store.create(env, database, owner=owner)
 
     async def shared_seed_episode(self, env_name: str) -> Episode:
-        """The one read-only view of the seed state given to connections without an episode."""
+        """The one read-only view of the seed state given to connections without an episode.
+
+        It lives outside the episode store (`EpisodeStore.open_view`): every stateless client
+        reads it, so no client path may name, list, export, close or write it.
+        """
         async with self._seed_lock:
-            episode_id = self._seed_episodes.get(env_name)
-            if episode_id is None or self.store.find(episode_id) is None:
-                episode = await self.create_episode(env_name)
-                self._seed_episodes[env_name] = episode.id
-                return episode
-            return self.store.get(episode_id)
+            view = self._seed_views.get(env_name)
+            if view is None or view.closed:
+                view = await self.store.open_view(self.env(env_name))
+                self._seed_views[env_name] = view
+            view.touch()
+            return view
 
     async def call(self, episode_id: str, tool: str, arguments: dict[str, Any] | None = None) -> ToolResult:
         """Call a tool directly in the runtime (no MCP framing): for synthesis and replay checks."""
@@ -112,6 +116,9 @@ class Fleet:
 
     async def aclose(self) -> None:
         await self.store.close_all()
+        views, self._seed_views = list(self._seed_views.values()), {}
+        for view in views:
+            await self.store.close_view(view)
         if any(env.manifest.trust == "confined" for env in self.envs.values()):
             from .confined_tools import detach_workers
 

@@ -188,6 +188,8 @@ async def execute(episode: Episode, name: str, arguments: Any) -> ToolResult:
     spec = env.tools.get(name)
     if spec is None:
         return _error(f"Tool '{name}' not found.")
+    if episode.read_only and not spec.read_only:
+        return _error(f"tool '{name}' writes, and {episode.id} is read-only")
     kwargs, problem = check_arguments(env, spec, arguments)
     if problem is not None:
         return _error(problem)

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -52,10 +53,12 @@ async def _balances(fleet: Fleet, episode_id: str) -> dict[str, float]:
     return {a["account_id"]: a["balance"] for a in state["accounts"]}
 
 
-async def _attempt(client: Client, tool: str, arguments: dict[str, Any]) -> str:
+async def _attempt(
+    client: Client, tool: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None
+) -> str:
     """Call a tool and return what came back, as text: a result, a tool error or a protocol error."""
     try:
-        result = await client.call_tool(tool, arguments)
+        result = await client.call_tool(tool, arguments, meta=meta)
     except Exception as exc:  # a JSON-RPC / HTTP rejection is a refusal too
         return f"rejected: {exc}"
     return ("error: " if result.is_error else "ok: ") + _text(result)
@@ -196,3 +199,34 @@ async def test_session_flood_is_capped_per_client_and_others_are_still_served(ba
         assert owners == {"addr:127.0.0.1", "addr:127.0.0.2"}
         assert all({"episode_id", "env", "created_at", "last_used_at", "calls"} <= set(e) for e in listing)
         assert sum(e["owner"] == "addr:127.0.0.1" for e in listing) == 6
+
+
+async def test_shared_seed_view_cannot_be_listed_named_exported_closed_or_written(bank_env):
+    """Stateless clients all read one seed view: no client path may reach it to change it."""
+    with serve(bank_env) as (url, fleet):
+        endpoint = url + "/envs/bank/mcp"
+        async with _client(endpoint, mode=STATELESS) as stateless:
+            before = await _attempt(stateless, "get_account", {"account_id": "A-1"})
+            assert before.startswith("ok") and "100" in before, before
+            async with httpx.AsyncClient(base_url=url) as http:
+                listing = (await http.get("/control/episodes")).json()["episodes"]
+                # the view's id leaked anyway (a log line, a debugger): it still opens nothing
+                leaked = {(await fleet.shared_seed_episode("bank")).id} | {e["episode_id"] for e in listing}
+                for view_id in leaked:
+                    async with _client(endpoint, mode=STATELESS) as attacker:
+                        write = await _attempt(
+                            attacker,
+                            "transfer",
+                            {"src": "A-1", "dst": "A-2", "amount": 60},
+                            meta={EPISODE_META_KEY: view_id},
+                        )
+                    assert not write.startswith("ok"), write
+                    path = quote(view_id, safe="")
+                    assert (await http.post(f"/envs/bank/episodes/{path}/mcp", json={})).status_code == 404
+                    assert (await http.get(f"/control/episodes/{path}/state")).status_code == 404
+                    assert (await http.delete(f"/control/episodes/{path}")).status_code == 404
+            assert listing == [], f"the seed view is listed: {listing}"
+            after = await _attempt(stateless, "get_account", {"account_id": "A-1"})
+            assert after == before, f"the shared seed changed for every stateless client: {after}"
+            refused = await _attempt(stateless, "transfer", TRANSFER)
+            assert refused.startswith("error") and "not bound to an episode" in refused, refused
