@@ -69,6 +69,8 @@ class Environment:
 
         Raises `ValueError` naming the table and row when the state breaks the schema.
         """
+        if not isinstance(state, dict):
+            raise ValueError(f"state must be an object of table -> list of rows, not {_kind(state)}")
         conn, guard = _fresh_connection()
         try:
             _apply_schema(conn, self.schema_sql, self.root / SCHEMA, guard)
@@ -77,10 +79,12 @@ class Environment:
             for table, rows in state.items():
                 if table not in known:
                     raise ValueError(f"state names unknown table {table!r}")
+                if not isinstance(rows, (list, tuple)):
+                    raise ValueError(f"state table {table!r} must be a list of rows, not {_kind(rows)}")
                 for i, row in enumerate(rows):
                     try:
                         _insert_row(conn, table, row)
-                    except sqlite3.Error as exc:
+                    except (sqlite3.Error, BadRow) as exc:
                         raise ValueError(f"state row {table}[{i}] rejected: {exc}") from exc
             violations = conn.execute("PRAGMA foreign_key_check").fetchall()
             if violations:
@@ -144,12 +148,60 @@ def _apply_schema(conn: sqlite3.Connection, sql: str, path: Path, guard: SqlGuar
             raise EnvLoadError([LoadProblem(path, line, f"DDL failed: {why}")]) from exc
 
 
+class BadRow(ValueError):
+    """A state or seed row that SQLite could not even be handed: its message names the column."""
+
+
+_SQLITE_INTEGERS = range(-(2**63), 2**63)
+
+
+def _kind(value: object) -> str:
+    """How a JSON value is named in an error: `null`, `true`, `an integer`, ..."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    names = {int: "an integer", float: "a number", str: "a string", dict: "an object", list: "a list"}
+    return names.get(type(value), f"a {type(value).__name__}")
+
+
+def _column_value(column: object, value: Any) -> Any:
+    """What SQLite is given for one column of a row, checked first so that a value it cannot bind
+    (an integer past 64 bits, a lone surrogate, a foreign object) is a `BadRow` naming the
+    column, not an `OverflowError` or `UnicodeEncodeError` from deep inside sqlite3."""
+    if not isinstance(column, str) or not column or "\x00" in column or not _utf8(column):
+        raise BadRow(f"column name {column!r} is not a valid identifier")
+    if isinstance(value, (dict, list)):
+        try:
+            return json.dumps(value)
+        except (ValueError, TypeError, RecursionError) as exc:
+            raise BadRow(f"column {column!r}: the value cannot be stored as JSON ({exc})") from None
+    if isinstance(value, bool) or value is None or isinstance(value, (float, bytes)):
+        return value
+    if isinstance(value, int):
+        if value not in _SQLITE_INTEGERS:
+            bits = value.bit_length()
+            raise BadRow(f"column {column!r}: a {bits}-bit integer does not fit SQLite's 64 bits")
+        return value
+    if isinstance(value, str):
+        if not _utf8(value):
+            raise BadRow(f"column {column!r}: the string is not valid Unicode (a lone surrogate)")
+        return value
+    raise BadRow(f"column {column!r}: {_kind(value)} cannot be stored")
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _insert_row(conn: sqlite3.Connection, table: str, row: dict[str, Any]) -> None:
     if not isinstance(row, dict) or not row:
-        raise sqlite3.IntegrityError("a row must be a non-empty JSON object")
+        raise BadRow("a row must be a non-empty JSON object" + ("" if row == {} else f", not {_kind(row)}"))
+    values = [_column_value(c, v) for c, v in row.items()]
     cols = ", ".join(quote_ident(c) for c in row)
     marks = ", ".join("?" for _ in row)
-    values = [json.dumps(v) if isinstance(v, (dict, list)) else v for v in row.values()]
     conn.execute(f"INSERT INTO {quote_ident(table)} ({cols}) VALUES ({marks})", values)
 
 
@@ -226,7 +278,7 @@ def _load_seed(conn: sqlite3.Connection, path: Path, tables: dict[str, TableInfo
                 _insert_row(conn, table, row)
                 rowid = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
                 rowid_lines[(table, rowid)] = line
-            except sqlite3.Error as exc:
+            except (sqlite3.Error, BadRow) as exc:
                 problems.append(LoadProblem(path, line, f"row for {table!r} rejected: {exc}"))
         if problems:
             raise EnvLoadError(problems)

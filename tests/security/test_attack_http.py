@@ -166,6 +166,38 @@ def test_deeply_nested_json_is_a_400(served):
     assert httpx.get(served + "/healthz").status_code == 200
 
 
+# (raw JSON of `state`, what the one-line 400 must name); the bank's seed is a valid start
+BAD_STATES = [
+    ('{"accounts": 5}', "'accounts'"),
+    ('{"accounts": null}', "'accounts'"),
+    ('{"accounts": true}', "'accounts'"),
+    ('{"accounts": "A-1"}', "'accounts'"),
+    ('{"accounts": {"account_id": "A-1"}}', "'accounts'"),
+    ('{"accounts": [5]}', "accounts[0]"),
+    ('{"customers": [{"customer_id": "C-9", "name": "x"}, {}]}', "customers[1]"),
+    ('{"transfers": [{"transfer_id": 1000000000000000000000000000000}]}', "'transfer_id'"),
+    ('{"customers": [{"customer_id": "\\ud800", "name": "x"}]}', "'customer_id'"),
+    ('{"customers": [{"\\ud800": "C-9"}]}', "customers[0]"),
+    ('{"customers": [{"customer_id\\u0000": "C-9"}]}', "customers[0]"),
+    ('{"customers": [{"customer_id": "C-9", "nickname": "x"}]}', "nickname"),
+]
+
+
+def test_malformed_state_is_a_one_line_400_naming_the_fault(tmp_path):
+    log = tmp_path / "serve.log"
+    with envforge_serve(log=log) as url:
+        for state, names in BAD_STATES:
+            body = f'{{"env": "bank", "state": {state}}}'
+            answer = httpx.post(
+                url + "/control/episodes", content=body, headers={**AUTH, "Content-Type": "application/json"}
+            )
+            assert answer.status_code == 400, (state, answer.status_code, answer.text[:300])
+            error = answer.json()["error"]
+            assert names in error and "\n" not in error, (state, error)
+        assert _open_episodes(url) == 0
+    assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+
+
 MALFORMED = [
     "Bearer sécret".encode(),  # non-ASCII
     b"Bearer \xff\xfe",
