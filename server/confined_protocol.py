@@ -79,7 +79,7 @@ STARTED: TypeAdapter[Ready | LoadFailed] = TypeAdapter(Ready | LoadFailed)
 
 SqlOp = Literal["execute", "executemany", "execute_fetchall", "fetch_all", "fetch_one", "fetch_value"]
 SQL_OPS: frozenset[str] = frozenset(get_args(SqlOp))
-Outcome = Literal["ok", "refused", "crashed"]
+Outcome = Literal["ok", "refused", "invalid", "crashed"]
 OUTCOMES: frozenset[str] = frozenset(get_args(Outcome))
 
 
@@ -165,7 +165,8 @@ class SqlRequest:
 
 
 class Result:
-    """Worker -> parent: call `id` ended: returned (`ok`), raised `ToolError` or crashed."""
+    """Worker -> parent: call `id` ended: returned (`ok`), raised `ToolError` (`refused`), was
+    given arguments its signature rejects (`invalid`), or crashed."""
 
     __slots__ = ("id", "outcome", "text")
     type = "result"

@@ -50,7 +50,7 @@ from .confined_protocol import (
     to_wire,
 )
 from .dbthreads import submit_on_db_thread
-from .errors import EnvLoadError, LoadProblem, ToolError
+from .errors import EnvLoadError, InvalidArguments, LoadProblem, ToolError
 from .manifest import EnvManifest
 from .tooldef import ToolSpec
 
@@ -446,6 +446,8 @@ class ToolWorker:
                         return msg.text
                     if msg.outcome == "refused":
                         raise ToolError(msg.text)
+                    if msg.outcome == "invalid":
+                        raise InvalidArguments(msg.text)
                     raise ConfinedToolCrash(msg.text)
         except TimeoutError:
             if self._proc is proc:

@@ -280,10 +280,12 @@ async def _run_call(channel: Channel, tools: dict[str, ToolSpec], env: _EnvShim,
     spec = tools.get(msg.tool)
     try:
         if spec is None:
-            raise ToolError(f"Tool '{msg.tool}' not found.")
+            channel.send(Result(id=msg.id, outcome="invalid", text=f"Tool '{msg.tool}' not found."))
+            return
         kwargs, problem = runtime.check_arguments(env, spec, msg.arguments)  # type: ignore[arg-type]
-        if problem is not None:
-            raise ToolError(problem)
+        if problem is not None:  # the agent's mistake, as in-process: not a refusal of the env
+            channel.send(Result(id=msg.id, outcome="invalid", text=problem))
+            return
         assert kwargs is not None
         value = await spec.fn(RemoteDb(channel, msg.id), **kwargs)
         try:

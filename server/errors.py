@@ -32,6 +32,12 @@ class LoadProblem:
         return f"{where}: {self.message}"
 
 
+class InvalidArguments(Exception):
+    """The call's arguments do not fit the tool, as found by a check that runs inside the call
+    (a confined env's worker, which alone has the real signature): the agent's mistake, reported
+    as kind `invalid` exactly like the in-process check, not as a refusal or an env bug."""
+
+
 class EnvLoadError(Exception):
     """An env folder failed validation; carries every problem found, each with file and line."""
 

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ValidationError
 from .db import Db
 from .dbthreads import on_db_thread
 from .episodes import Episode
-from .errors import ToolError
+from .errors import InvalidArguments, ToolError
 from .loader import Environment
 from .sqlguard import end_transaction
 from .tooldef import ToolSpec
@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 MAX_STRING_CHARS = 10_000
 MAX_ARGUMENT_CHARS = 100_000
 MAX_ERROR_CHARS = 500
+MAX_ARGUMENT_DEPTH = 32
+"""How deeply an argument's lists and objects may nest (the control plane's JSON bound too)."""
 
 
 ResultKind = Literal["ok", "refused", "invalid", "env_error"]
@@ -98,8 +100,17 @@ def render_result(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
-def _measure(value: Any, path: str, budget: list[int]) -> str | None:
-    """Find an oversized string, and spend `budget[0]` on every character seen (no JSON encoding)."""
+def _measure(value: Any, path: str, budget: list[int], depth: int = 1) -> str | None:
+    """Find an oversized string or a value nested deeper than `MAX_ARGUMENT_DEPTH`, and spend
+    `budget[0]` on every character seen (no JSON encoding).
+
+    The depth bound keeps every later walk of the arguments (pydantic, a confined env's wire
+    encoding, the worker's own check) far from Python's recursion limit, so a deeply nested
+    argument is the agent's `invalid` call, never a `RecursionError` blamed on the env.
+    """
+    if depth > MAX_ARGUMENT_DEPTH and isinstance(value, dict | list):
+        top = path.split("[", 1)[0].split(".", 1)[0]
+        return f"argument {top!r} is nested too deeply (the limit is {MAX_ARGUMENT_DEPTH} levels)"
     if isinstance(value, str):
         budget[0] -= len(value)
         if len(value) > MAX_STRING_CHARS:
@@ -107,12 +118,12 @@ def _measure(value: Any, path: str, budget: list[int]) -> str | None:
     elif isinstance(value, dict):
         for k, v in value.items():
             budget[0] -= len(str(k)) + 4
-            if (found := _measure(v, f"{path}.{k}", budget)) is not None:
+            if (found := _measure(v, f"{path}.{k}", budget, depth + 1)) is not None:
                 return found
     elif isinstance(value, list):
         for i, v in enumerate(value):
             budget[0] -= 2
-            if (found := _measure(v, f"{path}[{i}]", budget)) is not None:
+            if (found := _measure(v, f"{path}[{i}]", budget, depth + 1)) is not None:
                 return found
     else:
         budget[0] -= 8
@@ -211,6 +222,8 @@ async def execute(episode: Episode, name: str, arguments: Any) -> ToolResult:
             value = await spec.fn(Db(conn), **kwargs)
         except ToolError as exc:
             refusal = _error(str(exc), "refused")
+        except InvalidArguments as exc:
+            refusal = _error(str(exc))
         except Exception as exc:
             cause = type(exc).__name__
             if guard.denied:
