@@ -49,6 +49,12 @@ def serve(
         int,
         typer.Option(help="Most episodes one client (bearer token, else remote address) may hold open."),
     ] = 1024,
+    max_sessions_per_client: Annotated[
+        int,
+        typer.Option(
+            help="Most legacy MCP sessions one client (bearer token, else remote address) may hold open."
+        ),
+    ] = 1024,
     ttl: Annotated[float, typer.Option(help="Seconds an idle episode lives.")] = 1800.0,
     max_connections: Annotated[
         int, typer.Option(help="Most open client connections (also kept under the file-descriptor limit).")
@@ -73,8 +79,19 @@ def serve(
         return
     from envforge.server import HTTPLimits, build_app, serve_http
 
-    if min(max_episodes, max_episodes_per_client, max_connections, max_body_bytes) < 1:
-        fail("--max-episodes, --max-episodes-per-client, --max-connections and --max-body-bytes must be >= 1")
+    if (
+        min(max_episodes, max_episodes_per_client, max_sessions_per_client, max_connections, max_body_bytes)
+        < 1
+    ):
+        fail(
+            "--max-episodes, --max-episodes-per-client, --max-sessions-per-client, --max-connections and "
+            "--max-body-bytes must be >= 1"
+        )
+    limits = HTTPLimits(
+        max_connections=max_connections,
+        header_timeout=header_timeout,
+        max_sessions_per_client=max_sessions_per_client,
+    )
     if min(header_timeout, body_timeout) <= 0:
         fail("--header-timeout and --body-timeout must be positive")
     fleet = Fleet(
@@ -82,7 +99,12 @@ def serve(
     )
     try:
         app = build_app(
-            fleet, host=host, token=token, max_body_bytes=max_body_bytes, body_timeout=body_timeout
+            fleet,
+            host=host,
+            token=token,
+            max_body_bytes=max_body_bytes,
+            body_timeout=body_timeout,
+            limits=limits,
         )
     except ValueError as exc:
         fail(str(exc))
@@ -108,7 +130,7 @@ def serve(
         app,
         host=host,
         port=bound,
-        limits=HTTPLimits(max_connections=max_connections, header_timeout=header_timeout),
+        limits=limits,
         sock=sock,
         on_listening=announce,
     )

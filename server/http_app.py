@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -28,6 +29,7 @@ from .episodes import Episode
 from .errors import ClientEpisodeLimitReached, EpisodeLimitReached, EpisodeNotFound
 from .fleet import Fleet
 from .http_guard import BadJSON, HTTPGuard, bearer_matches, check_token, is_loopback, parse_json
+from .http_limits import HTTPLimits
 from .mcp_server import CLIENT_SCOPE_KEY
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -50,6 +52,68 @@ def _security(host: str) -> TransportSecuritySettings | None:
     return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
+class _SessionSlots:
+    """Legacy MCP sessions open per client, across every env of the app, capped per client.
+
+    The SDK bounds sessions per env in all (10,000), not per client, and a session makes no
+    episode until its first call, so without this one client could take every slot with bare
+    `initialize` requests and leave the others a 503 for the sessions' 30-minute idle life. A
+    slot is reserved before the opening request is served (concurrent ones cannot overshoot), kept
+    when the answer carries a session id, and freed once the SDK no longer holds that session
+    (deleted, idled out, failed): checked against the manager's own table when the client asks
+    for more.
+    """
+
+    def __init__(self, per_client: int) -> None:
+        self.per_client = per_client
+        self._open: dict[str, dict[str, StreamableHTTPSessionManager]] = {}
+        self._opening: Counter[str] = Counter()
+
+    def held(self, client: str) -> int:
+        sessions = self._open.get(client)
+        if sessions:
+            live = {s: m for s, m in sessions.items() if s in m._server_instances}
+            if live:
+                self._open[client] = live
+            else:
+                del self._open[client]
+        return len(self._open.get(client, ())) + self._opening[client]
+
+    async def open(
+        self,
+        client: str,
+        manager: StreamableHTTPSessionManager,
+        inner: StreamableHTTPASGIApp,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """Serve a request that may open a session, if `client` has a slot left."""
+        held = self.held(client)
+        if held >= self.per_client:
+            await _jsonrpc_error(
+                f"client {client} has {held} MCP sessions open (limit {self.per_client} per client); "
+                "end one (HTTP DELETE with its Mcp-Session-Id) or let one idle out first",
+                429,
+            )(scope, receive, send)
+            return
+
+        async def watch(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 400:
+                for name, value in message.get("headers", []):
+                    if name.lower() == b"mcp-session-id":
+                        self._open.setdefault(client, {})[value.decode("latin-1")] = manager
+            await send(message)
+
+        self._opening[client] += 1
+        try:
+            await inner(scope, receive, watch)
+        finally:
+            self._opening[client] -= 1
+            if self._opening[client] <= 0:
+                del self._opening[client]
+
+
 class _MCPEndpoint:
     """An env's MCP endpoint with the episode rules the SDK cannot know.
 
@@ -59,8 +123,17 @@ class _MCPEndpoint:
     successful DELETE of a legacy session closes the episode that session created.
     """
 
-    def __init__(self, fleet: Fleet, env_name: str, inner: StreamableHTTPASGIApp, *, pinned: bool) -> None:
+    def __init__(
+        self,
+        fleet: Fleet,
+        env_name: str,
+        inner: StreamableHTTPASGIApp,
+        *,
+        pinned: bool,
+        slots: _SessionSlots,
+    ) -> None:
         self.fleet, self.env_name, self.inner, self.pinned = fleet, env_name, inner, pinned
+        self.slots = slots
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope.get("headers", []))
@@ -79,6 +152,11 @@ class _MCPEndpoint:
                 "only by the initialize handshake of earlier protocol versions)",
                 400,
             )(scope, receive, send)
+            return
+        client = scope.get(CLIENT_SCOPE_KEY)
+        if not session_id and not (version and version not in HANDSHAKE_PROTOCOL_VERSIONS) and client:
+            # handshake era without a session: the SDK opens one for this request
+            await self.slots.open(client, self.inner.session_manager, self.inner, scope, receive, send)
             return
         if scope["method"] != "DELETE" or not session_id:
             await self.inner(scope, receive, send)
@@ -130,10 +208,12 @@ def build_app(
     reap_interval: float | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
+    limits: HTTPLimits | None = None,
 ) -> Starlette:
     """The fleet's ASGI app. `token` is required (and enforced) when `host` is not loopback.
 
     An empty `host` and the wildcard addresses count as non-loopback: they bind every interface.
+    Of `limits` the app enforces `max_sessions_per_client` (the rest are the server's: `serve_http`).
     """
     check_token(token)
     if not is_loopback(host) and not token:
@@ -228,16 +308,15 @@ def build_app(
         Route("/control/episodes/{episode_id}", guard(close_episode), methods=["DELETE"]),
     ]
     managers: list[StreamableHTTPSessionManager] = []
+    slots = _SessionSlots((limits or HTTPLimits()).max_sessions_per_client)
     for name in fleet.envs:
         manager = StreamableHTTPSessionManager(app=fleet.mcp(name).server, security_settings=_security(host))
         managers.append(manager)
         mcp_app = StreamableHTTPASGIApp(manager)
-        routes.append(Route(f"/envs/{name}/mcp", _MCPEndpoint(fleet, name, mcp_app, pinned=False)))
-        routes.append(
-            Route(
-                f"/envs/{name}/episodes/{{episode_id}}/mcp", _MCPEndpoint(fleet, name, mcp_app, pinned=True)
-            )
-        )
+        plain = _MCPEndpoint(fleet, name, mcp_app, pinned=False, slots=slots)
+        pinned = _MCPEndpoint(fleet, name, mcp_app, pinned=True, slots=slots)
+        routes.append(Route(f"/envs/{name}/mcp", plain))
+        routes.append(Route(f"/envs/{name}/episodes/{{episode_id}}/mcp", pinned))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

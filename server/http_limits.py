@@ -38,13 +38,15 @@ _FD_RESERVE = 64
 
 @dataclass(frozen=True)
 class HTTPLimits:
-    """The connection-level limits of one server."""
+    """The connection-level limits of one server, and how many legacy MCP sessions one client may
+    hold open (`build_app` enforces that one: sessions are an app-level resource)."""
 
     max_connections: int = 4096
     header_timeout: float = 10.0
     keep_alive: float = 120.0
     max_header_bytes: int = 64 * 1024
     backlog: int = 512
+    max_sessions_per_client: int = 1024
 
     def effective_backlog(self) -> int:
         """`backlog`, at most a quarter of the descriptor limit.

@@ -21,7 +21,7 @@ import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from envforge.server import EPISODE_META_KEY, Environment, Fleet, build_app
+from envforge.server import EPISODE_META_KEY, Environment, Fleet, HTTPLimits, build_app
 
 from conftest import ServerThread
 
@@ -230,3 +230,51 @@ async def test_shared_seed_view_cannot_be_listed_named_exported_closed_or_writte
             assert after == before, f"the shared seed changed for every stateless client: {after}"
             refused = await _attempt(stateless, "transfer", TRANSFER)
             assert refused.startswith("error") and "not bound to an episode" in refused, refused
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "f", "version": "1"},
+    },
+}
+HANDSHAKE = {"Accept": "application/json, text/event-stream"}
+
+
+async def test_one_client_cannot_take_every_mcp_session_slot(bank_env):
+    """Bare `initialize`s open sessions without episodes: the per-client cap must bound them."""
+    fleet = Fleet([bank_env])
+    with ServerThread(build_app(fleet, limits=HTTPLimits(max_sessions_per_client=5))) as server:
+        endpoint = server.url + "/envs/bank/mcp"
+        async with httpx.AsyncClient(timeout=30) as flooder:
+            answers: list[httpx.Response] = []
+
+            async def initialize() -> None:
+                answers.append(await flooder.post(endpoint, json=INITIALIZE, headers=HANDSHAKE))
+
+            async with anyio.create_task_group() as tg:  # concurrent: slots are reserved up front
+                for _ in range(12):
+                    tg.start_soon(initialize)
+            opened = [a.headers["mcp-session-id"] for a in answers if a.status_code == 200]
+            assert len(opened) == 5, sorted(a.status_code for a in answers)
+            refused = next(a for a in answers if a.status_code != 200)
+            assert refused.status_code == 429, refused.text
+            assert "limit 5 per client" in refused.json()["error"]["message"], refused.text
+
+            # another client still opens a session and gets its own episode
+            async with _client(endpoint, mode="legacy", local_address="127.0.0.2") as other:
+                served = await other.call_tool("transfer", TRANSFER)
+                assert not served.is_error, _text(served)
+
+            # the flooder ends one of its sessions: that slot is free again
+            ended = await flooder.delete(
+                endpoint, headers={"Mcp-Session-Id": opened[0], "Mcp-Protocol-Version": "2025-11-25"}
+            )
+            assert ended.status_code == 200, ended.text
+            again = await flooder.post(endpoint, json=INITIALIZE, headers=HANDSHAKE)
+            assert again.status_code == 200, again.text
+            assert (await flooder.post(endpoint, json=INITIALIZE, headers=HANDSHAKE)).status_code == 429
