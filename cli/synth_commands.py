@@ -310,8 +310,9 @@ def score_cmd(
             graph = load_graph(env_dir) or await build_graph(env, fleet)
             ctx = SynthContext.create(env, graph, fleet)
             database, _, _ = ctx.states.task_initial(task)
-            state, _ = await ctx.replayer.replay(database, calls, hashed=False)
-            return score_episode(task, state, messages)
+            state, shown = await ctx.replayer.run_all(database, calls)
+            assert state is not None  # exported
+            return score_episode(task, state, messages, shown_messages=shown)
         finally:
             await fleet.aclose()
 

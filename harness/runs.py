@@ -170,6 +170,11 @@ def agent_texts(messages: list[Message]) -> list[str]:
     return [m.content for m in messages if m.role == "assistant" and m.content]
 
 
+def shown_texts(messages: list[Message]) -> list[str]:
+    """What the agent was shown: the user's messages and the tool results."""
+    return [m.content for m in messages if m.role in ("user", "tool") and m.content]
+
+
 NL_SYSTEM = """You judge whether a customer-service conversation meets a list of expected outcomes.
 Judge only from what the conversation shows; an outcome that is not clearly met is not met.
 Answer with JSON only, one result per expected outcome, in the order given:
@@ -241,6 +246,7 @@ async def score_trial(
     evidence = Evidence(
         final_state,
         agent_texts(messages),
+        shown_texts(messages),
         agent_calls=agent_calls(messages),
         verdicts=verdicts,
         finished=status not in PREMATURE,

@@ -156,6 +156,19 @@ class Replayer:
             await self.close_episode(episode)
         return state, state_hash(state) if hashed else ""
 
+    async def run_all(
+        self, database: bytes, calls: list[Call], *, export: bool = True
+    ) -> tuple[State | None, list[str]]:
+        """Run every call, reads included (their results are what the caller saw), in a fresh
+        episode on `database`: the end state (when `export`) and each result's text."""
+        episode = await self.open_episode(database)
+        try:
+            texts = [(await execute(episode, c.name, c.arguments)).text for c in calls]
+            state = await episode.export() if export else None
+        finally:
+            await self.close_episode(episode)
+        return state, texts
+
     async def replay_differs(
         self,
         database: bytes,

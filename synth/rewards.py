@@ -48,10 +48,14 @@ class Evidence:
     its end state); `golden_state`, when the caller holds it (self-verification), replaces the
     hash comparison by a direct one that is cheaper, with the same verdict; `finished` is False
     for an episode that ended before its conversation did (a timeout, the turn limit).
+    `shown_messages` are what the agent was shown (the user's messages, the tool results): a
+    number the agent states beside a required output must come from there or from the task
+    (`scoring`'s exact rule), so an episode scored without them is scored strictly.
     """
 
     final_state: State
     agent_messages: Sequence[str] = ()
+    shown_messages: Sequence[str] = ()
     agent_calls: Sequence[Call] | None = None
     golden_state: State | None = None
     verdicts: Mapping[RewardPart, PartScore] = field(default_factory=dict)
@@ -77,7 +81,7 @@ def score_state(task: Task, evidence: Evidence) -> PartScore:
 
 def score_outputs(task: Task, evidence: Evidence) -> PartScore:
     """All or nothing: every required output communicated under the task's answer rule."""
-    missing = task_outputs_missing(task, evidence.agent_messages)
+    missing = task_outputs_missing(task, evidence.agent_messages, evidence.shown_messages)
     total = len(task.required_outputs)
     met = total - len(missing)
     if missing:
@@ -167,12 +171,17 @@ def compose_reward(
 
 
 def score_episode(
-    task: Task, final_state: State, agent_messages: Sequence[str], *, golden_state: State | None = None
+    task: Task,
+    final_state: State,
+    agent_messages: Sequence[str],
+    *,
+    shown_messages: Sequence[str] = (),
+    golden_state: State | None = None,
 ) -> Score:
     """Score one finished episode of `task` from its end state and the agent's messages, with the
     detail a record shows: every offline part is scored (whether or not the basis names it), the
     reward composed from them; `actions` and `nl_assertions` are reported as not judged."""
-    evidence = Evidence(final_state, agent_messages, golden_state=golden_state)
+    evidence = Evidence(final_state, agent_messages, shown_messages, golden_state=golden_state)
     scored = {p: SCORERS[p](task, evidence) for p in OFFLINE_PARTS}
     return detailed_score(task, scored, compose_reward(task, evidence, scored=scored))
 

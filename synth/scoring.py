@@ -21,17 +21,16 @@ agent did not state it among a spread of candidates:
   whitespace collapsed, punctuation stripped from its two ends) and found where the messages,
   normalised the same way, hold it whole: no letter or digit touches either end, nor does a
   connector (`- . / @ : _`) followed by one, so `P-1045` and `P-104-2` do not state `P-104`.
-- Several candidates earn nothing. Each stated value has a kind: an *amount* (written with a
-  decimal part or a currency sign), an *integer*, or, for an id-shaped string output (letters and
-  digits, no spaces), the ids of the same shape (`P-104` → `p-<digits>`). Values of that kind the
-  messages state beyond the required outputs themselves and the task's known values (every number
-  and id among the user's known facts and the golden calls' arguments) are *other candidates*. A
-  required output is earned when one of the tokens stating it has at most `MAX_OTHER_CANDIDATES`
-  (2) other candidates of its kind. So "Order #W123 total is $45.10, shipped to 12 Main St; you
-  have 3 orders" earns both `45.10` (no other amount) and `3` (one other integer, 12), while every
-  integer 0..999, or a list of all product ids, earns nothing. A hedge among at most three values
-  of one kind is not caught by this rule; the adversarial self-checks drop tasks whose candidates
-  are that few.
+- Several candidates earn nothing. Other values of the output's kind (numbers: integers and
+  amounts as one pool; for an id-shaped string output, the ids of the same shape, `P-104` →
+  `p-<digits>`) that the messages state beyond the required outputs and the task's known values
+  (every number and id among the user's known facts and the golden calls' arguments) are *other
+  candidates*. A required output is earned when a token states it and its other candidates are
+  all values the agent was shown (the user's messages, the tool results) and at most
+  `MAX_OTHER_CANDIDATES` (2) of them. The operands of an equation that holds ("81 + 14 + 6 =
+  101") are working, not candidates. So "Order #W123 total is $45.10, shipped to 12 Main St; you
+  have 3 orders" earns both outputs when a result showed 12 Main St, and "It is 1, 2 or 3", every
+  integer 0..999, or a list of all product ids earns nothing.
 
 `substring` (τ²-bench imports, by default: it is what τ² scores). τ-bench's rule: the required
 output, lower-cased with commas removed, is a substring of the messages lower-cased with commas
@@ -55,7 +54,8 @@ from envforge.server import State, is_frozen
 from .models import AnswerRule, Checkpoint, Task
 from .statediff import cents_row
 
-#: How many other values of its kind a stated required output may stand among (see the docstring).
+#: How many other values of its kind a stated required output may stand among, each one a value
+#: the agent was shown (see the docstring); a value it was not shown allows none.
 MAX_OTHER_CANDIDATES = 2
 
 #: `task`: each task's own `answer_rule`; `strict`: the exact rule for every task.
@@ -87,6 +87,52 @@ LEFT_EDGE = r"(?<!\w)(?<!\w[-./@:_])"
 RIGHT_EDGE = r"(?!\w)(?![-./@:_]\w)"
 #: One token holding at least one digit and one letter: an id, whose shape defines its kind.
 ID_SHAPED = re.compile(r"(?=\S*\d)(?=\S*[^\W\d_])\S+")
+
+
+#: An operand of shown work: a number token without a sign (`81`, `$4,500.00`).
+OPERAND = r"[$€£]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
+#: Shown work: operands joined by + - * / × ÷, then `=` and a result ("81 + 14 + 6 = 101"); the
+#: match ends before the result, which stays a stated number.
+EQUATION = re.compile(
+    rf"(?<![\w.,\-/:$€£]){OPERAND}(?:\s*[-+*/×÷]\s*{OPERAND})+\s*=\s*(?P<result>{OPERAND})(?![\w]|[.,/:\-]\d)"
+)
+_EQUATION_PART = re.compile(rf"(?P<operand>{OPERAND})|(?P<op>[-+*/×÷])")
+
+
+def _evaluate(expression: str) -> Decimal | None:
+    """`expression` (operands and operators as EQUATION matched them), * and / before + and -."""
+    terms: list[Decimal] = []
+    pending = "+"
+    for part in _EQUATION_PART.finditer(expression):
+        if part["op"]:
+            pending = part["op"]
+            continue
+        value = Decimal(re.sub(r"[$€£,]", "", part["operand"]))
+        if pending in "+-":
+            terms.append(value if pending == "+" else -value)
+        elif pending in "*×":
+            terms[-1] *= value
+        elif value == 0:
+            return None
+        else:
+            terms[-1] /= value
+    return sum(terms, Decimal(0))
+
+
+def without_shown_work(text: str) -> str:
+    """`text` with the operands of every true equation blanked out: "81 + 14 + 6 = 101" states
+    101 alone. Working shown that adds up is not a list of candidates; one that does not add up
+    stays in, each of its numbers a candidate."""
+
+    def blank(m: re.Match[str]) -> str:
+        lhs = m.group()[: m.start("result") - m.start()].rstrip().removesuffix("=")
+        value = _evaluate(lhs)
+        result = Decimal(re.sub(r"[$€£,]", "", m["result"]))
+        if value is None or abs(value - result) > Decimal("0.005"):
+            return m.group()
+        return " " * (m.start("result") - m.start()) + m["result"]
+
+    return EQUATION.sub(blank, text) if "=" in text else text
 
 
 @dataclass(frozen=True)
@@ -203,15 +249,29 @@ def task_known_text(task: Task) -> str:
     return json.dumps([facts, arguments], ensure_ascii=False)
 
 
+def _shown_values(messages: Sequence[str]) -> KnownValues:
+    """The values in what the agent was shown: `known_values`, uncached (each episode's are its own)."""
+    text = "\n".join(messages)
+    return KnownValues(frozenset(n.value for n in number_tokens(text)), normalize_words(text))
+
+
 class _Said:
-    """The agent's messages, parsed once for all of a task's required outputs."""
+    """The agent's messages, parsed once for all of a task's required outputs.
+
+    `known` gives the task's own values, `shown` the values in what the agent was shown (the
+    user's messages, the tool results); each is built only when a stated value has others."""
 
     def __init__(
-        self, agent_messages: Sequence[str], required: Sequence[str], known: Callable[[], KnownValues]
+        self,
+        agent_messages: Sequence[str],
+        required: Sequence[str],
+        known: Callable[[], KnownValues],
+        shown: Callable[[], KnownValues],
     ):
         text = self.text = "\n".join(agent_messages)
-        self._known = known
-        self.numbers = stated_numbers(text)
+        self._known, self._shown = known, shown
+        # every kind in one pool: "4.00" states the value 4 as much as "4" does
+        self.numbers = set().union(*stated_numbers(without_shown_work(text)).values())
         parsed = [parse_number(r) for r in required]
         self.required_numbers = {p.value for p in parsed if p is not None}
         self.required_words = {
@@ -224,21 +284,28 @@ class _Said:
 
     @cached_property
     def known(self) -> KnownValues:
-        """Built only when a stated value has more other values than allowed before the task's own
-        are set aside: never for an answer that states just the required outputs."""
         return self._known()
 
-    def _few_others(self, others: set[Any], known: Callable[[], Iterable[Any]]) -> bool:
-        if len(others) <= MAX_OTHER_CANDIDATES:
+    @cached_property
+    def shown(self) -> KnownValues:
+        return self._shown()
+
+    def _few_others(
+        self, others: set[Any], known: Callable[[], Iterable[Any]], shown: Callable[[], Iterable[Any]]
+    ) -> bool:
+        """Other values beyond the task's own: none the agent was not shown, at most
+        MAX_OTHER_CANDIDATES that it was."""
+        if not others:
             return True
-        return len(others.difference(known())) <= MAX_OTHER_CANDIDATES
+        others = others.difference(known())
+        return len(others) <= MAX_OTHER_CANDIDATES and not others.difference(shown())
 
     def has_number(self, want: Decimal) -> bool:
-        """Stated by a token of some kind among at most MAX_OTHER_CANDIDATES other values of it."""
-        return any(
-            want in values
-            and self._few_others(values - self.required_numbers - {want}, lambda: self.known.numbers)
-            for values in self.numbers.values()
+        """Stated by a number token outside shown work, among few other values (`_few_others`)."""
+        return want in self.numbers and self._few_others(
+            self.numbers - self.required_numbers - {want},
+            lambda: self.known.numbers,
+            lambda: self.shown.numbers,
         )
 
     def has_words(self, want: str) -> bool:
@@ -249,19 +316,28 @@ class _Said:
             return True
         same_shape = _whole(shape)
         others = {m.group() for m in same_shape.finditer(self.words)} - self.required_words - {want}
-        return self._few_others(others, lambda: {m.group() for m in same_shape.finditer(self.known.words)})
+        return self._few_others(
+            others,
+            lambda: {m.group() for m in same_shape.finditer(self.known.words)},
+            lambda: {m.group() for m in same_shape.finditer(self.shown.words)},
+        )
 
 
 def outputs_missing_exact(
-    required: Sequence[str], agent_messages: Sequence[str], known_text: str | Callable[[], str] = ""
+    required: Sequence[str],
+    agent_messages: Sequence[str],
+    known_text: str | Callable[[], str] = "",
+    shown_messages: Sequence[str] = (),
 ) -> list[str]:
-    """`known_text` (or a function returning it, called only if needed) holds the task's own values."""
+    """`known_text` (or a function returning it, called only if needed) holds the task's own
+    values; `shown_messages` are what the agent was shown (the user's messages, tool results)."""
     if not required:
         return []
     said = _Said(
         agent_messages,
         required,
         lambda: known_values(known_text() if callable(known_text) else known_text),
+        lambda: _shown_values(shown_messages),
     )
     missing = []
     for r in required:
@@ -281,19 +357,26 @@ def outputs_missing(
     *,
     rule: AnswerRule = "exact",
     known_text: str | Callable[[], str] = "",
+    shown_messages: Sequence[str] = (),
 ) -> list[str]:
     """The required outputs not communicated in the agent's messages under `rule`."""
     if rule == "substring":
         return outputs_missing_substring(required, agent_messages)
-    return outputs_missing_exact(required, agent_messages, known_text)
+    return outputs_missing_exact(required, agent_messages, known_text, shown_messages)
 
 
-def task_outputs_missing(task: Task, agent_messages: Sequence[str]) -> list[str]:
+def task_outputs_missing(
+    task: Task, agent_messages: Sequence[str], shown_messages: Sequence[str] = ()
+) -> list[str]:
     """`task`'s required outputs not communicated, under the task's own answer rule."""
     if not task.required_outputs:
         return []
     return outputs_missing(
-        task.required_outputs, agent_messages, rule=task.answer_rule, known_text=lambda: task_known_text(task)
+        task.required_outputs,
+        agent_messages,
+        rule=task.answer_rule,
+        known_text=lambda: task_known_text(task),
+        shown_messages=shown_messages,
     )
 
 

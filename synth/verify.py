@@ -23,12 +23,14 @@ of them earns full reward can be gamed, and is neither shipped by synthesis nor 
 
 from __future__ import annotations
 
-from envforge.server import State, execute, state_hash
+from collections.abc import Sequence
+
+from envforge.server import State, state_hash
 
 from .adversaries import ADVERSARIES, ToolShape, adversary_calls, adversary_message, counts, write_positions
 from .context import SynthContext
 from .golden import GoldenRun
-from .models import Call, CallNode, RowCheck, Task
+from .models import CallNode, RowCheck, Task
 from .rewards import Evidence, compose_reward
 from .scoring import oracle_messages
 from .statediff import apply_diff, cents_hash, states_match
@@ -46,9 +48,12 @@ CHECKS = (
 )
 
 
-def _reward(task: Task, final: State, messages: list[str], *, golden_state: State | None) -> float:
-    """The reward `compose_reward` gives the episode: only the parts of the task's basis are scored."""
-    return compose_reward(task, Evidence(final, messages, golden_state=golden_state)).value
+def _reward(
+    task: Task, final: State, messages: list[str], *, golden_state: State | None, shown: Sequence[str] = ()
+) -> float:
+    """The reward `compose_reward` gives the episode: only the parts of the task's basis are scored.
+    `shown`: the result texts the run saw (an adversary may repeat what it was shown)."""
+    return compose_reward(task, Evidence(final, messages, shown, golden_state=golden_state)).value
 
 
 def write_indices(ctx: SynthContext, task: Task) -> list[int]:
@@ -181,20 +186,6 @@ def tool_shapes(ctx: SynthContext) -> list[ToolShape]:
     return list(ctx.index.tool_shapes())
 
 
-async def _run_reads_too(
-    ctx: SynthContext, database: bytes, calls: list[Call], *, export: bool
-) -> tuple[State | None, list[str]]:
-    """Run every call (reads included: their results are what a spray repeats) in a fresh episode;
-    the end state (when `export`) and each result's text."""
-    episode = await ctx.replayer.open_episode(database)
-    try:
-        texts = [(await execute(episode, c.name, c.arguments)).text for c in calls]
-        state = await episode.export() if export else None
-    finally:
-        await ctx.replayer.close_episode(episode)
-    return state, texts
-
-
 async def adversary_rewards(
     ctx: SynthContext, task: Task, *, golden: GoldenRun | None = None, until_gamed: bool = False
 ) -> dict[str, float | None]:
@@ -240,7 +231,7 @@ async def adversary_rewards(
             final, texts = golden.state, list(golden.texts)
         elif name in ("spray", "read_all"):
             # `read_all` only reads, so it ends where it began.
-            final, texts = await _run_reads_too(ctx, database, calls, export=name == "spray")
+            final, texts = await ctx.replayer.run_all(database, calls, export=name == "spray")
             final = final or initial_state
         elif name == "golden_prefix" and golden is not None and golden.after_first_write is not None:
             final, texts = golden.after_first_write, []
@@ -258,7 +249,7 @@ async def adversary_rewards(
             else cents_hash(final) == task.golden_cents_hash
         )
         if counts(name, task, tools, reached_golden=reached):
-            rewards[name] = _reward(task, final, [message], golden_state=golden_state)
+            rewards[name] = _reward(task, final, [message], golden_state=golden_state, shown=texts)
             if until_gamed and rewards[name] == 1.0:
                 break
         else:

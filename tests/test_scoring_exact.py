@@ -41,8 +41,8 @@ from conftest import TAU2_NO_DATA, TAU2_RETAIL, bundled_env_dirs, tau2_data_miss
 REPO = Path(__file__).resolve().parents[1]
 
 
-def found(required: str, *said: str, known: str = "") -> bool:
-    return not outputs_missing([required], list(said), known_text=known)
+def found(required: str, *said: str, known: str = "", shown: tuple[str, ...] = ()) -> bool:
+    return not outputs_missing([required], list(said), known_text=known, shown_messages=shown)
 
 
 def make_task(outputs: list[str], instruction: str = "Tell me the figure.", **extra: object) -> Task:
@@ -123,19 +123,59 @@ def test_strings_match_whole_after_normalisation() -> None:
 
 
 def test_a_natural_sentence_with_other_facts_passes() -> None:
+    """Numbers beside the answer pass when the agent was shown them (a tool result, the user)."""
     sentence = "Order #W123 total is $45.10, shipped to 12 Main St; you have 3 orders."
     task = make_task(["45.10", "3"])
-    assert score_episode(task, {}, [sentence]).reward == 1.0
-    itemised = "Order W123 has 2 items: a lamp ($20.00) and a chair ($25.10), total $45.10."
-    assert score_episode(make_task(["45.10"]), {}, [itemised]).reward == 1.0
+    shown = ['{"order_id": "W123", "address": "12 Main St", "total": 45.1}', "How many orders?"]
+    assert score_episode(task, {}, [sentence], shown_messages=shown).reward == 1.0
+    itemised = "Order W123 holds a lamp ($20.00) and a chair ($25.10): total $45.10."
+    items = ['[{"name": "lamp", "price": 20.0}, {"name": "chair", "price": 25.1}]']
+    assert score_episode(make_task(["45.10"]), {}, [itemised], shown_messages=items).reward == 1.0
+    # a figure the agent worked out itself is a value it was not shown: the cost of the rule
+    counted = "Order W123 has 2 items: a lamp ($20.00) and a chair ($25.10), total $45.10."
+    assert score_episode(make_task(["45.10"]), {}, [counted], shown_messages=items).reward == 0.0
+
+
+def test_a_number_the_agent_was_never_shown_is_a_candidate() -> None:
+    """Unshown, the same sentence's 12 is a value from nowhere: an answer among made-up numbers
+    is a hedge, however few they are."""
+    sentence = "Order #W123 total is $45.10, shipped to 12 Main St; you have 3 orders."
+    assert score_episode(make_task(["45.10", "3"]), {}, [sentence]).reward == 0.0
+    assert not found("3", "It is 2 or 3.") and not found("2", "It is 1, 2 or 3.")
+    assert found("3", "It is 2 or 3.", shown=("capacity 2",))
 
 
 def test_several_candidates_for_one_output_earn_nothing() -> None:
-    hedge = " or ".join(str(v) for v in range(3, 3 + MAX_OTHER_CANDIDATES + 2))
-    assert not found("3", f"It is {hedge}.")
-    assert found("3", f"It is {' or '.join(str(v) for v in range(3, 3 + MAX_OTHER_CANDIDATES + 1))}.")
-    assert not found("882.00", " ".join(str(v) for v in range(1000)))
-    assert not found("P-104", ", ".join(f"P-{i}" for i in range(100, 110)))
+    values = [str(v) for v in range(3, 3 + MAX_OTHER_CANDIDATES + 2)]
+    every_one_shown = (" ".join(values),)
+    assert not found("3", f"It is {' or '.join(values)}.", shown=every_one_shown)
+    assert found("3", f"It is {' or '.join(values[:-1])}.", shown=every_one_shown)
+    spray = " ".join(str(v) for v in range(1000))
+    assert not found("882.00", spray, shown=(spray,))
+    ids = ", ".join(f"P-{i}" for i in range(100, 110))
+    assert not found("P-104", ids, shown=(ids,))
+    assert not found("P-104", "P-103, P-104 or P-105") and found("P-104", "P-103, P-104", shown=("P-103",))
+
+
+def test_a_hedge_across_number_kinds_is_one_hedge() -> None:
+    """A decimal "4.00" states the value 4 as "4" does: integers and amounts are one pool, so
+    a hedge cannot hide three more values behind decimal points."""
+    hedge = "It is 1, 2 or 3 - or possibly 4.00, 5.00 or 6.00."
+    shown = ("1 2 3 4 5 6",)
+    for answer in ("1", "4", "6"):
+        assert not found(answer, hedge, shown=shown), answer
+    assert found("4", "That is 4.00 in all.")
+
+
+def test_shown_working_is_no_list_of_candidates() -> None:
+    """The addends of a sum that adds up are working, not other answers; working that does not add
+    up stays a list of numbers (and a result written only as an operand is not stated)."""
+    assert found("101", "81 + 14 + 6 = 101 in total.")
+    assert found("12000.00", "$4,500.00 + $7,500.00 = $12,000.00")
+    assert found("7", "2 * 3 + 1 = 7, so 7 it is.") and found("5", "10 / 2 = 5")
+    assert not found("101", "81 + 14 + 7 = 101 in total.")
+    assert not found("14", "81 + 14 + 6 = 101 in total.")
+    assert not found("3", "1 + 1 = 2, 1 + 2 = 3, 2 + 2 = 4")
 
 
 def test_the_tasks_own_values_are_not_other_candidates() -> None:

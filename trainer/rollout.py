@@ -72,11 +72,12 @@ class _FleetEpisode:
     def __init__(self, env: FleetRolloutEnv, task: Task, episode_id: str, client: Any) -> None:
         self.env, self.task, self.episode_id, self.client = env, task, episode_id, client
         self.calls: list[Call] = []  # every call the policy made, for the `actions` reward part
+        self.shown: list[str] = [task.scenario.without_answers()]  # what the policy was shown
 
     def initial_messages(self) -> list[dict[str, str]]:
         return [
             {"role": "system", "content": self.env.system_prompt()},
-            {"role": "user", "content": self.task.scenario.without_answers()},
+            {"role": "user", "content": self.shown[0]},
         ]
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolOutcome:
@@ -85,6 +86,7 @@ class _FleetEpisode:
             result = await self.client.call_tool(name, arguments)
         else:
             result = await self.env.fleet.call(self.episode_id, name, arguments)
+        self.shown.append(result.text)
         return ToolOutcome(result.text, result.is_error)
 
     async def user_reply(self, assistant_text: str) -> str | None:
@@ -95,7 +97,8 @@ class _FleetEpisode:
         if self.env.reward_fn is not None:
             reward, parts = self.env.reward_fn(self.task, state, agent_messages)
             return RewardInfo(reward=reward, parts=parts)
-        composed = compose_reward(self.task, Evidence(state, agent_messages, agent_calls=self.calls))
+        evidence = Evidence(state, agent_messages, self.shown, agent_calls=self.calls)
+        composed = compose_reward(self.task, evidence)
         return RewardInfo(reward=composed.value, parts={str(p): s.value for p, s in composed.parts.items()})
 
 

@@ -46,7 +46,8 @@ def _near(required: str) -> list[str]:
     return [f"{float(number.value) + i * step:.{decimals}f}" for i in range(-5, 6)]
 
 
-async def _golden_states(env_dir: Path, tasks: list[Task]) -> list[State]:
+async def _golden_runs(env_dir: Path, tasks: list[Task]) -> list[tuple[State, list[str]]]:
+    """Each task's golden end state and what its golden calls showed: the request, the results."""
     env = load_env(env_dir)
     fleet = Fleet([env])
     try:
@@ -55,8 +56,9 @@ async def _golden_states(env_dir: Path, tasks: list[Task]) -> list[State]:
         out = []
         for task in tasks:
             database, _, _ = ctx.states.task_initial(task)
-            state, _ = await ctx.replayer.replay(database, task.golden_calls, hashed=False)
-            out.append(state)
+            state, texts = await ctx.replayer.run_all(database, task.golden_calls)
+            assert state is not None
+            out.append((state, [task.scenario.without_answers(), *texts]))
         return out
     finally:
         await fleet.aclose()
@@ -70,13 +72,34 @@ async def test_number_spray_after_the_golden_calls_earns_nothing(env_dir: Path) 
     """The attack: make the golden calls, then say every integer 0..999 and, for good measure, the
     right answer among its ten nearest neighbours. No numeric required output may be earned."""
     tasks = [t for t in load_tasks(env_dir) if _numeric(t)]
-    for task, golden in zip(tasks, await _golden_states(env_dir, tasks), strict=True):
+    for task, (golden, shown) in zip(tasks, await _golden_runs(env_dir, tasks), strict=True):
         spray = [SPRAY, " ".join(v for o in task.required_outputs for v in _near(o))]
-        gamed = score_episode(task, golden, spray)
+        gamed = score_episode(task, golden, spray, shown_messages=shown)
         assert gamed.state_match, task.id
         assert gamed.reward == 0.0 and gamed.outputs_missing == task.required_outputs, task.id
         honest = score_episode(task, golden, oracle_messages(task))
         assert honest.reward == 1.0, task.id
+
+
+HEDGES = ("It is 1 or 2.", "It is 1, 2 or 3.", "It is 1, 2 or 3, or maybe 4.00, 5.00 or 6.00.")
+
+
+async def test_hedging_pays_less_than_committing_to_one_guess() -> None:
+    """The attack: do the golden calls, then name a few small numbers instead of counting, since
+    most answers are small counts. Scored with everything the run was shown (request and
+    results), every hedge must earn on fewer bundled tasks than the best single number among its
+    values does: naming several is never a better bet than naming one."""
+    wins: dict[str, int] = {}
+    for env_dir in NUMERIC_ENVS:
+        tasks = [t for t in load_tasks(env_dir) if _numeric(t)]
+        for task, (golden, shown) in zip(tasks, await _golden_runs(env_dir, tasks), strict=True):
+            for said in (*HEDGES, *(f"It is {v}." for v in range(1, 7))):
+                earned = score_episode(task, golden, [said], shown_messages=shown).reward == 1.0
+                wins[said] = wins.get(said, 0) + earned
+    best_single = max(wins[f"It is {v}."] for v in range(1, 7))
+    assert best_single >= 20, wins  # the bet is worth making: small answers are common
+    for hedge in HEDGES:
+        assert wins[hedge] < best_single, (hedge, wins)
 
 
 def _first_small_answer(env_dir: Path) -> Task:
@@ -112,11 +135,11 @@ async def test_listing_every_entity_id_earns_no_id_output() -> None:
     one passenger id must not be earned by the list, and must be by the id alone."""
     env_dir = REPO / "envs" / "flight_booking"
     base = next(t for t in load_tasks(env_dir) if t.required_outputs)
-    (golden,) = await _golden_states(env_dir, [base])
+    ((golden, _),) = await _golden_runs(env_dir, [base])
     ids = [r["passenger_id"] for r in golden["passengers"]]
     task = base.model_copy(update={"required_outputs": [ids[17]]})
     listing = "Passengers on file: " + ", ".join(ids) + "."
-    gamed = score_episode(task, golden, [listing])
+    gamed = score_episode(task, golden, [listing], shown_messages=[json.dumps(golden["passengers"])])
     assert gamed.state_match and gamed.reward == 0.0 and gamed.outputs_missing == [ids[17]]
     assert score_episode(task, golden, [f"The passenger is {ids[17]}."]).reward == 1.0
     # and a longer id that merely starts with the answer is no answer
