@@ -59,12 +59,21 @@ def serve(
     max_connections: Annotated[
         int, typer.Option(help="Most open client connections (also kept under the file-descriptor limit).")
     ] = 4096,
+    max_connections_per_client: Annotated[
+        int | None,
+        typer.Option(
+            help="Most open connections from one client address (default: half of --max-connections)."
+        ),
+    ] = None,
     header_timeout: Annotated[
         float, typer.Option(help="Seconds a client may take to send request headers.")
     ] = 10.0,
     body_timeout: Annotated[
         float, typer.Option(help="Seconds a client may stall while sending a body.")
     ] = 30.0,
+    body_deadline: Annotated[
+        float, typer.Option(help="Seconds a client may take to send a whole body, however it trickles.")
+    ] = 120.0,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body accepted (413 above).")] = 16
     << 20,
 ) -> None:
@@ -79,21 +88,20 @@ def serve(
         return
     from envforge.server import HTTPLimits, build_app, serve_http
 
-    if (
-        min(max_episodes, max_episodes_per_client, max_sessions_per_client, max_connections, max_body_bytes)
-        < 1
-    ):
+    counts = (max_episodes, max_episodes_per_client, max_sessions_per_client, max_connections, max_body_bytes)
+    if min(counts) < 1 or (max_connections_per_client is not None and max_connections_per_client < 1):
         fail(
-            "--max-episodes, --max-episodes-per-client, --max-sessions-per-client, --max-connections and "
-            "--max-body-bytes must be >= 1"
+            "--max-episodes, --max-episodes-per-client, --max-sessions-per-client, --max-connections, "
+            "--max-connections-per-client and --max-body-bytes must be >= 1"
         )
     limits = HTTPLimits(
         max_connections=max_connections,
         header_timeout=header_timeout,
         max_sessions_per_client=max_sessions_per_client,
+        max_connections_per_client=max_connections_per_client,
     )
-    if min(header_timeout, body_timeout) <= 0:
-        fail("--header-timeout and --body-timeout must be positive")
+    if min(header_timeout, body_timeout, body_deadline) <= 0:
+        fail("--header-timeout, --body-timeout and --body-deadline must be positive")
     fleet = Fleet(
         envs, max_episodes=max_episodes, ttl_seconds=ttl, max_episodes_per_client=max_episodes_per_client
     )
@@ -104,6 +112,7 @@ def serve(
             token=token,
             max_body_bytes=max_body_bytes,
             body_timeout=body_timeout,
+            body_deadline=body_deadline,
             limits=limits,
         )
     except ValueError as exc:

@@ -37,6 +37,7 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 DEFAULT_BODY_TIMEOUT = 30.0
+DEFAULT_BODY_DEADLINE = 120.0
 
 __all__ = ["build_app", "is_loopback"]
 
@@ -208,6 +209,7 @@ def build_app(
     reap_interval: float | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
+    body_deadline: float = DEFAULT_BODY_DEADLINE,
     limits: HTTPLimits | None = None,
 ) -> Starlette:
     """The fleet's ASGI app. `token` is required (and enforced) when `host` is not loopback.
@@ -337,5 +339,6 @@ def build_app(
         token=token,
         max_body_bytes=max_body_bytes,
         body_timeout=body_timeout,
+        body_deadline=body_deadline,
     )
     return Starlette(routes=routes, lifespan=lifespan, middleware=[guarded])

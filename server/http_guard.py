@@ -126,12 +126,14 @@ class HTTPGuard:
         token: str | None,
         max_body_bytes: int,
         body_timeout: float,
+        body_deadline: float,
     ) -> None:
         self.app = app
         self.loopback = loopback
         self.token = token
         self.max_body_bytes = max_body_bytes
         self.body_timeout = body_timeout
+        self.body_deadline = body_deadline
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -170,6 +172,9 @@ class HTTPGuard:
     async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the app with a receive that enforces the body's size and read time.
 
+        The body may stall at most `body_timeout` between chunks and must be complete within
+        `body_deadline` of the request's start, so a body trickled in just under the stall limit
+        cannot hold its connection (and its slot under the connection cap) for ever.
         On a breach the app is told the client went away (so it stops), and the client gets 413
         or 408 if no response had started; whatever the app answers to that disconnect is dropped.
         """
@@ -177,15 +182,22 @@ class HTTPGuard:
         body_done = False
         breach: JSONResponse | None = None
         started = False
+        deadline = anyio.current_time() + self.body_deadline
 
         async def guarded_receive() -> Message:
             nonlocal received, body_done, breach
             if body_done or breach is not None:
                 return await receive() if breach is None else {"type": "http.disconnect"}
-            with anyio.move_on_after(self.body_timeout) as waited:
+            left = deadline - anyio.current_time()
+            with anyio.move_on_after(min(self.body_timeout, left)) as waited:
                 message = await receive()
             if waited.cancelled_caught:
-                breach = _refuse(408, f"request body not received within {self.body_timeout:g} s", close=True)
+                why = (
+                    f"request body stalled for {self.body_timeout:g} s"
+                    if left > self.body_timeout
+                    else f"request body not complete within {self.body_deadline:g} s"
+                )
+                breach = _refuse(408, why, close=True)
                 return {"type": "http.disconnect"}
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))

@@ -8,6 +8,9 @@ open: idle sockets pile up until the process runs out of file descriptors, after
 - a connection cap, kept below the process's file-descriptor limit. At the cap, a new connection
   evicts the longest-idle connection (one with no request in flight); only when every connection
   is busy is the new one dropped. Idle sockets therefore cannot starve real clients.
+- a cap per client address, below the total: past it a client's new connection evicts that
+  client's own longest-idle one, or is dropped. Busy connections (a body trickling in, an SSE
+  stream) cannot be evicted, so without it one client could hold every slot busy.
 - a header read timeout: a connection that has not sent complete request headers within
   `header_timeout` seconds (from connect, or from the first byte of a keep-alive request) is closed.
 - one rate-limited log line, without traceback, for resource exhaustion on `accept()`.
@@ -23,7 +26,7 @@ import logging
 import resource
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -47,6 +50,8 @@ class HTTPLimits:
     max_header_bytes: int = 64 * 1024
     backlog: int = 512
     max_sessions_per_client: int = 1024
+    max_connections_per_client: int | None = None
+    """None: half the (effective) connection cap."""
 
     def effective_backlog(self) -> int:
         """`backlog`, at most a quarter of the descriptor limit.
@@ -66,6 +71,12 @@ class HTTPLimits:
             return self.max_connections
         return max(1, min(self.max_connections, soft - self.effective_backlog() - _FD_RESERVE))
 
+    def effective_max_connections_per_client(self) -> int:
+        """How many connections one client address may hold: never the whole cap."""
+        cap = self.effective_max_connections()
+        wanted = self.max_connections_per_client or cap // 2
+        return max(1, min(wanted, cap - 1))
+
 
 def _descriptor_limit() -> int | None:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -75,9 +86,11 @@ def _descriptor_limit() -> int | None:
 def guarded_protocol(limits: HTTPLimits) -> type[H11Protocol]:
     """An h11 protocol class enforcing `limits` (uvicorn takes the class as `http=`)."""
     cap = limits.effective_max_connections()
+    per_client = limits.effective_max_connections_per_client()
 
     class Guarded(_GuardedH11Protocol):
         max_connections: ClassVar[int] = cap
+        max_per_client: ClassVar[int] = per_client
         header_timeout: ClassVar[float] = limits.header_timeout
 
     return Guarded
@@ -85,6 +98,7 @@ def guarded_protocol(limits: HTTPLimits) -> type[H11Protocol]:
 
 class _GuardedH11Protocol(H11Protocol):
     max_connections: ClassVar[int]
+    max_per_client: ClassVar[int]
     header_timeout: ClassVar[float]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -95,10 +109,19 @@ class _GuardedH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._idle_since = time.monotonic()
-        if len(self.connections) > self.max_connections and not self._evict_idle():
+        peer = self._peer()
+        mine = [c for c in self.connections if isinstance(c, _GuardedH11Protocol) and c._peer() == peer]
+        if len(mine) > self.max_per_client and not self._evict_idle(mine):
+            self._drop()
+            return
+        if len(self.connections) > self.max_connections and not self._evict_idle(self.connections):
             self._drop()
             return
         self._arm_header_timer()
+
+    def _peer(self) -> str | None:
+        """The client's address (its port left out): what the per-client cap counts by."""
+        return self.client[0] if self.client else None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_header_timer()
@@ -120,11 +143,11 @@ class _GuardedH11Protocol(H11Protocol):
         """No request in flight: before the first request's headers, or between requests."""
         return self.cycle is None or self.cycle.response_complete
 
-    def _evict_idle(self) -> bool:
-        """Close the longest-idle other connection; False when every other one is busy."""
+    def _evict_idle(self, among: Iterable[object]) -> bool:
+        """Close the longest-idle other connection `among` these; False when every one is busy."""
         idle = [
             c
-            for c in self.connections
+            for c in among
             if c is not self
             and isinstance(c, _GuardedH11Protocol)
             and c._idle()

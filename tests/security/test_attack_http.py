@@ -280,3 +280,84 @@ def test_accept_failure_storm_logs_one_line(caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2 and "Too many open files" in lines[0] and lines[1] == "an unrelated error"
     assert caplog.records[0].exc_info is None
+
+
+def _busy_sockets(url: str, count: int, kind: str) -> list[socket.socket]:
+    """`count` connections from 127.0.0.1, each with a request in flight that never ends on its own:
+    a body trickled in under the stall limit, or a legacy MCP session's SSE stream."""
+    host, port = url.removeprefix("http://").split(":")
+    session_ids = []
+    if kind == "sse stream":
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "f", "version": "1"},
+            },
+        }
+        with httpx.Client(timeout=10) as http:
+            for _ in range(count):
+                answer = http.post(
+                    url + "/envs/bank/mcp",
+                    json=init,
+                    headers={"Accept": "application/json, text/event-stream"},
+                )
+                session_ids.append(answer.headers.get("mcp-session-id", "none"))
+    socks = []
+    opened: list[bool] = []
+    for i in range(count):
+        sock = socket.create_connection((host, int(port)), timeout=2)
+        socks.append(sock)
+        if kind == "sse stream":
+            sock.sendall(
+                f"GET /envs/bank/mcp HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: text/event-stream\r\n"
+                f"Mcp-Session-Id: {session_ids[i]}\r\nMcp-Protocol-Version: 2025-11-25\r\n\r\n".encode()
+            )
+            try:  # wait for the stream to open (its response starts and never completes)
+                opened.append(sock.recv(64).startswith(b"HTTP/1.1 200"))
+            except OSError:
+                opened.append(False)  # dropped: this client holds all the connections it may
+        else:
+            sock.sendall(
+                "POST /control/episodes HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                f"Authorization: Bearer {TOKEN}\r\nContent-Length: 1000000\r\n\r\n{{".encode()
+            )
+    if kind == "sse stream":
+        assert sum(opened) >= 5, opened
+    return socks
+
+
+@pytest.mark.parametrize("kind", ["trickled body", "sse stream"])
+def test_busy_connections_of_one_client_cannot_fill_the_connection_cap(tmp_path, kind):
+    log = tmp_path / "serve.log"
+    options = ("--max-connections", "20", "--body-timeout", "2", "--body-deadline", "4")
+    with envforge_serve(*options, log=log) as url:
+        socks = _busy_sockets(url, 25, kind)
+        try:
+            started = time.monotonic()
+            for _ in range(5):  # keep every trickling body alive, a byte a second
+                other = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=5)
+                with other:
+                    assert other.get(url + "/healthz").status_code == 200
+                for sock in socks:
+                    try:
+                        sock.sendall(b" ")
+                    except OSError:
+                        pass
+                time.sleep(1)
+            if kind == "trickled body":  # the whole-body deadline cut off the ones that were served
+                answers = []
+                for sock in socks:
+                    sock.settimeout(max(0.1, 8 - (time.monotonic() - started)))
+                    try:
+                        answers.append(sock.recv(64))
+                    except OSError:
+                        answers.append(b"")
+                assert any(a.startswith(b"HTTP/1.1 408") for a in answers), answers
+        finally:
+            for sock in socks:
+                sock.close()
+    assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
