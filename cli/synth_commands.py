@@ -312,7 +312,7 @@ def score_cmd(
             database, _, _ = ctx.states.task_initial(task)
             state, shown = await ctx.replayer.run_all(database, calls)
             assert state is not None  # exported
-            return score_episode(task, state, messages, shown_messages=shown)
+            return score_episode(task, state, messages, shown_messages=shown, keys=ctx.pks)
         finally:
             await fleet.aclose()
 

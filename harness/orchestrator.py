@@ -409,7 +409,9 @@ async def run_trial(
     )
     if final is not None and status != TrialStatus.INFRA_FAILURE:
         try:
-            ts = await score_trial(task, final, messages, status=status, judge=config.judge_llm)
+            ts = await score_trial(
+                task, final, messages, status=status, judge=config.judge_llm, keys=job.et.pks
+            )
             # `record.usage`, not `usage`: the record was validated from a copy of that dict.
             if ts.judge_usage:
                 add_usage(record.usage, "judge", ts.judge_usage)

@@ -22,7 +22,7 @@ import fcntl
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -229,7 +229,13 @@ def agent_calls(messages: list[Message]) -> list[Call]:
 
 
 async def score_trial(
-    task: Task, final_state: State, messages: list[Message], *, status: str, judge: LLMConfig | None = None
+    task: Task,
+    final_state: State,
+    messages: list[Message],
+    *,
+    status: str,
+    judge: LLMConfig | None = None,
+    keys: Mapping[str, tuple[str, ...]] | None = None,
 ) -> TrialScore:
     """The trial's reward from `compose_reward`, with the evidence only a trial has: the agent's
     calls, the LLM judge's verdict on the task's NL assertions (when a judge is configured; none
@@ -247,6 +253,7 @@ async def score_trial(
         final_state,
         agent_texts(messages),
         shown_texts(messages),
+        keys,
         agent_calls=agent_calls(messages),
         verdicts=verdicts,
         finished=status not in PREMATURE,
@@ -337,7 +344,7 @@ async def _rescore(
             result.records.append(rec)
             continue
         final = et.final_from_diff(task, _diff(rec.final_diff))
-        ts = await score_trial(task, final, rec.messages, status=rec.status, judge=judge)
+        ts = await score_trial(task, final, rec.messages, status=rec.status, judge=judge, keys=et.pks)
         result.records.append(
             rec.model_copy(
                 update={

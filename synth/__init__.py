@@ -100,7 +100,15 @@ if TYPE_CHECKING:
         stated_numbers,
         with_answers,
     )
-    from .statediff import apply_diff, cents_hash, diff_states, primary_keys, state_hashes, states_match
+    from .statediff import (
+        apply_diff,
+        cents_hash,
+        diff_states,
+        matches_up_to_created_ids,
+        primary_keys,
+        state_hashes,
+        states_match,
+    )
     from .tasks import BuildFailed, SynthConfig, build_task
     from .tau2 import (
         CHECK_REASONS,
@@ -226,6 +234,7 @@ _LAZY = {
     "primary_keys": "statediff",
     "state_hashes": "statediff",
     "states_match": "statediff",
+    "matches_up_to_created_ids": "statediff",
     "BuildFailed": "tasks",
     "SynthConfig": "tasks",
     "build_task": "tasks",
@@ -348,6 +357,7 @@ __all__ = [
     "load_graph",
     "load_phrases",
     "load_tasks",
+    "matches_up_to_created_ids",
     "measure_realism",
     "missing_facts",
     "number_tokens",

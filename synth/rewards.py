@@ -23,7 +23,7 @@ from envforge.server import State
 
 from .models import ActionCheck, Call, RewardPart, Score, Task
 from .scoring import checkpoint_passed, task_outputs_missing
-from .statediff import cents_hash, states_match
+from .statediff import cents_hash, matches_up_to_created_ids, states_match
 
 #: Parts judged from an end state and the agent's messages alone: no trajectory, no judge.
 OFFLINE_PARTS: tuple[RewardPart, ...] = (RewardPart.STATE, RewardPart.OUTPUTS, RewardPart.CHECKPOINTS)
@@ -56,6 +56,9 @@ class Evidence:
     final_state: State
     agent_messages: Sequence[str] = ()
     shown_messages: Sequence[str] = ()
+    keys: Mapping[str, tuple[str, ...]] | None = None
+    """Each table's primary-key columns, where the caller has the env: rows the episode created
+    then match the golden ones whatever ids their order of creation gave them."""
     agent_calls: Sequence[Call] | None = None
     golden_state: State | None = None
     verdicts: Mapping[RewardPart, PartScore] = field(default_factory=dict)
@@ -67,16 +70,25 @@ PartScorer = Callable[[Task, Evidence], PartScore | None]
 
 
 def score_state(task: Task, evidence: Evidence) -> PartScore:
-    """The final state equals the golden one, floats compared to cents."""
-    if evidence.golden_state is not None:
-        match = states_match(evidence.final_state, evidence.golden_state)
+    """The final state equals the golden one, floats compared to cents, up to the ids of the rows
+    the episode created (where `evidence.keys` says which columns are ids)."""
+    golden = evidence.golden_state
+    if golden is not None:
+
+        def matches(state: State) -> bool:
+            return states_match(state, golden)
     else:
-        match = cents_hash(evidence.final_state) == task.golden_cents_hash
-    return (
-        PartScore(1.0, "final state matches the golden state")
-        if match
-        else PartScore(0.0, "final state differs from the golden state")
-    )
+
+        def matches(state: State) -> bool:
+            return cents_hash(state) == task.golden_cents_hash
+
+    if matches(evidence.final_state):
+        return PartScore(1.0, "final state matches the golden state")
+    if evidence.keys is not None and matches_up_to_created_ids(
+        evidence.final_state, task.golden_diff, evidence.keys, matches
+    ):
+        return PartScore(1.0, "final state matches the golden state up to the ids of the rows it created")
+    return PartScore(0.0, "final state differs from the golden state")
 
 
 def score_outputs(task: Task, evidence: Evidence) -> PartScore:
@@ -176,12 +188,13 @@ def score_episode(
     agent_messages: Sequence[str],
     *,
     shown_messages: Sequence[str] = (),
+    keys: Mapping[str, tuple[str, ...]] | None = None,
     golden_state: State | None = None,
 ) -> Score:
     """Score one finished episode of `task` from its end state and the agent's messages, with the
     detail a record shows: every offline part is scored (whether or not the basis names it), the
     reward composed from them; `actions` and `nl_assertions` are reported as not judged."""
-    evidence = Evidence(final_state, agent_messages, shown_messages, golden_state=golden_state)
+    evidence = Evidence(final_state, agent_messages, shown_messages, keys, golden_state=golden_state)
     scored = {p: SCORERS[p](task, evidence) for p in OFFLINE_PARTS}
     return detailed_score(task, scored, compose_reward(task, evidence, scored=scored))
 

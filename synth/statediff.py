@@ -7,8 +7,9 @@ the initial state, so `tasks.jsonl` stays small however large the seed is.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping
 from json.encoder import c_make_encoder, encode_basestring, encode_basestring_ascii  # type: ignore[attr-defined]
 from operator import itemgetter
 from typing import Any
@@ -259,3 +260,94 @@ def states_match(a: State, b: State) -> bool:
         elif not all(x == y or cents_row(x) == cents_row(y) for x, y in zip(rows, other, strict=True)):
             return False  # row by row: only rows that differ exactly are rounded
     return True
+
+
+#: How many renamings of created ids `matches_up_to_created_ids` tries at most (rows of one shape
+#: can be named in any order: 5 alike are 120 ways).
+MAX_RENAMINGS = 120
+
+
+def matches_up_to_created_ids(
+    final: State,
+    golden_diff: StateDiff,
+    keys: Mapping[str, tuple[str, ...]],
+    matches: Callable[[State], bool],
+) -> bool:
+    """Whether `final` matches (by `matches`) once the ids of rows it created are renamed to the
+    golden run's.
+
+    Tools name a new row after the ones before it (`MAX(id) + 1`), so the same rows created in
+    another order (two independent bookings, a list argument's items) carry each other's ids, and
+    every reference to them follows. Such a state is the golden one up to the names of what the
+    episode created: the created rows (string keys of one column, taken from `golden_diff`) must
+    be the golden ones field for field, references to created ids aside, before any renaming is
+    tried; then each way of pairing rows of the same shape (at most MAX_RENAMINGS) is renamed
+    everywhere in the state and compared whole. Rows the golden run did not create, and integer
+    keys (a renamed 3 could be a count), are never renamed.
+    """
+    created: list[tuple[str, str, list[Row], list[Row]]] = []
+    for table, diff in golden_diff.items():
+        pk = keys.get(table, ())
+        if not diff.inserted or len(pk) != 1 or table not in final:
+            continue
+        (column,) = pk
+        golden_rows = diff.inserted
+        ids = {r.get(column) for r in golden_rows}
+        if not all(isinstance(i, str) for i in ids):
+            continue
+        created.append((table, column, golden_rows, [r for r in final[table] if r.get(column) in ids]))
+    new_ids = {r[c] for _, c, golden_rows, _ in created for r in golden_rows}
+    if not new_ids:
+        return False
+
+    def shape(row: Row, column: str) -> tuple[tuple[str, str], ...]:
+        return tuple(
+            sorted((k, "" if v in new_ids else json_key(to_cents(v))) for k, v in row.items() if k != column)
+        )
+
+    pairings: list[list[dict[str, str]]] = []  # per shape group, every way to pair its rows
+    for _, column, golden_rows, final_rows in created:
+        groups: dict[tuple[tuple[str, str], ...], tuple[list[str], list[str]]] = {}
+        for row in golden_rows:
+            groups.setdefault(shape(row, column), ([], []))[0].append(row[column])
+        for row in final_rows:
+            groups.setdefault(shape(row, column), ([], []))[1].append(row[column])
+        for golden_ids, final_ids in groups.values():
+            if len(golden_ids) != len(final_ids):
+                return False
+            pairings.append(
+                [dict(zip(order, golden_ids, strict=True)) for order in itertools.permutations(final_ids)]
+            )
+    tried = 0
+    for choice in itertools.product(*pairings):
+        renames = {old: new for part in choice for old, new in part.items() if old != new}
+        if not renames:
+            continue
+        if tried == MAX_RENAMINGS:
+            return False
+        tried += 1
+        if matches(_renamed(final, renames, keys)):
+            return True
+    return False
+
+
+def _renamed(state: State, renames: Mapping[str, str], keys: Mapping[str, tuple[str, ...]]) -> State:
+    """`state` with every cell holding a renamed id renamed, and each table with a renamed cell
+    re-sorted by its key (an export lists rows by key; a key may hold a reference). Tables with
+    nothing renamed are kept as they are."""
+    out: State = {}
+    for table, rows in state.items():
+        changed = False
+        new_rows = []
+        for row in rows:
+            if any(type(v) is str and v in renames for v in row.values()):
+                row = {k: renames.get(v, v) if type(v) is str else v for k, v in row.items()}
+                changed = True
+            new_rows.append(row)
+        if not changed:
+            out[table] = rows
+            continue
+        if keys.get(table):
+            new_rows.sort(key=lambda r: _sort_key(r, keys[table]))
+        out[table] = new_rows
+    return out

@@ -23,7 +23,7 @@ of them earns full reward can be gamed, and is neither shipped by synthesis nor 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from envforge.server import State, state_hash
 
@@ -49,11 +49,17 @@ CHECKS = (
 
 
 def _reward(
-    task: Task, final: State, messages: list[str], *, golden_state: State | None, shown: Sequence[str] = ()
+    task: Task,
+    final: State,
+    messages: list[str],
+    *,
+    golden_state: State | None,
+    shown: Sequence[str] = (),
+    keys: Mapping[str, tuple[str, ...]] | None = None,
 ) -> float:
     """The reward `compose_reward` gives the episode: only the parts of the task's basis are scored.
     `shown`: the result texts the run saw (an adversary may repeat what it was shown)."""
-    return compose_reward(task, Evidence(final, messages, shown, golden_state=golden_state)).value
+    return compose_reward(task, Evidence(final, messages, shown, keys, golden_state=golden_state)).value
 
 
 def write_indices(ctx: SynthContext, task: Task) -> list[int]:
@@ -249,7 +255,9 @@ async def adversary_rewards(
             else cents_hash(final) == task.golden_cents_hash
         )
         if counts(name, task, tools, reached_golden=reached):
-            rewards[name] = _reward(task, final, [message], golden_state=golden_state, shown=texts)
+            rewards[name] = _reward(
+                task, final, [message], golden_state=golden_state, shown=texts, keys=ctx.pks
+            )
             if until_gamed and rewards[name] == 1.0:
                 break
         else:

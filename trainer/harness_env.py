@@ -140,7 +140,8 @@ class _HarnessEpisode:
         else:
             final = await self.env.fleet.export_state(self.episode_id)
             judge = self.env.judge
-            ts = await score_trial(self.task, final, self.messages, status=status, judge=judge)
+            keys = self.env.env_tasks.pks
+            ts = await score_trial(self.task, final, self.messages, status=status, judge=judge, keys=keys)
             try:
                 error, reason, _ = await detect_user_error(
                     self.task, self.messages, judge if ts.score.reward < 1.0 else None

@@ -97,7 +97,7 @@ class _FleetEpisode:
         if self.env.reward_fn is not None:
             reward, parts = self.env.reward_fn(self.task, state, agent_messages)
             return RewardInfo(reward=reward, parts=parts)
-        evidence = Evidence(state, agent_messages, self.shown, agent_calls=self.calls)
+        evidence = Evidence(state, agent_messages, self.shown, self.env.keys, agent_calls=self.calls)
         composed = compose_reward(self.task, evidence)
         return RewardInfo(reward=composed.value, parts={str(p): s.value for p, s in composed.parts.items()})
 
@@ -120,7 +120,7 @@ class FleetRolloutEnv:
         self.reward_fn = reward_fn
         self.use_mcp = use_mcp
         self._env = fleet.env(env_name)
-        self._pks = primary_keys(self._env.tables)
+        self.keys = primary_keys(self._env.tables)
 
     def task_ids(self) -> list[str]:
         return sorted(self.tasks)
@@ -141,7 +141,7 @@ class FleetRolloutEnv:
     @asynccontextmanager
     async def episode(self, task_id: str) -> AsyncIterator[_FleetEpisode]:
         task = self.tasks[task_id]
-        state = apply_diff(self._pks, self._env.seed_state(), task.setup) if task.setup else None
+        state = apply_diff(self.keys, self._env.seed_state(), task.setup) if task.setup else None
         ep = await self.fleet.create_episode(self.name, state=state)
         try:
             if self.use_mcp:
