@@ -50,7 +50,7 @@ from .confined_protocol import (
     to_wire,
 )
 from .dbthreads import submit_on_db_thread
-from .errors import EnvLoadError, InvalidArguments, LoadProblem, ToolError
+from .errors import EnvLoadError, InvalidArguments, LoadProblem, ToolError, ToolTimeout
 from .manifest import EnvManifest
 from .tooldef import ToolSpec
 
@@ -65,6 +65,39 @@ DEFAULT_LIMITS = confinement.Limits()
 class ConfinedToolCrash(RuntimeError):
     """A confined tool failed as a bug, not as a refusal: an exception other than `ToolError`,
     its worker died mid-call, or it ran past its time limit."""
+
+
+class ConfinedToolTimeout(ConfinedToolCrash, ToolTimeout):
+    """A confined call ran past its time limit: in its worker, or in a statement it sent, which
+    SQLite stopped at the same deadline (see `_Deadline`). Its worker was stopped."""
+
+
+class _Deadline:
+    """When a call's statements must stop (`time.monotonic()`), read by SQLite's progress handler
+    on whichever thread runs them.
+
+    A statement runs in this process, on the episode's connection, where the worker's kill cannot
+    reach it: without a deadline an endless query held the SQLite thread, which every episode of
+    every env shares, for good (the call's rollback and every other episode's work queued behind
+    it). A call that fails sets the deadline to the past (`expire`), so a statement of it still
+    running or queued stops at once and the rollback follows.
+    """
+
+    __slots__ = ("at",)
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+    def expire(self) -> None:
+        self.at = float("-inf")
+
+
+class _StatementStopped(Exception):
+    """SQLite stopped one of a call's statements at the call's deadline.
+
+    Not an `sqlite3.Error`: it is not answered to the tool (which could catch it and send the next
+    statement); the call itself fails as over its time limit.
+    """
 
 
 class _Unset:
@@ -205,10 +238,10 @@ class _Raise:
 class _PendingCall:
     """One call in flight: what the worker sent it and the call has not yet read, and its statements."""
 
-    __slots__ = ("conn", "db", "inbox", "last_statement", "transport", "waiter")
+    __slots__ = ("conn", "db", "deadline", "inbox", "last_statement", "transport", "waiter")
 
-    def __init__(self, db: Any, transport: asyncio.WriteTransport) -> None:
-        self.db, self.transport = db, transport
+    def __init__(self, db: Any, transport: asyncio.WriteTransport, deadline: _Deadline) -> None:
+        self.db, self.transport, self.deadline = db, transport, deadline
         self.conn = _plain_connection(db)
         self.inbox: collections.deque[Any] = collections.deque()
         self.waiter: asyncio.Future[None] | None = None
@@ -358,8 +391,9 @@ class ToolWorker:
             last = pending.last_statement
             if (last is None or last.done()) and conn._connection is not None and _is_read(msg):
                 try:
-                    reply = _read_inline(conn._conn, msg)
-                except Exception as exc:  # a value SQLite cannot bind (as on the thread): the call fails
+                    reply = _read_inline(conn._conn, msg, pending.deadline)
+                except Exception as exc:  # a value SQLite cannot bind (as on the thread), or the
+                    # call's deadline: the call fails
                     pending.put(_Raise(exc))
                     return
                 if reply is not None:
@@ -370,7 +404,7 @@ class ToolWorker:
             pending.last_statement = done
             then = functools.partial(self._answer, msg.id, pending, done)
             try:
-                submit_on_db_thread(conn, _answer_statement, conn._conn, msg, then=then)
+                submit_on_db_thread(conn, _answer_statement, conn._conn, msg, pending.deadline, then=then)
             except ValueError as exc:  # the episode's connection is closed
                 reply = encode(
                     SqlReply(id=msg.id, req=msg.req, error=str(exc), error_class="ProgrammingError")
@@ -420,12 +454,15 @@ class ToolWorker:
         """Run `tool` in the worker, serving its SQL with `db`; the rendered result text."""
         transport = await self._ensure()
         call_id = next(self._ids)
-        pending = _PendingCall(db, transport)
+        limit = self.limits.call_timeout_s
+        deadline = _Deadline(time.monotonic() + limit)
+        pending = _PendingCall(db, transport, deadline)
         self._calls[call_id] = pending
         proc = self._proc
+        returned = False
         try:
             transport.write(encode(Call(id=call_id, tool=tool, arguments=to_wire(arguments))))
-            async with asyncio.timeout(self.limits.call_timeout_s):
+            async with asyncio.timeout(limit):
                 while True:
                     msg = await pending.get()
                     if msg is _DIED:
@@ -443,29 +480,30 @@ class ToolWorker:
                         # that statement still runs before the runtime commits or rolls back
                         await asyncio.wait([last])
                     if msg.outcome == "ok":
+                        returned = True
                         return msg.text
                     if msg.outcome == "refused":
                         raise ToolError(msg.text)
                     if msg.outcome == "invalid":
                         raise InvalidArguments(msg.text)
                     raise ConfinedToolCrash(msg.text)
-        except TimeoutError:
+        except (TimeoutError, _StatementStopped):
             if self._proc is proc:
-                self.stop(f"a call to '{tool}' ran past {self.limits.call_timeout_s:g}s")
-            raise ConfinedToolCrash(
-                f"tool '{tool}' ran longer than {self.limits.call_timeout_s:g}s; its worker was stopped"
-            ) from None
+                self.stop(f"a call to '{tool}' ran past {limit:g}s")
+            raise ConfinedToolTimeout(f"it ran past its time limit of {limit:g}s and was stopped") from None
         except asyncio.CancelledError:
             if self._transport is transport and not transport.is_closing():
                 transport.write(encode(Cancel(id=call_id)))
             raise
         finally:
+            if not returned:  # whatever of it still runs or waits on the SQLite thread stops now
+                deadline.expire()
             self._calls.pop(call_id, None)
 
 
 INLINE_READ_BUDGET_S = 0.02
 """How long a read may hold the event loop's thread before it is stopped and run on the SQLite thread."""
-_PROGRESS_STEPS = 1000  # SQLite VM instructions between two looks at the clock
+_PROGRESS_STEPS = 1000  # SQLite VM instructions between two looks at the clock (a few µs of work)
 
 
 class _TransactionLost(ConfinedToolCrash):
@@ -478,7 +516,7 @@ def _is_read(msg: SqlRequest) -> bool:
     return msg.op != "executemany" and msg.sql.lstrip()[:6].upper() == "SELECT"
 
 
-def _read_inline(conn: sqlite3.Connection, msg: SqlRequest) -> bytes | None:
+def _read_inline(conn: sqlite3.Connection, msg: SqlRequest, deadline: _Deadline) -> bytes | None:
     """Run a read on this (the event loop's) thread; None when it ran past `INLINE_READ_BUDGET_S`.
 
     A statement's trip to the SQLite thread and back wakes two threads; on a loaded machine each
@@ -487,33 +525,50 @@ def _read_inline(conn: sqlite3.Connection, msg: SqlRequest) -> bytes | None:
     call and no statement of the call is pending on the SQLite thread, so nothing else uses the
     connection meanwhile. A read that runs long is interrupted (a SELECT leaves the transaction as
     it was) and the caller queues it to the SQLite thread, so the loop is never held for longer.
+    Past the call's own `deadline` it raises `_StatementStopped` instead.
     """
-    deadline = time.monotonic() + INLINE_READ_BUDGET_S
-    stopped = False
-
-    def past_budget() -> bool:
-        nonlocal stopped
-        stopped = time.monotonic() > deadline
-        return stopped
-
+    budget = _Deadline(min(time.monotonic() + INLINE_READ_BUDGET_S, deadline.at))
     in_transaction = conn.in_transaction
-    conn.set_progress_handler(past_budget, _PROGRESS_STEPS)
     try:
-        reply = _answer_statement(conn, msg)
-    finally:
-        conn.set_progress_handler(None, 0)
-    if not stopped:
-        return reply
+        return _answer_statement(conn, msg, budget)
+    except _StatementStopped:
+        if time.monotonic() > deadline.at:
+            raise
     if in_transaction and not conn.in_transaction:
         raise _TransactionLost("a read was stopped part way and the call's transaction ended with it")
     return None
 
 
-def _answer_statement(conn: sqlite3.Connection, msg: SqlRequest) -> bytes:
+def _answer_statement(conn: sqlite3.Connection, msg: SqlRequest, deadline: _Deadline) -> bytes:
     """Run one of the worker's statements on the episode's connection; the encoded `SqlReply`.
 
-    The same operations as the `Db` methods the worker's `RemoteDb` mirrors, one trip each.
+    SQLite stops the statement at `deadline` (a progress handler: it holds this thread, which the
+    worker's kill cannot free), and then `_StatementStopped` is raised instead of an answer. Runs
+    on whichever thread calls it, so it bounds a statement on the SQLite thread and on the event
+    loop's alike.
     """
+    if time.monotonic() > deadline.at:
+        raise _StatementStopped  # queued behind a call that has failed or run out of time
+    stopped = False
+
+    def past_deadline() -> bool:
+        nonlocal stopped
+        stopped = stopped or time.monotonic() > deadline.at
+        return stopped
+
+    conn.set_progress_handler(past_deadline, _PROGRESS_STEPS)
+    try:
+        reply = _run_request(conn, msg)
+    finally:
+        conn.set_progress_handler(None, 0)
+    if stopped:  # its interruption was answered as an SQL error: the call fails instead
+        raise _StatementStopped
+    return reply
+
+
+def _run_request(conn: sqlite3.Connection, msg: SqlRequest) -> bytes:
+    """`_answer_statement`'s work: the same operations as the `Db` methods the worker's `RemoteDb`
+    mirrors, one trip each."""
     params = from_wire(msg.params)
     if params is None:
         params = ()

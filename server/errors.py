@@ -38,6 +38,11 @@ class InvalidArguments(Exception):
     as kind `invalid` exactly like the in-process check, not as a refusal or an env bug."""
 
 
+class ToolTimeout(Exception):
+    """A tool call ran past its time limit and was stopped: an env error, not a refusal. Its
+    message says which limit, so the agent reads why instead of a bare exception name."""
+
+
 class EnvLoadError(Exception):
     """An env folder failed validation; carries every problem found, each with file and line."""
 

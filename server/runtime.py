@@ -10,8 +10,9 @@ episode's `SqlGuard`). The agent gets text: strings as they are, everything else
 
 Each result has a kind, so that a crashing env is never mistaken for a refusal: `ok`; `refused`
 (the tool raised `ToolError`: a domain rule the agent should read); `invalid` (unknown tool or
-bad arguments); `env_error` (an unexpected exception or a statement the guard denied: a bug of
-the env, logged with its traceback and shown as an internal error of the env).
+bad arguments); `env_error` (an unexpected exception, a statement the guard denied or a call
+over its time limit: a bug of the env, logged with its traceback and shown as an internal error
+of the env).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pydantic import BaseModel, ValidationError
 from .db import Db
 from .dbthreads import on_db_thread
 from .episodes import Episode
-from .errors import InvalidArguments, ToolError
+from .errors import InvalidArguments, ToolError, ToolTimeout
 from .loader import Environment
 from .sqlguard import end_transaction
 from .tooldef import ToolSpec
@@ -225,7 +226,8 @@ async def execute(episode: Episode, name: str, arguments: Any) -> ToolResult:
         except InvalidArguments as exc:
             refusal = _error(str(exc))
         except Exception as exc:
-            cause = type(exc).__name__
+            # a time limit is named (the agent may retry differently); any other message is the env's
+            cause = str(exc) if isinstance(exc, ToolTimeout) else type(exc).__name__
             if guard.denied:
                 cause = f"SQL refused: {guard.denied}"
                 log.error("tool %s.%s was denied by the SQL guard: %s", env.name, name, guard.denied)

@@ -1,0 +1,118 @@
+"""Attacks by a confined tool's SQL on the process that runs it.
+
+A confined tool's statements run in the serving (or synthesizing) process, on the episode's
+connection: the worker's own limits (its kill, its CPU and memory bounds) do not reach them. Each
+test loads a confined env straight through `load_env` (the static gate skipped) and calls it
+through a real fleet, a real worker under bubblewrap and real SQLite. A statement that never ends
+must be stopped at the call's time limit, its episode rolled back, and no other episode (of any
+env: they share the SQLite thread) kept waiting past that limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sqlite3
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from test_attack_confinement import make_confined_env
+
+from envforge.server import Environment, Fleet, load_env
+from envforge.server import confined_tools as confined_tools_module
+from envforge.server.dbthreads import WorkerPool
+
+CALL_LIMIT_S = 1.5
+"""The call time limit in these tests (30 s when serving)."""
+WATCHDOG_S = 10.0
+"""When a test interrupts the attack itself: code without a bound fails the test instead of hanging."""
+ENDLESS = 10**15
+"""Rows of a recursive count that SQLite needs days for."""
+
+SQL_TOOLS = textwrap.dedent(
+    '''
+    """Tools whose SQL is the attack."""
+
+    from __future__ import annotations
+
+    from envforge.server import Db, tool
+
+
+    @tool
+    async def count_notes(db: Db) -> int:
+        """How many notes there are."""
+        return await db.fetch_value("SELECT COUNT(*) FROM notes")
+
+
+    @tool(writes=["notes"])
+    async def add_then_count(db: Db, body: str, n: int) -> int:
+        """Add a note, then count to n the slow way.
+
+        Args:
+            body: Text of the note.
+            n: How far to count.
+        """
+        await db.execute("INSERT INTO notes (body) VALUES (?)", (body,))
+        return await db.fetch_value(
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < ?) "
+            "SELECT COUNT(*) FROM c",
+            (n,),
+        )
+    '''
+)
+
+
+@pytest.fixture
+def sql_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Environment:
+    limits = dataclasses.replace(confined_tools_module.DEFAULT_LIMITS, call_timeout_s=CALL_LIMIT_S)
+    monkeypatch.setattr(confined_tools_module, "DEFAULT_LIMITS", limits)
+    return load_env(make_confined_env(tmp_path / "sql", SQL_TOOLS))
+
+
+@contextmanager
+def watchdog(conn: sqlite3.Connection) -> Iterator[None]:
+    """Interrupt `conn`'s statement after `WATCHDOG_S`: without a bound the attack holds the
+    SQLite thread (or the event loop) for good, and the test must then fail, not hang."""
+    timer = threading.Timer(WATCHDOG_S, conn.interrupt)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+async def test_an_endless_statement_stops_at_the_call_limit_and_holds_up_no_other_env(
+    sql_env: Environment, bank_env: Environment
+) -> None:
+    fleet = Fleet([sql_env, bank_env])
+    fleet.store.pool = WorkerPool(1)  # one SQLite thread for every episode, as `default_pool` has
+    try:
+        attacker = await fleet.create_episode("payloads")
+        bystander = await fleet.create_episode("bank")
+        assert (await fleet.call(attacker.id, "count_notes", {})).text == "1"  # the worker is up
+        with watchdog(attacker.conn._conn):
+            start = time.monotonic()
+            attack = asyncio.create_task(
+                fleet.call(attacker.id, "add_then_count", {"body": "half", "n": ENDLESS})
+            )
+            await asyncio.sleep(0.3)
+            read = await fleet.call(bystander.id, "get_account", {"account_id": "A-1"})
+            newcomer = await fleet.create_episode("bank")
+            bystander_waited = time.monotonic() - start
+            result = await attack
+            attack_took = time.monotonic() - start
+        assert not read.is_error and "A-1" in read.text, read.text
+        assert bystander_waited < CALL_LIMIT_S + 2.5, f"another env's episode waited {bystander_waited:.1f}s"
+        assert attack_took < CALL_LIMIT_S + 2.5, f"the call took {attack_took:.1f}s"
+        assert result.kind == "env_error", result.text
+        assert f"time limit of {CALL_LIMIT_S:g}s" in result.text, result.text
+        # rolled back: the note it added is gone, and the episode (and a new one) still serve
+        assert (await fleet.call(attacker.id, "count_notes", {})).text == "1"
+        assert not (await fleet.call(newcomer.id, "get_account", {"account_id": "A-1"})).is_error
+    finally:
+        await fleet.aclose()
