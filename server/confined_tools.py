@@ -49,7 +49,7 @@ from .confined_protocol import (
     rows_to_wire,
     to_wire,
 )
-from .dbthreads import submit_on_db_thread
+from .dbthreads import on_db_thread, submit_on_db_thread
 from .errors import EnvLoadError, InvalidArguments, LoadProblem, ToolError, ToolTimeout
 from .manifest import EnvManifest
 from .tooldef import ToolSpec
@@ -471,7 +471,7 @@ class ToolWorker:
                         raise msg.exc
                     if type(msg) is SqlRequest:
                         if not transport.is_closing():
-                            transport.write(encode(await serve_sql(db, msg)))
+                            transport.write(await serve_sql(db, msg, deadline))
                         continue
                     assert type(msg) is Result
                     last = pending.last_statement
@@ -616,15 +616,6 @@ def _run_request(conn: sqlite3.Connection, msg: SqlRequest) -> bytes:
         return encode(SqlReply(msg.id, msg.req, error="result too large", error_class="OperationalError"))
 
 
-def _reply_rows(msg: SqlRequest, **fields: Any) -> SqlReply:
-    reply = SqlReply(id=msg.id, req=msg.req, **fields)
-    try:
-        encode(reply)
-    except ProtocolError:
-        return SqlReply(id=msg.id, req=msg.req, error="result too large", error_class="OperationalError")
-    return reply
-
-
 Statement = tuple[list[str] | None, list[list[Any]], int, int | None]
 
 
@@ -647,55 +638,29 @@ def _first_row(conn: sqlite3.Connection, sql: str, params: Any) -> tuple[list[st
         cur.close()
 
 
-async def _statement(db: Any, sql: str, params: Any) -> Statement:
-    """One statement with its cursor's facts, through the `Db` (a connection that tracks writes)."""
-    cur = await db.execute(sql, params)
-    try:
-        desc = cur.description
-        rows = [list(r) for r in await cur.fetchall()]
-        return (None if desc is None else [d[0] for d in desc]), rows, cur.rowcount, cur.lastrowid
-    finally:
-        await cur.close()
+def _answer_tracked(conn: sqlite3.Connection, sql: str, msg: SqlRequest, deadline: _Deadline) -> bytes:
+    """`_answer_statement`, with the statement's text (`msg.sql`) as the second argument, where a
+    scratch connection's `_execute` looks for it to learn what the statement writes."""
+    return _answer_statement(conn, msg, deadline)
 
 
-async def serve_sql(db: Any, msg: SqlRequest) -> SqlReply:
-    """Run one of the worker's statements through the episode's `Db` and package the answer.
+async def serve_sql(db: Any, msg: SqlRequest, deadline: _Deadline) -> bytes:
+    """Run one of the worker's statements through the connection's own `_execute`; the encoded
+    `SqlReply`.
 
-    For connections that must see each statement through their own methods; a plain episode
-    connection runs it in one function on its thread instead (`_answer_statement`).
+    For connections that run their statements themselves, on the caller's thread (synthesis's
+    inline and scratch connections; the scratch ones track what each statement text writes, and
+    see this one as they see a `Db`'s). On the event loop's thread `asyncio.timeout` cannot fire
+    while a statement runs: `_answer_statement`'s deadline is what stops an endless one there.
     """
-    params = from_wire(msg.params)
-    if params is None:
-        params = ()
+    conn = db._conn
     try:
-        if msg.op == "execute":
-            columns, rows, rowcount, lastrowid = await _statement(db, msg.sql, params)
-            return _reply_rows(
-                msg, columns=columns, rows=to_wire(rows), rowcount=rowcount, lastrowid=lastrowid
-            )
-        if msg.op == "execute_fetchall":
-            found = await db.execute_fetchall(msg.sql, params)
-            return _reply_rows(msg, rows=to_wire([list(r) for r in found]))
-        if msg.op == "executemany":
-            await db.executemany(msg.sql, params)
-            return SqlReply(id=msg.id, req=msg.req)
-        if msg.op == "fetch_all":
-            found = await db.fetch_all(msg.sql, params)
-            cols = list(found[0]) if found else []
-            return _reply_rows(msg, columns=cols, rows=to_wire([list(r.values()) for r in found]))
-        if msg.op == "fetch_one":
-            row = await db.fetch_one(msg.sql, params)
-            if row is None:
-                return SqlReply(id=msg.id, req=msg.req, columns=[])
-            return _reply_rows(msg, columns=list(row), rows=to_wire([list(row.values())]))
-        value = await db.fetch_value(msg.sql, params)
-        return _reply_rows(msg, rows=to_wire([[value]]))
-    except ToolError as exc:
-        return SqlReply(id=msg.id, req=msg.req, error=str(exc), error_class="ToolError")
-    except sqlite3.Error as exc:
-        return SqlReply(id=msg.id, req=msg.req, error=str(exc), error_class=type(exc).__name__)
-    except (TypeError, ValueError) as exc:
-        return SqlReply(id=msg.id, req=msg.req, error=str(exc), error_class="ProgrammingError")
+        return await on_db_thread(conn, _answer_tracked, conn._conn, msg.sql, msg, deadline)
+    except sqlite3.Error as exc:  # a cached statement outside the tool's writes, refused unrun
+        reply = SqlReply(id=msg.id, req=msg.req, error=str(exc), error_class=type(exc).__name__)
+    except ValueError as exc:  # the connection is closed
+        reply = SqlReply(id=msg.id, req=msg.req, error=str(exc), error_class="ProgrammingError")
+    return encode(reply)
 
 
 def _spec(worker: ToolWorker, d: ToolDescription) -> ToolSpec:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from test_attack_confinement import make_confined_env
 
-from envforge.server import Environment, Fleet, load_env
+from envforge.server import Environment, Fleet, ScratchPool, execute, load_env, run_inline
 from envforge.server import confined_tools as confined_tools_module
 from envforge.server.dbthreads import WorkerPool
 
@@ -116,3 +116,63 @@ async def test_an_endless_statement_stops_at_the_call_limit_and_holds_up_no_othe
         assert not (await fleet.call(newcomer.id, "get_account", {"account_id": "A-1"})).is_error
     finally:
         await fleet.aclose()
+
+
+class Ticker:
+    """Notes when the event loop last ran it: the longest gap is how long the loop was frozen."""
+
+    def __init__(self) -> None:
+        self.ticks: list[float] = []
+
+    async def run(self) -> None:
+        while True:
+            self.ticks.append(time.monotonic())
+            await asyncio.sleep(0.05)
+
+    def longest_gap(self) -> float:
+        return max(b - a for a, b in zip(self.ticks, self.ticks[1:], strict=False))
+
+
+async def test_an_endless_statement_during_synthesis_stops_at_the_call_limit(sql_env: Environment) -> None:
+    """Task synthesis runs SQL on the event loop's thread (`run_inline`), where the call's
+    `asyncio.timeout` cannot fire while a statement runs: the statement's own deadline must stop it."""
+    fleet = Fleet([sql_env])
+    run_inline(fleet)
+    ticker = Ticker()
+    ticking = asyncio.create_task(ticker.run())
+    try:
+        ep = await fleet.create_episode("payloads")
+        assert (await fleet.call(ep.id, "count_notes", {})).text == "1"  # the worker is up
+        with watchdog(ep.conn._conn):
+            start = time.monotonic()
+            result = await fleet.call(ep.id, "add_then_count", {"body": "half", "n": ENDLESS})
+            took = time.monotonic() - start
+        assert took < CALL_LIMIT_S + 2.5, f"the call (and the event loop) took {took:.1f}s"
+        assert ticker.longest_gap() < CALL_LIMIT_S + 2.5, f"the loop froze {ticker.longest_gap():.1f}s"
+        assert result.kind == "env_error", result.text
+        assert f"time limit of {CALL_LIMIT_S:g}s" in result.text, result.text
+        assert (await fleet.call(ep.id, "count_notes", {})).text == "1"  # rolled back
+    finally:
+        ticking.cancel()
+        await fleet.aclose()
+
+
+async def test_an_endless_statement_in_a_scratch_episode_stops_at_the_call_limit(
+    sql_env: Environment,
+) -> None:
+    """Synthesis's walks and replays run on `ScratchPool` episodes, inline too."""
+    pool = ScratchPool(sql_env)
+    ep = pool.open(sql_env.seed_db)
+    try:
+        assert (await execute(ep, "count_notes", {})).text == "1"  # the worker is up
+        with watchdog(ep.conn._conn):
+            start = time.monotonic()
+            result = await execute(ep, "add_then_count", {"body": "half", "n": ENDLESS})
+            took = time.monotonic() - start
+        assert took < CALL_LIMIT_S + 2.5, f"the call (and the event loop) took {took:.1f}s"
+        assert result.kind == "env_error", result.text
+        assert f"time limit of {CALL_LIMIT_S:g}s" in result.text, result.text
+        assert (await execute(ep, "count_notes", {})).text == "1"  # rolled back
+    finally:
+        pool.close(ep)
+        pool.close_all()
