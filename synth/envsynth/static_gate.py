@@ -12,12 +12,25 @@ allowlist of what may be referenced, so a new trick fails by default:
   not even as a name bound to something else;
 - no dunder names, no attribute starting with `_`, no frame/code/traceback attributes
   (`gi_frame`, `f_globals`, `tb_frame`, ...), no `.format`/`.format_map` (format-string
-  attribute walks), no string literal containing `__`, no `global`/`nonlocal`;
+  attribute walks), no string literal containing `__`, no `global`/`nonlocal`. The attribute rules
+  hold wherever the code names an attribute, not only in `x.attr`: a class pattern's keywords
+  (`case C(attr=v)`), and the member or field names given to Enum's and namedtuple's functional
+  forms (which must be literal strings). A class pattern's positional sub-patterns read the
+  attributes its class's `__match_args__` names at run time, so they are allowed only for the
+  builtin types that match the subject itself (`case int(n)`). Nothing in the allowlist reads an
+  attribute named by a runtime string (`dataclasses.asdict`, `replace`, `fields` read the names
+  of Field objects, which code can rename, so they are not listed);
 - annotations within a small grammar: names, dotted names, subscripts, `|`, `None`, and constants
-  only inside `Literal[...]`; a string annotation is rejected, so `typing.get_type_hints` never
-  evaluates code;
-- at module top level only imports, defs, classes, docstrings and assignments, and the only calls
-  evaluated at import time (top level, decorators, defaults, class bodies) are `IMPORT_TIME_CALLS`;
+  only inside `Literal[...]`; a string annotation is rejected, and so is a type alias (a name an
+  annotation uses) outside the same grammar, so `typing.get_type_hints` never evaluates a string
+  as code (`X = Optional["..."]` would be);
+- at module top level only imports, defs, classes, docstrings and assignments to names; what runs
+  at import time (values, decorators, defaults, class headers and bodies) never calls the file's
+  own code: the only calls are `IMPORT_TIME_CALLS`, resolved by what their name is bound to (a def
+  or assignment of the same name makes it the file's own), without callback arguments (`key=`,
+  `dict(x)`, which calls `x.keys()`); decorators are `IMPORT_TIME_DECORATORS` (or a property's
+  `.setter`); no metaclass; attributes read only of modules, imported names and, one level deep, of
+  the file's classes (anything else may be a property); no `classmethod` over `property`;
 - SQL literals and schema.sql never ATTACH, run PRAGMAs, VACUUM INTO or load extensions (SQLite's
   authorizer enforces this for real; this only gives the model an early, precise repair hint).
 """
@@ -71,7 +84,9 @@ MODULE_ATTRS: dict[str, frozenset[str]] = {
         }
     ),
     "functools": frozenset({"partial", "lru_cache", "cache", "cmp_to_key", "total_ordering"}),
-    "dataclasses": frozenset({"dataclass", "field", "asdict", "astuple", "replace", "fields"}),
+    # not asdict/astuple/replace/fields: they read attributes named by Field objects, and a Field
+    # object the code holds (the default it gave `x: int = F`) can be renamed at run time
+    "dataclasses": frozenset({"dataclass", "field"}),
     "enum": frozenset({"Enum", "IntEnum", "StrEnum", "auto"}),
     "string": frozenset(
         {
@@ -109,26 +124,51 @@ FORBIDDEN_ATTRS = frozenset({"format", "format_map", "mro"})
 FRAME_ATTR_PREFIXES = ("gi_", "cr_", "ag_", "f_", "tb_", "co_")
 IMPORT_TIME_CALLS = frozenset(
     {
-        "tool",
-        "frozenset",
-        "set",
-        "tuple",
-        "list",
-        "dict",
-        "range",
-        "Decimal",
-        "date",
-        "datetime",
-        "timedelta",
-        "compile",  # only as re.compile (a bare `compile` Name is not a safe builtin)
-        "TypeVar",
-        "Literal",
-        "field",
-        "dataclass",
-        "len",
-        "sorted",
+        "envforge.server.tool",
+        "builtins.frozenset",
+        "builtins.set",
+        "builtins.tuple",
+        "builtins.list",
+        "builtins.dict",  # with literal arguments only: `dict(x)` calls `x.keys()`
+        "builtins.range",
+        "builtins.len",
+        "builtins.sorted",  # without `key=`
+        "decimal.Decimal",
+        "datetime.date",
+        "datetime.datetime",
+        "datetime.time",
+        "datetime.timedelta",
+        "datetime.timezone",
+        "datetime.date.fromisoformat",
+        "datetime.datetime.fromisoformat",
+        "re.compile",
+        "typing.TypeVar",
+        "dataclasses.field",
+        "dataclasses.dataclass",
+        "functools.lru_cache",
+    }
+)  # qualified by what the called name is bound to (`from datetime import date` -> datetime.date)
+IMPORT_TIME_DECORATORS = frozenset(
+    {
+        "envforge.server.tool",
+        "dataclasses.dataclass",
+        "builtins.staticmethod",
+        "builtins.classmethod",
+        "builtins.property",
+        "functools.cache",
+        "functools.lru_cache",
+        "functools.total_ordering",
     }
 )
+CALLBACK_KEYWORDS = frozenset({"key"})  # an import-time call would call back into the file through it
+PROPERTY_DECORATORS = frozenset({"setter", "getter", "deleter"})
+SELF_MATCHING = frozenset(
+    {"bool", "bytes", "dict", "float", "frozenset", "int", "list", "set", "str", "tuple"}
+)
+NAME_FACTORIES = frozenset(
+    {"enum.Enum", "enum.IntEnum", "enum.StrEnum", "collections.namedtuple", "typing.NamedTuple"}
+)
+_DATA_LITERALS = (ast.Dict, ast.List, ast.Tuple, ast.DictComp, ast.ListComp)
 DANGEROUS_SQL = re.compile(r"\b(ATTACH|DETACH|PRAGMA|load_extension|VACUUM|readfile|writefile)\b", re.I)
 _BUILTIN_NAMES = frozenset(dir(builtins))
 
@@ -159,14 +199,149 @@ def _dunder(name: str) -> bool:
     return name.startswith("__") and name.endswith("__")
 
 
+def _attribute_problem(attr: str) -> tuple[str, str] | None:
+    """The rule an attribute name breaks (None: none), however the code names the attribute.
+
+    `x.attr`, a class pattern's `case C(attr=v)` and an Enum member or namedtuple field all name
+    an attribute; one set of rules for every spelling, so no spelling reaches `__globals__`.
+    """
+    if attr.startswith("_"):
+        return "private or dunder attribute", attr
+    if attr in FORBIDDEN_ATTRS or attr.startswith(FRAME_ATTR_PREFIXES):
+        return "forbidden attribute", attr
+    return None
+
+
+def _bound_names(target: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def _class_scope(node: ast.ClassDef) -> set[str]:
+    """The names a class body binds: inside it they hide the module's and the builtins'."""
+    out: set[str] = set()
+    for stmt in node.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(stmt.name)
+        elif isinstance(stmt, ast.Assign):
+            for t in stmt.targets:
+                out |= _bound_names(t)
+        elif isinstance(stmt, ast.AnnAssign):
+            out |= _bound_names(stmt.target)
+    return out
+
+
+def _literal_names(node: ast.expr) -> list[str] | None:
+    """The member or field names of a functional Enum/namedtuple, when written as literals."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value.replace(",", " ").split()
+    if isinstance(node, ast.List | ast.Tuple):
+        out = []
+        for elt in node.elts:
+            first = elt.elts[0] if isinstance(elt, ast.List | ast.Tuple) and elt.elts else elt
+            if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+                return None
+            out.append(first.value)
+        return out
+    if isinstance(node, ast.Dict):
+        keys = [
+            k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else None for k in node.keys
+        ]
+        return None if None in keys else [k for k in keys if k is not None]
+    return None
+
+
 class _Checker(ast.NodeVisitor):
     def __init__(self, imports: frozenset[str]) -> None:
         self.imports = imports
         self.found: list[Violation] = []
         self.modules: dict[str, str] = {}  # local name -> module it is bound to
+        self.from_imports: dict[str, str] = {}  # top-level `from m import x as y`: y -> "m.x"
+        self.module_bound: frozenset[str] = frozenset()  # top-level names the file binds itself
+        self.classes: frozenset[str] = frozenset()  # top-level names bound only by a `class`
+        self.file_bound: frozenset[str] = frozenset()  # every name the file binds, in any scope
+        self.enum_classes: set[str] = set()  # the file's classes derived from an Enum
+        self.factory_refs: set[int] = set()  # ids of nodes where a name factory may appear
+        self.annotation_names: set[str] = set()
+        self.assigned: dict[str, list[ast.expr]] = {}  # module and class level: name -> values
 
     def bad(self, node: ast.AST, rule: str, detail: str) -> None:
         self.found.append(Violation(getattr(node, "lineno", None), rule, detail))
+
+    def scan(self, tree: ast.Module) -> None:
+        """What the rules need to know of the whole file before checking any of it."""
+        top: set[str] = set()
+        only_class: set[str] = set()
+        for stmt in tree.body:
+            if isinstance(stmt, ast.ImportFrom) and not stmt.level and stmt.module:
+                for a in stmt.names:
+                    self.from_imports[a.asname or a.name] = f"{stmt.module}.{a.name}"
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                top.add(stmt.name)
+            elif isinstance(stmt, ast.ClassDef):
+                only_class.add(stmt.name)
+            elif isinstance(stmt, ast.Assign):
+                for t in stmt.targets:
+                    top |= _bound_names(t)
+            elif isinstance(stmt, ast.AnnAssign):
+                top |= _bound_names(stmt.target)
+        self.module_bound = frozenset(top | only_class)
+        self.classes = frozenset(only_class - top)
+        bound: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                bound.add(node.id)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(node.name)
+            elif isinstance(node, ast.arg):
+                bound.add(node.arg)
+            elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+                bound.add(node.name)
+            elif isinstance(node, ast.MatchMapping) and node.rest:
+                bound.add(node.rest)
+            if isinstance(node, ast.Call):
+                self.factory_refs.add(id(node.func))
+                if isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass"):
+                    for arg in node.args[1:]:
+                        self.factory_refs |= {id(n) for n in ast.walk(arg)}
+            elif isinstance(node, ast.ClassDef):
+                self.factory_refs |= {id(b) for b in node.bases}
+                for stmt in node.body:
+                    if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+                        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                        for name in set().union(*(_bound_names(t) for t in targets)):
+                            self.assigned.setdefault(name, []).append(stmt.value)
+        for stmt in tree.body:
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                for name in set().union(*(_bound_names(t) for t in targets)):
+                    self.assigned.setdefault(name, []).append(stmt.value)
+        self.file_bound = frozenset(bound - set(self.modules))
+        grew = True
+        while grew:  # classes derived (within the file) from an Enum
+            grew = False
+            for stmt in tree.body:
+                if isinstance(stmt, ast.ClassDef) and stmt.name not in self.enum_classes:
+                    for b in stmt.bases:
+                        q = self.qualify(b, frozenset())
+                        if q in NAME_FACTORIES or (isinstance(b, ast.Name) and b.id in self.enum_classes):
+                            self.enum_classes.add(stmt.name)
+                            grew = True
+                            break
+
+    def qualify(self, node: ast.expr, local: frozenset[str]) -> str | None:
+        """What a name or dotted name is bound to ("datetime.date", "builtins.len"); None when it is
+        a value of the file itself (bound in `local`, the enclosing class body, or at top level)."""
+        if isinstance(node, ast.Attribute):
+            base = self.qualify(node.value, local)
+            return None if base is None else f"{base}.{node.attr}"
+        if not isinstance(node, ast.Name) or node.id in local or node.id in self.module_bound:
+            return None
+        name = node.id
+        if name in self.modules:
+            return self.modules[name]
+        if name in self.from_imports:
+            return self.from_imports[name]
+        return f"builtins.{name}" if name in _BUILTIN_NAMES else None
 
     # imports: the module, and of it only listed attributes
     def visit_Import(self, node: ast.Import) -> None:
@@ -179,6 +354,8 @@ class _Checker(ast.NodeVisitor):
                 self.bad(node, "forbidden import", f"import {a.name} (use 'from ... import')")
             else:
                 self.modules[a.asname or a.name] = a.name
+            if a.asname is not None and (_dunder(a.asname) or a.asname in ATTR_FUNCS):
+                self.bad(node, "forbidden name", a.asname)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         mod = node.module or ""
@@ -189,8 +366,17 @@ class _Checker(ast.NodeVisitor):
         for a in node.names:
             if a.name not in allowed:
                 self.bad(node, "forbidden import", f"from {mod} import {a.name}")
+            if a.asname is not None:
+                self.binding(node, a.asname)
 
     # names and attributes
+    def binding(self, node: ast.AST, name: str) -> None:
+        """A name the code binds without an `ast.Name` node (`except E as n`, `case [*n]`, `as n`)."""
+        if name in self.modules or name in ATTR_FUNCS or _dunder(name):
+            self.bad(node, "forbidden name", name)
+        elif name in _BUILTIN_NAMES and name not in SAFE_BUILTINS:
+            self.bad(node, "forbidden name", name)
+
     def visit_Name(self, node: ast.Name) -> None:
         name = node.id
         if name in self.modules:
@@ -200,6 +386,14 @@ class _Checker(ast.NodeVisitor):
             self.bad(node, "forbidden attribute access", f"{name} (attributes are named in the code)")
         elif _dunder(name) or (name in _BUILTIN_NAMES and name not in SAFE_BUILTINS):
             self.bad(node, "forbidden name", name)
+        else:
+            self.factory_reference(node)
+
+    def factory_reference(self, node: ast.Name | ast.Attribute) -> None:
+        """Enum and namedtuple take attribute names as strings: only called (names checked) or subclassed."""
+        if id(node) not in self.factory_refs and self.qualify(node, frozenset()) in NAME_FACTORIES:
+            what = node.id if isinstance(node, ast.Name) else node.attr
+            self.bad(node, "name factory used as a value", f"{what} (call it, or subclass it)")
 
     def visit_arg(self, node: ast.arg) -> None:
         if node.arg in ATTR_FUNCS or _dunder(node.arg) or node.arg in self.modules:
@@ -207,18 +401,89 @@ class _Checker(ast.NodeVisitor):
         if node.annotation is not None:
             self.annotation(node.annotation)
 
+    def visit_keyword(self, node: ast.keyword) -> None:
+        if node.arg is not None and _dunder(node.arg):
+            self.bad(node, "forbidden name", node.arg)
+        self.generic_visit(node)
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        if node.name:
+            self.binding(node, node.name)
+        self.generic_visit(node)
+
     def visit_Attribute(self, node: ast.Attribute) -> None:
         attr = node.attr
         if isinstance(node.value, ast.Name) and node.value.id in self.modules:
             module = self.modules[node.value.id]
             if attr not in MODULE_ATTRS.get(module, frozenset()):
                 self.bad(node, "forbidden module attribute", f"{module}.{attr}")
+            self.factory_reference(node)
             return  # the module name itself is fine as the root of a listed attribute
-        if attr.startswith("_"):
-            self.bad(node, "private or dunder attribute", attr)
-        elif attr in FORBIDDEN_ATTRS or attr.startswith(FRAME_ATTR_PREFIXES):
-            self.bad(node, "forbidden attribute", attr)
+        if (problem := _attribute_problem(attr)) is not None:
+            self.bad(node, *problem)
         self.generic_visit(node)
+
+    # match statements: patterns read attributes and bind names without Attribute or Name nodes
+    def visit_MatchClass(self, node: ast.MatchClass) -> None:
+        for attr in node.kwd_attrs:
+            if (problem := _attribute_problem(attr)) is not None:
+                self.bad(node, problem[0], f"{attr} (in a class pattern)")
+        if node.patterns:
+            cls = node.cls
+            itself = isinstance(cls, ast.Name) and cls.id in SELF_MATCHING and cls.id not in self.file_bound
+            if not itself or len(node.patterns) > 1:
+                name = _callee(cls)
+                self.bad(
+                    node,
+                    "positional class pattern",
+                    f"{name}(...) reads attributes its class names at run time; "
+                    f"name them as keywords: {name}(x=...)",
+                )
+        self.generic_visit(node)
+
+    def visit_MatchAs(self, node: ast.MatchAs) -> None:
+        if node.name:
+            self.binding(node, node.name)
+        self.generic_visit(node)
+
+    def visit_MatchStar(self, node: ast.MatchStar) -> None:
+        if node.name:
+            self.binding(node, node.name)
+
+    def visit_MatchMapping(self, node: ast.MatchMapping) -> None:
+        if node.rest:
+            self.binding(node, node.rest)
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        q = self.qualify(node.func, frozenset())
+        enum_class = isinstance(node.func, ast.Name) and node.func.id in self.enum_classes
+        if q in NAME_FACTORIES or (enum_class and (len(node.args) > 1 or node.keywords)):
+            self.factory_call(node, q or "enum.Enum")
+        self.generic_visit(node)
+
+    def factory_call(self, node: ast.Call, factory: str) -> None:
+        """Enum's and namedtuple's functional forms set attributes named by strings: literal, checked."""
+        names = node.args[1] if len(node.args) > 1 else None
+        for kw in node.keywords:
+            if kw.arg in ("names", "field_names", "fields"):
+                names = kw.value
+            elif factory == "typing.NamedTuple" and kw.arg is not None:
+                if (problem := _attribute_problem(kw.arg)) is not None:
+                    self.bad(kw, problem[0], f"{kw.arg} (a field of {_callee(node.func)})")
+        if names is None:
+            return
+        literal = _literal_names(names)
+        if literal is None:
+            self.bad(
+                node,
+                "attribute names from a value",
+                f"{_callee(node.func)}: write the names as literal strings",
+            )
+            return
+        for name in literal:
+            if (problem := _attribute_problem(name)) is not None:
+                self.bad(node, problem[0], f"{name} (a member or field of {_callee(node.func)})")
 
     def visit_Global(self, node: ast.Global) -> None:
         self.bad(node, "forbidden statement", "global")
@@ -262,10 +527,14 @@ class _Checker(ast.NodeVisitor):
             what = "a string annotation" if isinstance(node.value, str) else repr(node.value)
             self.bad(node, "annotation outside the grammar", f"{what} (write the type itself)")
         elif isinstance(node, ast.Name):
+            self.annotation_names.add(node.id)
+            self.factory_refs.add(id(node))  # naming a type is not using it as a value
             self.visit_Name(node) if node.id not in self.modules else self.bad(
                 node, "annotation outside the grammar", f"module {node.id!r}"
             )
         elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name | ast.Attribute):
+            if not self.readable_at_import(node, frozenset()):
+                self.bad(node, "annotation outside the grammar", f"{node.attr} (an attribute of a value)")
             self.visit_Attribute(node)
         elif isinstance(node, ast.Subscript):
             self.annotation(node.value)
@@ -284,18 +553,150 @@ class _Checker(ast.NodeVisitor):
         else:
             self.bad(node, "annotation outside the grammar", type(node).__name__)
 
-    def _no_calls(self, node: ast.AST, where: str) -> None:
+    def type_aliases(self) -> None:
+        """Values of the names annotations use are evaluated with them: the same grammar holds.
+
+        `X = Optional["code"]` and then `x: X` would have `get_type_hints` evaluate the string.
+        """
+        done: set[str] = set()
+        while todo := self.annotation_names - done:
+            for name in todo:
+                done.add(name)
+                for value in self.assigned.get(name, []):
+                    if (
+                        isinstance(value, ast.Call)
+                        and self.qualify(value.func, frozenset()) == "typing.TypeVar"
+                    ):
+                        for arg in [*value.args[1:], *(k.value for k in value.keywords)]:
+                            self.annotation(arg)
+                    else:
+                        self.annotation(value)
+
+    # import time: what runs when the module is imported builds data and never calls the file's code
+    def readable_at_import(self, node: ast.Attribute, local: frozenset[str]) -> bool:
+        """Attributes of modules and imported names, or one level of the file's own classes.
+
+        Reading an attribute of anything else (an Enum member, a value of the file) can run a
+        property of the file's code.
+        """
+        root: ast.expr = node
+        depth = 0
+        while isinstance(root, ast.Attribute):
+            root, depth = root.value, depth + 1
+        if not isinstance(root, ast.Name) or root.id in local:
+            return False
+        if root.id in self.classes:
+            return depth == 1
+        return root.id not in self.module_bound and (
+            root.id in self.modules or root.id in self.from_imports or root.id in _BUILTIN_NAMES
+        )
+
+    def import_time(self, node: ast.AST, where: str, local: frozenset[str] = frozenset()) -> None:
+        """Calls evaluated when the module is imported must be on the short allowlist."""
+        comprehension = {
+            n for c in ast.walk(node) if isinstance(c, ast.comprehension) for n in _bound_names(c.target)
+        }
+        local = local | comprehension
         for sub in ast.walk(node):
             if isinstance(sub, ast.Call):
-                self.bad(sub, f"call in {where}", _callee(sub.func))
-
-    def import_time(self, node: ast.AST, where: str) -> None:
-        """Calls evaluated when the module is imported must be on the short allowlist."""
-        for sub in ast.walk(node):
-            if isinstance(sub, ast.Call) and _callee(sub.func) not in IMPORT_TIME_CALLS:
-                self.bad(sub, f"call at import time ({where})", _callee(sub.func))
+                self.import_time_call(sub, where, local)
+            elif isinstance(sub, ast.Attribute) and not self.readable_at_import(sub, local):
+                self.bad(sub, f"attribute read at import time ({where})", sub.attr)
             if isinstance(sub, (ast.Lambda, ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr)):
                 self.bad(sub, f"expression at import time ({where})", type(sub).__name__)
+
+    def import_time_call(self, node: ast.Call, where: str, local: frozenset[str]) -> None:
+        q = self.qualify(node.func, local)
+        if q not in IMPORT_TIME_CALLS:
+            self.bad(node, f"call at import time ({where})", _callee(node.func))
+            return
+        for kw in node.keywords:
+            if kw.arg is None or kw.arg in CALLBACK_KEYWORDS:
+                self.bad(kw, f"callback argument at import time ({where})", f"{kw.arg or '**'}=")
+        if q == "builtins.dict" and not all(isinstance(a, _DATA_LITERALS) for a in node.args):
+            self.bad(
+                node,
+                f"call at import time ({where})",
+                "dict() of a value (it calls .keys()): write a literal",
+            )
+
+    def assignment_target(self, node: ast.expr, where: str) -> None:
+        """Import-time assignments bind names: setting an attribute can run a property setter."""
+        if isinstance(node, ast.Tuple | ast.List):
+            for elt in node.elts:
+                self.assignment_target(elt, where)
+        elif isinstance(node, ast.Starred):
+            self.assignment_target(node.value, where)
+        elif not isinstance(node, ast.Name):
+            self.bad(
+                node, f"assignment at import time ({where})", f"to {type(node).__name__} (assign names only)"
+            )
+
+    def decorators(
+        self,
+        node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef,
+        local: frozenset[str],
+        props: set[str],
+    ) -> None:
+        """A decorator is called with the function at import time: only the listed ones."""
+        seen: set[str] = set()
+        for d in node.decorator_list:
+            if isinstance(d, ast.Call):
+                self.import_time(d, "decorator", local)
+                seen.add(self.qualify(d.func, local) or "")
+            elif (
+                isinstance(d, ast.Attribute)
+                and d.attr in PROPERTY_DECORATORS
+                and isinstance(d.value, ast.Name)
+                and d.value.id in props
+            ):
+                props.add(node.name)
+            elif (q := self.qualify(d, local)) in IMPORT_TIME_DECORATORS:
+                seen.add(q)
+                if q == "builtins.property":
+                    props.add(node.name)
+            else:
+                self.bad(
+                    d,
+                    "decorator at import time",
+                    f"{_callee(d)} (decorators: tool, dataclass, property, ...)",
+                )
+        if {"builtins.classmethod", "builtins.property"} <= seen:
+            self.bad(
+                node,
+                "decorator at import time",
+                "classmethod over property (reading the class attribute runs it)",
+            )
+
+    def statement_at_import(self, stmt: ast.stmt, local: frozenset[str], props: set[str], where: str) -> None:
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
+                self.assignment_target(target, where)
+            if stmt.value is not None:
+                self.import_time(stmt.value, where, local)
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            self.decorators(stmt, local, props)
+            for default in [*stmt.args.defaults, *[d for d in stmt.args.kw_defaults if d is not None]]:
+                self.import_time(default, "default", local)
+        elif isinstance(stmt, ast.ClassDef):
+            self.decorators(stmt, local, set())
+            for base in stmt.bases:
+                self.import_time(base, "class header", local)
+            for kw in stmt.keywords:
+                if kw.arg == "metaclass" or not isinstance(kw.value, ast.Constant):
+                    self.bad(
+                        kw, "class keyword at import time", f"{kw.arg}= (a metaclass or value runs code)"
+                    )
+            body_local = local | _class_scope(stmt)
+            body_props: set[str] = set()
+            for sub in stmt.body:
+                if isinstance(sub, (ast.Assign, ast.AnnAssign, ast.FunctionDef, ast.AsyncFunctionDef)):
+                    self.statement_at_import(sub, body_local, body_props, "class body")
+                elif not (
+                    isinstance(sub, ast.Pass)
+                    or (isinstance(sub, ast.Expr) and isinstance(sub.value, ast.Constant))
+                ):
+                    self.bad(sub, "statement in class body", type(sub).__name__)
 
 
 _TOP_OK = (
@@ -316,24 +717,7 @@ def _top_level(tree: ast.Module, checker: _Checker) -> None:
         if not isinstance(stmt, _TOP_OK):
             checker.bad(stmt, "statement at module top level", type(stmt).__name__)
             continue
-        if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
-            if stmt.value is not None:
-                checker.import_time(stmt.value, "assignment")
-        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for d in stmt.decorator_list:
-                checker.import_time(d, "decorator")
-            for default in [*stmt.args.defaults, *[d for d in stmt.args.kw_defaults if d is not None]]:
-                checker.import_time(default, "default")
-        elif isinstance(stmt, ast.ClassDef):
-            for d in [*stmt.decorator_list, *stmt.bases, *[k.value for k in stmt.keywords]]:
-                checker.import_time(d, "class header")
-            for sub in stmt.body:
-                if isinstance(sub, (ast.Assign, ast.AnnAssign)) and sub.value is not None:
-                    checker.import_time(sub.value, "class body")
-                elif not isinstance(
-                    sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Expr, ast.Pass, ast.AnnAssign)
-                ):
-                    checker.bad(sub, "statement in class body", type(sub).__name__)
+        checker.statement_at_import(stmt, frozenset(), set(), "assignment")
 
 
 def check_python(source: str, *, imports: frozenset[str] = TOOLS_IMPORTS) -> list[Violation]:
@@ -347,8 +731,10 @@ def check_python(source: str, *, imports: frozenset[str] = TOOLS_IMPORTS) -> lis
         if isinstance(node, ast.Import):
             checker.visit_Import(node)
     checker.found.clear()
+    checker.scan(tree)
     _top_level(tree, checker)
     checker.visit(tree)
+    checker.type_aliases()
     seen: set[tuple[int | None, str, str]] = set()
     out = []
     for v in checker.found:
