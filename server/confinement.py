@@ -2,9 +2,10 @@
 
 A confined worker is `python -I <script>` run inside bubblewrap (`bwrap`): new user, network,
 PID, IPC, UTS and mount namespaces; the filesystem is only the interpreter, the Python path the
-isolated interpreter uses (venv, site-packages) and envforge's `server` package, all read-only,
-plus a small private tmpfs as scratch; all capabilities dropped, `no_new_privs` set, no further
-user namespaces, every environment variable cleared, and the worker dies with its parent.
+isolated interpreter uses (venv, site-packages), envforge's `server` package and a minimal `/dev`,
+all read-only, plus a small private tmpfs as scratch (the only place a file can be written); all
+capabilities dropped, `no_new_privs` set, no further user namespaces, every environment variable
+cleared, and the worker dies with its parent.
 Inside, before any model-written code runs, the worker applies `confinement_inner` (resource
 limits and a seccomp filter against new processes and sockets).
 
@@ -129,6 +130,11 @@ def bwrap_command(argv: list[str], *, scratch_mb: int = 64) -> list[str]:
         "--proc",
         "/proc",
         "--dev",
+        "/dev",
+        # `--dev` is a tmpfs (null, zero, urandom, ... bound in) that is writable and sized at half
+        # the host's RAM: files in /dev/shm escaped the scratch's size and the address-space limit
+        # and outlived the call. Read-only, the device nodes still work; /tmp is the only scratch.
+        "--remount-ro",
         "/dev",
     ]
     # The scratch tmpfs goes up first: binds made after it land inside it, so an interpreter or a

@@ -77,6 +77,19 @@ PAYLOAD_TOOLS = textwrap.dedent(
 
 
     @tool
+    async def writable_mounts(db: Db) -> list:
+        """Every mounted folder a file could be created in: (mount point, type, options)."""
+        out = []
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                _dev, point, kind, options = line.split()[:4]
+                writable = "rw" in options.split(",")
+                if writable and kind not in ("proc", "devpts") and os.path.isdir(point):
+                    out.append([point, kind, options])
+        return out
+
+
+    @tool
     async def connect(db: Db, port: int) -> str:
         """Open a TCP connection.
 
@@ -208,6 +221,26 @@ async def test_writing_outside_scratch_fails(payload_env, tmp_path: Path) -> Non
             assert result.is_error, result.text
             assert not target.exists()
         await _bystander_still_works(fleet)
+    finally:
+        await fleet.aclose()
+
+
+async def test_the_capped_scratch_is_the_only_writable_place(payload_env) -> None:
+    """`/dev` was a writable tmpfs sized at half the host's RAM: 48 files of 16 MiB in /dev/shm
+    escaped the 64 MiB scratch and the 2 GiB limit, and stayed there for the worker's later calls
+    and other episodes."""
+    fleet = Fleet([payload_env])
+    try:
+        ep = await fleet.create_episode("payloads")
+        for path in ("/dev/shm/fill", "/dev/fill", "/dev/mqueue/fill"):
+            result = await fleet.call(ep.id, "write_file", {"path": path})
+            assert result.is_error, f"{path}: {result.text}"
+        mounts = await fleet.call(ep.id, "writable_mounts", {})
+        assert not mounts.is_error, mounts.text
+        writable = json.loads(mounts.text)
+        assert [(point, kind) for point, kind, _ in writable] == [("/tmp", "tmpfs")], writable
+        assert "size=65536k" in writable[0][2], writable
+        assert (await fleet.call(ep.id, "write_file", {"path": "/tmp/scratch.txt"})).text == "written"
     finally:
         await fleet.aclose()
 
