@@ -545,7 +545,9 @@ def _answer_statement(conn: sqlite3.Connection, msg: SqlRequest, deadline: _Dead
     SQLite stops the statement at `deadline` (a progress handler: it holds this thread, which the
     worker's kill cannot free), and then `_StatementStopped` is raised instead of an answer. Runs
     on whichever thread calls it, so it bounds a statement on the SQLite thread and on the event
-    loop's alike.
+    loop's alike. No value it makes or reads may be longer than an answer can be
+    (`SQLITE_LIMIT_LENGTH`): `zeroblob(10**9)` would otherwise be a gigabyte in this process
+    before any count of the result could refuse it.
     """
     if time.monotonic() > deadline.at:
         raise _StatementStopped  # queued behind a call that has failed or run out of time
@@ -557,9 +559,11 @@ def _answer_statement(conn: sqlite3.Connection, msg: SqlRequest, deadline: _Dead
         return stopped
 
     conn.set_progress_handler(past_deadline, _PROGRESS_STEPS)
+    length = conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_MESSAGE_BYTES)
     try:
         reply = _run_request(conn, msg)
     finally:
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, length)
         conn.set_progress_handler(None, 0)
     if stopped:  # its interruption was answered as an SQL error: the call fails instead
         raise _StatementStopped
@@ -580,7 +584,7 @@ def _run_request(conn: sqlite3.Connection, msg: SqlRequest) -> bytes:
                 msg.id,
                 msg.req,
                 columns=columns,
-                rows=rows_to_wire(rows),
+                rows=rows,
                 rowcount=rowcount,
                 lastrowid=lastrowid,
             )
@@ -590,11 +594,9 @@ def _run_request(conn: sqlite3.Connection, msg: SqlRequest) -> bytes:
         elif op == "execute_fetchall" or op == "fetch_all":
             columns, rows, _, _ = _run_statement(conn, msg.sql, params)
             if op == "fetch_all":
-                reply = SqlReply(
-                    msg.id, msg.req, columns=(columns or []) if rows else [], rows=rows_to_wire(rows)
-                )
+                reply = SqlReply(msg.id, msg.req, columns=(columns or []) if rows else [], rows=rows)
             else:
-                reply = SqlReply(msg.id, msg.req, rows=rows_to_wire(rows))
+                reply = SqlReply(msg.id, msg.req, rows=rows)
         elif op == "fetch_one":
             row = _first_row(conn, msg.sql, params)
             reply = SqlReply(
@@ -610,20 +612,60 @@ def _run_request(conn: sqlite3.Connection, msg: SqlRequest) -> bytes:
         reply = SqlReply(msg.id, msg.req, error=str(exc), error_class=type(exc).__name__)
     except (TypeError, ValueError) as exc:
         reply = SqlReply(msg.id, msg.req, error=str(exc), error_class="ProgrammingError")
+    except _ResultTooLarge:
+        return _too_large(msg)
     try:
         return encode(reply)
     except ProtocolError:
-        return encode(SqlReply(msg.id, msg.req, error="result too large", error_class="OperationalError"))
+        return _too_large(msg)
+
+
+def _too_large(msg: SqlRequest) -> bytes:
+    """The answer to a statement whose result cannot be sent: an SQL error in the tool."""
+    return encode(SqlReply(msg.id, msg.req, error="result too large", error_class="OperationalError"))
 
 
 Statement = tuple[list[str] | None, list[list[Any]], int, int | None]
 
+_ROW_COST = 64
+"""Bytes a fetched row is counted for, besides its values: about what its list takes here."""
+_VALUE_COST = 16
+"""Bytes each value is counted for, besides a string's or blob's length."""
+
+
+class _ResultTooLarge(Exception):
+    """A statement's rows, counted as they were fetched, passed `MAX_MESSAGE_BYTES`."""
+
 
 def _run_statement(conn: sqlite3.Connection, sql: str, params: Any) -> Statement:
+    """Run a statement; its column names, its rows as they go on the wire, rowcount, lastrowid.
+
+    The rows are fetched one at a time and counted as they come: a result that could never be sent
+    (over `MAX_MESSAGE_BYTES` on the wire) must not first be held whole here, since the tool picks
+    the row count (a million rows of a megabyte were a gigabyte in this process). A row counts
+    `_ROW_COST`, a value `_VALUE_COST` plus the length of a string or blob (a blob as base64), at
+    least what they take here and on the wire; past the limit the fetch stops with
+    `_ResultTooLarge`. One row is at most what SQLite's value-length limit allows (see
+    `_answer_statement`).
+    """
     cur = conn.execute(sql, params)
     try:
         desc = cur.description
-        rows = [list(r) for r in cur.fetchall()]
+        rows: list[list[Any]] = []
+        size = 0
+        for row in cur:
+            size += _ROW_COST + _VALUE_COST * len(row)
+            blob = False
+            for value in row:
+                kind = type(value)
+                if kind is str:
+                    size += len(value)
+                elif kind is bytes:
+                    size += len(value) * 4 // 3
+                    blob = True
+            if size > MAX_MESSAGE_BYTES:
+                raise _ResultTooLarge
+            rows.append([to_wire(v) for v in row] if blob else list(row))
         return (None if desc is None else [d[0] for d in desc]), rows, cur.rowcount, cur.lastrowid
     finally:
         cur.close()

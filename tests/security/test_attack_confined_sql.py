@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
+import re
 import sqlite3
 import textwrap
 import threading
@@ -63,6 +65,22 @@ SQL_TOOLS = textwrap.dedent(
             "SELECT COUNT(*) FROM c",
             (n,),
         )
+
+
+    @tool
+    async def export_padded(db: Db, rows: int, size: int) -> int:
+        """Export rows padded to a size.
+
+        Args:
+            rows: How many rows.
+            size: Bytes of padding per row.
+        """
+        found = await db.fetch_all(
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < ?) "
+            "SELECT x, zeroblob(?) AS pad FROM c",
+            (rows, size),
+        )
+        return len(found)
     '''
 )
 
@@ -176,3 +194,47 @@ async def test_an_endless_statement_in_a_scratch_episode_stops_at_the_call_limit
     finally:
         pool.close(ep)
         pool.close_all()
+
+
+def _status_mb(field: str) -> float:
+    status = Path("/proc/self/status").read_text()
+    found = re.search(rf"^{field}:\s+(\d+) kB", status, re.MULTILINE)
+    assert found is not None, status
+    return int(found.group(1)) / 1024
+
+
+def peak_growth_mb_since_reset() -> float:
+    """How far this process's peak RSS rose above its RSS at the last `reset_peak()`."""
+    return _status_mb("VmHWM") - _reset_at[0]
+
+
+_reset_at = [0.0]
+
+
+def reset_peak() -> None:
+    """Start this process's peak RSS (VmHWM) afresh, so a test sees its own peak, not an earlier one."""
+    gc.collect()
+    Path("/proc/self/clear_refs").write_text("5")
+    _reset_at[0] = _status_mb("VmRSS")
+
+
+@pytest.mark.parametrize("inline", [False, True], ids=["serving", "synthesis"])
+async def test_a_result_too_large_to_send_is_never_held_whole(sql_env: Environment, inline: bool) -> None:
+    """The tool picks the row count and the size of each value: 150 rows of 1 MB (~750 MB here
+    before rows were counted as fetched), or one value of 200 MB."""
+    fleet = Fleet([sql_env])
+    if inline:
+        run_inline(fleet)
+    try:
+        ep = await fleet.create_episode("payloads")
+        assert (await fleet.call(ep.id, "count_notes", {})).text == "1"  # the worker is up
+        for rows, size in ((150, 1_000_000), (1, 200_000_000)):
+            reset_peak()
+            result = await fleet.call(ep.id, "export_padded", {"rows": rows, "size": size})
+            grew = peak_growth_mb_since_reset()
+            assert result.kind == "env_error", result.text  # the tool got an SQL error and raised
+            assert grew < 150, f"{rows} rows of {size} bytes: peak RSS rose {grew:.0f} MB"
+        small = await fleet.call(ep.id, "export_padded", {"rows": 3, "size": 1000})
+        assert small.text == "3", small.text
+    finally:
+        await fleet.aclose()
