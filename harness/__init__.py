@@ -43,7 +43,16 @@ if TYPE_CHECKING:
     from .report_compare import COMPARE_FILE, ComparedRun, read_runs, render_comparison, write_comparison
     from .report_diff import end_state_lines, keys_of
     from .report_task import RunTasks, load_run_tasks
-    from .runs import NLJudgement, RunConfigMismatch, RunDir, RunLocked, TrialScore, rescore, score_trial
+    from .runs import (
+        NLJudgement,
+        RunConfigMismatch,
+        RunDir,
+        RunLocked,
+        TrialScore,
+        rescore,
+        score_trial,
+        shown_texts,
+    )
     from .tasks import EnvTasks, TaskSelectionError, load_env_tasks, select_tasks
     from .tool_use import tool_call_validity
     from .toolcalls import MalformedToolCall, parse_tool_calls
@@ -145,6 +154,7 @@ _LAZY = {
     "TrialScore": "runs",
     "rescore": "runs",
     "score_trial": "runs",
+    "shown_texts": "runs",
     "EnvTasks": "tasks",
     "load_env_tasks": "tasks",
     "UserErrorVerdict": "user_errors",
@@ -280,6 +290,7 @@ __all__ = [
     "running_local_server",
     "score_trial",
     "select_tasks",
+    "shown_texts",
     "summarize",
     "task_index",
     "tool_call_validity",

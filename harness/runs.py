@@ -41,6 +41,7 @@ from envforge.synth import (
     Task,
     compose_reward,
     detailed_score,
+    shown_result,
     with_answers,
 )
 
@@ -171,8 +172,14 @@ def agent_texts(messages: list[Message]) -> list[str]:
 
 
 def shown_texts(messages: list[Message]) -> list[str]:
-    """What the agent was shown: the user's messages and the tool results."""
-    return [m.content for m in messages if m.role in ("user", "tool") and m.content]
+    """What the agent was shown: the user's messages, and the tool results less what each call
+    itself passed (`shown_result`)."""
+    arguments = {c.id: c.arguments for m in messages for c in m.tool_calls}
+    return [
+        shown_result(m.content, arguments.get(m.tool_call_id or "", {})) if m.role == "tool" else m.content
+        for m in messages
+        if m.role in ("user", "tool") and m.content
+    ]
 
 
 NL_SYSTEM = """You judge whether a customer-service conversation meets a list of expected outcomes.

@@ -97,6 +97,7 @@ if TYPE_CHECKING:
         oracle_messages,
         outputs_missing,
         parse_number,
+        shown_result,
         stated_numbers,
         with_answers,
     )
@@ -225,6 +226,7 @@ _LAZY = {
     "number_tokens": "scoring",
     "oracle_messages": "scoring",
     "outputs_missing": "scoring",
+    "shown_result": "scoring",
     "parse_number": "scoring",
     "stated_numbers": "scoring",
     "with_answers": "scoring",
@@ -373,6 +375,7 @@ __all__ = [
     "render_scenario",
     "rewrite_scenario",
     "score_episode",
+    "shown_result",
     "state_hashes",
     "state_to_tau2_db",
     "stated_numbers",

@@ -85,8 +85,9 @@ EDGE_PUNCTUATION = " \t\n.,;:!?\"'`()[]{}<>"
 #: A string output's ends: no word character, nor a connector joined to one, next to either end.
 LEFT_EDGE = r"(?<!\w)(?<!\w[-./@:_])"
 RIGHT_EDGE = r"(?!\w)(?![-./@:_]\w)"
-#: One token holding at least one digit and one letter: an id, whose shape defines its kind.
-ID_SHAPED = re.compile(r"(?=\S*\d)(?=\S*[^\W\d_])\S+")
+#: One token holding a digit and a letter (an id), or digits joined by `-`, `:` or `/` (a date, a
+#: time): its shape defines its kind.
+ID_SHAPED = re.compile(r"(?=\S*\d)(?=\S*[^\W\d_]|\S*\d[-:/]\d)\S+")
 
 
 #: An operand of shown work: a number token without a sign (`81`, `$4,500.00`).
@@ -247,6 +248,24 @@ def task_known_text(task: Task) -> str:
     facts = [f.value for f in task.scenario.known_facts]
     arguments = [c.arguments for c in task.golden_calls]
     return json.dumps([facts, arguments], ensure_ascii=False)
+
+
+def shown_result(text: str, arguments: Any) -> str:
+    """A tool result as shown to the agent: less the values of the call's own `arguments`.
+
+    A value a result repeats from its call ("Error: class 1 2 3 not found") was the agent's before
+    it was the tool's; counted as shown, one failing read would make any hedge's values "shown".
+    Number tokens of an argument's value, and its id-shaped words, are blanked from the text."""
+    said = json.dumps(arguments, ensure_ascii=False, default=str)
+    numbers = {n.value for n in number_tokens(said)}
+    if numbers:
+        text = NUMBER_TOKEN.sub(
+            lambda m: " " * len(m.group()) if _token_number(m.group()).value in numbers else m.group(), text
+        )
+    for word in {w.strip(EDGE_PUNCTUATION) for w in ID_SHAPED.findall(normalize_words(said))}:
+        if word:
+            text = _compiled("(?i)" + LEFT_EDGE + re.escape(word) + RIGHT_EDGE).sub(" ", text)
+    return text
 
 
 def _shown_values(messages: Sequence[str]) -> KnownValues:

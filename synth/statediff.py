@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from json.encoder import c_make_encoder, encode_basestring, encode_basestring_ascii  # type: ignore[attr-defined]
 from operator import itemgetter
 from typing import Any
@@ -279,56 +279,105 @@ def matches_up_to_created_ids(
     Tools name a new row after the ones before it (`MAX(id) + 1`), so the same rows created in
     another order (two independent bookings, a list argument's items) carry each other's ids, and
     every reference to them follows. Such a state is the golden one up to the names of what the
-    episode created: the created rows (string keys of one column, taken from `golden_diff`) must
-    be the golden ones field for field, references to created ids aside, before any renaming is
-    tried; then each way of pairing rows of the same shape (at most MAX_RENAMINGS) is renamed
-    everywhere in the state and compared whole. Rows the golden run did not create, and integer
-    keys (a renamed 3 could be a count), are never renamed.
+    episode created. The created rows (string keys of one column, from `golden_diff`) are paired
+    with the golden ones field for field: a row alone in its shape pairs at once, and each pairing
+    tells how references to it read, which can single out more rows (an order by its items). Rows
+    still alike are tried in each order, at most MAX_RENAMINGS renamings in all, and every
+    renaming is applied to the whole state and compared whole. Rows the golden run did not create,
+    and integer keys (a renamed 3 could be a count), are never renamed.
     """
-    created: list[tuple[str, str, list[Row], list[Row]]] = []
+    created: list[tuple[str, list[Row], list[Row]]] = []  # (key column, golden rows, final rows)
     for table, diff in golden_diff.items():
         pk = keys.get(table, ())
         if not diff.inserted or len(pk) != 1 or table not in final:
             continue
         (column,) = pk
-        golden_rows = diff.inserted
-        ids = {r.get(column) for r in golden_rows}
+        ids = {r.get(column) for r in diff.inserted}
         if not all(isinstance(i, str) for i in ids):
             continue
-        created.append((table, column, golden_rows, [r for r in final[table] if r.get(column) in ids]))
-    new_ids = {r[c] for _, c, golden_rows, _ in created for r in golden_rows}
+        created.append((column, diff.inserted, [r for r in final[table] if r.get(column) in ids]))
+    new_ids = {r[c] for c, golden_rows, _ in created for r in golden_rows}
     if not new_ids:
         return False
+    renames: dict[str, str] = {}  # a final created id -> the golden id it stands for
 
-    def shape(row: Row, column: str) -> tuple[tuple[str, str], ...]:
+    def shape(row: Row, column: str, names: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+        """The row's fields but its key; a reference to a created row reads as the golden id it is
+        known to stand for (`names`), or as unknown."""
         return tuple(
-            sorted((k, "" if v in new_ids else json_key(to_cents(v))) for k, v in row.items() if k != column)
+            sorted(
+                (k, names.get(v, "?") if v in new_ids else json_key(to_cents(v)))
+                for k, v in row.items()
+                if k != column
+            )
         )
 
-    pairings: list[list[dict[str, str]]] = []  # per shape group, every way to pair its rows
-    for _, column, golden_rows, final_rows in created:
-        groups: dict[tuple[tuple[str, str], ...], tuple[list[str], list[str]]] = {}
-        for row in golden_rows:
-            groups.setdefault(shape(row, column), ([], []))[0].append(row[column])
-        for row in final_rows:
-            groups.setdefault(shape(row, column), ([], []))[1].append(row[column])
-        for golden_ids, final_ids in groups.values():
-            if len(golden_ids) != len(final_ids):
-                return False
-            pairings.append(
-                [dict(zip(order, golden_ids, strict=True)) for order in itertools.permutations(final_ids)]
-            )
+    rows_by_id = {  # each created id's row, on each side
+        side: {r[c]: r for c, golden_rows, final_rows in created for r in (final_rows, golden_rows)[side]}
+        for side in (0, 1)
+    }
+
+    def pair(old: str, new: str) -> bool:
+        """Pair a final id with a golden one, and the created rows their rows refer to alike;
+        False where that contradicts a pairing made before (then no renaming can match)."""
+        if renames.get(old, new) != new or (old not in renames and new in renames.values()):
+            return False
+        if old in renames:
+            return True
+        renames[old] = new
+        mine, theirs = rows_by_id[0].get(old, {}), rows_by_id[1].get(new, {})
+        return all(
+            pair(v, theirs[k])
+            for k, v in mine.items()
+            if v != old and v in new_ids and theirs.get(k) in new_ids
+        )
+
+    alike: list[tuple[list[str], list[str]]] = []  # (final ids, golden ids) still to be paired
+    progress = True
+    while progress:
+        progress, alike = False, []
+        names = dict(renames)  # what this round reads references by, on both sides alike
+        known = {g: g for g in names.values()}
+        for column, golden_rows, final_rows in created:
+            groups: dict[tuple[tuple[str, str], ...], tuple[list[str], list[str]]] = {}
+            for row in golden_rows:
+                if row[column] not in known:
+                    groups.setdefault(shape(row, column, known), ([], []))[1].append(row[column])
+            for row in final_rows:
+                if row[column] not in names:
+                    groups.setdefault(shape(row, column, names), ([], []))[0].append(row[column])
+            for final_ids, golden_ids in groups.values():
+                if len(final_ids) != len(golden_ids):
+                    return False
+                if len(final_ids) == 1:
+                    if not pair(final_ids[0], golden_ids[0]):
+                        return False
+                    progress = True
+                else:
+                    alike.append((final_ids, golden_ids))
     tried = 0
-    for choice in itertools.product(*pairings):
-        renames = {old: new for part in choice for old, new in part.items() if old != new}
-        if not renames:
+    for rest in _pairings(alike):
+        renaming = {old: new for old, new in {**renames, **rest}.items() if old != new}
+        if not renaming:
             continue
         if tried == MAX_RENAMINGS:
             return False
         tried += 1
-        if matches(_renamed(final, renames, keys)):
+        if matches(_renamed(final, renaming, keys)):
             return True
     return False
+
+
+def _pairings(groups: list[tuple[list[str], list[str]]]) -> Iterator[dict[str, str]]:
+    """Every way to pair each group's final ids with its golden ids, one at a time (lazily: alike
+    rows by the dozen would be more orders than memory holds)."""
+    if not groups:
+        yield {}
+        return
+    (final_ids, golden_ids), rest = groups[0], groups[1:]
+    for order in itertools.permutations(final_ids):
+        for more in _pairings(rest):
+            yield {**dict(zip(order, golden_ids, strict=True)), **more}
 
 
 def _renamed(state: State, renames: Mapping[str, str], keys: Mapping[str, tuple[str, ...]]) -> State:

@@ -32,7 +32,7 @@ from .context import SynthContext
 from .golden import GoldenRun
 from .models import CallNode, RowCheck, Task
 from .rewards import Evidence, compose_reward
-from .scoring import oracle_messages
+from .scoring import oracle_messages, shown_result
 from .statediff import apply_diff, cents_hash, states_match
 from .states import setup_key
 
@@ -233,8 +233,9 @@ async def adversary_rewards(
             continue
         calls = adversary_calls(name, task, tools)
         final: State | None
-        if name == "spray" and golden is not None:
+        if name == "spray" and golden is not None:  # a spray's calls are the golden ones
             final, texts = golden.state, list(golden.texts)
+            calls = list(task.golden_calls)
         elif name in ("spray", "read_all"):
             # `read_all` only reads, so it ends where it began.
             final, texts = await ctx.replayer.run_all(database, calls, export=name == "spray")
@@ -256,7 +257,12 @@ async def adversary_rewards(
         )
         if counts(name, task, tools, reached_golden=reached):
             rewards[name] = _reward(
-                task, final, [message], golden_state=golden_state, shown=texts, keys=ctx.pks
+                task,
+                final,
+                [message],
+                golden_state=golden_state,
+                shown=[shown_result(t, c.arguments) for c, t in zip(calls, texts, strict=False)],
+                keys=ctx.pks,
             )
             if until_gamed and rewards[name] == 1.0:
                 break

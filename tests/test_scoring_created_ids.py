@@ -150,3 +150,23 @@ def test_envforge_score_renames_created_ids_too(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["state_match"] is True
+
+
+def test_alike_rows_are_told_apart_by_what_refers_to_them() -> None:
+    """Nine orders alike but for their items, made in the reverse order: more orders than any
+    search through their orderings would try, yet each item singles out its order."""
+    keys = {"orders": ("order_id",), "items": ("item_id",)}
+
+    def state(reverse: bool) -> State:
+        orders = [{"order_id": f"O-{i}", "status": "placed"} for i in range(1, 10)]
+        items = [
+            {"item_id": f"I-{i}", "order_id": f"O-{10 - i if reverse else i}", "variant": f"V-{i}"}
+            for i in range(1, 10)
+        ]
+        return {"orders": orders, "items": items}
+
+    golden, final = state(False), state(True)
+    diff = {t: TableDiff(inserted=rows) for t, rows in golden.items()}
+    assert matches_up_to_created_ids(final, diff, keys, lambda s: s == golden)
+    wrong = {**final, "items": [{**final["items"][0], "variant": "V-0"}, *final["items"][1:]]}
+    assert not matches_up_to_created_ids(wrong, diff, keys, lambda s: s == golden)

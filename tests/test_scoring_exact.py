@@ -157,6 +157,15 @@ def test_several_candidates_for_one_output_earn_nothing() -> None:
     assert not found("P-104", "P-103, P-104 or P-105") and found("P-104", "P-103, P-104", shown=("P-103",))
 
 
+def test_dates_and_times_are_kinds_of_their_own() -> None:
+    """A date among every date of a month, or a time among a day's half hours, is a hedge too
+    (under `--answers strict`, τ² outputs hold such values); said alone, it is the answer."""
+    may = ", ".join(f"2024-05-{d:02d}" for d in range(1, 32))
+    assert not found("2024-05-17", f"It is one of {may}.") and found("2024-05-17", "On 2024-05-17.")
+    halves = " ".join(f"{h:02d}:{m:02d}" for h in range(24) for m in (0, 30))
+    assert not found("14:30", halves) and found("14:30", "Pick-up at 14:30 sharp.")
+
+
 def test_a_hedge_across_number_kinds_is_one_hedge() -> None:
     """A decimal "4.00" states the value 4 as "4" does: integers and amounts are one pool, so
     a hedge cannot hide three more values behind decimal points."""

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 from envforge.harness import MalformedToolCall, parse_tool_calls
 from envforge.server import Fleet, State, episode_client
-from envforge.synth import Call, Evidence, Task, apply_diff, compose_reward, primary_keys
+from envforge.synth import Call, Evidence, Task, apply_diff, compose_reward, primary_keys, shown_result
 
 from .backends import GenerationBackend
 from .trajectory import SequenceBuilder, TokenizerLike, Trajectory
@@ -86,7 +86,7 @@ class _FleetEpisode:
             result = await self.client.call_tool(name, arguments)
         else:
             result = await self.env.fleet.call(self.episode_id, name, arguments)
-        self.shown.append(result.text)
+        self.shown.append(shown_result(result.text, arguments))
         return ToolOutcome(result.text, result.is_error)
 
     async def user_reply(self, assistant_text: str) -> str | None:

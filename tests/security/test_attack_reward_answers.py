@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from envforge.cli.main import app
+from envforge.harness import Message, ToolCall, shown_texts
 from envforge.server import Fleet, State, load_env
 from envforge.synth import (
     ANSWERS_LINE,
@@ -25,6 +27,7 @@ from envforge.synth import (
     oracle_messages,
     parse_number,
     score_episode,
+    shown_result,
 )
 
 from conftest import bundled_env_dirs
@@ -46,8 +49,17 @@ def _near(required: str) -> list[str]:
     return [f"{float(number.value) + i * step:.{decimals}f}" for i in range(-5, 6)]
 
 
-async def _golden_runs(env_dir: Path, tasks: list[Task]) -> list[tuple[State, list[str]]]:
-    """Each task's golden end state and what its golden calls showed: the request, the results."""
+ECHO = " ".join(str(v) for v in range(10))
+ECHOED: Counter[bool] = Counter()
+"""How many echo reads repeated their argument (True) or not (False)."""
+
+
+async def _golden_runs(
+    env_dir: Path, tasks: list[Task], *, echo: bool = False
+) -> list[tuple[State, list[str]]]:
+    """Each task's golden end state and what its calls showed: the request, each result less its
+    call's own arguments (as every scorer passes them). `echo`: after the golden calls, one read
+    more whose argument is the integers 0..9: it fails, and its error may repeat them."""
     env = load_env(env_dir)
     fleet = Fleet([env])
     try:
@@ -55,10 +67,18 @@ async def _golden_runs(env_dir: Path, tasks: list[Task]) -> list[tuple[State, li
         ctx = SynthContext.create(env, graph, fleet)
         out = []
         for task in tasks:
+            calls = list(task.golden_calls)
+            if echo:
+                read = next(c for c in calls if env.tools[c.name].read_only and c.arguments)
+                key = next(iter(read.arguments))
+                calls.append(read.model_copy(update={"arguments": {**read.arguments, key: ECHO}}))
             database, _, _ = ctx.states.task_initial(task)
-            state, texts = await ctx.replayer.run_all(database, task.golden_calls)
+            state, texts = await ctx.replayer.run_all(database, calls)
             assert state is not None
-            out.append((state, [task.scenario.without_answers(), *texts]))
+            shown = [shown_result(t, c.arguments) for c, t in zip(calls, texts, strict=True)]
+            if echo:
+                ECHOED[ECHO in texts[-1]] += 1
+            out.append((state, [task.scenario.without_answers(), *shown]))
         return out
     finally:
         await fleet.aclose()
@@ -88,18 +108,22 @@ async def test_hedging_pays_less_than_committing_to_one_guess() -> None:
     """The attack: do the golden calls, then name a few small numbers instead of counting, since
     most answers are small counts. Scored with everything the run was shown (request and
     results), every hedge must earn on fewer bundled tasks than the best single number among its
-    values does: naming several is never a better bet than naming one."""
-    wins: dict[str, int] = {}
-    for env_dir in NUMERIC_ENVS:
-        tasks = [t for t in load_tasks(env_dir) if _numeric(t)]
-        for task, (golden, shown) in zip(tasks, await _golden_runs(env_dir, tasks), strict=True):
-            for said in (*HEDGES, *(f"It is {v}." for v in range(1, 7))):
-                earned = score_episode(task, golden, [said], shown_messages=shown).reward == 1.0
-                wins[said] = wins.get(said, 0) + earned
-    best_single = max(wins[f"It is {v}."] for v in range(1, 7))
-    assert best_single >= 20, wins  # the bet is worth making: small answers are common
-    for hedge in HEDGES:
-        assert wins[hedge] < best_single, (hedge, wins)
+    values does: naming several is never a better bet than naming one. Also when the policy first
+    has every hedge value "shown" to it by a read whose error repeats its argument."""
+    for echo in (False, True):
+        wins: dict[str, int] = {}
+        for env_dir in NUMERIC_ENVS:
+            tasks = [t for t in load_tasks(env_dir) if _numeric(t)]
+            runs = await _golden_runs(env_dir, tasks, echo=echo)
+            for task, (golden, shown) in zip(tasks, runs, strict=True):
+                for said in (*HEDGES, *(f"It is {v}." for v in range(1, 7))):
+                    earned = score_episode(task, golden, [said], shown_messages=shown).reward == 1.0
+                    wins[said] = wins.get(said, 0) + earned
+        best_single = max(wins[f"It is {v}."] for v in range(1, 7))
+        assert best_single >= 20, wins  # the bet is worth making: small answers are common
+        assert not echo or ECHOED[True] > ECHOED[False]  # most reads did repeat every value
+        for hedge in HEDGES:
+            assert wins[hedge] < best_single, (echo, hedge, wins)
 
 
 def _first_small_answer(env_dir: Path) -> Task:
@@ -128,6 +152,30 @@ def test_gamed_answers_through_envforge_score(template: str, tmp_path: Path) -> 
     gamed = score(template.format(v=value))
     assert gamed["state_match"] and gamed["reward"] == 0.0 and gamed["outputs_missing"] == [value]
     assert score(f"The answer is {value}.")["reward"] == 1.0
+
+
+def test_a_failing_read_cannot_launder_a_hedge(tmp_path: Path) -> None:
+    """The attack through `envforge score` and through a harness transcript: golden calls, then a
+    read whose error repeats its argument "1 2 3", then "It is 1, 2 or 3.". The echoed values
+    were the agent's own, so they are not shown to it, and the hedge earns nothing; the read's
+    other values still are ("Error: drug 1 2 3 not found" shows none)."""
+    env_dir = REPO / "envs" / "pharmacy"
+    task = next(t for t in load_tasks(env_dir) if t.required_outputs == ["2"])
+    echo = {"name": "get_drug", "arguments": {"drug_id": "1 2 3"}}
+    actions = tmp_path / "actions.json"
+    golden = [c.model_dump() for c in task.golden_calls]
+    actions.write_text(json.dumps([*golden, echo, {"message": "It is 1, 2 or 3."}]), encoding="utf-8")
+    args = ["score", str(env_dir), "--task", task.id, "--actions", str(actions), "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    gamed = json.loads(result.output)
+    assert gamed["state_match"] and gamed["reward"] == 0.0, gamed
+    call = ToolCall(id="c1", name="get_drug", arguments=echo["arguments"])
+    transcript = [
+        Message(role="assistant", tool_calls=[call]),
+        Message(role="tool", content="Error: drug 1 2 3 not found", tool_call_id="c1"),
+    ]
+    assert "2" not in shown_texts(transcript)[0]
 
 
 async def test_listing_every_entity_id_earns_no_id_output() -> None:
