@@ -49,6 +49,13 @@ def serve(
         int,
         typer.Option(help="Most episodes one client (bearer token, else remote address) may hold open."),
     ] = 1024,
+    max_episode_mib_per_client: Annotated[
+        int,
+        typer.Option(
+            help="Most MiB of episode databases one client may hold (each: its starting state and "
+            "4 MiB to grow)."
+        ),
+    ] = 2048,
     max_sessions_per_client: Annotated[
         int,
         typer.Option(
@@ -88,11 +95,19 @@ def serve(
         return
     from envforge.server import HTTPLimits, build_app, serve_http
 
-    counts = (max_episodes, max_episodes_per_client, max_sessions_per_client, max_connections, max_body_bytes)
+    counts = (
+        max_episodes,
+        max_episodes_per_client,
+        max_episode_mib_per_client,
+        max_sessions_per_client,
+        max_connections,
+        max_body_bytes,
+    )
     if min(counts) < 1 or (max_connections_per_client is not None and max_connections_per_client < 1):
         fail(
-            "--max-episodes, --max-episodes-per-client, --max-sessions-per-client, --max-connections, "
-            "--max-connections-per-client and --max-body-bytes must be >= 1"
+            "--max-episodes, --max-episodes-per-client, --max-episode-mib-per-client, "
+            "--max-sessions-per-client, --max-connections, --max-connections-per-client and "
+            "--max-body-bytes must be >= 1"
         )
     limits = HTTPLimits(
         max_connections=max_connections,
@@ -103,7 +118,11 @@ def serve(
     if min(header_timeout, body_timeout, body_deadline) <= 0:
         fail("--header-timeout, --body-timeout and --body-deadline must be positive")
     fleet = Fleet(
-        envs, max_episodes=max_episodes, ttl_seconds=ttl, max_episodes_per_client=max_episodes_per_client
+        envs,
+        max_episodes=max_episodes,
+        ttl_seconds=ttl,
+        max_episodes_per_client=max_episodes_per_client,
+        max_episode_bytes_per_client=max_episode_mib_per_client * 1024 * 1024,
     )
     try:
         app = build_app(

@@ -76,15 +76,28 @@ class WriteTracker(SqlGuard):
         return verdict
 
 
-def episode_connector(data: bytes, tracker: WriteTracker) -> Callable[[], sqlite3.Connection]:
+#: How far an episode's database may grow past the state it started from. Tool writes add rows of
+#: a few hundred bytes; a client that writes megabytes into one episode is filling memory.
+DEFAULT_EPISODE_GROWTH = 4 * 1024 * 1024
+
+
+def episode_connector(
+    data: bytes, tracker: WriteTracker, *, growth: int | None = DEFAULT_EPISODE_GROWTH
+) -> Callable[[], sqlite3.Connection]:
     """How every episode's connection is opened (public so task synthesis opens its scratch
-    databases exactly the same way: same isolation, foreign keys, guard and write tracking)."""
+    databases exactly the same way: same isolation, foreign keys, guard and write tracking).
+
+    The database may grow `growth` bytes past `data` (None: unbounded); a write past that fails
+    with SQLite's "database or disk is full", so no episode holds more memory than it reserved."""
 
     def connect() -> sqlite3.Connection:
         # Legacy isolation: DML opens a transaction implicitly and plain reads do not, so a read
         # tool costs one thread hop and a write tool's statements share one transaction.
         conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level="DEFERRED")
         conn.deserialize(data)
+        if growth is not None:
+            (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+            conn.execute(f"PRAGMA max_page_count = {-(-(len(data) + growth) // page_size)}")
         conn.execute("PRAGMA foreign_keys = ON")
         protect(conn, tracker)
         return conn
@@ -116,6 +129,8 @@ class Episode:
     read_only: bool = False
     """Only read tools may run in it (the runtime refuses the rest): the shared seed view, which
     every stateless client reads and so no client may change."""
+    reserved_bytes: int = 0
+    """What it counts against its owner's byte budget: its starting database and room to grow."""
 
     def __post_init__(self) -> None:
         if self.guard is None:
@@ -182,11 +197,18 @@ class EpisodeStore:
         max_episodes: int = 4096,
         ttl_seconds: float = 1800.0,
         max_per_owner: int | None = None,
+        max_bytes_per_owner: int | None = None,
+        growth_bytes: int = DEFAULT_EPISODE_GROWTH,
         pool: WorkerPool | None = None,
     ) -> None:
         self.pool = pool or default_pool
         self.max_episodes = max_episodes
         self.max_per_owner = max_per_owner
+        self.max_bytes_per_owner = max_bytes_per_owner
+        """Bytes of episode databases one owner may hold (each its starting state plus
+        `growth_bytes`): a count cap alone lets 1,024 episodes of a 16 MiB state hold ~30 GiB."""
+        self.growth_bytes = growth_bytes
+        self._bytes_per_owner: Counter[str] = Counter()
         self.ttl_seconds = ttl_seconds
         self._episodes: dict[str, Episode] = {}
         self._per_owner: Counter[str] = Counter()
@@ -218,7 +240,13 @@ class EpisodeStore:
 
         Refused with `EpisodeLimitReached` when the store, or `owner`'s share of it, is full.
         """
-        if self._full() or self._owner_full(owner):
+        data = database if database is not None else env.seed_db
+        reserved = len(data) + self.growth_bytes
+        if (
+            self._full()
+            or self._owner_full(owner)
+            or (owner is not None and self._over_budget(owner, reserved))
+        ):
             await self.reap()
         if self._full():
             raise EpisodeLimitReached(
@@ -233,16 +261,24 @@ class EpisodeStore:
         if episode_id in self._episodes:
             raise ValueError(f"episode {episode_id!r} already exists")
         tracker = WriteTracker(frozenset(t.name for t in env.tables))
-        data = database if database is not None else env.seed_db
+        if owner is not None and self._over_budget(owner, reserved):
+            mib = 1024 * 1024
+            raise ClientEpisodeLimitReached(
+                f"client {owner} holds {self._bytes_per_owner[owner] / mib:.1f} MiB of episode databases "
+                f"(limit {(self.max_bytes_per_owner or 0) / mib:.0f} MiB per client; this one needs "
+                f"{reserved / mib:.1f} MiB: its state and {self.growth_bytes / mib:.0f} MiB to grow); "
+                "close some first"
+            )
         # Reserve the slots before the first await, so concurrent creations cannot all pass the checks.
         self._pending += 1
         if owner is not None:
             self._per_owner[owner] += 1
+            self._bytes_per_owner[owner] += reserved
         try:
-            conn = await self.pool.connect(episode_connector(data, tracker))
+            conn = await self.pool.connect(episode_connector(data, tracker, growth=self.growth_bytes))
         except BaseException:
             if owner is not None:
-                self._release_owner(owner)
+                self._release_owner(owner, reserved)
             raise
         finally:
             self._pending -= 1
@@ -257,6 +293,7 @@ class EpisodeStore:
             tracker=tracker,
             base_state=base,
             owner=owner,
+            reserved_bytes=reserved,
         )
         self._episodes[episode_id] = episode
         self.created += 1
@@ -292,10 +329,19 @@ class EpisodeStore:
     def _full(self) -> bool:
         return len(self._episodes) + self._pending >= self.max_episodes
 
-    def _release_owner(self, owner: str) -> None:
+    def _release_owner(self, owner: str, reserved: int) -> None:
         self._per_owner[owner] -= 1
         if self._per_owner[owner] <= 0:
             del self._per_owner[owner]
+        self._bytes_per_owner[owner] -= reserved
+        if self._bytes_per_owner[owner] <= 0:
+            del self._bytes_per_owner[owner]
+
+    def _over_budget(self, owner: str, reserved: int) -> bool:
+        return (
+            self.max_bytes_per_owner is not None
+            and self._bytes_per_owner[owner] + reserved > self.max_bytes_per_owner
+        )
 
     def _owner_full(self, owner: str | None) -> bool:
         return (
@@ -318,7 +364,7 @@ class EpisodeStore:
     def _forget(self, episode: Episode, reason: str) -> None:
         self._episodes.pop(episode.id, None)
         if episode.owner is not None:
-            self._release_owner(episode.owner)
+            self._release_owner(episode.owner, episode.reserved_bytes)
         self._ended[episode.id] = reason
         while len(self._ended) > _REMEMBERED_ENDS:
             self._ended.popitem(last=False)

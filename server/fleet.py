@@ -30,6 +30,7 @@ class Fleet:
         max_episodes: int = 4096,
         ttl_seconds: float = 1800.0,
         max_episodes_per_client: int | None = None,
+        max_episode_bytes_per_client: int | None = None,
     ) -> None:
         self.envs: dict[str, Environment] = {}
         for env in envs:
@@ -37,7 +38,10 @@ class Fleet:
                 raise ValueError(f"two environments are named {env.name!r}")
             self.envs[env.name] = env
         self.store = EpisodeStore(
-            max_episodes=max_episodes, ttl_seconds=ttl_seconds, max_per_owner=max_episodes_per_client
+            max_episodes=max_episodes,
+            ttl_seconds=ttl_seconds,
+            max_per_owner=max_episodes_per_client,
+            max_bytes_per_owner=max_episode_bytes_per_client,
         )
         self._servers: dict[str, EnvMCPServer] = {}
         self._seed_views: dict[str, Episode] = {}

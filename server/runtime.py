@@ -226,13 +226,16 @@ async def execute(episode: Episode, name: str, arguments: Any) -> ToolResult:
         except InvalidArguments as exc:
             refusal = _error(str(exc))
         except Exception as exc:
-            # a time limit is named (the agent may retry differently); any other message is the env's
-            cause = str(exc) if isinstance(exc, ToolTimeout) else type(exc).__name__
-            if guard.denied:
-                cause = f"SQL refused: {guard.denied}"
-                log.error("tool %s.%s was denied by the SQL guard: %s", env.name, name, guard.denied)
-            log.exception("tool %s.%s raised unexpectedly (an env error)", env.name, name)
-            refusal = _env_error(name, cause)
+            if _database_full(exc):  # the episode's room to grow is spent: the caller's doing
+                refusal = _error(DATABASE_FULL, "refused")
+            else:
+                # a time limit is named (the agent may retry differently); any other message is the env's
+                cause = str(exc) if isinstance(exc, ToolTimeout) else type(exc).__name__
+                if guard.denied:
+                    cause = f"SQL refused: {guard.denied}"
+                    log.error("tool %s.%s was denied by the SQL guard: %s", env.name, name, guard.denied)
+                log.exception("tool %s.%s raised unexpectedly (an env error)", env.name, name)
+                refusal = _env_error(name, cause)
         except BaseException:  # cancelled (client gone, timeout, shutdown): keep nothing, then go
             with anyio.CancelScope(shield=True):
                 await on_db_thread(conn, end_transaction, conn._conn, guard, False)
@@ -253,6 +256,17 @@ async def execute(episode: Episode, name: str, arguments: Any) -> ToolResult:
     except Exception:
         log.exception("tool %s.%s returned an unrenderable value", env.name, name)
         return _env_error(name, "its result cannot be shown")
+
+
+DATABASE_FULL = (
+    "the episode's database is full: an episode may grow a few MiB past the state it started from "
+    "(episodes.DEFAULT_EPISODE_GROWTH); nothing of this call was kept"
+)
+
+
+def _database_full(exc: BaseException) -> bool:
+    """SQLite's SQLITE_FULL: a write past the episode's `max_page_count` (`episode_connector`)."""
+    return isinstance(exc, sqlite3.OperationalError) and "database or disk is full" in str(exc)
 
 
 async def _settle(conn: Any, guard: Any, commit: bool) -> str | None:

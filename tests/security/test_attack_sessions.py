@@ -278,3 +278,45 @@ async def test_one_client_cannot_take_every_mcp_session_slot(bank_env):
             again = await flooder.post(endpoint, json=INITIALIZE, headers=HANDSHAKE)
             assert again.status_code == 200, again.text
             assert (await flooder.post(endpoint, json=INITIALIZE, headers=HANDSHAKE)).status_code == 429
+
+
+async def test_big_states_fill_a_byte_budget_not_the_server(bank_env):
+    """The attack: episodes created with ~10 MiB states each, as many as the per-client count
+    allows (1,024 of them would hold ~30 GiB). Each episode counts its state and its room to grow
+    against the client's byte budget: past it the client gets a 429 saying so, another client is
+    still served, and closing an episode gives its bytes back."""
+    names = {"C-1": "x" * (5 * 1024 * 1024), "C-2": "y" * (5 * 1024 * 1024)}
+    state = bank_env.seed_state()
+    customers = [{**c, "name": names.get(c["customer_id"], c["name"])} for c in state["customers"]]
+    big = {"env": "bank", "state": {**state, "customers": customers}}
+    budget = 32 * 1024 * 1024  # two such episodes (10 MiB + 4 MiB to grow each), not three
+    with serve(bank_env, max_episodes_per_client=1024, max_episode_bytes_per_client=budget) as (url, _):
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            made = [await http.post("/control/episodes", json=big) for _ in range(3)]
+            assert [r.status_code for r in made] == [201, 201, 429], [r.text[:200] for r in made]
+            error = made[2].json()["error"]
+            assert "MiB of episode databases" in error and "limit 32 MiB per client" in error, error
+            other = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+            async with httpx.AsyncClient(base_url=url, transport=other, timeout=60) as second:
+                assert (await second.post("/control/episodes", json=big)).status_code == 201
+            gone = made[0].json()["episode_id"]
+            assert (await http.delete(f"/control/episodes/{gone}")).status_code in (200, 204)
+            again = await http.post("/control/episodes", json=big)
+            assert again.status_code == 201, again.text[:200]
+
+
+async def test_an_episode_cannot_grow_without_bound(bank_env):
+    """The attack: write 10,000-character memos until memory runs out. An episode's database may
+    grow 4 MiB past its starting state (DEFAULT_EPISODE_GROWTH); the write past that is an error
+    that changes nothing, and the episode goes on answering."""
+    async with Fleet([bank_env]) as fleet:
+        episode = await fleet.create_episode("bank")
+        memo = {**TRANSFER, "amount": 0.01, "memo": "m" * 9_999}
+        made = 0
+        while not (result := await fleet.call(episode.id, "transfer", memo)).is_error and made < 1000:
+            made += 1
+        assert result.is_error and 300 < made < 500, (made, result.text)
+        assert "full" in result.text, result.text
+        state, _ = await fleet.export(episode.id)
+        assert len(state["transfers"]) == made
+        assert not (await fleet.call(episode.id, "get_account", {"account_id": "A-1"})).is_error
