@@ -22,7 +22,7 @@ import sqlite3
 import sys
 import traceback
 import types
-from collections.abc import Coroutine, Generator, Iterable
+from collections.abc import Callable, Coroutine, Generator, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -311,12 +311,17 @@ class _DrivenCall:
     from that future's done-callback, a bare `yield` (`asyncio.sleep(0)`) on the next loop pass.
     """
 
-    __slots__ = ("_future", "_handle", "channel", "coro", "id", "running")
+    __slots__ = ("_future", "_handle", "channel", "coro", "id", "idle", "running")
 
     def __init__(
-        self, channel: Channel, call_id: int, coro: Coroutine[Any, Any, None], running: dict[int, _DrivenCall]
+        self,
+        channel: Channel,
+        call_id: int,
+        coro: Coroutine[Any, Any, None],
+        running: dict[int, _DrivenCall],
+        idle: Callable[[], None],
     ) -> None:
-        self.channel, self.id, self.coro, self.running = channel, call_id, coro, running
+        self.channel, self.id, self.coro, self.running, self.idle = channel, call_id, coro, running, idle
         self._future: asyncio.Future[Any] | None = None
         self._handle: asyncio.Handle | None = None
 
@@ -328,6 +333,8 @@ class _DrivenCall:
             yielded = self.coro.send(value) if exc is None else self.coro.throw(exc)
         except BaseException:  # _run_call answered (or was cancelled): the call is over
             self.running.pop(self.id, None)
+            if not self.running:
+                self.idle()
             return
         finally:
             channel.driving = None
@@ -369,6 +376,7 @@ class _Serving:
         self.cpu_budget = int(init.limits["cpu_seconds_per_call"])
         self.running: dict[int, _DrivenCall] = {}
         self.buffer = bytearray()
+        self.finishing = False
 
     def readable(self) -> None:
         data = os.read(0, READ_CHUNK)
@@ -394,15 +402,33 @@ class _Serving:
             self.channel.deliver(msg)
         elif type(msg) is Call:
             confinement_inner.arm_cpu_budget(self.cpu_budget)
-            call = _DrivenCall(
-                self.channel, msg.id, _run_call(self.channel, self.tools, self.env, msg), self.running
-            )
+            coro = _run_call(self.channel, self.tools, self.env, msg)
+            call = _DrivenCall(self.channel, msg.id, coro, self.running, self.idle)
             self.running[msg.id] = call
             call.step()
         elif type(msg) is Cancel and (cancelled := self.running.get(msg.id)) is not None:
             cancelled.cancel()
 
+    def idle(self) -> None:
+        """No call is running: nothing a call left behind runs until the next call, or ever.
+
+        A call's CPU budget and time limit hold only while it runs; a timer it set
+        (`loop.call_later`), a task it started or a callback it queued would go on between calls,
+        unmetered. Every pending callback of the loop is cancelled (the worker's own reader is a
+        selector registration, not a callback), so those never run. A worker too close to its
+        hard CPU limit to give the next call its whole budget retires now, while no call can fail
+        with it; the parent starts a new one on the next call.
+        """
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, asyncio.BaseEventLoop)
+        pending: list[asyncio.Handle] = [*loop._ready, *loop._scheduled]  # type: ignore[attr-defined]
+        for handle in pending:
+            handle.cancel()
+        if not self.finishing and confinement_inner.cpu_seconds_left() < self.cpu_budget + 1:
+            self.finish()
+
     def finish(self) -> None:
+        self.finishing = True
         asyncio.get_running_loop().remove_reader(0)
         for call in list(self.running.values()):
             call.cancel()

@@ -47,6 +47,10 @@ class Limits:
 
     address_space_mb: int = 2048
     cpu_seconds_per_call: int = 20
+    # The hard RLIMIT_CPU: what a worker may use in its whole life, which it cannot raise (the
+    # per-call budget is the soft limit, renewed before each call, so code that lifts it stops
+    # here). Past it the kernel kills the worker and the parent starts a new one on the next call.
+    cpu_seconds_per_worker: int = 600
     open_files: int = 64
     file_size_mb: int = 16
     scratch_mb: int = 64

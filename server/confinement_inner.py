@@ -5,6 +5,9 @@ package and the seed runner loads it by file path, each inside bubblewrap (`conf
 
 - Resource limits: address space, open files, size of any file written, no core dumps, and a
   CPU-seconds budget that `arm_cpu_budget` renews before each call (a busy loop gets SIGXCPU).
+  The budget is the soft RLIMIT_CPU; the hard one is the worker's whole life
+  (`cpu_seconds_per_worker`), so code that raises its soft limit gains at most that much, after
+  which the kernel kills the process.
 - A seccomp filter (libseccomp through `pyseccomp`): no fork, vfork, clone, clone3 or exec (no
   new processes or threads), no sockets, no ptrace, no namespace or mount changes. Setting it
   also sets `no_new_privs`. Denied calls fail with EPERM; the worker keeps running.
@@ -57,6 +60,7 @@ def apply_limits(limits: dict[str, Any]) -> None:
     _cap(resource.RLIMIT_FSIZE, int(limits["file_size_mb"]) * MB)
     _cap(resource.RLIMIT_CORE, 0)
     _cap(resource.RLIMIT_NPROC, 1)  # belt and braces: seccomp already denies process creation
+    _cap(resource.RLIMIT_CPU, int(limits["cpu_seconds_per_worker"]))
     arm_cpu_budget(int(limits["cpu_seconds_per_call"]))
 
 
@@ -69,6 +73,15 @@ def arm_cpu_budget(seconds: int) -> None:
     if hard != resource.RLIM_INFINITY:
         soft = min(soft, hard)
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def cpu_seconds_left() -> float:
+    """CPU seconds this process may still use before its hard limit kills it."""
+    _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard == resource.RLIM_INFINITY:
+        return float("inf")
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return hard - (used.ru_utime + used.ru_stime)
 
 
 def apply_seccomp(*, required: bool) -> bool:

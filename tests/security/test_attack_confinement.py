@@ -142,6 +142,65 @@ PAYLOAD_TOOLS = textwrap.dedent(
             n += 1
 
 
+    @tool
+    async def spin_later(db: Db, seconds: float, how: str) -> str:
+        """Lift the CPU limit, then leave work behind that burns CPU after the call returned.
+
+        Args:
+            seconds: How long the left-behind work spins.
+            how: "timer" (loop.call_later) or "task" (a task that yields now and then).
+        """
+        import resource
+        import time
+
+        lifted = "kept"
+        try:
+            resource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            lifted = "lifted"
+        except (ValueError, OSError):
+            pass
+
+        def spin() -> None:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                pass
+
+        async def chew() -> None:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                for _ in range(10000):
+                    pass
+                await asyncio.sleep(0)
+
+        loop = asyncio.get_running_loop()
+        if how == "timer":
+            loop.call_later(0.2, spin)
+        else:
+            loop.create_task(chew())
+        return lifted
+
+
+    @tool
+    async def cpu_used(db: Db) -> float:
+        """CPU seconds this worker has used so far."""
+        import resource
+
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        return used.ru_utime + used.ru_stime
+
+
+    @tool
+    async def spin_past_the_budget(db: Db) -> str:
+        """Raise the CPU limit as far as it goes, then burn CPU inside the call."""
+        import resource
+
+        _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
+        n = 0
+        while True:
+            n += 1
+
+
     @tool(writes=["notes"])
     async def add_then_die(db: Db, body: str) -> str:
         """Write, then kill the worker.
@@ -341,6 +400,49 @@ async def test_cpu_exhaustion_is_stopped_and_the_worker_restarts(payload_env) ->
         with anyio.fail_after(20):
             result = await fleet.call(ep.id, "spin", {})
         assert result.is_error, result.text
+        await _bystander_still_works(fleet)
+    finally:
+        await fleet.aclose()
+
+
+@pytest.mark.parametrize("how", ["timer", "task"])
+async def test_work_left_behind_by_a_call_does_not_run_after_it(payload_env, how: str) -> None:
+    """The per-call CPU budget could be lifted (its hard limit was infinite) and a `call_later`
+    left by the call spun on after it returned, unmetered, for as long as it liked."""
+    fleet = Fleet([payload_env])
+    try:
+        ep = await fleet.create_episode("payloads")
+        before = float((await fleet.call(ep.id, "cpu_used", {})).text)
+        left = await fleet.call(ep.id, "spin_later", {"seconds": 4.0, "how": how})
+        assert left.text == "kept", left.text  # the hard limit cannot be raised
+        await anyio.sleep(2.0)  # the timer was due after 0.2 s, the task at once
+        with anyio.fail_after(3):  # a spin holding the loop would delay this call until it ends
+            after = float((await fleet.call(ep.id, "cpu_used", {})).text)
+        assert after - before < 1.0, f"{after - before:.1f} CPU seconds used between two calls"
+        await _bystander_still_works(fleet)
+    finally:
+        await fleet.aclose()
+
+
+async def test_the_hard_cpu_limit_bounds_a_worker_that_lifts_its_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Raising the soft limit to the hard one gains at most the worker's lifetime budget: the
+    kernel kills it there, long before the call's time limit, and the next call gets a new one."""
+    limits = dataclasses.replace(
+        confined_tools_module.DEFAULT_LIMITS,
+        call_timeout_s=30.0,
+        cpu_seconds_per_call=3,
+        cpu_seconds_per_worker=8,
+    )
+    monkeypatch.setattr(confined_tools_module, "DEFAULT_LIMITS", limits)
+    env = load_env(make_confined_env(tmp_path / "payloads"))
+    fleet = Fleet([env])
+    try:
+        ep = await fleet.create_episode("payloads")
+        with anyio.fail_after(20):
+            result = await fleet.call(ep.id, "spin_past_the_budget", {})
+        assert result.kind == "env_error", result.text
         await _bystander_still_works(fleet)
     finally:
         await fleet.aclose()
