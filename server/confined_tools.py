@@ -18,6 +18,7 @@ import functools
 import itertools
 import logging
 import os
+import selectors
 import sqlite3
 import subprocess
 import time
@@ -727,23 +728,94 @@ def _spec(worker: ToolWorker, d: ToolDescription) -> ToolSpec:
     )
 
 
+STDERR_TAIL_BYTES = 4096
+"""How much of the end of a describing worker's stderr is kept, for the reason it failed."""
+_CHUNK = 1 << 16
+
+
+class _OutputFlood(Exception):
+    """A describing worker wrote more than `MAX_MESSAGE_BYTES` on stdout or stderr; it was killed."""
+
+
+def _first_line(command: list[str], data: bytes, timeout: float) -> tuple[bytes, bytes]:
+    """Run `command` with `data` on its stdin; its first stdout line and the tail of its stderr.
+
+    Both pipes are read as the worker writes them, with no more kept than one message on stdout and
+    `STDERR_TAIL_BYTES` of stderr: a tools.py that printed 600 MB at import cost this process
+    1.2 GB when its output was captured whole. The worker is killed as soon as either stream passes
+    `MAX_MESSAGE_BYTES` (`_OutputFlood`), or once its first line is complete (it needs no more),
+    or at `timeout` (`subprocess.TimeoutExpired`).
+    """
+    proc = subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=confinement.child_environment(),
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    out, err = bytearray(), bytearray()
+    written = err_total = 0
+    line_done = False
+    deadline = time.monotonic() + timeout
+    try:
+        with selectors.DefaultSelector() as selector:
+            os.set_blocking(proc.stdin.fileno(), False)
+            selector.register(proc.stdin, selectors.EVENT_WRITE)
+            selector.register(proc.stdout, selectors.EVENT_READ)
+            selector.register(proc.stderr, selectors.EVENT_READ)
+            while selector.get_map() and not line_done:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(command, timeout)
+                for key, _ in selector.select(left):
+                    pipe = key.fileobj
+                    if pipe is proc.stdin:
+                        try:
+                            written += os.write(proc.stdin.fileno(), data[written : written + _CHUNK])
+                        except BlockingIOError:
+                            continue
+                        except BrokenPipeError:  # it exited without reading everything
+                            written = len(data)
+                        if written >= len(data):
+                            selector.unregister(proc.stdin)
+                            proc.stdin.close()
+                        continue
+                    assert pipe is proc.stdout or pipe is proc.stderr
+                    chunk = os.read(pipe.fileno(), _CHUNK)
+                    if not chunk:
+                        selector.unregister(pipe)
+                    elif pipe is proc.stdout:
+                        out += chunk
+                        line_done = b"\n" in chunk
+                        if len(out) > MAX_MESSAGE_BYTES and not line_done:
+                            raise _OutputFlood
+                    else:
+                        err_total += len(chunk)
+                        err += chunk
+                        del err[:-STDERR_TAIL_BYTES]
+                        if err_total > MAX_MESSAGE_BYTES:
+                            raise _OutputFlood
+    finally:
+        _kill(proc)
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            pipe.close()
+    return bytes(out.split(b"\n", 1)[0]), bytes(err)
+
+
 def _describe(command: list[str], init: Init, path: Path) -> Ready:
     try:
-        done = subprocess.run(
-            command,
-            input=encode(init),
-            capture_output=True,
-            timeout=START_TIMEOUT_S,
-            env=confinement.child_environment(),
-        )
+        first, stderr = _first_line(command, encode(init), START_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         why = f"importing took longer than {START_TIMEOUT_S:g}s"
         raise EnvLoadError([LoadProblem(path, None, why)]) from exc
-    first = done.stdout.split(b"\n", 1)[0]
+    except _OutputFlood as exc:
+        why = f"the confined worker wrote more than {MAX_MESSAGE_BYTES} bytes while loading; it was stopped"
+        raise EnvLoadError([LoadProblem(path, None, why)]) from exc
     try:
         reply = decode(STARTED, first)
     except ProtocolError as exc:
-        tail = (done.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        tail = (stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
         raise EnvLoadError([LoadProblem(path, None, f"confined worker failed: {tail[:300]}")]) from exc
     if isinstance(reply, LoadFailed):
         raise EnvLoadError([LoadProblem(path, p.line, p.message) for p in reply.problems])

@@ -21,6 +21,10 @@ from envforge.server import confinement, confinement_inner
 from .static_gate import SEED_IMPORTS
 
 MAX_OUTPUT = 20_000_000
+"""Bytes a generator may write on stdout (its rows' JSON), and on stderr; past either it is killed."""
+STDERR_TAIL_BYTES = 4096
+"""How much of the end of its stderr is kept, for the reason it failed."""
+_CHUNK = 1 << 16
 
 _RUNNER = r"""
 import builtins, importlib.util, json, sys
@@ -54,6 +58,59 @@ class SeedRunError(RuntimeError):
     """The generator failed, timed out, or returned something that is not {table: [rows]}."""
 
 
+async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
+    try:
+        stdin.write(data)
+        await stdin.drain()
+        stdin.close()
+    except (BrokenPipeError, ConnectionResetError):  # it exited without reading everything
+        pass
+
+
+async def _discard(stream: asyncio.StreamReader | None) -> None:
+    """Read a killed process's pipe to its end, keeping nothing: `proc.wait()` waits for that end,
+    and a reader that stopped part way (its buffer full) would never see it."""
+    if stream is not None:
+        while await stream.read(_CHUNK):
+            pass
+
+
+async def _drain(
+    stream: asyncio.StreamReader, proc: asyncio.subprocess.Process, keep_tail: int | None
+) -> tuple[bytes, bool]:
+    """Read `stream` to its end as it is written: what was kept (all of it, or its last `keep_tail`
+    bytes), and whether it passed `MAX_OUTPUT`, at which point the process is killed at once.
+
+    The output is the generator's to choose: read whole (`communicate`) and measured afterwards,
+    600 MB of it cost this process 1.2 GB; here no more than `MAX_OUTPUT` is ever held.
+    """
+    kept = bytearray()
+    total = 0
+    while chunk := await stream.read(_CHUNK):
+        total += len(chunk)
+        if total > MAX_OUTPUT:
+            proc.kill()
+            await _discard(stream)
+            return b"", True
+        kept += chunk
+        if keep_tail is not None:
+            del kept[:-keep_tail]
+    return bytes(kept), False
+
+
+async def _communicate(proc: asyncio.subprocess.Process, source: bytes) -> tuple[bytes, bytes, bool]:
+    """`proc.communicate(source)` that holds at most `MAX_OUTPUT` of stdout and the tail of stderr;
+    the third value says whether either stream passed `MAX_OUTPUT` (the process was killed)."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    _, (out, out_flood), (err, err_flood), _ = await asyncio.gather(
+        _feed(proc.stdin, source),
+        _drain(proc.stdout, proc, None),
+        _drain(proc.stderr, proc, STDERR_TAIL_BYTES),
+        proc.wait(),
+    )
+    return out, err, out_flood or err_flood
+
+
 async def run_seed_generator(source: str, *, timeout: float = 20.0) -> dict[str, list[dict[str, Any]]]:
     limits = confinement.Limits()
     allowed = json.dumps(sorted(SEED_IMPORTS))
@@ -73,16 +130,16 @@ async def run_seed_generator(source: str, *, timeout: float = 20.0) -> dict[str,
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        out, err = await asyncio.wait_for(proc.communicate(source.encode()), timeout)
+        out, err, flooded = await asyncio.wait_for(_communicate(proc, source.encode()), timeout)
     except TimeoutError as exc:
         proc.kill()
-        await proc.wait()
+        await asyncio.gather(_discard(proc.stdout), _discard(proc.stderr), proc.wait())
         raise SeedRunError(f"seed generator ran longer than {timeout:.0f}s") from exc
+    if flooded:
+        raise SeedRunError(f"seed generator produced too much data (over {MAX_OUTPUT} bytes); it was stopped")
     if proc.returncode != 0:
         tail = err.decode(errors="replace").strip().splitlines()[-3:]
         raise SeedRunError("seed generator failed: " + " | ".join(tail))
-    if len(out) > MAX_OUTPUT:
-        raise SeedRunError("seed generator produced too much data")
     data = json.loads(out)
     if not isinstance(data, dict) or not all(
         isinstance(k, str) and isinstance(v, list) and all(isinstance(r, dict) for r in v)
