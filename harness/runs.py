@@ -259,7 +259,7 @@ async def score_trial(
     evidence = Evidence(
         final_state,
         agent_texts(messages),
-        shown_texts(messages),
+        lambda: shown_texts(messages),
         keys,
         agent_calls=agent_calls(messages),
         verdicts=verdicts,

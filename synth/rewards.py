@@ -22,7 +22,7 @@ from typing import NamedTuple
 from envforge.server import State
 
 from .models import ActionCheck, Call, RewardPart, Score, Task
-from .scoring import checkpoint_passed, task_outputs_missing
+from .scoring import Shown, checkpoint_passed, task_outputs_missing
 from .statediff import cents_hash, matches_up_to_created_ids, states_match
 
 #: Parts judged from an end state and the agent's messages alone: no trajectory, no judge.
@@ -55,7 +55,7 @@ class Evidence:
 
     final_state: State
     agent_messages: Sequence[str] = ()
-    shown_messages: Sequence[str] = ()
+    shown_messages: Shown = ()
     keys: Mapping[str, tuple[str, ...]] | None = None
     """Each table's primary-key columns, where the caller has the env: rows the episode created
     then match the golden ones whatever ids their order of creation gave them."""
@@ -187,7 +187,7 @@ def score_episode(
     final_state: State,
     agent_messages: Sequence[str],
     *,
-    shown_messages: Sequence[str] = (),
+    shown_messages: Shown = (),
     keys: Mapping[str, tuple[str, ...]] | None = None,
     golden_state: State | None = None,
 ) -> Score:

@@ -58,6 +58,10 @@ from .statediff import cents_row
 #: the agent was shown (see the docstring); a value it was not shown allows none.
 MAX_OTHER_CANDIDATES = 2
 
+#: What the agent was shown, or a function giving it: built only when an answer has other
+#: candidates (most scored answers state the outputs alone, and each result costs a parse).
+Shown = Sequence[str] | Callable[[], Sequence[str]]
+
 #: `task`: each task's own `answer_rule`; `strict`: the exact rule for every task.
 AnswersMode = Literal["task", "strict"]
 
@@ -346,17 +350,18 @@ def outputs_missing_exact(
     required: Sequence[str],
     agent_messages: Sequence[str],
     known_text: str | Callable[[], str] = "",
-    shown_messages: Sequence[str] = (),
+    shown_messages: Shown = (),
 ) -> list[str]:
     """`known_text` (or a function returning it, called only if needed) holds the task's own
-    values; `shown_messages` are what the agent was shown (the user's messages, tool results)."""
+    values; `shown_messages` (or a function returning them, called only if needed) are what the
+    agent was shown (the user's messages, tool results)."""
     if not required:
         return []
     said = _Said(
         agent_messages,
         required,
         lambda: known_values(known_text() if callable(known_text) else known_text),
-        lambda: _shown_values(shown_messages),
+        lambda: _shown_values(shown_messages() if callable(shown_messages) else shown_messages),
     )
     missing = []
     for r in required:
@@ -376,7 +381,7 @@ def outputs_missing(
     *,
     rule: AnswerRule = "exact",
     known_text: str | Callable[[], str] = "",
-    shown_messages: Sequence[str] = (),
+    shown_messages: Shown = (),
 ) -> list[str]:
     """The required outputs not communicated in the agent's messages under `rule`."""
     if rule == "substring":
@@ -384,9 +389,7 @@ def outputs_missing(
     return outputs_missing_exact(required, agent_messages, known_text, shown_messages)
 
 
-def task_outputs_missing(
-    task: Task, agent_messages: Sequence[str], shown_messages: Sequence[str] = ()
-) -> list[str]:
+def task_outputs_missing(task: Task, agent_messages: Sequence[str], shown_messages: Shown = ()) -> list[str]:
     """`task`'s required outputs not communicated, under the task's own answer rule."""
     if not task.required_outputs:
         return []

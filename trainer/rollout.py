@@ -72,12 +72,13 @@ class _FleetEpisode:
     def __init__(self, env: FleetRolloutEnv, task: Task, episode_id: str, client: Any) -> None:
         self.env, self.task, self.episode_id, self.client = env, task, episode_id, client
         self.calls: list[Call] = []  # every call the policy made, for the `actions` reward part
-        self.shown: list[str] = [task.scenario.without_answers()]  # what the policy was shown
+        self.opening = task.scenario.without_answers()
+        self.results: list[tuple[str, dict[str, Any]]] = []  # each result, with its call's arguments
 
     def initial_messages(self) -> list[dict[str, str]]:
         return [
             {"role": "system", "content": self.env.system_prompt()},
-            {"role": "user", "content": self.shown[0]},
+            {"role": "user", "content": self.opening},
         ]
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolOutcome:
@@ -86,11 +87,15 @@ class _FleetEpisode:
             result = await self.client.call_tool(name, arguments)
         else:
             result = await self.env.fleet.call(self.episode_id, name, arguments)
-        self.shown.append(shown_result(result.text, arguments))
+        self.results.append((result.text, arguments))
         return ToolOutcome(result.text, result.is_error)
 
     async def user_reply(self, assistant_text: str) -> str | None:
         return None
+
+    def shown(self) -> list[str]:
+        """What the policy was shown: its opening, each result less its call's arguments."""
+        return [self.opening, *(shown_result(text, args) for text, args in self.results)]
 
     async def finish(self, agent_messages: list[str]) -> RewardInfo:
         state = await self.env.fleet.export_state(self.episode_id)
