@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from .http_limits import HTTPLimits, install_log_limiter, serve_http
     from .inline import InlineConnection, InlinePool, ScratchConnection, ScratchPool, run_inline
     from .replays import read_actions, replay
+    from .static_gate import SEED_IMPORTS, TOOLS_IMPORTS, Violation, check_python, check_sql
     from .stdio import serve_stdio
 
 # name -> module (inside this package) that defines it, imported on first access
@@ -62,6 +63,11 @@ _LAZY = {
     "read_actions": "replays",
     "replay": "replays",
     "serve_stdio": "stdio",
+    "SEED_IMPORTS": "static_gate",
+    "TOOLS_IMPORTS": "static_gate",
+    "Violation": "static_gate",
+    "check_python": "static_gate",
+    "check_sql": "static_gate",
     "HTTPLimits": "http_limits",
     "install_log_limiter": "http_limits",
     "serve_http": "http_limits",
@@ -81,6 +87,8 @@ __all__ = [
     "EPISODE_META_KEY",
     "ERROR_META_KEY",
     "MAX_STRING_CHARS",
+    "SEED_IMPORTS",
+    "TOOLS_IMPORTS",
     "CheckedArguments",
     "Db",
     "EnvClients",
@@ -105,10 +113,13 @@ __all__ = [
     "ToolError",
     "ToolResult",
     "ToolSpec",
+    "Violation",
     "WriteTracker",
     "build_app",
     "canonical_json",
     "check_arguments",
+    "check_python",
+    "check_sql",
     "episode_client",
     "episode_connector",
     "execute",

@@ -360,17 +360,37 @@ def load_tool_module(path: Path, env_name: str, *, source: str | None = None) ->
     return module
 
 
-def _load_tools(path: Path, manifest: EnvManifest, tables: set[str]) -> dict[str, ToolSpec]:
+def _load_tools(
+    path: Path, manifest: EnvManifest, tables: set[str], *, static_gate: bool = True
+) -> dict[str, ToolSpec]:
     if not path.exists():
         raise EnvLoadError([LoadProblem(path, None, "tools.py is missing")])
     if manifest.trust == "confined":
         from .confined_tools import load_confined_tools  # model-written code: never imported here
 
+        if static_gate:
+            _gate(path)
         tools = load_confined_tools(path, manifest)
     else:
         tools = tools_of_module(load_tool_module(path, manifest.name), path)
     _check_writes(tools, tables, path)
     return tools
+
+
+def _gate(path: Path) -> None:
+    """Model-written tools pass the static gate before any worker runs them, at load as at
+    synthesis: a tools.py written or changed after synthesis (or never synthesized here) gets
+    no way around the first filter. The sandbox stays the boundary either way."""
+    from .static_gate import check_python
+
+    violations = check_python(path.read_text(encoding="utf-8"))
+    if violations:
+        raise EnvLoadError(
+            [
+                LoadProblem(path, v.line, f"the static gate refuses it: {v.rule}: {v.detail}")
+                for v in violations
+            ]
+        )
 
 
 def _check_writes(tools: dict[str, ToolSpec], tables: set[str], path: Path) -> None:
@@ -417,8 +437,12 @@ def tools_of_module(module: Any, path: Path) -> dict[str, ToolSpec]:
     return tools
 
 
-def load_env(root: str | Path) -> Environment:
-    """Load and validate an env folder. Raises `EnvLoadError` listing problems with file and line."""
+def load_env(root: str | Path, *, static_gate: bool = True) -> Environment:
+    """Load and validate an env folder. Raises `EnvLoadError` listing problems with file and line.
+
+    A confined env's tools.py must pass the static gate (`static_gate.check_python`) first;
+    `static_gate=False` skips it, for tests of the sandbox itself, which run code the gate would
+    refuse to show that the OS layer holds without it."""
     root = Path(root)
     if not root.is_dir():
         raise EnvLoadError([LoadProblem(root, None, "not a directory")])
@@ -454,7 +478,7 @@ def load_env(root: str | Path) -> Environment:
         seed_db = conn.serialize()
     finally:
         conn.close()
-    tools = _load_tools(root / TOOLS, manifest, {t.name for t in tables})
+    tools = _load_tools(root / TOOLS, manifest, {t.name for t in tables}, static_gate=static_gate)
     return Environment(
         root=root,
         manifest=manifest,

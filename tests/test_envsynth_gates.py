@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from envforge.synth.envsynth import SEED_IMPORTS, SeedRunError, check_python, check_sql, run_seed_generator
+from envforge.server import SEED_IMPORTS, check_python, check_sql
+from envforge.synth.envsynth import SeedRunError, run_seed_generator
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from .probes import schema_problems
     from .report import GATES, SynthesisReport, read_report
     from .sandbox import SeedRunError, run_seed_generator
-    from .static_gate import SEED_IMPORTS, check_python, check_sql
 
 # name -> module (inside this subpackage) that defines it, imported on first access
 _LAZY = {
@@ -53,9 +52,6 @@ _LAZY = {
     "read_report": "report",
     "SeedRunError": "sandbox",
     "run_seed_generator": "sandbox",
-    "SEED_IMPORTS": "static_gate",
-    "check_python": "static_gate",
-    "check_sql": "static_gate",
 }
 
 
@@ -71,7 +67,6 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DOC_SUFFIXES",
     "GATES",
-    "SEED_IMPORTS",
     "DocsError",
     "LiteLLMResponder",
     "ReplayResponder",
@@ -80,8 +75,6 @@ __all__ = [
     "SynthSettings",
     "SynthesisReport",
     "ToolDoc",
-    "check_python",
-    "check_sql",
     "introspect_mcp",
     "load_docs",
     "load_recordings",

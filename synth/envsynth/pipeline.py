@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from envforge.server import EnvLoadError, load_env
+from envforge.server import SEED_IMPORTS, EnvLoadError, check_python, check_sql, load_env
 from envforge.synth.graph import build_graph, write_graph
 from envforge.synth.phrases import write_phrases
 from envforge.synth.pipeline import synthesize, write_tasks
@@ -33,7 +33,6 @@ from .llm import LLMError, Responder, Usage, strip_fences
 from .probes import execute_proposals, probe_env
 from .report import GateResult, RoundRecord, SynthesisReport, write_report
 from .sandbox import SeedRunError, run_seed_generator
-from .static_gate import SEED_IMPORTS, check_python, check_sql
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,7 @@ import asyncio
 import json
 from typing import Any
 
-from envforge.server import confinement, confinement_inner
-
-from .static_gate import SEED_IMPORTS
+from envforge.server import SEED_IMPORTS, confinement, confinement_inner
 
 MAX_OUTPUT = 20_000_000
 """Bytes a generator may write on stdout (its rows' JSON), and on stderr; past either it is killed."""

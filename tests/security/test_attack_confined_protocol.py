@@ -143,7 +143,7 @@ FORGED_LINES: dict[str, dict[str, Any]] = {
 
 @pytest.fixture
 def forging_env(tmp_path: Path) -> Environment:
-    return load_env(make_confined_env(tmp_path / "forging", FORGING_TOOLS))
+    return load_env(make_confined_env(tmp_path / "forging", FORGING_TOOLS), static_gate=False)
 
 
 def _worker_starts(env: Environment) -> int:

@@ -89,7 +89,7 @@ SQL_TOOLS = textwrap.dedent(
 def sql_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Environment:
     limits = dataclasses.replace(confined_tools_module.DEFAULT_LIMITS, call_timeout_s=CALL_LIMIT_S)
     monkeypatch.setattr(confined_tools_module, "DEFAULT_LIMITS", limits)
-    return load_env(make_confined_env(tmp_path / "sql", SQL_TOOLS))
+    return load_env(make_confined_env(tmp_path / "sql", SQL_TOOLS), static_gate=False)
 
 
 @contextmanager

@@ -248,7 +248,7 @@ def payload_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         confined_tools_module.DEFAULT_LIMITS, call_timeout_s=8.0, cpu_seconds_per_call=3
     )
     monkeypatch.setattr(confined_tools_module, "DEFAULT_LIMITS", limits)
-    return load_env(make_confined_env(tmp_path / "payloads"))
+    return load_env(make_confined_env(tmp_path / "payloads"), static_gate=False)
 
 
 async def _bystander_still_works(fleet: Fleet) -> None:
@@ -436,7 +436,7 @@ async def test_the_hard_cpu_limit_bounds_a_worker_that_lifts_its_budget(
         cpu_seconds_per_worker=8,
     )
     monkeypatch.setattr(confined_tools_module, "DEFAULT_LIMITS", limits)
-    env = load_env(make_confined_env(tmp_path / "payloads"))
+    env = load_env(make_confined_env(tmp_path / "payloads"), static_gate=False)
     fleet = Fleet([env])
     try:
         ep = await fleet.create_episode("payloads")
@@ -518,7 +518,7 @@ def test_without_confinement_a_confined_env_is_refused(tmp_path: Path, monkeypat
     confinement.confinement_problem.cache_clear()
     try:
         with pytest.raises(EnvLoadError) as err:
-            load_env(root)
+            load_env(root, static_gate=False)
         message = str(err.value)
         assert "bubblewrap" in message and confinement.ALLOW_UNCONFINED_ENV in message
         assert len(message.splitlines()) == 1
@@ -537,7 +537,7 @@ async def test_the_operator_opt_out_runs_unconfined_with_a_warning(
     confinement.confinement_problem.cache_clear()
     try:
         with caplog.at_level("WARNING", logger="envforge.server.confinement"):
-            env = load_env(root)
+            env = load_env(root, static_gate=False)
         assert any("WITHOUT OS confinement" in r.getMessage() for r in caplog.records)
         fleet = Fleet([env])
         try:

@@ -10,12 +10,13 @@ reject each one, and still accept the shipped synthesized envs and ordinary tool
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from envforge.synth.envsynth import SEED_IMPORTS, check_python
+from envforge.server import SEED_IMPORTS, EnvLoadError, check_python, load_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -529,3 +530,35 @@ def test_ordinary_patterns_decorators_and_module_constants_still_pass() -> None:
         '''
     )
     assert check_python(source) == []
+
+
+ORDINARY_TOOLS = HEADER + textwrap.dedent(
+    '''
+    @tool
+    async def count_notes(db) -> int:
+        """How many notes there are."""
+        return await db.fetch_value("SELECT COUNT(*) FROM notes")
+    '''
+)
+
+
+def test_a_confined_env_whose_tools_fail_the_gate_does_not_load(tmp_path: Path) -> None:
+    """The attack from outside synthesis: an env folder marked confined whose tools.py was written
+    (or edited after synthesis) to escape through a class pattern. Loading it runs the gate first:
+    it is refused with the rule and line, and no worker ever starts. The same folder with the
+    trick removed loads."""
+    escape = NAMED_ELSEWHERE[sorted(NAMED_ELSEWHERE)[0]]
+    root = tmp_path / "escape"
+    root.mkdir()
+    (root / "env.toml").write_text(
+        'name = "escape"\ndescription = "e"\nseed = "seed.json"\ntrust = "confined"\n'
+    )
+    (root / "policy.md").write_text("Escape.\n")
+    (root / "schema.sql").write_text("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);\n")
+    (root / "seed.json").write_text(json.dumps({"notes": [{"id": 1, "body": "seed"}]}))
+    (root / "tools.py").write_text(escape)
+    with pytest.raises(EnvLoadError) as refused:
+        load_env(root)
+    assert "static gate" in str(refused.value) and "tools.py" in str(refused.value)
+    (root / "tools.py").write_text(ORDINARY_TOOLS)
+    assert "count_notes" in load_env(root).tools
