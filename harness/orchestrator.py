@@ -347,7 +347,13 @@ async def run_trial(
     env, task = job.et.env, job.task
     seed = trial_seed(config.seed, job.key)
     agent = (make_agent or _default_agent(config, job.et))(task, seed)
-    user = make_user(task) if make_user else build_user(config.user, task, llm=config.user_cfg())
+    # the scripted user outlasts the run's own exchange limit: an agent that asks forever ends at
+    # `max_turns` (its failure), never with a user stopping mid-question (a user error, masked)
+    user = (
+        make_user(task)
+        if make_user
+        else build_user(config.user, task, llm=config.user_cfg(), max_turns=config.limits.max_turns + 1)
+    )
     started, t0 = time.time(), time.perf_counter()
     messages: list[Message] = []
     usage: dict[str, Usage] = {}

@@ -166,6 +166,28 @@ async def test_lying_scripted_user_is_flagged_and_honest_one_is_not(tmp_path: Pa
     assert rec.user_error and "C-1999" in rec.user_error_reason and truth in rec.user_error_reason
 
 
+class EndlessAsker(OracleAgent):
+    """Asks for a known fact again and again, never calls a tool."""
+
+    async def respond(self, messages, tools, client):
+        name = self.task.scenario.known_facts[0].name
+        return Message(role="assistant", content=f"Could you confirm your {name} once more?")
+
+
+async def test_an_agent_that_asks_forever_is_not_masked_as_a_user_error(tmp_path: Path) -> None:
+    """The attack on the mask: keep asking, so that the scripted user runs out of patience and
+    ends the conversation mid-question, which the rules call the user's premature stop. The user
+    outlasts the run's exchange limit instead: the trial ends at max_turns, a failure of the agent,
+    with reward 0 and no user error."""
+    et = load_env_tasks(RETAIL)
+    task = next(t for t in et.tasks if t.scenario.known_facts)
+    config = EvalConfig(agent="oracle", task_ids=[task.id], limits={"max_turns": 12})
+    _, records = await run_eval([RETAIL], config, tmp_path / "run", make_agent=lambda t, s: EndlessAsker(t))
+    (rec,) = records
+    assert rec.termination == "max_turns" and rec.reward == 0.0, (rec.termination, rec.reward)
+    assert not rec.user_error, rec.user_error_reason
+
+
 async def test_premature_stop_rule_and_llm_judge_fallback() -> None:
     task = load_tasks(RETAIL)[0]
     asked = [
