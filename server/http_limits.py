@@ -259,6 +259,10 @@ def serve_http(
         timeout_keep_alive=int(limits.keep_alive),
         h11_max_incomplete_event_size=limits.max_header_bytes,
         backlog=limits.effective_backlog(),
+        # uvicorn trusts X-Forwarded-For from loopback by default and rewrites the client address
+        # with it, so any local process could name a new client per request and walk past every
+        # per-client cap; the address a client is counted by is the peer's own
+        proxy_headers=False,
     )
     install_log_limiter()  # after Config: it (re)configures uvicorn's loggers
     _Server(config).run(sockets=[sock] if sock is not None else None)

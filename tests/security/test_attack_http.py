@@ -361,3 +361,20 @@ def test_busy_connections_of_one_client_cannot_fill_the_connection_cap(tmp_path,
             for sock in socks:
                 sock.close()
     assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+
+
+def test_a_forwarded_for_header_does_not_make_a_new_client(tmp_path):
+    """The attack on every per-client cap: one local process, one connection, a different
+    X-Forwarded-For on each request (uvicorn's default trusts it from loopback). The client is
+    the peer address however the header varies: the cap still answers 429."""
+    log = tmp_path / "serve.log"
+    with envforge_serve("--max-episodes-per-client", "3", log=log, token=None) as url:
+        codes = [
+            httpx.post(
+                url + "/control/episodes", json={"env": "bank"}, headers={"X-Forwarded-For": f"10.0.0.{i}"}
+            ).status_code
+            for i in range(6)
+        ]
+        assert codes == [201, 201, 201, 429, 429, 429], codes
+        owners = {e["owner"] for e in httpx.get(url + "/control/episodes").json()["episodes"]}
+        assert owners == {"addr:127.0.0.1"}, owners
