@@ -52,10 +52,10 @@ def serve(
     max_episode_mib_per_client: Annotated[
         int,
         typer.Option(
-            help="Most MiB of episode databases one client may hold (each: its starting state and "
-            "4 MiB to grow)."
+            help="Most MiB of episode databases one client may hold (each counts twice its starting "
+            "database and 1 MiB to grow)."
         ),
-    ] = 2048,
+    ] = 4096,
     max_sessions_per_client: Annotated[
         int,
         typer.Option(

@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from .db import Db
 from .dbthreads import on_db_thread
-from .episodes import Episode, EpisodeStore, WriteTracker, episode_connector
+from .episodes import (
+    DEFAULT_EPISODE_BYTES_PER_CLIENT,
+    DEFAULT_EPISODE_GROWTH,
+    Episode,
+    EpisodeStore,
+    WriteTracker,
+    episode_connector,
+)
 from .errors import EnvLoadError, EpisodeLimitReached, EpisodeNotFound, LoadProblem, ToolError
 from .fleet import Fleet
 from .loader import Environment, load_env, open_database
@@ -84,6 +91,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "DEFAULT_EPISODE_BYTES_PER_CLIENT",
+    "DEFAULT_EPISODE_GROWTH",
     "EPISODE_META_KEY",
     "ERROR_META_KEY",
     "MAX_STRING_CHARS",

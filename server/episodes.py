@@ -77,8 +77,17 @@ class WriteTracker(SqlGuard):
 
 
 #: How far an episode's database may grow past the state it started from. Tool writes add rows of
-#: a few hundred bytes; a client that writes megabytes into one episode is filling memory.
-DEFAULT_EPISODE_GROWTH = 4 * 1024 * 1024
+#: a few hundred bytes; a client that writes a megabyte into one episode is filling memory.
+DEFAULT_EPISODE_GROWTH = 1024 * 1024
+#: The bytes of episode databases one client may hold by default (`serve`'s
+#: `--max-episode-mib-per-client`): a thousand episodes of a bundled env take ~1 GiB of it.
+DEFAULT_EPISODE_BYTES_PER_CLIENT = 4096 * 1024 * 1024
+
+
+def reserved_bytes(database: bytes, growth: int) -> int:
+    """What an episode counts against its client's byte budget: its database twice (SQLite's copy,
+    and the pages a write transaction journals in memory) and its room to grow."""
+    return 2 * len(database) + growth
 
 
 def episode_connector(
@@ -90,14 +99,19 @@ def episode_connector(
     The database may grow `growth` bytes past `data` (None: unbounded); a write past that fails
     with SQLite's "database or disk is full", so no episode holds more memory than it reserved."""
 
+    # The connection keeps its connector for life: holding `data` there would keep a second copy
+    # of every episode's database (SQLite has its own once it is open), so it is let go.
+    held = [data]
+
     def connect() -> sqlite3.Connection:
         # Legacy isolation: DML opens a transaction implicitly and plain reads do not, so a read
         # tool costs one thread hop and a write tool's statements share one transaction.
         conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level="DEFERRED")
-        conn.deserialize(data)
+        source = held.pop()
+        conn.deserialize(source)
         if growth is not None:
             (page_size,) = conn.execute("PRAGMA page_size").fetchone()
-            conn.execute(f"PRAGMA max_page_count = {-(-(len(data) + growth) // page_size)}")
+            conn.execute(f"PRAGMA max_page_count = {-(-(len(source) + growth) // page_size)}")
         conn.execute("PRAGMA foreign_keys = ON")
         protect(conn, tracker)
         return conn
@@ -229,6 +243,36 @@ class EpisodeStore:
     def open_for(self, owner: str) -> int:
         return self._per_owner[owner]
 
+    async def make_room(self, owner: str | None, reserved: int | None = None) -> None:
+        """Raise `EpisodeLimitReached` unless one more episode, counting `reserved` bytes against
+        `owner` (None: the least any episode counts), fits: expired episodes are reaped first.
+
+        Called before the work an episode costs (a client's state built into a database), so a
+        client over its caps is refused before it spends the server's time, and again by `create`
+        with the exact bytes."""
+        need = reserved if reserved is not None else self.growth_bytes
+        if self._full() or self._owner_full(owner) or (owner is not None and self._over_budget(owner, need)):
+            await self.reap()
+        if self._full():
+            raise EpisodeLimitReached(
+                f"{len(self._episodes)} episodes are open (limit {self.max_episodes}); close some first"
+            )
+        if owner is None:
+            return
+        if self._owner_full(owner):
+            raise ClientEpisodeLimitReached(
+                f"client {owner} has {self._per_owner[owner]} episodes open (limit {self.max_per_owner} "
+                "per client); close some first"
+            )
+        if self._over_budget(owner, need):
+            mib = 1024 * 1024
+            raise ClientEpisodeLimitReached(
+                f"client {owner} holds {self._bytes_per_owner[owner] / mib:.1f} MiB of episode databases "
+                f"(limit {(self.max_bytes_per_owner or 0) / mib:.0f} MiB per client; this one needs "
+                f"{need / mib:.1f} MiB: its database twice, for SQLite's copy and a write's journal, "
+                f"and {self.growth_bytes / mib:.0f} MiB to grow); close some first"
+            )
+
     async def create(
         self,
         env: Environment,
@@ -241,34 +285,12 @@ class EpisodeStore:
         Refused with `EpisodeLimitReached` when the store, or `owner`'s share of it, is full.
         """
         data = database if database is not None else env.seed_db
-        reserved = len(data) + self.growth_bytes
-        if (
-            self._full()
-            or self._owner_full(owner)
-            or (owner is not None and self._over_budget(owner, reserved))
-        ):
-            await self.reap()
-        if self._full():
-            raise EpisodeLimitReached(
-                f"{len(self._episodes)} episodes are open (limit {self.max_episodes}); close some first"
-            )
-        if owner is not None and self._owner_full(owner):
-            raise ClientEpisodeLimitReached(
-                f"client {owner} has {self._per_owner[owner]} episodes open (limit {self.max_per_owner} "
-                "per client); close some first"
-            )
+        reserved = reserved_bytes(data, self.growth_bytes)
+        await self.make_room(owner, reserved)
         episode_id = episode_id or secrets.token_hex(EPISODE_ID_BYTES)
         if episode_id in self._episodes:
             raise ValueError(f"episode {episode_id!r} already exists")
         tracker = WriteTracker(frozenset(t.name for t in env.tables))
-        if owner is not None and self._over_budget(owner, reserved):
-            mib = 1024 * 1024
-            raise ClientEpisodeLimitReached(
-                f"client {owner} holds {self._bytes_per_owner[owner] / mib:.1f} MiB of episode databases "
-                f"(limit {(self.max_bytes_per_owner or 0) / mib:.0f} MiB per client; this one needs "
-                f"{reserved / mib:.1f} MiB: its state and {self.growth_bytes / mib:.0f} MiB to grow); "
-                "close some first"
-            )
         # Reserve the slots before the first await, so concurrent creations cannot all pass the checks.
         self._pending += 1
         if owner is not None:

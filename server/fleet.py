@@ -78,7 +78,10 @@ class Fleet:
         """
         env = self.env(env_name)
         if state is not None:
-            database = env.database_from_state(state)
+            # a client's state costs its size in CPU to build: refused first if it cannot fit, and
+            # built off the event loop, where a 16 MiB state took ~1 s from every other client
+            await self.store.make_room(owner)
+            database = await anyio.to_thread.run_sync(env.database_from_state, state)
         return await self.store.create(env, database, owner=owner)
 
     async def shared_seed_episode(self, env_name: str) -> Episode:

@@ -21,7 +21,14 @@ import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from envforge.server import EPISODE_META_KEY, Environment, Fleet, HTTPLimits, build_app
+from envforge.server import (
+    DEFAULT_EPISODE_BYTES_PER_CLIENT,
+    EPISODE_META_KEY,
+    Environment,
+    Fleet,
+    HTTPLimits,
+    build_app,
+)
 
 from conftest import ServerThread
 
@@ -289,13 +296,13 @@ async def test_big_states_fill_a_byte_budget_not_the_server(bank_env):
     state = bank_env.seed_state()
     customers = [{**c, "name": names.get(c["customer_id"], c["name"])} for c in state["customers"]]
     big = {"env": "bank", "state": {**state, "customers": customers}}
-    budget = 32 * 1024 * 1024  # two such episodes (10 MiB + 4 MiB to grow each), not three
+    budget = 48 * 1024 * 1024  # two such episodes (2 x 10 MiB + 1 MiB to grow each), not three
     with serve(bank_env, max_episodes_per_client=1024, max_episode_bytes_per_client=budget) as (url, _):
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
             made = [await http.post("/control/episodes", json=big) for _ in range(3)]
             assert [r.status_code for r in made] == [201, 201, 429], [r.text[:200] for r in made]
             error = made[2].json()["error"]
-            assert "MiB of episode databases" in error and "limit 32 MiB per client" in error, error
+            assert "MiB of episode databases" in error and "limit 48 MiB per client" in error, error
             other = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
             async with httpx.AsyncClient(base_url=url, transport=other, timeout=60) as second:
                 assert (await second.post("/control/episodes", json=big)).status_code == 201
@@ -307,7 +314,7 @@ async def test_big_states_fill_a_byte_budget_not_the_server(bank_env):
 
 async def test_an_episode_cannot_grow_without_bound(bank_env):
     """The attack: write 10,000-character memos until memory runs out. An episode's database may
-    grow 4 MiB past its starting state (DEFAULT_EPISODE_GROWTH); the write past that is an error
+    grow 1 MiB past its starting state (DEFAULT_EPISODE_GROWTH); the write past that is an error
     that changes nothing, and the episode goes on answering."""
     async with Fleet([bank_env]) as fleet:
         episode = await fleet.create_episode("bank")
@@ -315,8 +322,43 @@ async def test_an_episode_cannot_grow_without_bound(bank_env):
         made = 0
         while not (result := await fleet.call(episode.id, "transfer", memo)).is_error and made < 1000:
             made += 1
-        assert result.is_error and 300 < made < 500, (made, result.text)
+        assert result.is_error and 60 < made < 150, (made, result.text)
         assert "full" in result.text, result.text
         state, _ = await fleet.export(episode.id)
         assert len(state["transfers"]) == made
         assert not (await fleet.call(episode.id, "get_account", {"account_id": "A-1"})).is_error
+
+
+async def test_a_thousand_small_episodes_fit_the_default_budget(bank_env):
+    """The well-behaved side of the byte budget: one client opening a thousand episodes of a
+    small env under the default limits gets every one."""
+    fleet = Fleet(
+        [bank_env],
+        max_episodes_per_client=1024,
+        max_episode_bytes_per_client=DEFAULT_EPISODE_BYTES_PER_CLIENT,
+    )
+    async with fleet:
+        for _ in range(1000):
+            await fleet.create_episode("bank", owner="addr:127.0.0.1")
+        assert fleet.store.open_for("addr:127.0.0.1") == 1000
+
+
+async def test_a_client_over_its_cap_is_refused_before_its_state_is_built(bank_env):
+    """The attack: a client at its cap keeps posting states of 60,000 rows. Building one costs
+    the server far more CPU than reading it, so each refusal must come before that work."""
+    state = bank_env.seed_state()
+    accounts = [
+        {"account_id": f"A-{i}", "customer_id": "C-1", "balance": 1.0, "status": "open"}
+        for i in range(100, 60_100)
+    ]
+    big = {"env": "bank", "state": {**state, "accounts": state["accounts"] + accounts}}
+    with serve(bank_env, max_episodes_per_client=1) as (url, _):
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            started = time.perf_counter()
+            assert (await http.post("/control/episodes", json=big)).status_code == 201
+            built = time.perf_counter() - started
+            started = time.perf_counter()
+            refused = await http.post("/control/episodes", json=big)
+            refusing = time.perf_counter() - started
+    assert refused.status_code == 429, refused.text[:200]
+    assert refusing < built / 2, (refusing, built)
