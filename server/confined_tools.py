@@ -505,6 +505,10 @@ class ToolWorker:
 INLINE_READ_BUDGET_S = 0.02
 """How long a read may hold the event loop's thread before it is stopped and run on the SQLite thread."""
 _PROGRESS_STEPS = 1000  # SQLite VM instructions between two looks at the clock (a few µs of work)
+MAX_LIKE_PATTERN = 64
+"""The longest LIKE or GLOB pattern a model-written statement may use. Matching runs inside one VM
+step, out of the progress handler's reach, in time that grows with text x pattern: at 64, a
+16 MiB text takes ~0.8 s at worst (256: 3.3 s). Real patterns ('%smith%') are short."""
 
 
 class _TransactionLost(ConfinedToolCrash):
@@ -561,9 +565,11 @@ def _answer_statement(conn: sqlite3.Connection, msg: SqlRequest, deadline: _Dead
 
     conn.set_progress_handler(past_deadline, _PROGRESS_STEPS)
     length = conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_MESSAGE_BYTES)
+    pattern = conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, MAX_LIKE_PATTERN)
     try:
         reply = _run_request(conn, msg)
     finally:
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, pattern)
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, length)
         conn.set_progress_handler(None, 0)
     if stopped:  # its interruption was answered as an SQL error: the call fails instead

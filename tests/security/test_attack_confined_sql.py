@@ -68,6 +68,29 @@ SQL_TOOLS = textwrap.dedent(
 
 
     @tool
+    async def tidy(db: Db, n: int) -> int:
+        """Strip n letters b (and one a) from the left of n letters a.
+
+        Args:
+            n: How many letters.
+        """
+        return await db.fetch_value(
+            "SELECT length(ltrim(printf('%.*c', ?, 'a'), printf('%.*c', ?, 'b') || 'a'))", (n, n)
+        )
+
+
+    @tool
+    async def matches(db: Db, n: int, pattern: str) -> int:
+        """Whether n letters match a pattern.
+
+        Args:
+            n: How many letters.
+            pattern: A LIKE pattern.
+        """
+        return await db.fetch_value("SELECT printf('%.*c', ?, 'a') LIKE ?", (n, pattern))
+
+
+    @tool
     async def export_padded(db: Db, rows: int, size: int) -> int:
         """Export rows padded to a size.
 
@@ -238,3 +261,55 @@ async def test_a_result_too_large_to_send_is_never_held_whole(sql_env: Environme
         assert small.text == "3", small.text
     finally:
         await fleet.aclose()
+
+
+async def test_work_inside_one_step_of_sqlite_is_bounded_too(sql_env: Environment) -> None:
+    """The attack the progress handler cannot see: work done inside a single VM step. SQLite's
+    `ltrim(X, Y)` compared each character of X with each of Y there (n^2: 200,000 characters held
+    the server for a minute), and a long LIKE pattern against a long text is n x m. The trims are
+    linear now, and a model-written statement's LIKE and GLOB patterns are at most 64 characters."""
+    fleet = Fleet([sql_env])
+    try:
+        episode = await fleet.create_episode("payloads")
+        n = 200_000
+        with watchdog(episode.conn._conn):
+            start = time.monotonic()
+            tidied = await fleet.call(episode.id, "tidy", {"n": n})
+            trimmed_in = time.monotonic() - start
+        assert tidied.text == "0" and trimmed_in < 1.0, (tidied.text, trimmed_in)
+        long_pattern = {"n": 16 * 1024 * 1024, "pattern": "%" + "a" * 200 + "b"}
+        with watchdog(episode.conn._conn):
+            start = time.monotonic()
+            matched = await fleet.call(episode.id, "matches", long_pattern)  # SQLite refuses the pattern
+            matched_in = time.monotonic() - start
+        assert matched.is_error, matched.text
+        assert matched_in < CALL_LIMIT_S, matched_in
+        fine = await fleet.call(episode.id, "matches", {"n": n, "pattern": "%ab%"})
+        assert fine.text == "0", fine.text
+    finally:
+        await fleet.aclose()
+
+
+def test_the_linear_trims_answer_as_sqlites_own_do(bank_env: Environment) -> None:
+    """The replaced trims must not change a single answer: texts and character sets drawn at
+    random from letters, a space, an accented letter and NUL, plus numbers, blobs and NULLs."""
+    import random
+
+    from envforge.server import open_database
+
+    guarded, plain = open_database(bank_env.seed_db), sqlite3.connect(":memory:")
+    draw = random.Random(7)
+    cases: list[tuple[object, object]] = [
+        (12321, "1"),
+        (1.5, "1"),
+        (b"\x00\x01ab\x01", b"\x01\x00"),
+        (None, "a"),
+    ]
+    for _ in range(2000):
+        text = "".join(draw.choice("ab é\x00") for _ in range(draw.randint(0, 8)))
+        cases.append((text, "".join(draw.choice("ab é\x00") for _ in range(draw.randint(0, 3)))))
+    for value, chars in cases:
+        for name in ("trim", "ltrim", "rtrim"):
+            sql = f"SELECT {name}(?, ?)"
+            ours = guarded.execute(sql, (value, chars)).fetchone()[0]
+            assert ours == plain.execute(sql, (value, chars)).fetchone()[0], (name, value, chars)
