@@ -30,7 +30,9 @@ allowlist of what may be referenced, so a new trick fails by default:
   or assignment of the same name makes it the file's own), without callback arguments (`key=`,
   `dict(x)`, which calls `x.keys()`); decorators are `IMPORT_TIME_DECORATORS` (or a property's
   `.setter`); no metaclass; attributes read only of modules, imported names and, one level deep, of
-  the file's classes (anything else may be a property); no `classmethod` over `property`;
+  the file's classes (anything else may be a property); no `classmethod` over `property`; an Enum
+  of the file holds members only (pydantic reads a member's `value` while the tools are described,
+  so a method or property there would be the file's code running at load);
 - SQL literals and schema.sql never ATTACH, run PRAGMAs, VACUUM INTO or load extensions (SQLite's
   authorizer enforces this for real; this only gives the model an early, precise repair hint).
 """
@@ -710,6 +712,19 @@ _TOP_OK = (
 )
 
 
+def _enum_bodies(tree: ast.Module, checker: _Checker) -> None:
+    """An Enum of the file holds members only: pydantic reads a member's `value` and `name` while
+    the tools are described (a parameter's type, its default), so a method there, a property
+    named `value` above all, would be the file's own code running at load."""
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ClassDef) and stmt.name in checker.enum_classes:
+            for inner in stmt.body:
+                if isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef):
+                    checker.bad(
+                        inner, "method in an Enum", f"{stmt.name}.{inner.name} (an Enum holds members only)"
+                    )
+
+
 def _top_level(tree: ast.Module, checker: _Checker) -> None:
     for i, stmt in enumerate(tree.body):
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and i == 0:
@@ -733,6 +748,7 @@ def check_python(source: str, *, imports: frozenset[str] = TOOLS_IMPORTS) -> lis
     checker.found.clear()
     checker.scan(tree)
     _top_level(tree, checker)
+    _enum_bodies(tree, checker)
     checker.visit(tree)
     checker.type_aliases()
     seen: set[tuple[int | None, str, str]] = set()

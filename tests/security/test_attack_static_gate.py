@@ -341,6 +341,22 @@ IMPORT_TIME = {
         imports="from enum import Enum\n",
     ),
     "keyword splat at import time": module_with("X = sorted([1], **{'key': len})\n"),
+    "an Enum member's value as a property, read by pydantic while the tools are described": (
+        HEADER
+        + textwrap.dedent(
+            """
+            from enum import Enum
+
+
+            class Color(Enum):
+                RED = "r"
+
+                @property
+                def value(self) -> str:
+                    return "ran at load"
+            """
+        )
+    ),
 }
 
 
