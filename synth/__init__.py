@@ -99,6 +99,7 @@ if TYPE_CHECKING:
         parse_number,
         shown_result,
         stated_numbers,
+        task_outputs_missing,
         with_answers,
     )
     from .statediff import (
@@ -227,6 +228,7 @@ _LAZY = {
     "oracle_messages": "scoring",
     "outputs_missing": "scoring",
     "shown_result": "scoring",
+    "task_outputs_missing": "scoring",
     "parse_number": "scoring",
     "stated_numbers": "scoring",
     "with_answers": "scoring",
@@ -383,6 +385,7 @@ __all__ = [
     "stiff_wording",
     "synthesize",
     "task_keys",
+    "task_outputs_missing",
     "task_principals",
     "task_realism",
     "tasks_jsonl",
