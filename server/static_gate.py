@@ -262,6 +262,7 @@ class _Checker(ast.NodeVisitor):
         self.classes: frozenset[str] = frozenset()  # top-level names bound only by a `class`
         self.file_bound: frozenset[str] = frozenset()  # every name the file binds, in any scope
         self.enum_classes: set[str] = set()  # the file's classes derived from an Enum
+        self.class_fields: set[int] = set()  # ids of `name: type` targets in class bodies
         self.factory_refs: set[int] = set()  # ids of nodes where a name factory may appear
         self.annotation_names: set[str] = set()
         self.assigned: dict[str, list[ast.expr]] = {}  # module and class level: name -> values
@@ -386,7 +387,9 @@ class _Checker(ast.NodeVisitor):
             self.bad(node, "module reference", f"module {name!r} {verb} (use only its listed attributes)")
         elif name in ATTR_FUNCS:
             self.bad(node, "forbidden attribute access", f"{name} (attributes are named in the code)")
-        elif _dunder(name) or (name in _BUILTIN_NAMES and name not in SAFE_BUILTINS):
+        elif _dunder(name):
+            self.bad(node, "forbidden name", name)
+        elif name in _BUILTIN_NAMES and name not in SAFE_BUILTINS and id(node) not in self.class_fields:
             self.bad(node, "forbidden name", name)
         else:
             self.factory_reference(node)
@@ -507,7 +510,16 @@ class _Checker(ast.NodeVisitor):
             self.annotation(node.returns)
         self.generic_visit(node)
 
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _def
+    visit_FunctionDef = visit_AsyncFunctionDef = _def
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        """A field declared `id: int` in a class body (a dataclass's, a TypedDict's) names an
+        attribute, read only as `x.id`: a builtin's name is fine there. Only the declaration is
+        let through; reading the bare name anywhere is still the builtin, and still refused."""
+        for stmt in node.body:
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                self.class_fields.add(id(stmt.target))
+        self._def(node)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         self.annotation(node.annotation)

@@ -578,3 +578,35 @@ def test_a_confined_env_whose_tools_fail_the_gate_does_not_load(tmp_path: Path) 
     assert "static gate" in str(refused.value) and "tools.py" in str(refused.value)
     (root / "tools.py").write_text(ORDINARY_TOOLS)
     assert "count_notes" in load_env(root).tools
+
+
+def test_a_field_may_have_a_builtins_name_but_the_builtin_stays_out_of_reach() -> None:
+    """Records have `id` and `type` fields; declaring one in a class body names an attribute,
+    read as `note.id`. Reading the bare name (the builtin) is still refused, in a class body too."""
+    fields = HEADER + textwrap.dedent(
+        """
+        from dataclasses import dataclass
+
+
+        @dataclass
+        class Note:
+            id: int
+            type: str
+            body: str = ""
+
+
+        @tool
+        async def describe(db, n: int) -> str:
+            \"\"\"Describe a note.
+
+            Args:
+                n: Which note.
+            \"\"\"
+            note = Note(id=n, type="memo")
+            return f"{note.id} {note.type}"
+        """
+    )
+    assert check_python(fields) == []
+    for leak in ("    where: int = id\n", "    kind: str = type\n"):
+        sneaky = fields.replace('    body: str = ""\n', '    body: str = ""\n' + leak)
+        assert any(v.rule == "forbidden name" for v in check_python(sneaky)), leak
