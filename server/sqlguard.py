@@ -23,11 +23,11 @@ whenever the new set does not cover every set granted since the last expiry.
 
 from __future__ import annotations
 
-import functools
-import re
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+from . import sqlfuncs
 
 Authorizer = Callable[[int, str | None, str | None, str | None, str | None], int]
 
@@ -191,55 +191,11 @@ def end_transaction(conn: sqlite3.Connection, guard: SqlGuard, commit: bool) -> 
 
 def protect(conn: sqlite3.Connection, guard: Authorizer) -> None:
     """Install `guard` on `conn`, and set SQLite's attached-database limit to zero as a second
-    lock on ATTACH and `VACUUM INTO` (which attaches its target). The two-argument trims are
-    replaced by linear ones (`_trimmer`)."""
+    lock on ATTACH and `VACUUM INTO` (which attaches its target). The functions SQLite runs in
+    superlinear time inside one VM step are replaced by linear ones (`sqlfuncs`)."""
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
     conn.set_authorizer(guard)
-    for name, left, right in (("trim", True, True), ("ltrim", True, False), ("rtrim", False, True)):
-        conn.create_function(name, 2, _trimmer(left, right), deterministic=True)
-
-
-def _sql_text(value: object) -> str:
-    """A number as SQLite writes it when a text function is given one."""
-    return value if isinstance(value, str) else repr(value) if isinstance(value, float) else str(value)
-
-
-def _trimmer(left: bool, right: bool) -> Callable[[object, object], str | None]:
-    """SQLite's `trim(X, Y)` (or `ltrim`, `rtrim`): the characters of Y stripped from X's ends.
-
-    SQLite's own compares each character of X with every character of Y inside one VM step, so
-    `ltrim(n x 'a', n x 'b' || 'a')` takes n^2 work that no progress handler (a confined call's
-    deadline) can interrupt: a few hundred thousand characters held the server for a minute.
-    Here Y's distinct characters become one character class: linear in X and Y."""
-
-    def trim(value: object, chars: object) -> str | None:
-        if value is None or chars is None:
-            return None
-        # SQLite trims the text form of each argument (a blob's bytes read as text), and reads
-        # the characters to strip only up to a NUL
-        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else _sql_text(value)
-        strip = chars.decode("utf-8", "replace") if isinstance(chars, bytes) else _sql_text(chars)
-        strip = strip.split("\0", 1)[0]
-        unique = "".join(sorted(set(strip)))
-        if not unique:
-            return text
-        run = _class_run(unique)  # matches at any position (possibly empty): never None
-        start = _run_length(run, text) if left else 0
-        end = len(text) - (_run_length(run, text[::-1][: len(text) - start]) if right else 0)
-        return text[start:end]
-
-    return trim
-
-
-def _run_length(run: re.Pattern[str], text: str) -> int:
-    found = run.match(text)
-    return found.end() if found is not None else 0
-
-
-@functools.lru_cache(maxsize=256)
-def _class_run(unique: str) -> re.Pattern[str]:
-    """A run of any of `unique`'s characters (a class: one lookup per character of the text)."""
-    return re.compile("[" + "".join(re.escape(c) for c in unique) + "]*")
+    sqlfuncs.install(conn)
 
 
 _ACTION_NAMES = {

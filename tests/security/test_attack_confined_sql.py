@@ -80,6 +80,19 @@ SQL_TOOLS = textwrap.dedent(
 
 
     @tool
+    async def find(db: Db, n: int) -> int:
+        """Where n/2 letters a and a b start in n letters a.
+
+        Args:
+            n: How many letters.
+        """
+        return await db.fetch_value(
+            "SELECT instr(replace(hex(zeroblob(?)), '0', 'a'), replace(hex(zeroblob(?)), '0', 'a') || 'b')",
+            (n // 2, n // 4),
+        )
+
+
+    @tool
     async def matches(db: Db, n: int, pattern: str) -> int:
         """Whether n letters match a pattern.
 
@@ -266,8 +279,10 @@ async def test_a_result_too_large_to_send_is_never_held_whole(sql_env: Environme
 async def test_work_inside_one_step_of_sqlite_is_bounded_too(sql_env: Environment) -> None:
     """The attack the progress handler cannot see: work done inside a single VM step. SQLite's
     `ltrim(X, Y)` compared each character of X with each of Y there (n^2: 200,000 characters held
-    the server for a minute), and a long LIKE pattern against a long text is n x m. The trims are
-    linear now, and a model-written statement's LIKE and GLOB patterns are at most 64 characters."""
+    the server for a minute), `instr` and `replace` tried the whole needle at every position (a
+    million characters against half a million: 78 s), and a long LIKE pattern against a long text
+    is n x m. Those functions are linear now, and a model-written statement's LIKE and GLOB
+    patterns are at most 64 characters."""
     fleet = Fleet([sql_env])
     try:
         episode = await fleet.create_episode("payloads")
@@ -277,6 +292,11 @@ async def test_work_inside_one_step_of_sqlite_is_bounded_too(sql_env: Environmen
             tidied = await fleet.call(episode.id, "tidy", {"n": n})
             trimmed_in = time.monotonic() - start
         assert tidied.text == "0" and trimmed_in < 1.0, (tidied.text, trimmed_in)
+        with watchdog(episode.conn._conn):
+            start = time.monotonic()
+            found = await fleet.call(episode.id, "find", {"n": 2_000_000})
+            found_in = time.monotonic() - start
+        assert found.text == "0" and found_in < 1.0, (found.text, found_in)
         long_pattern = {"n": 16 * 1024 * 1024, "pattern": "%" + "a" * 200 + "b"}
         with watchdog(episode.conn._conn):
             start = time.monotonic()
@@ -290,26 +310,52 @@ async def test_work_inside_one_step_of_sqlite_is_bounded_too(sql_env: Environmen
         await fleet.aclose()
 
 
-def test_the_linear_trims_answer_as_sqlites_own_do(bank_env: Environment) -> None:
-    """The replaced trims must not change a single answer: texts and character sets drawn at
-    random from letters, a space, an accented letter and NUL, plus numbers, blobs and NULLs."""
+def test_the_linear_functions_answer_as_sqlites_own_do(bank_env: Environment) -> None:
+    """The replaced functions must not change a single answer, nor its type: arguments drawn at
+    random from short texts of letters, a space, an accented letter and NUL, and from numbers as
+    SQLite writes them (0.1 + 0.2, 1e20, Inf, -0.0), blobs (one not UTF-8), empty values and NULL.
+    An error must stay an error."""
     import random
 
     from envforge.server import open_database
 
     guarded, plain = open_database(bank_env.seed_db), sqlite3.connect(":memory:")
+
+    def answer(conn: sqlite3.Connection, sql: str, args: tuple[object, ...]) -> tuple[object, ...]:
+        try:
+            value = conn.execute(sql, args).fetchone()[0]
+        except sqlite3.Error:
+            return ("error",)
+        return (type(value).__name__, value)
+
     draw = random.Random(7)
-    cases: list[tuple[object, object]] = [
-        (12321, "1"),
-        (1.5, "1"),
-        (b"\x00\x01ab\x01", b"\x01\x00"),
-        (None, "a"),
+    odd: list[object] = [
+        0.1 + 0.2,
+        1e20,
+        float("inf"),
+        -0.0,
+        5,
+        2.5,
+        None,
+        b"\xff\xfeA",
+        b"a\x00b",
+        "",
+        b"",
+        10**18,
     ]
-    for _ in range(2000):
-        text = "".join(draw.choice("ab é\x00") for _ in range(draw.randint(0, 8)))
-        cases.append((text, "".join(draw.choice("ab é\x00") for _ in range(draw.randint(0, 3)))))
-    for value, chars in cases:
-        for name in ("trim", "ltrim", "rtrim"):
-            sql = f"SELECT {name}(?, ?)"
-            ours = guarded.execute(sql, (value, chars)).fetchone()[0]
-            assert ours == plain.execute(sql, (value, chars)).fetchone()[0], (name, value, chars)
+
+    def value() -> object:
+        if draw.random() < 0.25:
+            return draw.choice(odd)
+        return "".join(draw.choice("ab \u00e9\x00") for _ in range(draw.randint(0, 6)))
+
+    for _ in range(3000):
+        x, y, z = value(), value(), value()
+        for sql, args in (
+            ("SELECT trim(?, ?)", (x, y)),
+            ("SELECT ltrim(?, ?)", (x, y)),
+            ("SELECT rtrim(?, ?)", (x, y)),
+            ("SELECT instr(?, ?)", (x, y)),
+            ("SELECT replace(?, ?, ?)", (x, y, z)),
+        ):
+            assert answer(guarded, sql, args) == answer(plain, sql, args), (sql, args)
