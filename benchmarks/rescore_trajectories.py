@@ -3,8 +3,8 @@
 A run's `trajectories.jsonl` (`envforge train --save-trajectories`) keeps each episode's messages
 and the reward it was trained on. When the rules change (the exact answer rule, what counts as
 shown), this says whether a reported run still stands: each trajectory's outputs part is judged
-again from its own messages (what the agent said; what it was shown: the user's messages and each
-tool result less its call's arguments), times the parts that did not change. Lookup-task runs
+again from its own messages (what the agent said; what it was shown: the user's messages and the
+results of the task's own calls, `shown_results`), times the parts that did not change. Lookup-task runs
 only (`--tasks lookup`), whose tasks are rebuilt from the envs:
 
     python benchmarks/rescore_trajectories.py RUNS/erpo RUNS/control
@@ -22,7 +22,7 @@ import anyio
 
 from envforge.harness import parse_tool_calls
 from envforge.server import Fleet, load_env
-from envforge.synth import Task, shown_result, task_outputs_missing
+from envforge.synth import Task, shown_results, task_outputs_missing
 from envforge.trainer import lookup_tasks
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,22 +36,23 @@ async def _tasks(envs: set[str]) -> dict[str, Task]:
     return out
 
 
-def _said_and_shown(messages: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+def _said_and_shown(task: Task, messages: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     """The agent's messages to the user, and what it was shown (as every scorer passes it)."""
     said: list[str] = []
-    shown = [m["content"] for m in messages if m["role"] == "user"]
-    arguments: dict[str, Any] = {}
+    results: list[tuple[str, dict[str, Any], str]] = []
+    name, arguments = "", {}
     for i, m in enumerate(messages):
         text = m.get("content") or ""
         if m["role"] == "assistant":
             if i + 1 < len(messages) and messages[i + 1]["role"] == "tool":
                 _, calls = parse_tool_calls(text)
-                arguments = calls[0].arguments if calls else {}
+                name, arguments = (calls[0].name, calls[0].arguments) if calls else ("", {})
             else:
                 said.append(text)
         elif m["role"] == "tool":
-            shown.append(shown_result(text, arguments))
-    return said, shown
+            results.append((name, arguments, text))
+    opening = [m["content"] for m in messages if m["role"] == "user"]
+    return said, [*opening, *shown_results(task, results)]
 
 
 def main() -> None:
@@ -63,8 +64,9 @@ def main() -> None:
     for run, trajs in runs.items():
         moved: Counter[tuple[float, float]] = Counter()
         for t in trajs:
-            said, shown = _said_and_shown(t["messages"])
-            outputs = 0.0 if task_outputs_missing(tasks[t["task_id"]], said, shown) else 1.0
+            task = tasks[t["task_id"]]
+            said, shown = _said_and_shown(task, t["messages"])
+            outputs = 0.0 if task_outputs_missing(task, said, shown) else 1.0
             others = [v for part, v in t["parts"].items() if part != "outputs"]
             now = outputs * (min(others) if others else 1.0)
             if now != t["reward"]:

@@ -32,7 +32,7 @@ from envforge.synth import (
     measure_realism,
     realism_table,
     score_episode,
-    shown_result,
+    shown_results,
     synthesize,
     to_dot,
     to_mermaid,
@@ -313,7 +313,8 @@ def score_cmd(
             database, _, _ = ctx.states.task_initial(task)
             state, shown = await ctx.replayer.run_all(database, calls)
             assert state is not None  # exported
-            shown = [shown_result(text, call.arguments) for call, text in zip(calls, shown, strict=True)]
+            results = [(call.name, call.arguments, text) for call, text in zip(calls, shown, strict=True)]
+            shown = shown_results(task, results)
             return score_episode(task, state, messages, shown_messages=shown, keys=ctx.pks)
         finally:
             await fleet.aclose()

@@ -41,7 +41,7 @@ from envforge.synth import (
     Task,
     compose_reward,
     detailed_score,
-    shown_result,
+    shown_results,
     with_answers,
 )
 
@@ -171,15 +171,17 @@ def agent_texts(messages: list[Message]) -> list[str]:
     return [m.content for m in messages if m.role == "assistant" and m.content]
 
 
-def shown_texts(messages: list[Message]) -> list[str]:
-    """What the agent was shown: the user's messages, and the tool results less what each call
-    itself passed (`shown_result`)."""
-    arguments = {c.id: c.arguments for m in messages for c in m.tool_calls}
-    return [
-        shown_result(m.content, arguments.get(m.tool_call_id or "", {})) if m.role == "tool" else m.content
+def shown_texts(task: Task, messages: list[Message]) -> list[str]:
+    """What the agent was shown: the user's messages, and the results of the task's own calls
+    less what each passed in (`shown_results`)."""
+    calls = {c.id: c for m in messages for c in m.tool_calls}
+    results = [
+        (calls[m.tool_call_id].name, calls[m.tool_call_id].arguments, m.content)
         for m in messages
-        if m.role in ("user", "tool") and m.content
+        if m.role == "tool" and m.content and m.tool_call_id in calls
     ]
+    said = [m.content for m in messages if m.role == "user" and m.content]
+    return [*said, *shown_results(task, results)]
 
 
 NL_SYSTEM = """You judge whether a customer-service conversation meets a list of expected outcomes.
@@ -259,7 +261,7 @@ async def score_trial(
     evidence = Evidence(
         final_state,
         agent_texts(messages),
-        lambda: shown_texts(messages),
+        lambda: shown_texts(task, messages),
         keys,
         agent_calls=agent_calls(messages),
         verdicts=verdicts,

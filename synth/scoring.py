@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from functools import cached_property, lru_cache
@@ -52,7 +52,7 @@ from typing import Any, Literal
 from envforge.server import State, is_frozen
 
 from .models import AnswerRule, Checkpoint, Task
-from .statediff import cents_row
+from .statediff import cents_row, json_key
 
 #: How many other values of its kind a stated required output may stand among, each one a value
 #: the agent was shown (see the docstring); a value it was not shown allows none.
@@ -270,6 +270,20 @@ def shown_result(text: str, arguments: Any) -> str:
         if word:
             text = _compiled("(?i)" + LEFT_EDGE + re.escape(word) + RIGHT_EDGE).sub(" ", text)
     return text
+
+
+def shown_results(task: Task, results: Iterable[tuple[str, Mapping[str, Any], str]]) -> list[str]:
+    """What an episode's tool results show the agent: of each (tool, arguments, result text), the
+    result of a call the task itself makes (a golden call: the same tool, the same arguments),
+    less what that call passed in (`shown_result`). Any other call's result shows nothing: a
+    policy that lists every table before answering would otherwise have every small number
+    "shown", and "1 or 2" beat the best single guess."""
+    golden = {(c.name, json_key(c.arguments)) for c in task.golden_calls}
+    return [
+        shown_result(text, arguments)
+        for name, arguments, text in results
+        if (name, json_key(dict(arguments))) in golden
+    ]
 
 
 def _shown_values(messages: Sequence[str]) -> KnownValues:

@@ -32,7 +32,7 @@ from .context import SynthContext
 from .golden import GoldenRun
 from .models import CallNode, RowCheck, Task
 from .rewards import Evidence, compose_reward
-from .scoring import oracle_messages, shown_result
+from .scoring import oracle_messages, shown_results
 from .statediff import apply_diff, cents_hash, states_match
 from .states import setup_key
 
@@ -255,13 +255,14 @@ async def adversary_rewards(
             if golden_state is not None
             else cents_hash(final) == task.golden_cents_hash
         )
+        results = [(c.name, c.arguments, t) for c, t in zip(calls, texts, strict=False)]
         if counts(name, task, tools, reached_golden=reached):
             rewards[name] = _reward(
                 task,
                 final,
                 [message],
                 golden_state=golden_state,
-                shown=[shown_result(t, c.arguments) for c, t in zip(calls, texts, strict=False)],
+                shown=shown_results(task, results),
                 keys=ctx.pks,
             )
             if until_gamed and rewards[name] == 1.0:

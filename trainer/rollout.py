@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 from envforge.harness import MalformedToolCall, parse_tool_calls
 from envforge.server import Fleet, State, episode_client
-from envforge.synth import Call, Evidence, Task, apply_diff, compose_reward, primary_keys, shown_result
+from envforge.synth import Call, Evidence, Task, apply_diff, compose_reward, primary_keys, shown_results
 
 from .backends import GenerationBackend
 from .trajectory import SequenceBuilder, TokenizerLike, Trajectory
@@ -73,7 +73,7 @@ class _FleetEpisode:
         self.env, self.task, self.episode_id, self.client = env, task, episode_id, client
         self.calls: list[Call] = []  # every call the policy made, for the `actions` reward part
         self.opening = task.scenario.without_answers()
-        self.results: list[tuple[str, dict[str, Any]]] = []  # each result, with its call's arguments
+        self.results: list[tuple[str, dict[str, Any], str]] = []  # each call's tool, arguments, result
 
     def initial_messages(self) -> list[dict[str, str]]:
         return [
@@ -87,15 +87,15 @@ class _FleetEpisode:
             result = await self.client.call_tool(name, arguments)
         else:
             result = await self.env.fleet.call(self.episode_id, name, arguments)
-        self.results.append((result.text, arguments))
+        self.results.append((name, arguments, result.text))
         return ToolOutcome(result.text, result.is_error)
 
     async def user_reply(self, assistant_text: str) -> str | None:
         return None
 
     def shown(self) -> list[str]:
-        """What the policy was shown: its opening, each result less its call's arguments."""
-        return [self.opening, *(shown_result(text, args) for text, args in self.results)]
+        """What the policy was shown: its opening, and what the task's own calls showed it."""
+        return [self.opening, *shown_results(self.task, self.results)]
 
     async def finish(self, agent_messages: list[str]) -> RewardInfo:
         state = await self.env.fleet.export_state(self.episode_id)

@@ -19,6 +19,7 @@ from envforge.harness import Message, ToolCall, shown_texts
 from envforge.server import Fleet, State, load_env
 from envforge.synth import (
     ANSWERS_LINE,
+    Call,
     SynthContext,
     Task,
     build_graph,
@@ -27,7 +28,7 @@ from envforge.synth import (
     oracle_messages,
     parse_number,
     score_episode,
-    shown_result,
+    shown_results,
 )
 
 from conftest import bundled_env_dirs
@@ -54,12 +55,11 @@ ECHOED: Counter[bool] = Counter()
 """How many echo reads repeated their argument (True) or not (False)."""
 
 
-async def _golden_runs(
-    env_dir: Path, tasks: list[Task], *, echo: bool = False
-) -> list[tuple[State, list[str]]]:
-    """Each task's golden end state and what its calls showed: the request, each result less its
-    call's own arguments (as every scorer passes them). `echo`: after the golden calls, one read
-    more whose argument is the integers 0..9: it fails, and its error may repeat them."""
+async def _golden_runs(env_dir: Path, tasks: list[Task], *, extra: str = "") -> list[tuple[State, list[str]]]:
+    """Each task's golden end state and what its calls showed, as every scorer passes it (the
+    request, `shown_results`). After the golden calls, `extra` "echo" makes one read more whose
+    argument is the integers 0..9 (it fails, and its error may repeat them); "browse" calls every
+    read tool that needs no argument, listing whole tables."""
     env = load_env(env_dir)
     fleet = Fleet([env])
     try:
@@ -68,15 +68,20 @@ async def _golden_runs(
         out = []
         for task in tasks:
             calls = list(task.golden_calls)
-            if echo:
+            if extra == "echo":
                 read = next(c for c in calls if env.tools[c.name].read_only and c.arguments)
                 key = next(iter(read.arguments))
                 calls.append(read.model_copy(update={"arguments": {**read.arguments, key: ECHO}}))
+            if extra == "browse":
+                listing = [
+                    n for n, t in env.tools.items() if t.read_only and not t.input_schema.get("required")
+                ]
+                calls += [Call(name=n, arguments={}) for n in listing]
             database, _, _ = ctx.states.task_initial(task)
             state, texts = await ctx.replayer.run_all(database, calls)
             assert state is not None
-            shown = [shown_result(t, c.arguments) for c, t in zip(calls, texts, strict=True)]
-            if echo:
+            shown = shown_results(task, [(c.name, c.arguments, t) for c, t in zip(calls, texts, strict=True)])
+            if extra == "echo":
                 ECHOED[ECHO in texts[-1]] += 1
             out.append((state, [task.scenario.without_answers(), *shown]))
         return out
@@ -101,29 +106,35 @@ async def test_number_spray_after_the_golden_calls_earns_nothing(env_dir: Path) 
         assert honest.reward == 1.0, task.id
 
 
-HEDGES = ("It is 1 or 2.", "It is 1, 2 or 3.", "It is 1, 2 or 3, or maybe 4.00, 5.00 or 6.00.")
+HEDGES = (
+    "It is 1 or 2.",
+    "It is 0, 1 or 2.",
+    "It is 1, 2 or 3.",
+    "It is 1, 2 or 3, or maybe 4.00, 5.00 or 6.00.",
+)
 
 
-async def test_hedging_pays_less_than_committing_to_one_guess() -> None:
+@pytest.mark.parametrize("extra", ["", "echo", "browse"])
+async def test_hedging_pays_less_than_committing_to_one_guess(extra: str) -> None:
     """The attack: do the golden calls, then name a few small numbers instead of counting, since
-    most answers are small counts. Scored with everything the run was shown (request and
-    results), every hedge must earn on fewer bundled tasks than the best single number among its
-    values does: naming several is never a better bet than naming one. Also when the policy first
-    has every hedge value "shown" to it by a read whose error repeats its argument."""
-    for echo in (False, True):
-        wins: dict[str, int] = {}
-        for env_dir in NUMERIC_ENVS:
-            tasks = [t for t in load_tasks(env_dir) if _numeric(t)]
-            runs = await _golden_runs(env_dir, tasks, echo=echo)
-            for task, (golden, shown) in zip(tasks, runs, strict=True):
-                for said in (*HEDGES, *(f"It is {v}." for v in range(1, 7))):
-                    earned = score_episode(task, golden, [said], shown_messages=shown).reward == 1.0
-                    wins[said] = wins.get(said, 0) + earned
-        best_single = max(wins[f"It is {v}."] for v in range(1, 7))
-        assert best_single >= 20, wins  # the bet is worth making: small answers are common
-        assert not echo or ECHOED[True] > ECHOED[False]  # most reads did repeat every value
-        for hedge in HEDGES:
-            assert wins[hedge] < best_single, (echo, hedge, wins)
+    most answers are small counts. Scored with everything the run was shown, every hedge must
+    earn on fewer bundled tasks than the best single number among its values does: naming
+    several is never a better bet than naming one. Also when the policy first has the hedge's
+    values "shown" to it: by a read whose error repeats its argument ("echo"), or by listing
+    every table a read tool can list whole ("browse")."""
+    wins: dict[str, int] = {}
+    for env_dir in NUMERIC_ENVS:
+        tasks = [t for t in load_tasks(env_dir) if _numeric(t)]
+        runs = await _golden_runs(env_dir, tasks, extra=extra)
+        for task, (golden, shown) in zip(tasks, runs, strict=True):
+            for said in (*HEDGES, *(f"It is {v}." for v in range(0, 7))):
+                earned = score_episode(task, golden, [said], shown_messages=shown).reward == 1.0
+                wins[said] = wins.get(said, 0) + earned
+    best_single = max(wins[f"It is {v}."] for v in range(0, 7))
+    assert best_single >= 20, wins  # the bet is worth making: small answers are common
+    assert extra != "echo" or ECHOED[True] > ECHOED[False]  # most reads did repeat every value
+    for hedge in HEDGES:
+        assert wins[hedge] < best_single, (extra, hedge, wins)
 
 
 def _first_small_answer(env_dir: Path) -> Task:
@@ -175,7 +186,7 @@ def test_a_failing_read_cannot_launder_a_hedge(tmp_path: Path) -> None:
         Message(role="assistant", tool_calls=[call]),
         Message(role="tool", content="Error: drug 1 2 3 not found", tool_call_id="c1"),
     ]
-    assert "2" not in shown_texts(transcript)[0]
+    assert "2" not in "".join(shown_texts(task, transcript))
 
 
 async def test_listing_every_entity_id_earns_no_id_output() -> None:
