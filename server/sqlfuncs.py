@@ -78,17 +78,39 @@ def _instr(haystack: SqlValue, needle: SqlValue) -> int | None:
     return _text(haystack).find(_text(needle)) + 1
 
 
-def _replace(value: SqlValue, old: SqlValue, new: SqlValue) -> SqlValue:
-    """`replace(X, Y, Z)`: every Y in X made Z; X itself when Y is empty or starts with a NUL
-    (SQLite looks at Y's first character only), a blob X as its text."""
-    if value is None or old is None:
-        return None
-    pattern = _text(old)
-    if not pattern or pattern[0] == "\0":
-        return _text(value) if isinstance(value, bytes) else value
-    if new is None:
-        return None
-    return _text(value).replace(pattern, _text(new))
+def _utf8_length(text: str) -> int:
+    return len(text.encode("utf-8", "surrogateescape"))
+
+
+class ResultTooBig(ValueError):
+    """A replacement's result would pass the connection's `SQLITE_LIMIT_LENGTH`."""
+
+
+def _replacer(conn: sqlite3.Connection) -> Callable[[SqlValue, SqlValue, SqlValue], SqlValue]:
+    """`replace(X, Y, Z)` on `conn`: every Y in X made Z; X itself when Y is empty or starts with
+    a NUL (SQLite looks at Y's first character only), a blob X as its text. The result's length
+    is worked out before it is built: SQLite's own stops at the length limit as it grows, and
+    building first would let `replace(1,500 x 'a', 'a', 1 MiB)` take 1.5 GiB of this process."""
+
+    def replace(value: SqlValue, old: SqlValue, new: SqlValue) -> SqlValue:
+        if value is None or old is None:
+            return None
+        pattern = _text(old)
+        if not pattern or pattern[0] == "\0":
+            return _text(value) if isinstance(value, bytes) else value
+        if new is None:
+            return None
+        text, replacement = _text(value), _text(new)
+        found = text.count(pattern)
+        grows = len(replacement.encode("utf-8", "surrogateescape")) - len(
+            pattern.encode("utf-8", "surrogateescape")
+        )
+        size = len(text.encode("utf-8", "surrogateescape")) + found * grows
+        if size > conn.getlimit(sqlite3.SQLITE_LIMIT_LENGTH):
+            raise ResultTooBig(f"replace() would make {size} bytes")
+        return text.replace(pattern, replacement)
+
+    return replace
 
 
 def install(conn: sqlite3.Connection) -> None:
@@ -96,4 +118,4 @@ def install(conn: sqlite3.Connection) -> None:
     for name, left, right in (("trim", True, True), ("ltrim", True, False), ("rtrim", False, True)):
         conn.create_function(name, 2, _trimmer(left, right), deterministic=True)
     conn.create_function("instr", 2, _instr, deterministic=True)
-    conn.create_function("replace", 3, _replace, deterministic=True)
+    conn.create_function("replace", 3, _replacer(conn), deterministic=True)

@@ -93,6 +93,33 @@ SQL_TOOLS = textwrap.dedent(
 
 
     @tool
+    async def amplify(db: Db, k: int) -> int:
+        """The length of k letters, each made a mebibyte.
+
+        Args:
+            k: How many letters.
+        """
+        return await db.fetch_value(
+            "SELECT length(replace(printf('%.*c', ?, 'a'), 'a', printf('%.*c', 1048576, 'b')))", (k,)
+        )
+
+
+    @tool
+    async def merge(db: Db, n: int) -> str:
+        """Two objects of n keys, merged.
+
+        Args:
+            n: How many keys.
+        """
+        return await db.fetch_value(
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < ?) "
+            "SELECT length(json_patch((SELECT json_group_object('a' || x, x) FROM c), "
+            "(SELECT json_group_object('b' || x, x) FROM c)))",
+            (n,),
+        )
+
+
+    @tool
     async def matches(db: Db, n: int, pattern: str) -> int:
         """Whether n letters match a pattern.
 
@@ -359,3 +386,36 @@ def test_the_linear_functions_answer_as_sqlites_own_do(bank_env: Environment) ->
             ("SELECT replace(?, ?, ?)", (x, y, z)),
         ):
             assert answer(guarded, sql, args) == answer(plain, sql, args), (sql, args)
+
+
+async def test_a_result_no_value_may_hold_is_never_built(sql_env: Environment) -> None:
+    """The attack on a replacement that builds its answer before anything measures it: 200
+    letters, each replaced by a mebibyte. SQLite's own `replace` stops at the length limit as its
+    result grows; the linear one works the length out first. The call fails, and this process
+    (which runs every confined statement) never holds the 200 MiB."""
+    import resource
+
+    fleet = Fleet([sql_env])
+    try:
+        episode = await fleet.create_episode("payloads")
+        assert (await fleet.call(episode.id, "amplify", {"k": 16})).text == str(16 * 1024 * 1024)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        refused = await fleet.call(episode.id, "amplify", {"k": 200})
+        grew_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+        assert refused.is_error, refused.text
+        assert grew_mib < 64, f"peak memory grew {grew_mib:.0f} MiB"
+    finally:
+        await fleet.aclose()
+
+
+async def test_json_patch_is_not_offered_to_model_written_sql(sql_env: Environment) -> None:
+    """`json_patch` merges two objects in key x key time inside one VM step (40,000 keys each:
+    5 s). The authorizer refuses it, at once."""
+    fleet = Fleet([sql_env])
+    try:
+        episode = await fleet.create_episode("payloads")
+        start = time.monotonic()
+        merged = await fleet.call(episode.id, "merge", {"n": 40_000})
+        assert merged.is_error and time.monotonic() - start < 1.0, merged.text
+    finally:
+        await fleet.aclose()
