@@ -19,6 +19,9 @@ from .mcp_server import EnvMCPServer
 from .runtime import ToolResult, execute
 from .state import ExportedState, State, state_hash
 
+STATE_BUILDS_PER_CLIENT = 2
+"""How many of one client's states may be built into databases at once (the rest wait their turn)."""
+
 
 class Fleet:
     """Environments served together; episodes of any of them live in one bounded store."""
@@ -44,6 +47,7 @@ class Fleet:
             max_bytes_per_owner=max_episode_bytes_per_client,
         )
         self._servers: dict[str, EnvMCPServer] = {}
+        self._builds: dict[str | None, anyio.Semaphore] = {}  # per owner: states being built
         self._seed_views: dict[str, Episode] = {}
         self._seed_lock = anyio.Lock()
 
@@ -71,18 +75,28 @@ class Fleet:
         state: State | None = None,
         database: bytes | None = None,
         owner: str | None = None,
+        size_hint: int = 0,
     ) -> Episode:
         """A new isolated episode from the seed state, a canonical `state`, or a serialised `database`.
 
         `owner` (a client key) counts it against that client's cap on open episodes.
+        `size_hint`: how large `state` was as JSON (the HTTP body). An episode counts twice its
+        database, which is at least half its JSON (keys are written once, not per row), so a
+        state whose JSON alone passes the client's budget is refused unbuilt.
         """
         env = self.env(env_name)
-        if state is not None:
-            # a client's state costs its size in CPU to build: refused first if it cannot fit, and
-            # built off the event loop, where a 16 MiB state took ~1 s from every other client
-            await self.store.make_room(owner)
+        if state is None:
+            return await self.store.create(env, database, owner=owner)
+        # A client's state costs its size in CPU and memory to build, so: refused first if it
+        # cannot fit; built off the event loop (a 16 MiB state took ~1 s from every client); and
+        # at most STATE_BUILDS_PER_CLIENT at once per client, each counted against its budget
+        # before the next starts (eight built at once all passed the check, then six were refused
+        # with their databases already made).
+        builds = self._builds.setdefault(owner, anyio.Semaphore(STATE_BUILDS_PER_CLIENT))
+        async with builds:
+            await self.store.make_room(owner, size_hint + self.store.growth_bytes)
             database = await anyio.to_thread.run_sync(env.database_from_state, state)
-        return await self.store.create(env, database, owner=owner)
+            return await self.store.create(env, database, owner=owner)
 
     async def shared_seed_episode(self, env_name: str) -> Episode:
         """The one read-only view of the seed state given to connections without an episode.

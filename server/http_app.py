@@ -258,8 +258,9 @@ def build_app(
         content_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
         if content_type != "application/json":
             return JSONResponse({"error": "Content-Type must be application/json"}, 415)
+        raw = await request.body()
         try:
-            body = parse_json(await request.body())
+            body = parse_json(raw)
         except BadJSON as exc:
             return JSONResponse({"error": f'{exc}; expected {{"env": NAME, "state"?: {{...}}}}'}, 400)
         if not isinstance(body, dict) or not isinstance(body.get("env"), str):
@@ -271,7 +272,7 @@ def build_app(
             return JSONResponse({"error": "'state' must be an object of table -> rows"}, 400)
         try:
             episode = await fleet.create_episode(
-                body["env"], state=state, owner=request.scope.get(CLIENT_SCOPE_KEY)
+                body["env"], state=state, owner=request.scope.get(CLIENT_SCOPE_KEY), size_hint=len(raw)
             )
         except (ValueError, RecursionError) as exc:
             return JSONResponse({"error": f"invalid state: {exc}"}, 400)

@@ -362,3 +362,39 @@ async def test_a_client_over_its_cap_is_refused_before_its_state_is_built(bank_e
             refusing = time.perf_counter() - started
     assert refused.status_code == 429, refused.text[:200]
     assert refusing < built / 2, (refusing, built)
+
+
+async def test_concurrent_big_states_past_the_budget_are_refused_unbuilt(bank_env):
+    """The attack: eight ~5 MB states posted at once by one client whose byte budget fits two.
+    Each would pass a check that counts only an episode's room to grow, and all eight would be
+    built (CPU and memory) before six were refused. The body's size stands for the database it
+    makes, so the six are refused unbuilt: the eight requests cost ~5 builds' time (reading the
+    bodies included), not 11."""
+    state = bank_env.seed_state()
+    accounts = [
+        {"account_id": f"A-{i}", "customer_id": "C-1", "balance": 1.0, "status": "open"}
+        for i in range(100, 60_100)
+    ]
+    big = {"env": "bank", "state": {**state, "accounts": state["accounts"] + accounts}}
+    database = bank_env.database_from_state(big["state"])
+    budget = 2 * (2 * len(database) + 2**20) + 2**19  # two episodes, not three
+    with serve(bank_env, max_episode_bytes_per_client=budget) as (url, _):
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            started = time.perf_counter()
+            first = await http.post("/control/episodes", json=big)
+            one_build = time.perf_counter() - started
+            assert first.status_code == 201, first.text[:200]
+            await http.delete(f"/control/episodes/{first.json()['episode_id']}")
+            started = time.perf_counter()
+            answers: list[httpx.Response] = []
+            async with anyio.create_task_group() as tg:
+                for _ in range(8):
+                    tg.start_soon(lambda: _post(http, big, answers))
+            eight = time.perf_counter() - started
+    codes = sorted(a.status_code for a in answers)
+    assert codes == [201, 201, *[429] * 6], codes
+    assert eight < 8 * one_build, (eight, one_build)  # eight builds took 11x one
+
+
+async def _post(http: httpx.AsyncClient, body: dict[str, Any], into: list[httpx.Response]) -> None:
+    into.append(await http.post("/control/episodes", json=body))
