@@ -96,6 +96,16 @@ def guarded_protocol(limits: HTTPLimits) -> type[H11Protocol]:
     return Guarded
 
 
+def _no_delay(transport: asyncio.BaseTransport) -> None:
+    """Send each write at once (TCP_NODELAY). asyncio sets it only on sockets made with
+    `IPPROTO_TCP`, and a socket bound for `serve_http` (proto 0) passes it on to every accepted
+    one: a response written in pieces (headers, then body, then the end of a stream) then waits
+    for the client's delayed ACK, ~40 ms a call."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 class _GuardedH11Protocol(H11Protocol):
     max_connections: ClassVar[int]
     max_per_client: ClassVar[int]
@@ -107,6 +117,7 @@ class _GuardedH11Protocol(H11Protocol):
         self._idle_since = time.monotonic()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        _no_delay(transport)
         super().connection_made(transport)
         self._idle_since = time.monotonic()
         peer = self._peer()
