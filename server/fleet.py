@@ -93,10 +93,15 @@ class Fleet:
         # before the next starts (eight built at once all passed the check, then six were refused
         # with their databases already made).
         builds = self._builds.setdefault(owner, anyio.Semaphore(STATE_BUILDS_PER_CLIENT))
-        async with builds:
-            await self.store.make_room(owner, size_hint + self.store.growth_bytes)
-            database = await anyio.to_thread.run_sync(env.database_from_state, state)
-            return await self.store.create(env, database, owner=owner)
+        try:
+            async with builds:
+                await self.store.make_room(owner, size_hint + self.store.growth_bytes)
+                database = await anyio.to_thread.run_sync(env.database_from_state, state)
+                return await self.store.create(env, database, owner=owner)
+        finally:  # a client with no build in flight holds no semaphore (clients come and go)
+            idle = builds.value == STATE_BUILDS_PER_CLIENT and not builds.statistics().tasks_waiting
+            if idle and self._builds.get(owner) is builds:
+                del self._builds[owner]
 
     async def shared_seed_episode(self, env_name: str) -> Episode:
         """The one read-only view of the seed state given to connections without an episode.

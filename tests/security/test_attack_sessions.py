@@ -378,7 +378,7 @@ async def test_concurrent_big_states_past_the_budget_are_refused_unbuilt(bank_en
     big = {"env": "bank", "state": {**state, "accounts": state["accounts"] + accounts}}
     database = bank_env.database_from_state(big["state"])
     budget = 2 * (2 * len(database) + 2**20) + 2**19  # two episodes, not three
-    with serve(bank_env, max_episode_bytes_per_client=budget) as (url, _):
+    with serve(bank_env, max_episode_bytes_per_client=budget) as (url, fleet):
         async with httpx.AsyncClient(base_url=url, timeout=120) as http:
             started = time.perf_counter()
             first = await http.post("/control/episodes", json=big)
@@ -391,6 +391,7 @@ async def test_concurrent_big_states_past_the_budget_are_refused_unbuilt(bank_en
                 for _ in range(8):
                     tg.start_soon(lambda: _post(http, big, answers))
             eight = time.perf_counter() - started
+        assert not fleet._builds  # a client with nothing building leaves nothing behind
     codes = sorted(a.status_code for a in answers)
     assert codes == [201, 201, *[429] * 6], codes
     assert eight < 8 * one_build, (eight, one_build)  # eight builds took 11x one
