@@ -504,7 +504,10 @@ class ToolWorker:
 
 INLINE_READ_BUDGET_S = 0.02
 """How long a read may hold the event loop's thread before it is stopped and run on the SQLite thread."""
-_PROGRESS_STEPS = 1000  # SQLite VM instructions between two looks at the clock (a few µs of work)
+_PROGRESS_STEPS = 16
+"""SQLite VM instructions between two looks at the clock. An instruction can be a 16 MiB
+operation (`hex(zeroblob(8e6))`), so a thousand of them ran 2-17 s of one row's columns past
+the deadline; sixteen bound that to a few such operations, for ~0.1 µs of clock per look."""
 MAX_LIKE_PATTERN = 64
 """The longest LIKE or GLOB pattern a model-written statement may use. Matching runs inside one VM
 step, out of the progress handler's reach, in time that grows with text x pattern: at 64, a
@@ -515,10 +518,25 @@ class _TransactionLost(ConfinedToolCrash):
     """Stopping a read ended the call's transaction (SQLite keeps it for reads; checked all the same)."""
 
 
+MAX_INLINE_SQL = 512
+"""The longest read run on the event loop's thread. SQLite consults the progress handler only
+where its program jumps, so a straight run of expressions (100 columns of 16 MiB operations:
+0.9 s) ends before any check can stop it; a short statement holds few of them, a longer one
+goes to the SQLite thread, where it holds no other client."""
+MAX_PROGRAM = 2000
+"""The most VM instructions a model-written statement may compile to (`SQLITE_LIMIT_VDBE_OP`):
+a tool's statements take a few hundred, and a straight run of 16 MiB operations, which no
+deadline reaches, is bounded by it."""
+
+
 def _is_read(msg: SqlRequest) -> bool:
-    """A plain SELECT: it cannot change the database, so stopping it part way and running it again
-    is harmless."""
-    return msg.op != "executemany" and msg.sql.lstrip()[:6].upper() == "SELECT"
+    """A plain, short SELECT: it cannot change the database, so stopping it part way and running
+    it again is harmless, and it is too short to hold the loop for long (`MAX_INLINE_SQL`)."""
+    return (
+        msg.op != "executemany"
+        and len(msg.sql) <= MAX_INLINE_SQL
+        and msg.sql.lstrip()[:6].upper() == "SELECT"
+    )
 
 
 def _read_inline(conn: sqlite3.Connection, msg: SqlRequest, deadline: _Deadline) -> bytes | None:
@@ -566,9 +584,11 @@ def _answer_statement(conn: sqlite3.Connection, msg: SqlRequest, deadline: _Dead
     conn.set_progress_handler(past_deadline, _PROGRESS_STEPS)
     length = conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_MESSAGE_BYTES)
     pattern = conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, MAX_LIKE_PATTERN)
+    program = conn.setlimit(sqlite3.SQLITE_LIMIT_VDBE_OP, MAX_PROGRAM)
     try:
         reply = _run_request(conn, msg)
     finally:
+        conn.setlimit(sqlite3.SQLITE_LIMIT_VDBE_OP, program)
         conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, pattern)
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, length)
         conn.set_progress_handler(None, 0)

@@ -47,15 +47,28 @@ def _trimmer(left: bool, right: bool) -> Callable[[SqlValue, SqlValue], str | No
             return None
         text = _text(value)
         strip = _text(chars).split("\0", 1)[0]  # SQLite reads the characters only up to a NUL
-        unique = "".join(sorted(set(strip)))
+        unique = frozenset(strip)
         if not unique:
             return text
-        run = _class_run(unique)
-        start = _run_length(run, text) if left else 0
-        end = len(text) - (_run_length(run, text[::-1][: len(text) - start]) if right else 0)
+        if len(unique) <= MAX_CLASS_CHARACTERS:
+            run = _class_run("".join(sorted(unique)))
+            start = _run_length(run, text) if left else 0
+            end = len(text) - (_run_length(run, text[::-1][: len(text) - start]) if right else 0)
+            return text[start:end]
+        start, end = 0, len(text)  # a large set: one lookup per stripped character, nothing kept
+        while left and start < end and text[start] in unique:
+            start += 1
+        while right and end > start and text[end - 1] in unique:
+            end -= 1
         return text[start:end]
 
     return trim
+
+
+MAX_CLASS_CHARACTERS = 256
+"""Sets of characters to strip up to this size become a compiled, remembered character class (a
+pattern of a million characters took 2.5 s to compile and 20 MiB to keep); larger ones are
+looked up character by character."""
 
 
 def _run_length(run: re.Pattern[str], text: str) -> int:

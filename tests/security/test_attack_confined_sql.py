@@ -120,6 +120,18 @@ SQL_TOOLS = textwrap.dedent(
 
 
     @tool
+    async def widen(db: Db, columns: int) -> int:
+        """One row of that many columns, each the length of a 16 MiB text.
+
+        Args:
+            columns: How many columns.
+        """
+        heavy = ", ".join(f"length(hex(zeroblob(8000000 + (random() & 0)))) AS c{i}" for i in range(columns))
+        row = await db.fetch_all("SELECT " + heavy)
+        return len(row[0])
+
+
+    @tool
     async def matches(db: Db, n: int, pattern: str) -> int:
         """Whether n letters match a pattern.
 
@@ -376,6 +388,12 @@ def test_the_linear_functions_answer_as_sqlites_own_do(bank_env: Environment) ->
             return draw.choice(odd)
         return "".join(draw.choice("ab \u00e9\x00") for _ in range(draw.randint(0, 6)))
 
+    many = "".join(chr(c) for c in range(0x100, 0x100 + 300))  # past MAX_CLASS_CHARACTERS
+    for _ in range(200):  # sets too large for a character class are looked up one by one
+        text = "".join(draw.choice(many + "ab") for _ in range(draw.randint(0, 12)))
+        for name in ("trim", "ltrim", "rtrim"):
+            sql = f"SELECT {name}(?, ?)"
+            assert answer(guarded, sql, (text, many)) == answer(plain, sql, (text, many)), (name, text)
     for _ in range(3000):
         x, y, z = value(), value(), value()
         for sql, args in (
@@ -418,4 +436,29 @@ async def test_json_patch_is_not_offered_to_model_written_sql(sql_env: Environme
         merged = await fleet.call(episode.id, "merge", {"n": 40_000})
         assert merged.is_error and time.monotonic() - start < 1.0, merged.text
     finally:
+        await fleet.aclose()
+
+
+async def test_a_straight_run_of_heavy_columns_is_bounded_and_off_the_loop(sql_env: Environment) -> None:
+    """SQLite looks at the progress handler only where its program jumps, so one row of columns,
+    each a 16 MiB operation, runs to its end whatever the deadline: 100 of them take ~0.9 s. Such a
+    statement is too long to run on the event loop's thread (it holds the SQLite thread, not every
+    client), and a model-written statement compiles to at most 2,000 instructions, so 400 of them
+    are refused before they start."""
+    fleet = Fleet([sql_env])
+    ticker = Ticker()
+    ticking = asyncio.create_task(ticker.run())
+    try:
+        episode = await fleet.create_episode("payloads")
+        assert (await fleet.call(episode.id, "count_notes", {})).text == "1"  # the worker is up
+        ticker.ticks[:] = [time.monotonic()]
+        wide = await fleet.call(episode.id, "widen", {"columns": 100})
+        ticker.ticks.append(time.monotonic())
+        assert ticker.longest_gap() < 0.4, f"the loop froze {ticker.longest_gap():.2f}s"
+        assert wide.text == "100" or "time limit" in wide.text, wide.text
+        start = time.monotonic()
+        wider = await fleet.call(episode.id, "widen", {"columns": 400})
+        assert wider.is_error and time.monotonic() - start < 0.5, wider.text
+    finally:
+        ticking.cancel()
         await fleet.aclose()
