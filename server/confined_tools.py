@@ -505,9 +505,10 @@ class ToolWorker:
 INLINE_READ_BUDGET_S = 0.02
 """How long a read may hold the event loop's thread before it is stopped and run on the SQLite thread."""
 _PROGRESS_STEPS = 16
-"""SQLite VM instructions between two looks at the clock. An instruction can be a 16 MiB
-operation (`hex(zeroblob(8e6))`), so a thousand of them ran 2-17 s of one row's columns past
-the deadline; sixteen bound that to a few such operations, for ~0.1 µs of clock per look."""
+"""SQLite VM instructions between two looks at the clock, counted where the program jumps (a
+loop's step). A loop step can hold 16 MiB operations (`hex(zeroblob(8e6))`), so looking every
+sixteen rather than every thousand stops such a loop within a few of them; a straight run with
+no jump is bounded by `MAX_PROGRAM` instead."""
 MAX_LIKE_PATTERN = 64
 """The longest LIKE or GLOB pattern a model-written statement may use. Matching runs inside one VM
 step, out of the progress handler's reach, in time that grows with text x pattern: at 64, a
