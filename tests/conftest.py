@@ -177,3 +177,16 @@ def http_fleet(bank_env: Environment) -> Iterator[tuple[ServerThread, Fleet]]:
     fleet = Fleet([bank_env], ttl_seconds=600)
     with ServerThread(build_app(fleet)) as server:
         yield server, fleet
+
+
+MCP_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "f", "version": "1"},
+    },
+}
+"""A legacy MCP `initialize` request, as raw JSON-RPC: it opens a session (tests that flood them)."""

@@ -22,7 +22,7 @@ import pytest
 
 from envforge.server import Fleet, build_app
 
-from conftest import BANK_DIR, free_port
+from conftest import BANK_DIR, MCP_INITIALIZE, free_port
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -288,16 +288,7 @@ def _busy_sockets(url: str, count: int, kind: str) -> list[socket.socket]:
     host, port = url.removeprefix("http://").split(":")
     session_ids = []
     if kind == "sse stream":
-        init = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "f", "version": "1"},
-            },
-        }
+        init = MCP_INITIALIZE
         with httpx.Client(timeout=10) as http:
             for _ in range(count):
                 answer = http.post(

@@ -30,7 +30,7 @@ from envforge.server import (
     build_app,
 )
 
-from conftest import ServerThread
+from conftest import MCP_INITIALIZE, ServerThread
 
 TRANSFER = {"src": "A-1", "dst": "A-2", "amount": 7}
 STATELESS = "2026-07-28"
@@ -239,16 +239,7 @@ async def test_shared_seed_view_cannot_be_listed_named_exported_closed_or_writte
             assert refused.startswith("error") and "not bound to an episode" in refused, refused
 
 
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "f", "version": "1"},
-    },
-}
+INITIALIZE = MCP_INITIALIZE
 HANDSHAKE = {"Accept": "application/json, text/event-stream"}
 
 

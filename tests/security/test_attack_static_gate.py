@@ -10,11 +10,11 @@ reject each one, and still accept the shipped synthesized envs and ordinary tool
 
 from __future__ import annotations
 
-import json
 import textwrap
 from pathlib import Path
 
 import pytest
+from test_attack_confinement import make_confined_env
 
 from envforge.server import SEED_IMPORTS, EnvLoadError, check_python, load_env
 
@@ -564,15 +564,7 @@ def test_a_confined_env_whose_tools_fail_the_gate_does_not_load(tmp_path: Path) 
     it is refused with the rule and line, and no worker ever starts. The same folder with the
     trick removed loads."""
     escape = NAMED_ELSEWHERE[sorted(NAMED_ELSEWHERE)[0]]
-    root = tmp_path / "escape"
-    root.mkdir()
-    (root / "env.toml").write_text(
-        'name = "escape"\ndescription = "e"\nseed = "seed.json"\ntrust = "confined"\n'
-    )
-    (root / "policy.md").write_text("Escape.\n")
-    (root / "schema.sql").write_text("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);\n")
-    (root / "seed.json").write_text(json.dumps({"notes": [{"id": 1, "body": "seed"}]}))
-    (root / "tools.py").write_text(escape)
+    root = make_confined_env(tmp_path / "escape", escape)
     with pytest.raises(EnvLoadError) as refused:
         load_env(root)
     assert "static gate" in str(refused.value) and "tools.py" in str(refused.value)
