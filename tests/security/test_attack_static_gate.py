@@ -167,10 +167,10 @@ def one_tool(annotation: str) -> str:
     )
 
 
-# A function of the file that would run at import time; the red-team's printed 600 MB at load.
+# A function of the file that would run at import time (one such printed 600 MB at load).
 FLOOD = "def flood(*args, **kwargs):\n    return 1\n"
 
-# Attributes named without an `ast.Attribute` node. The first is the red-team's working escape:
+# Attributes named without an `ast.Attribute` node. The first is a working escape:
 # object -> copyreg -> a function's `__globals__` -> the real builtins (`__import__`, `exec`).
 NAMED_ELSEWHERE = {
     "class pattern keyword reaches the real builtins": tool_with(
