@@ -26,11 +26,12 @@ agent did not state it among a spread of candidates:
   `p-<digits>`) that the messages state beyond the required outputs and the task's known values
   (every number and id among the user's known facts and the golden calls' arguments) are *other
   candidates*. A required output is earned when a token states it and its other candidates are
-  all values the agent was shown (the user's messages, the tool results) and at most
-  `MAX_OTHER_CANDIDATES` (2) of them. The operands of an equation that holds ("81 + 14 + 6 =
-  101") are working, not candidates. So "Order #W123 total is $45.10, shipped to 12 Main St; you
-  have 3 orders" earns both outputs when a result showed 12 Main St, and "It is 1, 2 or 3", every
-  integer 0..999, or a list of all product ids earns nothing.
+  all values the agent was shown (the user's messages, and the results of the task's own calls
+  less what each passed in: `shown_results`) and at most `MAX_OTHER_CANDIDATES` (2) of them.
+  The operands of an equation that holds ("81 + 14 + 6 = 101") are working, not candidates. So
+  "Order #W123 total is $45.10, shipped to 12 Main St; you have 3 orders" earns both outputs
+  when a result showed 12 Main St, and "It is 1, 2 or 3", every integer 0..999, or a list of
+  all product ids earns nothing.
 
 `substring` (τ²-bench imports, by default: it is what τ² scores). τ-bench's rule: the required
 output, lower-cased with commas removed, is a substring of the messages lower-cased with commas
@@ -112,7 +113,7 @@ def _evaluate(expression: str) -> Decimal | None:
         if part["op"]:
             pending = part["op"]
             continue
-        value = Decimal(re.sub(r"[$€£,]", "", part["operand"]))
+        value = _token_number(part["operand"]).value
         if pending in "+-":
             terms.append(value if pending == "+" else -value)
         elif pending in "*×":
@@ -132,7 +133,7 @@ def without_shown_work(text: str) -> str:
     def blank(m: re.Match[str]) -> str:
         lhs = m.group()[: m.start("result") - m.start()].rstrip().removesuffix("=")
         value = _evaluate(lhs)
-        result = Decimal(re.sub(r"[$€£,]", "", m["result"]))
+        result = _token_number(m["result"]).value
         if value is None or abs(value - result) > Decimal("0.005"):
             return m.group()
         return " " * (m.start("result") - m.start()) + m["result"]
