@@ -73,6 +73,13 @@ class ConfinedToolTimeout(ConfinedToolCrash, ToolTimeout):
     SQLite stopped at the same deadline (see `_Deadline`). Its worker was stopped."""
 
 
+class ConfinedStatementStuck(ConfinedToolTimeout):
+    """A call over its time limit whose statement was still running after `STUCK_GRACE_S`: it is
+    answered now, and its episode given up (`abandons_episode`, acted on by the runtime)."""
+
+    abandons_episode = True
+
+
 class _Deadline:
     """When a call's statements must stop (`time.monotonic()`), read by SQLite's progress handler
     on whichever thread runs them.
@@ -380,27 +387,15 @@ class ToolWorker:
     def _route(self, msg: SqlRequest | Result) -> None:
         """Hand one of the worker's messages to its call; a statement is run at once.
 
-        A read the call sends when none of its statements is pending runs right here, on the
-        event loop's thread (see `_read_inline`); any other statement is queued to the episode's
-        SQLite thread behind the call's earlier ones, and answered from there.
+        Every statement is queued to the episode's SQLite thread behind the call's earlier ones,
+        and answered from there: none runs on the event loop's thread, since one SQLite step (a
+        JSON function over a 16 MiB document) can outlast any deadline and would hold every client.
         """
         pending = self._calls.get(msg.id)
         if pending is None:
             return  # a call that is over (cancelled, timed out): nothing it sends matters any more
         if type(msg) is SqlRequest and pending.conn is not None:
             conn = pending.conn
-            last = pending.last_statement
-            if (last is None or last.done()) and conn._connection is not None and _is_read(msg):
-                try:
-                    reply = _read_inline(conn._conn, msg, pending.deadline)
-                except Exception as exc:  # a value SQLite cannot bind (as on the thread), or the
-                    # call's deadline: the call fails
-                    pending.put(_Raise(exc))
-                    return
-                if reply is not None:
-                    if not pending.transport.is_closing():
-                        pending.transport.write(reply)
-                    return
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             pending.last_statement = done
             then = functools.partial(self._answer, msg.id, pending, done)
@@ -491,10 +486,15 @@ class ToolWorker:
         except (TimeoutError, _StatementStopped):
             if self._proc is proc:
                 self.stop(f"a call to '{tool}' ran past {limit:g}s")
-            raise ConfinedToolTimeout(f"it ran past its time limit of {limit:g}s and was stopped") from None
+            deadline.expire()
+            why = f"it ran past its time limit of {limit:g}s and was stopped"
+            if not await _statement_ends(pending):
+                raise ConfinedStatementStuck(why) from None
+            raise ConfinedToolTimeout(why) from None
         except asyncio.CancelledError:
             if self._transport is transport and not transport.is_closing():
                 transport.write(encode(Cancel(id=call_id)))
+            _interrupt(pending)
             raise
         finally:
             if not returned:  # whatever of it still runs or waits on the SQLite thread stops now
@@ -502,8 +502,10 @@ class ToolWorker:
             self._calls.pop(call_id, None)
 
 
-INLINE_READ_BUDGET_S = 0.02
-"""How long a read may hold the event loop's thread before it is stopped and run on the SQLite thread."""
+STUCK_GRACE_S = 0.5
+"""How long a call over its time limit waits for its statement to stop before it is answered
+without it (`ConfinedStatementStuck`): SQLite checks the deadline between program steps, which
+come every few microseconds unless one step is a whole JSON document or sort of huge values."""
 _PROGRESS_STEPS = 16
 """SQLite VM instructions between two looks at the clock, counted where the program jumps (a
 loop's step). A loop step can hold 16 MiB operations (`hex(zeroblob(8e6))`), so looking every
@@ -515,52 +517,29 @@ step, out of the progress handler's reach, in time that grows with text x patter
 16 MiB text takes ~0.8 s at worst (256: 3.3 s). Real patterns ('%smith%') are short."""
 
 
-class _TransactionLost(ConfinedToolCrash):
-    """Stopping a read ended the call's transaction (SQLite keeps it for reads; checked all the same)."""
-
-
-MAX_INLINE_SQL = 512
-"""The longest read run on the event loop's thread. SQLite consults the progress handler only
-where its program jumps, so a straight run of expressions (100 columns of 16 MiB operations:
-0.9 s) ends before any check can stop it; a short statement holds few of them, a longer one
-goes to the SQLite thread, where it holds no other client."""
 MAX_PROGRAM = 2000
 """The most VM instructions a model-written statement may compile to (`SQLITE_LIMIT_VDBE_OP`):
 a tool's statements take a few hundred, and a straight run of 16 MiB operations, which no
 deadline reaches, is bounded by it."""
 
 
-def _is_read(msg: SqlRequest) -> bool:
-    """A plain, short SELECT: it cannot change the database, so stopping it part way and running
-    it again is harmless, and it is too short to hold the loop for long (`MAX_INLINE_SQL`)."""
-    return (
-        msg.op != "executemany"
-        and len(msg.sql) <= MAX_INLINE_SQL
-        and msg.sql.lstrip()[:6].upper() == "SELECT"
-    )
+def _interrupt(pending: _PendingCall) -> None:
+    """Interrupt the statement of `pending` that is running, if any (`sqlite3_interrupt`: from any
+    thread; SQLite stops at its next check, as for the deadline)."""
+    last = pending.last_statement
+    conn = pending.conn
+    if last is not None and not last.done() and conn is not None and conn._connection is not None:
+        conn._connection.interrupt()
 
 
-def _read_inline(conn: sqlite3.Connection, msg: SqlRequest, deadline: _Deadline) -> bytes | None:
-    """Run a read on this (the event loop's) thread; None when it ran past `INLINE_READ_BUDGET_S`.
-
-    A statement's trip to the SQLite thread and back wakes two threads; on a loaded machine each
-    wake waits for a core, and that was most of a confined call's cost. A tool's reads on a small
-    in-memory database take microseconds, so they run here. The episode's lock is held by the
-    call and no statement of the call is pending on the SQLite thread, so nothing else uses the
-    connection meanwhile. A read that runs long is interrupted (a SELECT leaves the transaction as
-    it was) and the caller queues it to the SQLite thread, so the loop is never held for longer.
-    Past the call's own `deadline` it raises `_StatementStopped` instead.
-    """
-    budget = _Deadline(min(time.monotonic() + INLINE_READ_BUDGET_S, deadline.at))
-    in_transaction = conn.in_transaction
-    try:
-        return _answer_statement(conn, msg, budget)
-    except _StatementStopped:
-        if time.monotonic() > deadline.at:
-            raise
-    if in_transaction and not conn.in_transaction:
-        raise _TransactionLost("a read was stopped part way and the call's transaction ended with it")
-    return None
+async def _statement_ends(pending: _PendingCall) -> bool:
+    """Whether the call's pending statement (if any) ends within `STUCK_GRACE_S` of its deadline."""
+    last = pending.last_statement
+    if last is None or last.done():
+        return True
+    _interrupt(pending)
+    await asyncio.wait([last], timeout=STUCK_GRACE_S)
+    return last.done()
 
 
 def _answer_statement(conn: sqlite3.Connection, msg: SqlRequest, deadline: _Deadline) -> bytes:

@@ -100,9 +100,15 @@ def _deliver(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
         future.set_exception(value)
 
 
+def _end_thread() -> None:
+    """The last job of a dedicated thread (`DedicatedPool`): its loop returns after it."""
+
+
 def _work(queue: SimpleQueue[_Job]) -> None:
     while True:
         future, function = queue.get()
+        if function is _end_thread:
+            return
         try:
             value, ok = function(), True
         except BaseException as exc:  # handed to the awaiting coroutine, never swallowed
@@ -147,13 +153,34 @@ class WorkerPool:
         return await conn
 
 
+class DedicatedPool(WorkerPool):
+    """A thread of its own for every connection, ended when the connection closes.
+
+    For episodes of confined envs, whose statements are model-written: SQLite checks a statement's
+    deadline only between program steps, and one step (a JSON function over a 16 MiB document)
+    can run for seconds. On a thread of its own such a statement holds up its own episode only,
+    never another env's or another episode's queue, and a call that gives up on it
+    (`Episode.abandon`) leaves the thread to finish it and end.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(1)
+
+    async def connect(self, connector: Callable[[], sqlite3.Connection]) -> aiosqlite.Connection:
+        conn = PooledConnection(connector, _Worker("envforge-sqlite-confined"), dedicated=True)
+        return await conn
+
+
 class PooledConnection(aiosqlite.Connection):
     """An `aiosqlite.Connection` that borrows a shared worker thread instead of owning one."""
 
-    def __init__(self, connector: Callable[[], sqlite3.Connection], worker: _Worker) -> None:
+    def __init__(
+        self, connector: Callable[[], sqlite3.Connection], worker: _Worker, *, dedicated: bool = False
+    ) -> None:
         super().__init__(connector, 64)
         self._tx = worker.queue
         self._thread = worker.thread
+        self._dedicated = dedicated
 
     def __await__(self) -> Generator[Any, None, aiosqlite.Connection]:
         return self._connect().__await__()
@@ -172,6 +199,8 @@ class PooledConnection(aiosqlite.Connection):
         except Exception:
             future = None
         self._tx.put_nowait((future, close_only))
+        if self._dedicated:
+            self._tx.put_nowait((None, _end_thread))
         return future
 
 
@@ -186,3 +215,4 @@ def _default_size() -> int:
 
 
 default_pool = WorkerPool(_default_size())
+dedicated_pool = DedicatedPool()

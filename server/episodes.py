@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import aiosqlite
 import anyio
 
-from .dbthreads import WorkerPool, default_pool, on_db_thread
+from .dbthreads import WorkerPool, dedicated_pool, default_pool, on_db_thread
 from .errors import ClientEpisodeLimitReached, EpisodeLimitReached, EpisodeNotFound
 from .loader import Environment
 from .sqlguard import Authorizer, SqlGuard, protect
@@ -145,6 +145,8 @@ class Episode:
     every stateless client reads and so no client may change."""
     reserved_bytes: int = 0
     """What it counts against its owner's byte budget: its starting database and room to grow."""
+    stopped: str | None = None
+    """Why it was given up (`abandon`): a call answered while one of its statements still ran."""
 
     def __post_init__(self) -> None:
         if self.guard is None:
@@ -187,6 +189,23 @@ class Episode:
 
     async def state_hash(self) -> str:
         return state_hash(await self.export())
+
+    def abandon(self, reason: str) -> None:
+        """Give the episode up while a statement still runs on its connection's thread.
+
+        SQLite checks a statement's deadline only between program steps, and one step of a
+        model-written statement can outlast any deadline. The call that sent it is answered at its
+        time limit instead of waiting for it: the episode is closed (later calls are told why),
+        the statement is interrupted where SQLite can be, and the connection's own thread
+        (`DedicatedPool`) closes the connection, discarding the open transaction, and ends when the
+        step returns. Nothing of the call is committed.
+        """
+        self.closed = True
+        self.stopped = reason
+        connection = self.conn._connection
+        if connection is not None:
+            connection.interrupt()
+        self.conn.stop()
 
     async def snapshot(self) -> bytes:
         """The serialised database, to start another episode from exactly this state."""
@@ -297,7 +316,7 @@ class EpisodeStore:
             self._per_owner[owner] += 1
             self._bytes_per_owner[owner] += reserved
         try:
-            conn = await self.pool.connect(episode_connector(data, tracker, growth=self.growth_bytes))
+            conn = await self._pool(env).connect(episode_connector(data, tracker, growth=self.growth_bytes))
         except BaseException:
             if owner is not None:
                 self._release_owner(owner, reserved)
@@ -331,7 +350,7 @@ class EpisodeStore:
         with `close_view`.
         """
         tracker = WriteTracker(frozenset(t.name for t in env.tables))
-        conn = await self.pool.connect(episode_connector(env.seed_db, tracker))
+        conn = await self._pool(env).connect(episode_connector(env.seed_db, tracker))
         now = time.monotonic()
         return Episode(
             id=f"seed view of {env.name}",
@@ -347,6 +366,11 @@ class EpisodeStore:
     async def close_view(self, episode: Episode) -> None:
         """Close an episode `open_view` made."""
         await self._shutdown(episode)
+
+    def _pool(self, env: Environment) -> WorkerPool:
+        """Where an episode's SQLite work runs: a thread of its own for a confined env, whose
+        statements are model-written (`DedicatedPool`), else the store's shared pool."""
+        return dedicated_pool if env.manifest.trust == "confined" else self.pool
 
     def _full(self) -> bool:
         return len(self._episodes) + self._pending >= self.max_episodes
@@ -404,6 +428,8 @@ class EpisodeStore:
 
     async def _shutdown(self, episode: Episode) -> None:
         episode.closed = True
+        if episode.stopped is not None:
+            return  # its connection is closing on its own thread (`Episode.abandon`)
         async with episode.lock:
             await episode.conn.close()
 

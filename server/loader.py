@@ -437,23 +437,12 @@ def tools_of_module(module: Any, path: Path) -> dict[str, ToolSpec]:
     return tools
 
 
-def load_env(root: str | Path, *, static_gate: bool = True) -> Environment:
-    """Load and validate an env folder. Raises `EnvLoadError` listing problems with file and line.
+def build_seed(root: Path, manifest: EnvManifest, schema_sql: str) -> tuple[bytes, list[TableInfo]]:
+    """The env's schema applied and its seed loaded: the serialised database and its tables.
 
-    A confined env's tools.py must pass the static gate (`static_gate.check_python`) first;
-    `static_gate=False` skips it, for tests of the sandbox itself, which run code the gate would
-    refuse to show that the OS layer holds without it."""
-    root = Path(root)
-    if not root.is_dir():
-        raise EnvLoadError([LoadProblem(root, None, "not a directory")])
-    manifest = _load_manifest(root)
-    policy_path = root / POLICY
-    if not policy_path.exists() or not policy_path.read_text(encoding="utf-8").strip():
-        raise EnvLoadError([LoadProblem(policy_path, None, "policy.md is missing or empty")])
+    Raises `EnvLoadError` with file and line. A confined env's runs in a bounded child process
+    (`schema_host`), since its DDL, triggers and seed are model-written."""
     schema_path = root / SCHEMA
-    if not schema_path.exists():
-        raise EnvLoadError([LoadProblem(schema_path, None, "schema.sql is missing")])
-    schema_sql = schema_path.read_text(encoding="utf-8")
     conn, guard = _fresh_connection()
     try:
         _apply_schema(conn, schema_sql, schema_path, guard)
@@ -475,9 +464,34 @@ def load_env(root: str | Path, *, static_gate: bool = True) -> Environment:
         conn.execute("BEGIN")
         _load_seed(conn, root / manifest.seed, {t.name: t for t in tables})
         end_transaction(conn, guard, commit=True)
-        seed_db = conn.serialize()
+        return conn.serialize(), tables
     finally:
         conn.close()
+
+
+def load_env(root: str | Path, *, static_gate: bool = True) -> Environment:
+    """Load and validate an env folder. Raises `EnvLoadError` listing problems with file and line.
+
+    A confined env's tools.py must pass the static gate (`static_gate.check_python`) first;
+    `static_gate=False` skips it, for tests of the sandbox itself, which run code the gate would
+    refuse to show that the OS layer holds without it."""
+    root = Path(root)
+    if not root.is_dir():
+        raise EnvLoadError([LoadProblem(root, None, "not a directory")])
+    manifest = _load_manifest(root)
+    policy_path = root / POLICY
+    if not policy_path.exists() or not policy_path.read_text(encoding="utf-8").strip():
+        raise EnvLoadError([LoadProblem(policy_path, None, "policy.md is missing or empty")])
+    schema_path = root / SCHEMA
+    if not schema_path.exists():
+        raise EnvLoadError([LoadProblem(schema_path, None, "schema.sql is missing")])
+    schema_sql = schema_path.read_text(encoding="utf-8")
+    if manifest.trust == "confined":  # a model-written schema and seed: built in a bounded child
+        from .schema_host import build_seed_bounded
+
+        seed_db, tables = build_seed_bounded(root, manifest, schema_sql)
+    else:
+        seed_db, tables = build_seed(root, manifest, schema_sql)
     tools = _load_tools(root / TOOLS, manifest, {t.name for t in tables}, static_gate=static_gate)
     return Environment(
         root=root,

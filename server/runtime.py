@@ -208,7 +208,8 @@ async def execute(episode: Episode, name: str, arguments: Any) -> ToolResult:
     assert kwargs is not None
     async with episode.lock:
         if episode.closed:
-            return _error(f"episode {episode.id!r} is closed")
+            why = f" ({episode.stopped})" if episode.stopped else ""
+            return _error(f"episode {episode.id!r} is closed{why}")
         episode.touch()
         episode.calls += 1
         conn = episode.conn
@@ -236,6 +237,11 @@ async def execute(episode: Episode, name: str, arguments: Any) -> ToolResult:
                     log.error("tool %s.%s was denied by the SQL guard: %s", env.name, name, guard.denied)
                 log.exception("tool %s.%s raised unexpectedly (an env error)", env.name, name)
                 refusal = _env_error(name, cause)
+                if getattr(exc, "abandons_episode", False):
+                    # a statement of the call still runs and cannot be waited for: nothing of the
+                    # call is committed, and the episode is given up (`Episode.abandon`)
+                    episode.abandon(f"a statement of tool '{name}' ran past the call's time limit")
+                    return refusal
         except BaseException:  # cancelled (client gone, timeout, shutdown): keep nothing, then go
             with anyio.CancelScope(shield=True):
                 await on_db_thread(conn, end_transaction, conn._conn, guard, False)
