@@ -68,7 +68,16 @@ if TYPE_CHECKING:
         rule_user_error,
         rule_verdict,
     )
-    from .users import STOP, TRANSFER, LLMUser, ScriptedUser, User, build_user, request_text
+    from .users import (
+        STOP,
+        TRANSFER,
+        LLMUser,
+        ScriptedUser,
+        User,
+        build_user,
+        confirmation_request,
+        request_text,
+    )
     from .vocab import AgentName, ControlToken, Fault, RewardPart, Termination, TrialStatus, UserName
 
 # name -> module (inside this package) that defines it, imported on first access
@@ -168,6 +177,7 @@ _LAZY = {
     "TRANSFER": "users",
     "User": "users",
     "build_user": "users",
+    "confirmation_request": "users",
     "request_text": "users",
     "AgentName": "vocab",
     "ControlToken": "vocab",
@@ -257,6 +267,7 @@ __all__ = [
     "build_user",
     "bundled_env_dirs",
     "cache_dir",
+    "confirmation_request",
     "converse",
     "detect_user_error",
     "dump_set",

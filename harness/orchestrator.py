@@ -316,6 +316,8 @@ async def converse(
         answer = await user.reply(list(messages))
         add_usage(usage, "user", answer.usage)
         messages.append(Message(role="user", content=answer.text, turn=turn))
+        if answer.agent_silent:  # nudged and still nothing said: the agent's failure, not a user stop
+            return Ending(TrialStatus.NO_RESPONSE, Termination.AGENT_EMPTY)
         if answer.stop:
             return Ending(TrialStatus.COMPLETED, Termination.USER_STOP)
         if answer.transfer:

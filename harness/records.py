@@ -62,6 +62,7 @@ FAULT_OF_STATUS: dict[TrialStatus, Fault] = {
     TrialStatus.MAX_TURNS: Fault.AGENT,
     TrialStatus.MAX_ERRORS: Fault.AGENT,
     TrialStatus.MALFORMED_OUTPUT: Fault.AGENT,
+    TrialStatus.NO_RESPONSE: Fault.AGENT,
 }
 
 _STATUSES = frozenset(s.value for s in TrialStatus)

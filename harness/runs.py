@@ -57,6 +57,7 @@ PREMATURE = frozenset(
         TrialStatus.MAX_ERRORS,
         TrialStatus.CONTEXT_OVERFLOW,
         TrialStatus.MALFORMED_OUTPUT,
+        TrialStatus.NO_RESPONSE,
     }
 )
 """Endings before the conversation did: such a trial earns 0 whatever its parts."""

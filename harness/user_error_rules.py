@@ -26,7 +26,10 @@ training, so an ambiguous case is left to the judge. Measured on the labeled set
   closing offer such as "anything else I can help you with?"), or right after the agent
   announced more work ("let me ...", "next, I'll ...", "one moment"; the scripted user answers
   those with "Okay, go ahead." and never stops there). A stop after the agent claims it is done,
-  or gives up, is never the user's fault here.
+  or gives up, is never the user's fault here; nor is a stop right after an agent turn that said
+  nothing to the user (`users.says_nothing`: empty, punctuation, a call written as text that did
+  not parse): an agent that fails and then falls silent must not have its failure masked as the
+  user's (the scripted user nudges such a turn and, in the end, charges it to the agent).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from typing import Literal, get_args
 from envforge.synth import Task
 
 from .records import Message
-from .users import STOP, TRANSFER, announces_more_work, fact_text, request_text
+from .users import STOP, TRANSFER, announces_more_work, fact_text, request_text, says_nothing
 
 ErrorKind = Literal["wrong_fact", "contradiction", "leak", "premature_stop", "invented_fact"]
 """The user errors the detector claims (and the labeled set, `user_error_set.py`, measures)."""
@@ -211,8 +214,9 @@ class _TaskFacts:
         return cls(fact_keys, named, hidden, hidden_words, request_text(task))
 
     def unexplained(self, text: str) -> str:
-        """The part of a user message its request does not account for."""
-        return text[len(self.request) :] if text.startswith(self.request) else text
+        """The part of a user message its request does not account for (the request may be said
+        again after a few words: the scripted user's "Are you still there? <request>")."""
+        return text.replace(self.request, " ") if self.request else text
 
 
 # --------------------------------------------------------------------------- the rules
@@ -315,6 +319,9 @@ def _takes_back(facts: _TaskFacts, text: str) -> bool:
 
 
 def _stop_error(messages: list[Message], i: int) -> str | None:
+    last_turn = next((p for p in reversed(messages[:i]) if p.role == "assistant"), None)
+    if last_turn is not None and says_nothing(last_turn.content):
+        return None  # the agent's last turn said nothing to the user: stopping there is no error
     said = [p for p in messages[:i] if p.role == "assistant" and p.content]
     if not said:
         return "ended the conversation before the agent said anything"

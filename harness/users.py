@@ -4,15 +4,35 @@ A user opens the conversation (`start`) and answers each agent message (`reply`)
 in-band with τ-bench's control tokens: `###STOP###` (satisfied, or giving up) and
 `###TRANSFER###` (asked to be handed to a human).
 
-- `ScriptedUser`: deterministic and offline. It states the request, answers a question with the
-  facts whose names (or values) the question mentions, says it does not know anything else
-  (it never invents a fact), and stops when the agent's message is a statement rather than a
-  question (the agent reports done) or after `max_turns` replies; a statement announcing more work
-  ("let me check that") gets "Okay, go ahead.", so an agent that talks instead of acting is not
-  let off by a stop the user-error detector would blame on the user. `lies` makes it state wrong
-  values for some facts: the fault the user-error detector must catch.
+- `ScriptedUser`: deterministic and offline, the person of the task reacting to the agent's last
+  turn (the last assistant message; what earlier turns said is never answered again):
+  - a turn that says nothing to the user (`says_nothing`: empty, only whitespace or punctuation,
+    a call written as text that did not parse, code or JSON with no word around it) gets a nudge,
+    "Are you still there? <the request>"; after `max_nudges` such turns in a row (2) the user
+    gives up (`UserReply.agent_silent`): the conversation ends as the agent's failure
+    (`no_response`, reward 0), never as a user stop;
+  - a confirmation request (`asks_confirmation`: a yes/no question asking consent, "shall I",
+    "should I", "do you want me to", "would you like me to", "proceed", "go ahead", "is that
+    correct", "confirm that/this/whether/if", or a "(yes/no)" / "(y/n)" marker) gets
+    "Yes, please go ahead." when the proposal matches the task (`proposal_matches`) and
+    "No, that is not what I want." otherwise;
+  - a question names facts (by name or value) and gets them; a closing offer ("anything else I
+    can help you with?") ends the conversation; any other question gets "I don't know that,
+    sorry." (it never invents a fact);
+  - a statement announcing more work ("let me check that") gets "Okay, go ahead."; any other
+    statement with words in it is the agent's report (done, or refused) and ends the conversation,
+    as does running past `max_turns` replies.
+  `lies` makes it state wrong values for some facts: the fault the user-error detector must catch.
 - `LLMUser`: a model playing the persona, given the instruction and the facts with the rule to
   reveal them only when asked.
+
+A proposal *matches* when it names at least one thing the task uses and nothing it does not,
+judged only from what the user holds (the task's golden calls and known facts, its instruction):
+every tool-like name (a `snake_case` word not followed by `=`) is one of the golden calls'
+tools; every `key=value` pair is an argument of one golden call (of a named tool, when one is
+named), the value written as `confirmation_request` writes it, all pairs of the same call; every
+id (`G-114`) or email is among the golden calls' argument values, the facts or the instruction.
+An action described only in words ("cancel it") is not judged: its ids decide.
 """
 
 from __future__ import annotations
@@ -20,10 +40,11 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from envforge.synth import ANSWERS_LINE, KNOWN_FACTS_LINE, Task
+from envforge.synth import ANSWERS_LINE, KNOWN_FACTS_LINE, Call, Task
 
 from .llm import LLMConfig, add_usage, complete
 from .records import Message, Usage
@@ -52,6 +73,9 @@ def announces_more_work(text: str) -> bool:
 class UserReply:
     text: str
     usage: Usage = field(default_factory=Usage)
+    agent_silent: bool = False
+    """The user gives up on an agent that kept saying nothing: the conversation ends as the agent's
+    failure (`TrialStatus.NO_RESPONSE`), not as the user's stop."""
 
     @property
     def stop(self) -> bool:
@@ -141,14 +165,215 @@ def _swap(text: str) -> str:
     return text
 
 
+# --------------------------------------------------------------------------- reading the agent's turn
+
+_FENCED = re.compile(r"```.*?(?:```|$)", re.S)
+_TAG_LIKE = re.compile(r"<[^<>\n]*>")
+_CALL_LIKE = re.compile(r"[A-Za-z_][\w.]*\(")
+_IDENTIFIER = re.compile(r"\S*_\S*")
+_WORD = re.compile(r"[^\W\d_]{2,}")
+
+
+def _without_structures(text: str) -> str:
+    """`text` without its JSON-like spans: each `{...}` / `[...]` and each `name(...)` call, to
+    its matching closer or, cut off, to the end (brackets inside quoted strings do not count)."""
+    out: list[str] = []
+    depth, quote, escaped = 0, "", False
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if depth == 0:
+            call = _CALL_LIKE.match(text, i)
+            if call and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+                depth, i = 1, call.end()
+                continue
+            if c in "{[":
+                depth = 1
+            else:
+                out.append(c)
+        elif quote:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == quote:
+                quote = ""
+        elif c in "\"'":
+            quote = c
+        elif c in "{[(":
+            depth += 1
+        elif c in "}])":
+            depth -= 1
+        i += 1
+    return "".join(out)
+
+
+def says_nothing(text: str | None) -> bool:
+    """Whether an agent turn says nothing a person could answer: empty, only whitespace or
+    punctuation, or nothing but code: fenced blocks, tags, JSON, `name(...)` calls and
+    `snake_case` identifiers, closed or cut off (a call written as text that did not parse).
+
+    Judged by what is left once those are taken out: a turn with a word of two letters or more
+    in it ("Done.", "OK") says something."""
+    if not text or not text.strip():
+        return True
+    rest = _without_structures(_TAG_LIKE.sub(" ", _FENCED.sub(" ", text)))
+    return _WORD.search(_IDENTIFIER.sub(" ", rest)) is None
+
+
+CONSENT = re.compile(
+    r"\b(?:shall i|should i|do you want me to|would you like me to|proceed|go ahead"
+    r"|is (?:that|this|it) (?:correct|right|ok|okay|alright|what you want)"
+    r"|confirm (?:that|this|whether|if|you want)|do you confirm|are you sure)\b",
+    re.I,
+)
+YES_NO = re.compile(r"\((?:yes/no|y/n|yes or no)\)", re.I)
+_WH = re.compile(r"^\W*(?:what|which|who|whom|whose|where|when|how|why)\b", re.I)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+CLOSING_OFFER = re.compile(r"\b(?:anything else|something else|else i can)\b", re.I)
+"""A question that closes the conversation ("Anything else I can help you with?")."""
+
+CONFIRMED = "Yes, please go ahead."
+DECLINED = "No, that is not what I want."
+
+
+def asks_confirmation(text: str) -> bool:
+    """Whether an agent turn asks the user's consent: a `(yes/no)` / `(y/n)` marker, or a yes/no
+    question (a sentence ending in `?` that does not open with a wh-word: "Which id should I
+    use?" asks for a fact) with a consent cue (`CONSENT`)."""
+    if YES_NO.search(text):
+        return True
+    return any(
+        s.rstrip().endswith("?") and CONSENT.search(s) and not _WH.match(s) for s in _SENTENCE_END.split(text)
+    )
+
+
+def plain_value(value: Any) -> str:
+    """An argument value as a confirmation request writes it: a string as it is, anything else
+    (numbers, booleans, lists, objects) as JSON."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def confirmation_request(call: Call) -> str:
+    """The message an agent following a confirmation rule sends before `call`:
+    `I am about to <tool> with <k>=<v>, ....  Shall I proceed? (yes/no)`; the scripted user
+    confirms it exactly when `call` is one of its task's golden calls."""
+    args = ", ".join(f"{k}={plain_value(v)}" for k, v in call.arguments.items())
+    return f"I am about to {call.name}{f' with {args}' if args else ''}. Shall I proceed? (yes/no)"
+
+
+_SNAKE = re.compile(r"(?<![\w.@-])([A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+)(?![\w@-]|\.\w|\s*=)")
+_PAIR = re.compile(r"(?<![\w-])([A-Za-z_]\w*)=")
+_ENTITY = re.compile(r"\b[A-Z]{1,4}-\d+\b|\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
+_VALUE_END = re.compile(r"(?:$|[\s,;)]|\.(?!\w))")
+
+
+def _strings_in(value: Any) -> Iterator[str]:
+    """Every value inside `value` as text: strings and numbers, in lists and objects too."""
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _strings_in(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings_in(v)
+    elif value is not None:
+        yield plain_value(value)
+
+
+@dataclass(frozen=True)
+class _Intent:
+    """What the user knows of its own request: the golden calls, the facts and the instruction."""
+
+    calls: tuple[Call, ...]
+    tools: frozenset[str]
+    words: frozenset[str]
+    """Names that are no tool: argument keys, fact names, values written as identifiers."""
+    values: frozenset[str]
+    instruction: str
+
+    @classmethod
+    def of(cls, task: Task) -> _Intent:
+        calls = tuple(task.golden_calls)
+        values = {s for c in calls for s in _strings_in(c.arguments)}
+        values |= {s for f in task.scenario.known_facts for s in (fact_text(f.value), *_strings_in(f.value))}
+        keys = {k for c in calls for k in c.arguments} | {f.name for f in task.scenario.known_facts}
+        return cls(
+            calls,
+            frozenset(c.name for c in calls),
+            frozenset(keys | values),
+            frozenset(values),
+            task.scenario.instruction,
+        )
+
+    def _pairs_fit(self, text: str, call: Call) -> bool:
+        """Whether every `key=value` in `text` is an argument of `call`, written as
+        `plain_value` writes it (a pair inside an earlier pair's value is part of that value)."""
+        covered = 0
+        for m in _PAIR.finditer(text):
+            if m.start() < covered:
+                continue
+            key, rest = m.group(1), text[m.end() :]
+            if key not in call.arguments:
+                return False
+            value = plain_value(call.arguments[key])
+            if not (rest.startswith(value) and _VALUE_END.match(rest, len(value))):
+                return False
+            covered = m.end() + len(value)
+        return True
+
+    def matches(self, text: str) -> bool:
+        """`proposal_matches`: names something the task uses and nothing it does not."""
+        named_tools = set()
+        for m in _SNAKE.finditer(text):
+            name = m.group(1)
+            if name in self.tools:
+                named_tools.add(name)
+            elif name not in self.words:
+                return False  # a tool (or field) the task never uses
+        candidates = [c for c in self.calls if not named_tools or c.name in named_tools]
+        fitting = [c for c in candidates if self._pairs_fit(text, c)]
+        if not fitting:
+            return False
+        pairs = bool(_PAIR.search(text))
+        entities = [m.group(0) for m in _ENTITY.finditer(text)]
+        for entity in entities:
+            if entity not in self.values and not re.search(
+                rf"(?<![\w-]){re.escape(entity)}(?![\w-])", self.instruction
+            ):
+                return False
+        return bool(named_tools or pairs or entities)
+
+
+def proposal_matches(task: Task, text: str) -> bool:
+    """Whether the action an agent proposes in `text` is one the task's user wants (the rule is
+    in the module docstring)."""
+    return _Intent.of(task).matches(text)
+
+
+def last_agent_turn(messages: list[Message]) -> str:
+    """What the agent said in its last turn: the text of the last assistant message ("" when it
+    had none: an earlier message's text is not this turn's)."""
+    last = next((m for m in reversed(messages) if m.role == "assistant"), None)
+    return (last.content or "") if last is not None else ""
+
+
+NUDGE = "Are you still there? {request}"
+GIVE_UP = f"You have not answered me, so I will stop here. {STOP}"
+
+
 class ScriptedUser:
-    def __init__(self, task: Task, *, max_turns: int = 10, lies: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, task: Task, *, max_turns: int = 10, max_nudges: int = 2, lies: dict[str, Any] | None = None
+    ) -> None:
         self.task = task
         self.max_turns = max_turns
+        self.max_nudges = max_nudges
         self.turns = 0
+        self.nudges = 0
         self.facts = {f.name: f.value for f in task.scenario.known_facts}
         self.facts.update(lies or {})
         self.told: set[str] = set()
+        self.intent = _Intent.of(task)
 
     async def start(self) -> UserReply:
         return UserReply(request_text(self.task))
@@ -163,15 +388,27 @@ class ScriptedUser:
 
     async def reply(self, messages: list[Message]) -> UserReply:
         self.turns += 1
-        said = next((m.content or "" for m in reversed(messages) if m.role == "assistant" and m.content), "")
-        if self.turns <= self.max_turns and "?" not in said and announces_more_work(said):
-            return UserReply("Okay, go ahead.")
-        if self.turns > self.max_turns or "?" not in said:
+        said = last_agent_turn(messages)
+        if self.turns > self.max_turns:
             return UserReply(f"Thank you. {STOP}")
+        if says_nothing(said):
+            self.nudges += 1
+            if self.nudges > self.max_nudges:
+                return UserReply(GIVE_UP, agent_silent=True)
+            return UserReply(NUDGE.format(request=request_text(self.task)))
+        self.nudges = 0
+        if asks_confirmation(said):
+            return UserReply(CONFIRMED if self.intent.matches(said) else DECLINED)
+        if "?" not in said:
+            return UserReply("Okay, go ahead." if announces_more_work(said) else f"Thank you. {STOP}")
         asked = self._asked(said)
-        if not asked:
-            return UserReply("I don't know that, sorry.")
-        return UserReply(" ".join(f"My {n.replace('_', ' ')} is {fact_text(self.facts[n])}." for n in asked))
+        if asked:
+            return UserReply(
+                " ".join(f"My {n.replace('_', ' ')} is {fact_text(self.facts[n])}." for n in asked)
+            )
+        if CLOSING_OFFER.search(said):
+            return UserReply(f"No, that is all. Thank you. {STOP}")
+        return UserReply("I don't know that, sorry.")
 
 
 USER_SYSTEM = """You are a user talking to a customer-service agent. Stay in character.

@@ -26,6 +26,7 @@ class TrialStatus(StrEnum):
     MAX_TURNS = "max_turns"
     MAX_ERRORS = "max_errors"
     MALFORMED_OUTPUT = "malformed_output"
+    NO_RESPONSE = "no_response"  # the agent kept saying nothing to the user after being nudged
 
 
 class Fault(StrEnum):
@@ -34,7 +35,8 @@ class Fault(StrEnum):
     - `none`: the conversation ended normally; the reward is the agent's.
     - `agent`: the agent's own doing (malformed or unknown tool calls, arguments that are not JSON,
       content that is not text, step/turn/tool-error limits, its own context overflow, running
-      out of wall-clock time while it was the one working): reward 0, counted, never re-run.
+      out of wall-clock time while it was the one working, turns that kept saying nothing to the
+      user after the scripted user's nudges): reward 0, counted, never re-run.
     - `infra`: provider errors after retries, connection failures, a model server that did not
       answer in time, an env server that failed: not a measurement, left out, re-run by `--resume`.
     - `env`: the environment had a bug (a tool result of kind `env_error`) and the trial did not
@@ -54,7 +56,7 @@ class Termination(StrEnum):
     USER_STOP = "user_stop"  # the user said `###STOP###`
     TRANSFER = "transfer"  # the user asked for a human (`###TRANSFER###`)
     AGENT_STOP = "agent_stop"  # the agent said `###STOP###`
-    AGENT_EMPTY = "agent_empty"  # the agent said nothing (RL rollouts)
+    AGENT_EMPTY = "agent_empty"  # the agent said nothing (RL rollouts; in an eval: nudged, still nothing)
     MAX_TOOL_ERRORS = "max_tool_errors"
     MAX_STEPS = "max_steps"  # tool calls in one turn
     MAX_TURNS = "max_turns"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 import resource
 import socket
 import time
@@ -238,6 +239,25 @@ def install_log_limiter(interval: float = 10.0) -> ResourceErrorLogLimiter:
     return limiter
 
 
+SHUTDOWN_GRACE_S = 4.0
+"""How long `serve` shuts down gracefully after SIGTERM or SIGINT before the process exits anyway."""
+
+
+def _exit_after(seconds: float, status: int) -> None:
+    """Exit the process `seconds` from now whatever still runs.
+
+    A graceful shutdown waits for requests in flight, and a request may wait on SQLite work that
+    cannot be stopped at once (one step of a model-written statement, a state being built), or on
+    a worker thread that the interpreter joins at exit: SIGTERM was once ignored for ten minutes.
+    The timer is a daemon thread, so a shutdown that ends sooner never waits for it.
+    """
+    import threading
+
+    timer = threading.Timer(seconds, os._exit, args=(status,))
+    timer.daemon = True
+    timer.start()
+
+
 def serve_http(
     app: Any,
     *,
@@ -254,6 +274,10 @@ def serve_http(
     import uvicorn
 
     class _Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            _exit_after(SHUTDOWN_GRACE_S, 128 + sig)
+
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets)
             if self.started and on_listening is not None:

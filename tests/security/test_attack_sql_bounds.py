@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import textwrap
 import threading
 import time
@@ -218,3 +219,57 @@ def test_a_poisoned_schema_is_stopped_within_the_load_deadline(
     error = holder["error"]
     assert error is not None and "schema.sql" in str(error), error
     assert took <= SCHEMA_TIMEOUT_S + 3, f"the load took {took:.1f}s"
+
+
+def test_sigterm_stops_the_server_within_5s_mid_attack(tmp_path: Path) -> None:
+    """`envforge serve` with a call whose statements hold its SQLite thread (30 s call limit):
+    before, the graceful shutdown waited for that call, and SIGTERM was honoured only once it ended."""
+    import signal
+
+    from conftest import envforge_serve
+
+    root = make_confined_env(tmp_path / "json", JSON_TOOLS)
+    with envforge_serve([str(root)]) as url, httpx.Client(base_url=url, timeout=120) as http:
+        episode = _episode(http, "payloads")
+        assert _call(http, "payloads", episode, "count_notes", {}) == (None, "1")
+        attack = threading.Thread(
+            target=lambda: _call_quietly(url, episode),
+            daemon=True,
+        )
+        attack.start()
+        time.sleep(1.5)  # the call is in its statements
+        server = _server_pid(url)
+        start = time.monotonic()
+        os.kill(server, signal.SIGTERM)
+        while _alive(server) and time.monotonic() - start < 20:
+            time.sleep(0.05)
+        took = time.monotonic() - start
+    assert took <= 5.0, f"the server was still running {took:.1f}s after SIGTERM"
+
+
+def _call_quietly(url: str, episode: str) -> None:
+    try:
+        with httpx.Client(base_url=url, timeout=60) as http:
+            _call(http, "payloads", episode, "deep_paths", {"times": 40})
+    except (httpx.HTTPError, AssertionError):
+        pass  # the server went away mid-call, as it should
+
+
+def _server_pid(url: str) -> int:
+    """The pid of the process listening on `url`'s port (the test's `envforge serve` child)."""
+    import psutil
+
+    port = int(url.rsplit(":", 1)[1])
+    for conn in psutil.net_connections("tcp"):
+        if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+            return int(conn.pid)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie has exited
+        return stat.read().split()[2] != "Z"
