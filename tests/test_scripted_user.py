@@ -22,16 +22,11 @@ from envforge.harness import (
     ScriptedUser,
     ToolCall,
     UserName,
-    confirmation_request,
-    run_eval,
-)
-from envforge.harness.user_error_play import QUESTIONS
-from envforge.harness.users import (
-    CONFIRMED,
-    DECLINED,
     UserReply,
     asks_confirmation,
+    confirmation_request,
     proposal_matches,
+    run_eval,
     says_nothing,
 )
 from envforge.synth import Call, Task, load_tasks
@@ -41,6 +36,16 @@ from conftest import REPO
 GYM = REPO / "envs" / "gym"
 BUNDLED = sorted(p.parent for p in (REPO / "envs").glob("*/tasks.jsonl"))
 
+CONFIRMED = "Yes, please go ahead."
+DECLINED = "No, that is not what I want."
+FACT_QUESTIONS = (  # the labeled set's questions (harness/user_error_play.py), and one more
+    "Could you tell me your member id?",
+    "What is the member id?",
+    "To go on I need the member id. What are they?",
+    "Which member id should I use?",
+    "Can you confirm the member id for me?",
+    "What should I call you?",
+)
 SILENT_TURNS = {
     "empty": "",
     "whitespace": " \n\t ",
@@ -88,7 +93,7 @@ def _users(records: list[Any]) -> list[str]:
     return [m.content for r in records for m in r.messages if m.role == "user"]
 
 
-# --------------------------------------------------------------------------- the two trajectories of the issue
+# --------------------------------------------------------------------------- the issue's two trajectories
 
 
 async def test_attack_wrong_write_then_silence_is_the_agents_failure(tmp_path: Path) -> None:
@@ -233,9 +238,8 @@ async def test_the_scripted_user_answers_a_confirmation_as_its_intent_says() -> 
 def test_a_question_for_a_fact_is_no_confirmation() -> None:
     """The labeled set's questions ask for facts, whatever their wording ("Which id should I
     use?", "Can you confirm the id for me?"): they get the fact, not a yes."""
-    for question in QUESTIONS:
-        assert not asks_confirmation(question.format(names="member id")), question
-    assert not asks_confirmation("What should I call you?")
+    for question in FACT_QUESTIONS:
+        assert not asks_confirmation(question), question
     assert asks_confirmation("I found member G-114. Is that correct?")
     assert asks_confirmation("Do you want me to freeze it (y/n)")
 
