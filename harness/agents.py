@@ -8,12 +8,15 @@ through MCP and asks again) or text (said to the user). A fresh agent is built p
 Built-ins: `oracle` (the task's golden calls, then its required outputs: the upper bound that
 proves a task is solvable through MCP), `noop` (answers without tools: the floor), `random`
 (schema-valid random calls, seeded: a sanity baseline), the adversarial agents of
-`synth/adversaries.py` (`spray`, `read_all`, `double_write`, `golden_prefix`: tricks a task's
-reward must not pay for, to probe any task set with `eval`), and any litellm model string.
+`synth/adversaries.py` (`spray`, `read_all`, `double_write`, `golden_prefix`, `skip_policy`:
+tricks a task's reward must not pay for, to probe any task set with `eval`), and any litellm
+model string. The oracle keeps the env's declared policy rules (identity check, lookups, the
+user's yes before each write).
 """
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from dataclasses import dataclass, field
@@ -22,7 +25,19 @@ from typing import Any, Protocol, runtime_checkable
 import mcp_types as types
 
 from envforge.server import EpisodeClient
-from envforge.synth import ADVERSARIES, Call, Task, ToolShape, adversary_calls, adversary_message
+from envforge.synth import (
+    ADVERSARIES,
+    Call,
+    PolicyRules,
+    Step,
+    Task,
+    ToolShape,
+    adversary_calls,
+    adversary_message,
+    looked_up,
+    names_only,
+    says_yes,
+)
 
 from .llm import LLMConfig, complete, to_openai
 from .records import Message, ToolCall, Usage
@@ -65,23 +80,146 @@ def _say(text: str) -> Message:
     return Message(role="assistant", content=text)
 
 
-class OracleAgent:
-    """Executes the golden calls in order (one per step), then states the required outputs."""
+def confirmation_request(call: Call) -> str:
+    """The message an agent following a confirmation rule sends before `call` (the scripted
+    user's own format: it confirms exactly the golden calls of its task)."""
+    args = ", ".join(
+        f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
+        for k, v in call.arguments.items()
+    )
+    return f"I am about to {call.name}{f' with {args}' if args else ''}. Shall I proceed? (yes/no)"
 
-    def __init__(self, task: Task) -> None:
+
+def _scalars_of(text: str) -> dict[str, Any]:
+    """The top-level scalar fields of a JSON object result (what a record read shows of a row)."""
+    try:
+        data = json.loads(text) if text[:1] == "{" else None
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, (str, int, float)) and not isinstance(v, bool)}
+
+
+class OracleAgent:
+    """The task's golden calls in order (one per step), then its required outputs; following the
+    env's declared policy (`rules`) on the way, so the upper bound is an agent that keeps it.
+
+    Before a write the rules want the principal verified for, an unverified oracle verifies it
+    with the first declared identity tool whose parameters it can fill: from the principal's key
+    (the task knows whom it acts for) and the user's facts, else also from the principal's own
+    row, read by a tool that takes only its key (retail's `find_customer_by_email` needs the
+    email `get_customer` shows). Before a write the rules want looked up by a parameter, it reads
+    the record with the declared lookup tool. Before a write the rules want confirmed, it sends
+    `confirmation_request(call)` and writes only when the user's reply says yes.
+    """
+
+    def __init__(self, task: Task, rules: PolicyRules | None = None) -> None:
         self.task = task
+        self.rules = rules
         self.next = 0
+        self.made = 0
+        self.verified = False
+        self.looked: set[tuple[str, str]] = set()
+        self.row: dict[str, Any] = {}
+        self.tried: set[str] = set()
+        self.asked_at: int | None = None  # the golden call the last confirmation request was for
+        self.pending: Call | None = None  # the oracle's own call whose result is next
+
+    def _call(self, call: Call) -> Message:
+        self.made += 1
+        self.pending = call
+        return Message(
+            role="assistant",
+            tool_calls=[ToolCall(id=f"oracle_{self.made}", name=call.name, arguments=call.arguments)],
+        )
+
+    def _see(self, messages: list[Message]) -> None:
+        """Learn from the result of the oracle's last call: verified, looked up, the principal's row."""
+        call, self.pending = self.pending, None
+        last = messages[-1] if messages else None
+        if call is None or last is None or last.role != "tool" or self.rules is None:
+            return
+        step = Step("call", last.content or "", call, last.is_error)
+        key = self._key()
+        if key is not None and call.name in self.rules.identity_tools and names_only(step, *key):
+            self.verified = True
+        self.looked |= looked_up(self.rules, step)
+        if not last.is_error:
+            if key is not None and call.arguments == {key[0]: key[1]}:
+                self.row = _scalars_of(last.content or "")
+
+    def _key(self) -> tuple[str, Any] | None:
+        p = self.task.dag.principal
+        return next(iter(p.key.items())) if p is not None and len(p.key) == 1 else None
+
+    def _identity_call(self, tools: list[dict[str, Any]]) -> Call | None:
+        """The next call towards verifying the principal (None: the oracle cannot, and goes on)."""
+        key = self._key()
+        if key is None or self.rules is None:
+            return None
+        schemas = {t["function"]["name"]: t["function"].get("parameters", {}) for t in tools}
+        pool: dict[str, Any] = {f.name: f.value for f in self.task.scenario.known_facts}
+        pool.update(self.row)
+        pool[key[0]] = key[1]
+        for name in self.rules.identity_tools:
+            params = schemas.get(name, {})
+            props = list(params.get("properties", {}))
+            args = {p: pool[p] for p in props if p in pool}
+            if args and all(p in args for p in params.get("required", [])) and name not in self.tried:
+                self.tried.add(name)
+                return Call(name=name, arguments=args)
+        reader = next(
+            (
+                n
+                for n in sorted(schemas, key=lambda n: (not n.startswith("get_"), n))
+                if list(schemas[n].get("properties", {})) == [key[0]]
+                and n not in self.tried
+                and n not in self.rules.writes
+            ),
+            None,
+        )
+        if reader is not None and not self.row:
+            self.tried.add(reader)
+            return Call(name=reader, arguments={key[0]: key[1]})
+        return None
+
+    def _before(self, call: Call, tools: list[dict[str, Any]]) -> Call | None:
+        """A call the policy wants made before golden `call` (None: nothing more)."""
+        rules = self.rules
+        if rules is None or call.name not in rules.writes:
+            return None
+        if rules.needs_identity(call.name) and not self.verified:
+            identity = self._identity_call(tools)
+            if identity is not None:
+                return identity
+        for rule in rules.declared.lookup:
+            if rule.param in call.arguments:
+                value = json.dumps(call.arguments[rule.param], sort_keys=True)
+                if (rule.param, value) not in self.looked:
+                    self.looked.add((rule.param, value))  # one try: a failed lookup is not retried
+                    return Call(name=rule.tools[0], arguments={rule.param: call.arguments[rule.param]})
+        return None
 
     async def respond(
         self, messages: list[Message], tools: list[dict[str, Any]], client: EpisodeClient
     ) -> Message:
-        if self.next < len(self.task.golden_calls):
+        self._see(messages)
+        while self.next < len(self.task.golden_calls):
             call = self.task.golden_calls[self.next]
+            before = self._before(call, tools)
+            if before is not None:
+                return self._call(before)
+            if self.rules is not None and self.rules.needs_confirmation(call.name):
+                if self.asked_at != self.next:
+                    self.asked_at = self.next
+                    return _say(confirmation_request(call))
+                reply = next((m.content or "" for m in reversed(messages) if m.role == "user"), "")
+                if not says_yes(reply):
+                    self.next += 1  # declined: the write is not made
+                    continue
             self.next += 1
-            return Message(
-                role="assistant",
-                tool_calls=[ToolCall(id=f"oracle_{self.next}", name=call.name, arguments=call.arguments)],
-            )
+            return self._call(call)
         outputs = "; ".join(self.task.required_outputs)
         return _say(f"All done. {outputs}".strip())
 
@@ -170,9 +308,10 @@ class AdversaryAgent:
     message, from the tool results it got and the ids the conversation named (the entity ids an
     agent behind MCP can know)."""
 
-    def __init__(self, name: str, task: Task) -> None:
+    def __init__(self, name: str, task: Task, rules: PolicyRules | None = None) -> None:
         self.name = name
         self.task = task
+        self.rules = rules
         self.calls: list[Call] | None = None
         self.made = 0
 
@@ -181,7 +320,7 @@ class AdversaryAgent:
     ) -> Message:
         if self.calls is None:
             self.calls = adversary_calls(
-                self.name, self.task, [tool_shape(t) for t in await client.list_tools()]
+                self.name, self.task, [tool_shape(t) for t in await client.list_tools()], self.rules
             )
         if self.made < len(self.calls):
             call = self.calls[self.made]
@@ -211,16 +350,25 @@ class LLMAgent:
         return AgentReply(message, usage)
 
 
-def build_agent(spec: str, task: Task, *, seed: int, policy: str, llm: LLMConfig | None = None) -> Agent:
-    """A fresh agent for one trial: a built-in name, or a model (`llm` says how to reach it)."""
+def build_agent(
+    spec: str,
+    task: Task,
+    *,
+    seed: int,
+    policy: str,
+    llm: LLMConfig | None = None,
+    rules: PolicyRules | None = None,
+) -> Agent:
+    """A fresh agent for one trial: a built-in name, or a model (`llm` says how to reach it);
+    `rules`, the env's declared policy rules, are what the oracle follows."""
     if spec == AgentName.ORACLE:
-        return OracleAgent(task)
+        return OracleAgent(task, rules)
     if spec == AgentName.NOOP:
         return NoopAgent()
     if spec == AgentName.RANDOM:
         return RandomAgent(seed)
     if spec in ADVERSARIES:
-        return AdversaryAgent(spec, task)
+        return AdversaryAgent(spec, task, rules)
     return LLMAgent(llm or LLMConfig(model=spec), policy)
 
 

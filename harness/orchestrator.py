@@ -418,7 +418,13 @@ async def run_trial(
     if final is not None and status != TrialStatus.INFRA_FAILURE:
         try:
             ts = await score_trial(
-                task, final, messages, status=status, judge=config.judge_llm, keys=job.et.pks
+                task,
+                final,
+                messages,
+                status=status,
+                judge=config.judge_llm,
+                keys=job.et.pks,
+                policy=job.et.policy_rules,
             )
             # `record.usage`, not `usage`: the record was validated from a copy of that dict.
             if ts.judge_usage:
@@ -445,7 +451,9 @@ async def run_trial(
 
 def _default_agent(config: EvalConfig, et: EnvTasks) -> Callable[[Task, int], Agent]:
     def make(task: Task, seed: int) -> Agent:
-        return build_agent(config.agent, task, seed=seed, policy=et.env.policy, llm=config.agent_cfg())
+        return build_agent(
+            config.agent, task, seed=seed, policy=et.env.policy, llm=config.agent_cfg(), rules=et.policy_rules
+        )
 
     return make
 

@@ -35,8 +35,10 @@ from envforge.synth import (
     Call,
     Evidence,
     PartScore,
+    PolicyRules,
     RewardPart,
     Score,
+    Step,
     TableDiff,
     Task,
     compose_reward,
@@ -238,6 +240,28 @@ def agent_calls(messages: list[Message]) -> list[Call]:
     ]
 
 
+def policy_steps(messages: list[Message]) -> list[Step]:
+    """The conversation as the policy part reads it: who said what, and each call with its
+    result, in order. A result belongs to the calls of the assistant message before it, by
+    position (never by an id the agent chose); a call with no result failed."""
+    steps: list[Step] = []
+    waiting: list[int] = []
+    for m in messages:
+        if m.role == "user":
+            steps.append(Step("user", m.content or ""))
+        elif m.role == "assistant":
+            waiting = []
+            if m.content:
+                steps.append(Step("agent", m.content))
+            for c in m.tool_calls:
+                waiting.append(len(steps))
+                steps.append(Step("call", "", Call(name=c.name, arguments=c.arguments), True))
+        elif m.role == "tool" and waiting:
+            at = waiting.pop(0)
+            steps[at] = Step("call", m.content or "", steps[at].call, m.is_error)
+    return steps
+
+
 async def score_trial(
     task: Task,
     final_state: State,
@@ -246,10 +270,12 @@ async def score_trial(
     status: str,
     judge: LLMConfig | None = None,
     keys: Mapping[str, tuple[str, ...]] | None = None,
+    policy: PolicyRules | None = None,
 ) -> TrialScore:
     """The trial's reward from `compose_reward`, with the evidence only a trial has: the agent's
     calls, the LLM judge's verdict on the task's NL assertions (when a judge is configured; none
-    to judge are met), and whether the trial ended prematurely (then it earns 0)."""
+    to judge are met), whether the trial ended prematurely (then it earns 0), and, where the env
+    declares `policy` rules, the conversation they are checked on."""
     verdicts: dict[RewardPart, PartScore] = {}
     judge_usage = None
     if RewardPart.NL_ASSERTIONS in task.reward_basis:
@@ -267,6 +293,8 @@ async def score_trial(
         agent_calls=agent_calls(messages),
         verdicts=verdicts,
         finished=status not in PREMATURE,
+        policy=policy,
+        trajectory=policy_steps(messages) if policy is not None else None,
     )
     scored = {p: SCORERS[p](task, evidence) for p in OFFLINE_PARTS}
     reward = compose_reward(task, evidence, scored=scored)
@@ -354,7 +382,9 @@ async def _rescore(
             result.records.append(rec)
             continue
         final = et.final_from_diff(task, _diff(rec.final_diff))
-        ts = await score_trial(task, final, rec.messages, status=rec.status, judge=judge, keys=et.pks)
+        ts = await score_trial(
+            task, final, rec.messages, status=rec.status, judge=judge, keys=et.pks, policy=et.policy_rules
+        )
         result.records.append(
             rec.model_copy(
                 update={

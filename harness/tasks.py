@@ -11,7 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envforge.server import Environment, State, load_env
-from envforge.synth import StateDiff, Task, apply_diff, diff_states, load_tasks, primary_keys
+from envforge.synth import (
+    PolicyRules,
+    StateDiff,
+    Task,
+    apply_diff,
+    diff_states,
+    load_policy_rules,
+    load_tasks,
+    primary_keys,
+)
 
 
 @dataclass
@@ -21,6 +30,9 @@ class EnvTasks:
     env_dir: Path
     env: Environment
     tasks: list[Task]
+    policy_rules: PolicyRules | None = None
+    """The env's declared policy rules (`policy_rules.toml`): the oracle follows them and every
+    trial is scored on them."""
     _initial: dict[str, State] = field(default_factory=dict, repr=False)
 
     @property
@@ -100,4 +112,4 @@ def load_env_tasks(env_dir: str | Path, task_ids: list[str] | None = None) -> En
     if not (env_dir / "tasks.jsonl").exists():
         raise FileNotFoundError(f"{env_dir} has no tasks.jsonl (run `envforge synth` first)")
     tasks = select_tasks(env.name, load_tasks(env_dir), task_ids=task_ids)
-    return EnvTasks(env_dir=env_dir, env=env, tasks=tasks)
+    return EnvTasks(env_dir=env_dir, env=env, tasks=tasks, policy_rules=load_policy_rules(env))

@@ -84,6 +84,7 @@ class AgentName(StrEnum):
     READ_ALL = Adversary.READ_ALL.value
     DOUBLE_WRITE = Adversary.DOUBLE_WRITE.value
     GOLDEN_PREFIX = Adversary.GOLDEN_PREFIX.value
+    SKIP_POLICY = Adversary.SKIP_POLICY.value
 
 
 class UserName(StrEnum):

@@ -9,11 +9,15 @@ env's tool list, before anything runs) and a final message (built from what the 
 - `read_all`       every read tool once per plausible argument set (taken from the task's calls
                    and the user's facts), no write at all, then the same kind of spray;
 - `double_write`   the golden calls with each write made twice in a row, then the required outputs;
-- `golden_prefix`  the golden calls up to and including the first write, then the required outputs.
+- `golden_prefix`  the golden calls up to and including the first write, then the required outputs;
+- `skip_policy`    the golden calls less those that keep the env's declared policy (identity
+                   checks, record lookups), with no word to the user before a write (so no
+                   confirmation), then the required outputs.
 
 Some runs are the golden solution in disguise and prove nothing: `spray` on a task whose reward
 does not rest on stated outputs, `golden_prefix` on a task with one write, and `double_write`
-when every repeat was refused or changed nothing (its end state is the golden one). `counts`
+when every repeat was refused or changed nothing (its end state is the golden one), and
+`skip_policy` where no declared rule binds the task's writes (there is nothing to skip). `counts`
 says which runs are judged. The same generators serve synthesis and check (`verify.py`, run on
 SQLite directly) and the harness's built-in agents (`harness/agents.py`, run through MCP).
 """
@@ -29,6 +33,7 @@ from typing import Any
 
 from .memo import BoundedMemo
 from .models import Call, Task
+from .policy_rules import PolicyRules
 
 
 class Adversary(StrEnum):
@@ -38,6 +43,7 @@ class Adversary(StrEnum):
     READ_ALL = "read_all"
     DOUBLE_WRITE = "double_write"
     GOLDEN_PREFIX = "golden_prefix"
+    SKIP_POLICY = "skip_policy"
 
 
 ADVERSARIES: tuple[Adversary, ...] = tuple(Adversary)
@@ -115,8 +121,18 @@ def read_all_calls(task: Task, tools: Sequence[ToolShape]) -> list[Call]:
     return calls
 
 
-def adversary_calls(name: str, task: Task, tools: Sequence[ToolShape]) -> list[Call]:
-    """The tool calls adversary `name` makes on `task`, in order."""
+def policy_keeping_tools(policy: PolicyRules | None) -> set[str]:
+    """The tools whose calls keep a declared rule (identity checks, record lookups)."""
+    if policy is None:
+        return set()
+    return set(policy.identity_tools) | {t for r in policy.declared.lookup for t in r.tools}
+
+
+def adversary_calls(
+    name: str, task: Task, tools: Sequence[ToolShape], policy: PolicyRules | None = None
+) -> list[Call]:
+    """The tool calls adversary `name` makes on `task`, in order (`policy`: the env's declared
+    rules, which `skip_policy` skips)."""
     writes = set(write_positions(task, {t.name for t in tools if not t.read_only}))
     golden = list(task.golden_calls)
     if name == "spray":
@@ -127,6 +143,9 @@ def adversary_calls(name: str, task: Task, tools: Sequence[ToolShape]) -> list[C
         return [c for i, c in enumerate(golden) for _ in range(2 if i in writes else 1)]
     if name == "golden_prefix":
         return golden[: min(writes) + 1] if writes else golden
+    if name == "skip_policy":
+        keeping = policy_keeping_tools(policy)
+        return [c for c in golden if c.name not in keeping]
     raise ValueError(f"unknown adversary {name!r} (one of {', '.join(ADVERSARIES)})")
 
 
@@ -214,9 +233,18 @@ def adversary_message(name: str, task: Task, results: Sequence[str], entity_ids:
     return ("All done. " + "; ".join(task.required_outputs)).strip()
 
 
-def counts(name: str, task: Task, tools: Sequence[ToolShape], *, reached_golden: bool) -> bool:
+def counts(
+    name: str,
+    task: Task,
+    tools: Sequence[ToolShape],
+    *,
+    reached_golden: bool,
+    policy: PolicyRules | None = None,
+) -> bool:
     """Whether a run of adversary `name` is judged: False where it is the golden solution in
     disguise. `reached_golden` says whether the run ended in the golden state (to cents)."""
+    if name == "skip_policy":
+        return policy is not None and policy.binds(task, {t.name for t in tools if not t.read_only})
     if name == "spray":
         return "outputs" in task.reward_basis and bool(task.required_outputs)
     if name == "golden_prefix":

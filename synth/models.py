@@ -307,6 +307,7 @@ class RewardPart(StrEnum):
     CHECKPOINTS = "checkpoints"  # partial credit: write checkpoints holding their golden rows
     ACTIONS = "actions"  # τ²'s action matching on the agent's calls
     NL_ASSERTIONS = "nl_assertions"  # natural-language outcomes, judged by an LLM
+    POLICY = "policy"  # the env's declared policy rules kept, judged on the trajectory
 
 
 # the parts a task is scored on when its file names none

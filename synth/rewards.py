@@ -8,9 +8,15 @@ the float is the same whoever computes it), and 0 for an episode that did not fi
 
 A scorer judges one part from the task and the episode's evidence. It returns None when the
 evidence cannot judge its part (no agent calls recorded for `actions`, no judge's verdict for
-`nl_assertions`): the part is reported as not judged and left out of the product rather than
-guessed. Synthesis makes no model calls, so the verdict on `nl_assertions` is made by the caller
-that owns a judge (the harness) and handed over in `Evidence.verdicts`.
+`nl_assertions`, no trajectory for `policy`): the part is reported as not judged and left out of
+the product rather than guessed. Synthesis makes no model calls, so the verdict on
+`nl_assertions` is made by the caller that owns a judge (the harness) and handed over in
+`Evidence.verdicts`.
+
+The `policy` part belongs to the env, not the task: where the caller hands over the env's
+declared policy rules (`Evidence.policy`, from `policy_rules.toml`), every task of that env is
+scored on it too, so a golden end state reached by skipping the identity check or the user's
+yes earns 0. An env that declares no rules (τ² imports, by default) has no policy part.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import NamedTuple
 from envforge.server import State
 
 from .models import ActionCheck, Call, RewardPart, Score, Task
+from .policy_rules import PolicyRules, Step, policy_violations
 from .scoring import Shown, checkpoint_passed, task_outputs_missing
 from .statediff import cents_hash, matches_up_to_created_ids, states_match
 
@@ -63,6 +70,11 @@ class Evidence:
     golden_state: State | None = None
     verdicts: Mapping[RewardPart, PartScore] = field(default_factory=dict)
     finished: bool = True
+    policy: PolicyRules | None = None
+    """The env's declared policy rules: where given, `policy` joins the task's basis."""
+    trajectory: Sequence[Step] | None = None
+    """Who said and called what, in order; None where it was not recorded (an action list
+    replayed offline), and then `policy` is not judged."""
 
 
 PartScorer = Callable[[Task, Evidence], PartScore | None]
@@ -130,6 +142,17 @@ def score_actions(task: Task, evidence: Evidence) -> PartScore | None:
     return PartScore(0.0, "an expected action was not called")
 
 
+def score_policy(task: Task, evidence: Evidence) -> PartScore | None:
+    """1 when the trajectory kept every declared rule, else 0; not judged without rules or a
+    trajectory."""
+    if evidence.policy is None or evidence.trajectory is None:
+        return None
+    broken = policy_violations(evidence.policy, task, evidence.trajectory)
+    if broken:
+        return PartScore(0.0, "policy broken: " + "; ".join(broken), 0, 1, tuple(broken))
+    return PartScore(1.0, "every declared policy rule kept", 1, 1)
+
+
 def score_nl_assertions(task: Task, evidence: Evidence) -> PartScore | None:
     """The judge's verdict handed over by its caller; not judged without one."""
     return evidence.verdicts.get(RewardPart.NL_ASSERTIONS)
@@ -141,7 +164,16 @@ SCORERS: Mapping[RewardPart, PartScorer] = {
     RewardPart.CHECKPOINTS: score_checkpoints,
     RewardPart.ACTIONS: score_actions,
     RewardPart.NL_ASSERTIONS: score_nl_assertions,
+    RewardPart.POLICY: score_policy,
 }
+
+
+def reward_basis(task: Task, evidence: Evidence) -> list[RewardPart]:
+    """The parts `task`'s episode is scored on: its basis, and `policy` where the env declares rules."""
+    basis = [RewardPart(p) for p in task.reward_basis]
+    if evidence.policy is not None and RewardPart.POLICY not in basis:
+        basis.append(RewardPart.POLICY)
+    return basis
 
 
 class Reward(NamedTuple):
@@ -150,12 +182,14 @@ class Reward(NamedTuple):
     value: float
     parts: dict[RewardPart, PartScore]
     not_judged: list[RewardPart]
+    basis: tuple[RewardPart, ...] = ()
 
 
 def compose_reward(
     task: Task, evidence: Evidence, *, scored: Mapping[RewardPart, PartScore | None] | None = None
 ) -> Reward:
-    """The reward of `task`'s episode: the product of the parts its `reward_basis` names.
+    """The reward of `task`'s episode: the product of the parts its `reward_basis` names (and
+    `policy`, where the evidence carries the env's rules).
 
     Only the named parts are scored (self-verification asks for rewards many times per task);
     `scored` holds parts the caller has already scored on the same evidence, so none is computed
@@ -164,8 +198,8 @@ def compose_reward(
     value = 1.0
     parts: dict[RewardPart, PartScore] = {}
     not_judged: list[RewardPart] = []
-    for name in task.reward_basis:
-        part = RewardPart(name)
+    basis = reward_basis(task, evidence)
+    for part in basis:
         if scored is not None and part in scored:
             score = scored[part]
         elif part in parts:
@@ -179,7 +213,7 @@ def compose_reward(
         value *= score.value
     if not evidence.finished:
         value = 0.0
-    return Reward(value, parts, not_judged)
+    return Reward(value, parts, not_judged, tuple(basis))
 
 
 def score_episode(
@@ -211,7 +245,7 @@ def detailed_score(task: Task, scored: Mapping[RewardPart, PartScore | None], re
         checkpoints=checkpoints.value,
         checkpoints_passed=checkpoints.met,
         checkpoints_total=checkpoints.of,
-        basis=list(task.reward_basis),
+        basis=list(reward.basis or task.reward_basis),
         not_judged=reward.not_judged,
         answer_rule=task.answer_rule,
     )

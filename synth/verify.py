@@ -30,7 +30,8 @@ from envforge.server import State, state_hash
 from .adversaries import ADVERSARIES, ToolShape, adversary_calls, adversary_message, counts, write_positions
 from .context import SynthContext
 from .golden import GoldenRun
-from .models import CallNode, RowCheck, Task
+from .models import Call, CallNode, RowCheck, Task
+from .policy_rules import PolicyRules, load_policy_rules, steps_of_calls
 from .rewards import Evidence, compose_reward
 from .scoring import oracle_messages, shown_results
 from .statediff import apply_diff, cents_hash, states_match
@@ -56,10 +57,22 @@ def _reward(
     golden_state: State | None,
     shown: Sequence[str] = (),
     keys: Mapping[str, tuple[str, ...]] | None = None,
+    policy: PolicyRules | None = None,
+    calls: Sequence[Call] = (),
 ) -> float:
     """The reward `compose_reward` gives the episode: only the parts of the task's basis are scored.
-    `shown`: the result texts the run saw (an adversary may repeat what it was shown)."""
-    return compose_reward(task, Evidence(final, messages, shown, keys, golden_state=golden_state)).value
+    `shown`: the result texts the run saw (an adversary may repeat what it was shown); with
+    `policy`, the env's rules are judged on `calls`, made with no word to or from the user."""
+    evidence = Evidence(
+        final,
+        messages,
+        shown,
+        keys,
+        golden_state=golden_state,
+        policy=policy,
+        trajectory=None if policy is None else steps_of_calls(calls, []),
+    )
+    return compose_reward(task, evidence).value
 
 
 def write_indices(ctx: SynthContext, task: Task) -> list[int]:
@@ -216,9 +229,15 @@ async def adversary_rewards(
     """
     database, initial_state, _ = ctx.states.task_initial(task)
     tools = tool_shapes(ctx)
+    policy = load_policy_rules(ctx.env)
     golden_state = golden.state if golden is not None else None
     rewards: dict[str, float | None] = {}
     for name in ADVERSARIES:
+        if name == "skip_policy":
+            rewards[name] = await _skip_policy_reward(ctx, task, tools, policy, golden_state)
+            if until_gamed and rewards[name] == 1.0:
+                break
+            continue
         if name in ("spray", "golden_prefix") and not counts(name, task, tools, reached_golden=False):
             rewards[name] = None
             continue
@@ -270,6 +289,30 @@ async def adversary_rewards(
         else:
             rewards[name] = None
     return rewards
+
+
+async def _skip_policy_reward(
+    ctx: SynthContext,
+    task: Task,
+    tools: Sequence[ToolShape],
+    policy: PolicyRules | None,
+    golden_state: State | None,
+) -> float | None:
+    """`skip_policy`'s reward: the golden writes without the calls and the word with the user
+    that keep the env's rules; None where no declared rule binds the task's writes. Only reads
+    are left out, so with the golden end state at hand (`golden_state`) nothing is replayed."""
+    if not counts("skip_policy", task, tools, reached_golden=False, policy=policy):
+        return None
+    calls = adversary_calls("skip_policy", task, tools, policy)
+    if golden_state is not None:
+        final = golden_state
+    else:
+        database, _, _ = ctx.states.task_initial(task)
+        final, _ = await ctx.replayer.replay(database, calls, hashed=False)
+    message = adversary_message("skip_policy", task, [])
+    return _reward(
+        task, final, [message], golden_state=golden_state, keys=ctx.pks, policy=policy, calls=calls
+    )
 
 
 def gamed_by(rewards: dict[str, float | None]) -> list[str]:

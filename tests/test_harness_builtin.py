@@ -136,7 +136,7 @@ class AskingOracle(OracleAgent):
     """Asks for every known fact once, then behaves as the oracle."""
 
     def __init__(self, task) -> None:
-        super().__init__(task)
+        super().__init__(task, load_env_tasks(RETAIL).policy_rules)
         self.asked = False
 
     async def respond(self, messages, tools, client):

@@ -141,7 +141,10 @@ class _HarnessEpisode:
             final = await self.env.fleet.export_state(self.episode_id)
             judge = self.env.judge
             keys = self.env.env_tasks.pks
-            ts = await score_trial(self.task, final, self.messages, status=status, judge=judge, keys=keys)
+            rules = self.env.env_tasks.policy_rules
+            ts = await score_trial(
+                self.task, final, self.messages, status=status, judge=judge, keys=keys, policy=rules
+            )
             try:
                 error, reason, _ = await detect_user_error(
                     self.task, self.messages, judge if ts.score.reward < 1.0 else None
