@@ -267,9 +267,9 @@ def policy_violations(rules: PolicyRules, task: Task, steps: Sequence[Step]) -> 
         if key is not None and name in rules.identity_tools and names_only(step, *key):
             verified = True
         looked |= looked_up(rules, step)
-        for rule in declared.forbidden:
-            if _matches(call, rule):
-                out.append(f"{name}: forbidden ({rule.reason})")
+        for ban in declared.forbidden:
+            if _matches(call, ban):
+                out.append(f"{name}: forbidden ({ban.reason})")
         if name in declared.transfer.tools and not declared.transfer.allowed:
             out.append(f"{name}: transferred the user to a human, which the policy does not allow")
         if name not in rules.writes:
