@@ -245,7 +245,7 @@ def _parse_arguments(raw: Any) -> dict[str, Any]:
         return raw
     try:
         value = json.loads(raw or "{}")
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # nesting past the parser's depth: not usable
         return {"__unparsed__": str(raw)}
     return value if isinstance(value, dict) else {"__unparsed__": value}
 

@@ -59,7 +59,16 @@ from .llm import (
     http_sessions,
     model_waits,
 )
-from .records import FAULT_OF_STATUS, Message, RunManifest, TrialRecord, Usage
+from .records import (
+    FAULT_OF_STATUS,
+    Message,
+    RunManifest,
+    ToolCall,
+    TrialRecord,
+    Usage,
+    harness_call_id,
+    recordable,
+)
 from .runs import RunConfigMismatch, RunDir, check_resumable, dump_diff, records_for, score_trial, trial_key
 from .tasks import EnvTasks, TaskSelectionError, load_env_tasks, select_tasks
 from .user_errors import detect_user_error
@@ -252,6 +261,35 @@ def _call_problem(call: Any, tool_names: set[str]) -> str | None:
     return None
 
 
+class Recorded(NamedTuple):
+    """An agent's message as the trial records it, and per call why it cannot run (None: it can)."""
+
+    message: Message
+    unusable: list[str | None]
+
+
+def as_recorded(message: Message, turn: int, first: int) -> Recorded:
+    """The agent's message as the trial keeps it: its calls named by the harness (`first`, `first +
+    1`, ...: `records.harness_call_id`), never by the ids the agent or its server chose, and its text
+    and arguments writable (`records.recordable`). A call whose arguments had to change (invalid
+    Unicode, binary content, nesting too deep to record) never reaches the env: the agent is
+    answered with a tool error, its own fault, and the trial goes on and is written."""
+    content = message.content
+    if content is not None:
+        content = recordable(content).value
+    calls: list[ToolCall] = []
+    unusable: list[str | None] = []
+    for i, call in enumerate(message.tool_calls):
+        arguments, problem = recordable(call.arguments)
+        name = recordable(call.name).value
+        calls.append(ToolCall(id=harness_call_id(first + i), name=name, arguments=arguments))
+        unusable.append(
+            None if problem is None else f"Error: the arguments of {name} are unusable: {problem}"
+        )
+    update = {"role": "assistant", "turn": turn, "content": content, "tool_calls": calls}
+    return Recorded(message.model_copy(update=update), unusable)
+
+
 def trial_seed(run_seed: int, key: str) -> int:
     return int(hashlib.sha256(f"{run_seed}:{key}".encode()).hexdigest()[:8], 16)
 
@@ -275,9 +313,10 @@ async def converse(
 ) -> Ending:
     """The conversation loop; fills `messages` and `usage`, returns how it ended.
 
-    A call to a tool the env does not have, or with arguments that are not a JSON object, never
-    reaches the env: the agent gets a tool error saying so. Tool results the env reports as its
-    own internal errors are appended to `env_errors`.
+    A call to a tool the env does not have, or with arguments that are not a JSON object or cannot
+    be recorded (`as_recorded`), never reaches the env: the agent gets a tool error saying so.
+    Calls carry the harness's ids, so results pair with calls whatever ids the agent sent. Tool
+    results the env reports as its own internal errors are appended to `env_errors`.
     """
     tool_names = {t["function"]["name"] for t in tools}
     first = await user.start()
@@ -285,17 +324,18 @@ async def converse(
     messages.append(Message(role="user", content=first.text, turn=0))
     if first.stop or first.transfer:
         return Ending(TrialStatus.COMPLETED, Termination.USER_STOP if first.stop else Termination.TRANSFER)
-    errors = 0
+    errors = made = 0
     for turn in range(1, limits.max_turns + 1):
         for _ in range(limits.max_steps):
             reply = as_reply(await agent.respond(list(messages), tools, client))
             add_usage(usage, "agent", reply.usage)
-            said = reply.message.model_copy(update={"role": "assistant", "turn": turn})
+            said, unusable = as_recorded(reply.message, turn, made)
+            made += len(said.tool_calls)
             messages.append(said)
             if not said.tool_calls:
                 break
-            for call in said.tool_calls:
-                problem = _call_problem(call, tool_names)
+            for call, bad in zip(said.tool_calls, unusable, strict=True):
+                problem = _call_problem(call, tool_names) if bad is None else bad
                 if problem is not None:
                     text, is_error = problem, True
                 else:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -28,9 +28,15 @@ class _Model(BaseModel):
 
 
 class ToolCall(_Model):
-    id: str
+    id: str = Field(description="the harness's own id in a trial's record (`harness_call_id`)")
     name: str
     arguments: dict[str, Any]
+
+
+def harness_call_id(index: int) -> str:
+    """The id of a trial's `index`-th tool call (from 0), given by the harness whatever id the
+    agent or its model server sent (one id for every call, none at all, `call_0` each time)."""
+    return f"call_h{index}"
 
 
 class Message(_Model):
@@ -42,6 +48,77 @@ class Message(_Model):
     tool_call_id: str | None = None
     is_error: bool = False
     turn: int = 0
+
+
+def call_results(messages: list[Message]) -> list[tuple[ToolCall, Message]]:
+    """Each tool result with the call it answers, paired by position: the results that follow an
+    assistant message answer its calls in order (the harness appends them so). Never by the id a
+    result names: an agent that reuses one id, or a server that sends none, would otherwise have
+    every result credited to the last call of that id. A result past its message's calls answers
+    none."""
+    pairs: list[tuple[ToolCall, Message]] = []
+    pending: list[ToolCall] = []
+    for m in messages:
+        if m.role == "assistant":
+            pending = list(m.tool_calls)
+        elif m.role == "tool" and pending:
+            pairs.append((pending.pop(0), m))
+        elif m.role != "tool":
+            pending = []
+    return pairs
+
+
+RECORD_DEPTH = 64
+"""How deeply a recorded value may nest: past it, a model's output is cut to "…" so that the
+record can be written (pydantic's serializer refuses deeper values)."""
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+"""A surrogate code point: in a Python string always a lone one (a JSON pair decodes to one
+character), which UTF-8, and so a record, cannot hold."""
+
+
+class Recordable(NamedTuple):
+    """A value as a record can hold it, and the first thing that had to change (None: nothing)."""
+
+    value: Any
+    problem: str | None
+
+
+def recordable(value: Any) -> Recordable:
+    """`value` made writable as JSON, and what was wrong with it: a lone surrogate becomes U+FFFD
+    ("invalid Unicode"), bytes their text with bad bytes replaced ("binary content"), a value
+    nested past `RECORD_DEPTH` "…", a key that is not a string its `str`, any other non-JSON value
+    its `repr`. One model output that cannot be written would otherwise end the whole run."""
+    problems: list[str] = []
+
+    def walk(v: Any, depth: int) -> Any:
+        if isinstance(v, str):
+            if v.isascii():
+                return v
+            if _SURROGATE.search(v) is None:
+                return v
+            problems.append("invalid Unicode (a lone surrogate)")
+            return _SURROGATE.sub("\ufffd", v)
+        if v is None or isinstance(v, bool | int | float):
+            return v
+        if depth >= RECORD_DEPTH:
+            problems.append(f"nested deeper than {RECORD_DEPTH} levels")
+            return "…"
+        if isinstance(v, dict):
+            return {
+                walk(k if isinstance(k, str) else str(k), depth): walk(x, depth + 1) for k, x in v.items()
+            }
+        if isinstance(v, list | tuple):
+            return [walk(x, depth + 1) for x in v]
+        if isinstance(v, bytes | bytearray):
+            problems.append("binary content (bytes)")
+            return bytes(v).decode("utf-8", "replace")
+        problems.append(f"not a JSON value ({type(v).__name__})")
+        return walk(repr(v), depth)
+
+    cleaned = walk(value, 0)
+    return Recordable(cleaned, problems[0] if problems else None)
 
 
 class Usage(_Model):

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from pydantic_core import PydanticSerializationError
+
 from envforge.server import State
 from envforge.synth import (
     OFFLINE_PARTS,
@@ -48,7 +50,16 @@ from envforge.synth import (
 )
 
 from .llm import LLMConfig, complete, http_sessions
-from .records import Message, RunManifest, TrialRecord, TrialsRead, Usage, read_trials
+from .records import (
+    Message,
+    RunManifest,
+    TrialRecord,
+    TrialsRead,
+    Usage,
+    call_results,
+    read_trials,
+    recordable,
+)
 from .tasks import EnvTasks, load_env_tasks
 from .vocab import TrialStatus
 
@@ -145,9 +156,20 @@ class RunDir:
             # A crash mid-write leaves a torn last line: start on a fresh line so this record survives.
             size = f.seek(0, os.SEEK_END)
             torn = size > 0 and f.seek(size - 1) >= 0 and f.read(1) != b"\n"
-            f.write((("\n" if torn else "") + record.model_dump_json() + "\n").encode())
+            f.write((("\n" if torn else "") + _record_line(record) + "\n").encode())
             f.flush()
             os.fsync(f.fileno())
+
+
+def _record_line(record: TrialRecord) -> str:
+    """The record as one JSON line. A value JSON cannot carry (a lone surrogate or bytes a custom
+    agent or tool left in the trajectory, nesting past the serializer's depth) is written as
+    `records.recordable` makes it, so no trial goes unwritten and the run goes on."""
+    try:
+        return record.model_dump_json()
+    except PydanticSerializationError:
+        data = recordable(record.model_dump(mode="python")).value
+        return TrialRecord.model_validate(data).model_dump_json()
 
 
 def _short(value: Any, limit: int = 120) -> str:
@@ -176,13 +198,9 @@ def agent_texts(messages: list[Message]) -> list[str]:
 
 def shown_texts(task: Task, messages: list[Message]) -> list[str]:
     """What the agent was shown: the user's messages, and the results of the task's own calls
-    less what each passed in (`shown_results`)."""
-    calls = {c.id: c for m in messages for c in m.tool_calls}
-    results = [
-        (calls[m.tool_call_id].name, calls[m.tool_call_id].arguments, m.content)
-        for m in messages
-        if m.role == "tool" and m.content and m.tool_call_id in calls
-    ]
+    less what each passed in (`shown_results`). Each result is its call's by position
+    (`call_results`), never by an id the agent chose."""
+    results = [(call.name, call.arguments, m.content) for call, m in call_results(messages) if m.content]
     said = [m.content for m in messages if m.role == "user" and m.content]
     return [*said, *shown_results(task, results)]
 

@@ -295,6 +295,13 @@ async def _run_call(channel: Channel, tools: dict[str, ToolSpec], env: _EnvShim,
         channel.send(Result(id=msg.id, outcome="ok", text=text))
     except ToolError as exc:
         channel.send(Result(id=msg.id, outcome="refused", text=str(exc)))
+    except (sqlite3.IntegrityError, OverflowError) as exc:  # the data refused the agent's values
+        rejected = runtime.values_rejected(exc, msg.arguments if isinstance(msg.arguments, dict) else {})
+        if rejected is None:
+            traceback.print_exc(file=sys.stderr)
+            channel.send(Result(id=msg.id, outcome="crashed", text=str(exc) or type(exc).__name__))
+        else:
+            channel.send(Result(id=msg.id, outcome="invalid", text=rejected))
     except asyncio.CancelledError:
         raise  # the parent gave up on this call; it expects no answer
     except BaseException as exc:  # MemoryError, RecursionError, SystemExit: env bugs

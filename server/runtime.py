@@ -9,8 +9,9 @@ episode's `SqlGuard`). The agent gets text: strings as they are, everything else
 (τ²-bench's rendering, so ported domains read identically).
 
 Each result has a kind, so that a crashing env is never mistaken for a refusal: `ok`; `refused`
-(the tool raised `ToolError`: a domain rule the agent should read); `invalid` (unknown tool or
-bad arguments); `env_error` (an unexpected exception, a statement the guard denied or a call
+(the tool raised `ToolError`: a domain rule the agent should read); `invalid` (unknown tool, bad
+arguments, text that is not valid Unicode, or values the schema's constraints refused:
+`values_rejected`); `env_error` (an unexpected exception, a statement the guard denied or a call
 over its time limit: a bug of the env, logged with its traceback and shown as an internal error
 of the env).
 """
@@ -20,7 +21,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import re
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -116,9 +119,13 @@ def _measure(value: Any, path: str, budget: list[int], depth: int = 1) -> str | 
         budget[0] -= len(value)
         if len(value) > MAX_STRING_CHARS:
             return f"argument {path!r} is too long ({len(value)} characters; the limit is {MAX_STRING_CHARS})"
+        if (at := lone_surrogate(value)) is not None:
+            return f"argument {path!r} is not valid Unicode text (a lone surrogate at character {at})"
     elif isinstance(value, dict):
         for k, v in value.items():
             budget[0] -= len(str(k)) + 4
+            if isinstance(k, str) and lone_surrogate(k) is not None:
+                return f"argument {path!r} has a key that is not valid Unicode text"
             if (found := _measure(v, f"{path}.{k}", budget, depth + 1)) is not None:
                 return found
     elif isinstance(value, list):
@@ -128,6 +135,19 @@ def _measure(value: Any, path: str, budget: list[int], depth: int = 1) -> str | 
                 return found
     else:
         budget[0] -= 8
+    return None
+
+
+def lone_surrogate(text: str) -> int | None:
+    """Where `text` holds a lone UTF-16 surrogate ("\\ud800", which JSON can spell but UTF-8
+    cannot encode), else None. Such a string fails wherever it is encoded (SQLite, a log, a
+    record), so it is the caller's invalid argument, answered before any tool runs."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
     return None
 
 
@@ -229,6 +249,8 @@ async def execute(episode: Episode, name: str, arguments: Any) -> ToolResult:
         except Exception as exc:
             if _database_full(exc):  # the episode's room to grow is spent: the caller's doing
                 refusal = _error(DATABASE_FULL, "refused")
+            elif (rejected := values_rejected(exc, kwargs)) is not None:  # the agent's values
+                refusal = _error(rejected)
             else:
                 # a time limit is named (the agent may retry differently); any other message is the env's
                 cause = str(exc) if isinstance(exc, ToolTimeout) else type(exc).__name__
@@ -268,6 +290,41 @@ DATABASE_FULL = (
     "the episode's database is full: an episode may grow a few MiB past the state it started from "
     "(episodes.DEFAULT_EPISODE_GROWTH); nothing of this call was kept"
 )
+
+
+def values_rejected(exc: BaseException, arguments: Mapping[str, Any]) -> str | None:
+    """What the agent reads when the data refused the values its call passed in, else None.
+
+    A constraint of the schema (CHECK, NOT NULL, UNIQUE, a foreign key: `sqlite3.IntegrityError`)
+    is the agent's doing when the call holds a NUL character (SQLite's text functions end at it,
+    so `length(x) > 0` fails on "\\x00") or the constraint names a column the call passed by name
+    ("CHECK constraint failed: length(line1) > 0" after `line1=...`); a value past SQLite's
+    integer range (`OverflowError`) always is. That is the agent's `invalid` call, like a bad
+    argument: charged to the env, a failure the agent provoked on purpose would leave its trial
+    out of pass^k. A constraint on a value the tool derived itself (a balance it forgot to check)
+    stays the env's bug. Nothing of the call is kept either way.
+    """
+    if isinstance(exc, OverflowError):
+        return f"a value of the call is out of the database's range ({exc}); nothing of this call was kept"
+    if not isinstance(exc, sqlite3.IntegrityError):
+        return None
+    named = set(_IDENTIFIER.findall(str(exc).partition(":")[2]))
+    if named & set(arguments) or _holds_nul(arguments):
+        return f"the data refused the call's values ({exc}); nothing of this call was kept"
+    return None
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, Mapping):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_holds_nul(v) for v in value)
+    return False
 
 
 def _database_full(exc: BaseException) -> bool:

@@ -1,0 +1,116 @@
+"""Attacks on pass^k through whose fault a failure is: an agent must not hide its failures by
+provoking an env error.
+
+A trial with an env error that did not succeed is charged to the env and left out of pass^k. A
+NUL character as a text argument trips a CHECK constraint of the schema (SQLite's `length`
+stops at NUL), which the runtime reported as an internal error of the env: an agent that pokes
+once with one had each of its failures left out, and its pass^1 rose to 1.000. The schema
+refusing the agent's own values is the agent's invalid call; and the report shows the env
+failures beside pass^k, with pass^k counting them as failures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envforge.harness import EvalConfig, Message, ToolCall, build_agent, run_eval, summarize
+from envforge.server import Fleet, load_env
+from envforge.synth import Task, load_tasks
+
+from conftest import REPO
+
+RETAIL = REPO / "envs" / "retail_orders"
+POKES = {
+    # each trips a constraint of retail_orders' schema with the agent's own values
+    "nul line": {"customer_id": "C-1013", "line1": "\x00", "city": "Raleigh", "state": "NC", "zip": "27601"},
+    "nul city": {
+        "customer_id": "C-1013",
+        "line1": "1 Main St",
+        "city": "\x00",
+        "state": "NC",
+        "zip": "27601",
+    },
+}
+
+
+class Guesser:
+    """The oracle, except that it guesses every answer it should state (says 0 in its place): it
+    fails each task that asks for an answer. With `poke`, it first makes one call whose values the
+    schema refuses."""
+
+    def __init__(self, task: Task, seed: int, poke: dict[str, Any] | None) -> None:
+        self.oracle = build_agent("oracle", task, seed=seed, policy=load_env(RETAIL).policy)
+        self.outputs, self.poke = task.required_outputs, poke
+
+    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], client: Any) -> Message:
+        if self.poke is not None:
+            poke, self.poke = self.poke, None
+            return Message(
+                role="assistant", tool_calls=[ToolCall(id="p", name="add_address", arguments=poke)]
+            )
+        reply = await self.oracle.respond(messages, tools, client)
+        said = reply if isinstance(reply, Message) else reply.message
+        text = said.content or ""
+        for output in self.outputs:
+            text = text.replace(output, "0")
+        return said.model_copy(update={"content": text or None})
+
+
+async def _pass1(tmp_path: Path, name: str, poke: dict[str, Any] | None) -> dict[str, Any]:
+    tasks = load_tasks(RETAIL)[:12]
+    assert 0 < sum(bool(t.required_outputs) for t in tasks) < len(tasks)
+    _, records = await run_eval(
+        [RETAIL],
+        EvalConfig(agent="oracle", task_ids=[t.id for t in tasks]),
+        tmp_path / name,
+        make_agent=lambda task, seed: Guesser(task, seed, poke),
+    )
+    return summarize(records, 1)["overall"]
+
+
+async def test_attack_poking_the_schema_first_does_not_raise_pass1(tmp_path: Path) -> None:
+    honest = await _pass1(tmp_path, "honest", None)
+    assert honest["pass_hat_k"][0] < 1.0, honest["pass_hat_k"]  # failures there to hide
+    for name, poke in POKES.items():
+        poked = await _pass1(tmp_path, name.replace(" ", "_"), poke)
+        assert poked["pass_hat_k"][0] <= honest["pass_hat_k"][0], (
+            name,
+            poked["pass_hat_k"],
+            honest["pass_hat_k"],
+        )
+        assert poked["env_failures"] == 0 and poked["n_trials"] == honest["n_trials"], (name, poked)
+
+
+@pytest.mark.parametrize(
+    ("env_name", "tool", "text"),
+    [("retail_orders", "add_address", "line1"), ("helpdesk_lite", "add_comment", "body")],
+    ids=["in-process", "confined"],
+)
+async def test_a_constraint_the_agents_values_trip_is_its_invalid_call(
+    env_name: str, tool: str, text: str
+) -> None:
+    """At the source, in an in-process env and in a confined one: the runtime answers values the
+    schema refused as `invalid` (not `env_error`), names the constraint and keeps nothing; a lone
+    surrogate never reaches a tool; and the same call with honest text works."""
+    env_dir = REPO / "envs" / env_name
+    env = load_env(env_dir)
+    task = next(t for t in load_tasks(env_dir) if not t.setup and any(c.name == tool for c in t.golden_calls))
+    async with Fleet([env]) as fleet:
+        episode = await fleet.create_episode(env.name)
+        for call in task.golden_calls:
+            if call.name == tool:
+                break
+            await fleet.call(episode.id, call.name, call.arguments)
+        before = await fleet.export_state(episode.id)
+        for value in ("\x00", "\x00\x00"):
+            result = await fleet.call(episode.id, tool, {**call.arguments, text: value})
+            assert result.is_error and result.kind == "invalid", result
+            assert "CHECK constraint failed" in result.text, result.text
+        surrogate = await fleet.call(episode.id, tool, {**call.arguments, text: "a\ud800"})
+        assert surrogate.kind == "invalid" and "not valid Unicode" in surrogate.text, surrogate
+        assert await fleet.export_state(episode.id) == before
+        ok = await fleet.call(episode.id, tool, call.arguments)
+        assert ok.kind == "ok", ok
