@@ -11,8 +11,13 @@ servers do not, and the call arrives as text. The forms seen from the local mode
 - several such objects one after another, or a JSON list of them;
 - prose around ```json blocks that each hold such calls ("Here are the calls: ...");
 - a call followed by the result the model expects, `{"name": ...}{"capacity": 100}` (Qwen2.5-Coder
-  in training): the leading calls are the calls, and what follows stays text. A call written after
+  in training): the leading calls are the calls, and what follows stays text, also when the
+  token limit cut it off (`{"name": ...}\n{"message": "Expected`). A call written after
   such an invented result is not run: it would act on a value the env never returned;
+- the arguments as a JSON string, `{"name": ..., "arguments": "{\"order_id\": \"O-1\"}"}` (the
+  wire shape of OpenAI's own tool calls), decoded like any other arguments;
+- doubled outer braces, `{{"name": ...}}` (or every brace doubled, as in a Python format string),
+  and `// comments` after values, each repaired only when the repaired text is nothing but calls;
 - one or two closing braces too many after the call (`{"name": ...}\n}`), dropped;
 - a Python literal instead of JSON, `{'name': 'get_drug', 'arguments': {...}}`, read with
   `ast.literal_eval` (which evaluates no code) when the text is not JSON.
@@ -140,6 +145,42 @@ def _calls_in(value: Any) -> list[dict[str, Any]] | None:
     return items if items and all(_is_call(v) for v in items) else None
 
 
+_LINE_COMMENT = re.compile(r'("(?:[^"\\\n]|\\.)*")|[ \t]*//[^\n]*')
+
+
+def _repairs(text: str) -> list[str]:
+    """`text` rewritten the ways small models miswrite JSON calls: doubled braces (the outer pair,
+    or every one), `// comments` after values. Each is taken only if it then reads as calls."""
+    out: list[str] = []
+    if text.startswith("{{") and text.endswith("}}"):
+        out += [text[1:-1], text.replace("{{", "{").replace("}}", "}")]
+    if "//" in text:
+        out += [_LINE_COMMENT.sub(lambda m: m.group(1) or "", t) for t in [text, *out]]
+    return out
+
+
+def _leading_calls(text: str) -> tuple[list[dict[str, Any]], str] | None:
+    """(the calls, the rest) when `text` opens with complete calls and the rest is one JSON value
+    the token limit cut off (`{"name": ...}\n{"message": "Expec`): the result the model was
+    inventing, text; None otherwise."""
+    calls: list[dict[str, Any]] = []
+    pos = 0
+    while True:
+        while pos < len(text) and text[pos] in " \t\r\n,;":
+            pos += 1
+        try:
+            value, end = _DECODER.raw_decode(text, pos)
+        except ValueError:
+            break
+        found = _calls_in(value)
+        if found is None:
+            return None
+        calls += found
+        pos = end
+    rest = text[pos:]
+    return (calls, rest) if calls and rest.startswith(("{", "[")) else None
+
+
 def _untagged_calls(text: str) -> tuple[list[dict[str, Any]], str] | None:
     """(the calls, the text after them) when the text (fenced or not) opens with call-shaped JSON
     and holds nothing but JSON values; None otherwise.
@@ -153,6 +194,15 @@ def _untagged_calls(text: str) -> tuple[list[dict[str, Any]], str] | None:
             break
         body = body[:-1].rstrip()
         spans = _json_spans(body)
+    if spans is None:
+        for repaired in _repairs(written):
+            fixed = _json_spans(repaired)
+            per_value = [_calls_in(v) for v, _ in fixed or []]
+            if per_value and None not in per_value:
+                return [c for calls in per_value for c in calls or []], ""
+        leading = _leading_calls(written)
+        if leading is not None:
+            return leading
     if spans is None:  # a Python literal: calls only, nothing after them
         literal = _python_literal(written)
         per_value = [_calls_in(v) for v in literal or []]
@@ -171,10 +221,12 @@ def _untagged_calls(text: str) -> tuple[list[dict[str, Any]], str] | None:
 def _tagged_calls(body: str) -> list[dict[str, Any]]:
     """The calls in one `<tool_call>` block: an object, or several (one after another or as a JSON
     list), each call-shaped; anything else in a tagged block is a malformed call."""
-    values = _json_values(_unfenced(body).strip())
-    flat = [v for value in values or [] for v in (value if isinstance(value, list) else [value])]
-    if flat and all(_is_call(v) for v in flat):
-        return flat
+    written = _unfenced(body).strip()
+    for candidate in [written, *_repairs(written)]:
+        values = _json_values(candidate)
+        flat = [v for value in values or [] for v in (value if isinstance(value, list) else [value])]
+        if flat and all(_is_call(v) for v in flat):
+            return flat
     raise MalformedToolCall(f"a <tool_call> block that is not a call: {body[:160]!r}")
 
 
