@@ -287,16 +287,20 @@ def shown_results(task: Task, results: Iterable[tuple[str, Mapping[str, Any], st
     ]
 
 
-def _shown_values(messages: Sequence[str]) -> KnownValues:
-    """The values in what the agent was shown: `known_values`, uncached (each episode's are its own)."""
-    text = "\n".join(messages)
-    return KnownValues(frozenset(n.value for n in number_tokens(text)), normalize_words(text))
+def _shown_values(messages: Sequence[str]) -> tuple[KnownValues, ...]:
+    """The values in each text the agent was shown (a user message, a tool result), one entry a
+    text: which values sat in the same text as an answer decides whether they may stand beside
+    it (`_Said.alibis`). Uncached: each episode's are its own."""
+    return tuple(
+        KnownValues(frozenset(n.value for n in number_tokens(text)), normalize_words(text))
+        for text in messages
+    )
 
 
 class _Said:
     """The agent's messages, parsed once for all of a task's required outputs.
 
-    `known` gives the task's own values, `shown` the values in what the agent was shown (the
+    `known` gives the task's own values, `shown` the values in each text the agent was shown (the
     user's messages, the tool results); each is built only when a stated value has others."""
 
     def __init__(
@@ -304,7 +308,7 @@ class _Said:
         agent_messages: Sequence[str],
         required: Sequence[str],
         known: Callable[[], KnownValues],
-        shown: Callable[[], KnownValues],
+        shown: Callable[[], tuple[KnownValues, ...]],
     ):
         text = self.text = "\n".join(agent_messages)
         self._known, self._shown = known, shown
@@ -325,25 +329,45 @@ class _Said:
         return self._known()
 
     @cached_property
-    def shown(self) -> KnownValues:
+    def shown(self) -> tuple[KnownValues, ...]:
         return self._shown()
 
+    @staticmethod
+    def alibis(texts: Iterable[tuple[bool, set[Any]]], *, known: bool) -> set[Any]:
+        """The shown values that may stand beside an answer, from each shown text (whether it
+        holds the answer, its values of the answer's kind): all of them for an answer the agent
+        worked out (no shown text holds it, and it is none of the task's own values, which each
+        result is shown without), none for an answer it could have read. A read answer can be
+        named by copying what showed it, and a copy of one result, a slice of it or every result
+        states the answer among shown values without choosing one; the scorer cannot tell that
+        copy from a report that quotes the same values, so a read answer is stated alone."""
+        out: set[Any] = set()
+        if known:
+            return out
+        for holds, values in texts:
+            if holds:
+                return set()
+            out.update(values)
+        return out
+
     def _few_others(
-        self, others: set[Any], known: Callable[[], Iterable[Any]], shown: Callable[[], Iterable[Any]]
+        self, others: set[Any], known: Callable[[], Iterable[Any]], alibis: Callable[[], set[Any]]
     ) -> bool:
-        """Other values beyond the task's own: none the agent was not shown, at most
-        MAX_OTHER_CANDIDATES that it was."""
+        """Other values beyond the task's own: none that is no alibi (`alibis`), at most
+        MAX_OTHER_CANDIDATES that are."""
         if not others:
             return True
         others = others.difference(known())
-        return len(others) <= MAX_OTHER_CANDIDATES and not others.difference(shown())
+        return len(others) <= MAX_OTHER_CANDIDATES and not others.difference(alibis())
 
     def has_number(self, want: Decimal) -> bool:
         """Stated by a number token outside shown work, among few other values (`_few_others`)."""
         return want in self.numbers and self._few_others(
             self.numbers - self.required_numbers - {want},
             lambda: self.known.numbers,
-            lambda: self.shown.numbers,
+            lambda: self.alibis(
+                ((want in t.numbers, set(t.numbers)) for t in self.shown), known=want in self.known.numbers
+            ),
         )
 
     def has_words(self, want: str) -> bool:
@@ -352,12 +376,18 @@ class _Said:
         shape = id_shape(want)
         if shape is None:
             return True
-        same_shape = _whole(shape)
+        same_shape, itself = _whole(shape), _whole(re.escape(want))
         others = {m.group() for m in same_shape.finditer(self.words)} - self.required_words - {want}
         return self._few_others(
             others,
             lambda: {m.group() for m in same_shape.finditer(self.known.words)},
-            lambda: {m.group() for m in same_shape.finditer(self.shown.words)},
+            lambda: self.alibis(
+                (
+                    (itself.search(t.words) is not None, {m.group() for m in same_shape.finditer(t.words)})
+                    for t in self.shown
+                ),
+                known=itself.search(self.known.words) is not None,
+            ),
         )
 
 

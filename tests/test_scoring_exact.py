@@ -123,11 +123,21 @@ def test_strings_match_whole_after_normalisation() -> None:
 
 
 def test_a_natural_sentence_with_other_facts_passes() -> None:
-    """Numbers beside the answer pass when the agent was shown them (a tool result, the user)."""
+    """Numbers beside a worked-out answer pass when the agent was shown them (a tool result, the
+    user): the total summed from the order's items, the street number from the customer's record."""
     sentence = "Order #W123 total is $45.10, shipped to 12 Main St; you have 3 orders."
     task = make_task(["45.10", "3"])
-    shown = ['{"order_id": "W123", "address": "12 Main St", "total": 45.1}', "How many orders?"]
+    items = '[{"name": "lamp", "price": 20.0}, {"name": "chair", "price": 25.1}]'
+    customer = '{"customer_id": "C-7", "address": "12 Main St"}'
+    shown = [items, customer, "How many orders?"]
     assert score_episode(task, {}, [sentence], shown_messages=shown).reward == 1.0
+    # the cost of the rule: a total read off the order's record is an answer the agent could
+    # have copied with the record, so it is stated alone (beside it only the other outputs)
+    record = '{"order_id": "W123", "total": 45.1}'
+    read = score_episode(task, {}, [sentence], shown_messages=[record, customer, "How many orders?"])
+    assert read.outputs_missing == ["45.10"]
+    alone = "Order #W123 total is $45.10; you have 3 orders."
+    assert score_episode(task, {}, [alone], shown_messages=[record, customer]).reward == 1.0
     itemised = "Order W123 holds a lamp ($20.00) and a chair ($25.10): total $45.10."
     items = ['[{"name": "lamp", "price": 20.0}, {"name": "chair", "price": 25.1}]']
     assert score_episode(make_task(["45.10"]), {}, [itemised], shown_messages=items).reward == 1.0
@@ -147,9 +157,12 @@ def test_a_number_the_agent_was_never_shown_is_a_candidate() -> None:
 
 def test_several_candidates_for_one_output_earn_nothing() -> None:
     values = [str(v) for v in range(3, 3 + MAX_OTHER_CANDIDATES + 2)]
-    every_one_shown = (" ".join(values),)
-    assert not found("3", f"It is {' or '.join(values)}.", shown=every_one_shown)
-    assert found("3", f"It is {' or '.join(values[:-1])}.", shown=every_one_shown)
+    shown_apart = (" ".join(values[1:]),)
+    assert not found("3", f"It is {' or '.join(values)}.", shown=shown_apart)
+    assert found("3", f"It is {' or '.join(values[:-1])}.", shown=shown_apart)
+    # shown with the answer, the same values are no alibi: naming them is copying what was shown
+    assert not found("3", f"It is {' or '.join(values[:-1])}.", shown=(" ".join(values),))
+    assert not found("3", f"It is {' or '.join(values[:-1])}.", shown=(*shown_apart, "3"))
     spray = " ".join(str(v) for v in range(1000))
     assert not found("882.00", spray, shown=(spray,))
     ids = ", ".join(f"P-{i}" for i in range(100, 110))
