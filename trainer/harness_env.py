@@ -15,12 +15,14 @@ training reward is the number `envforge eval` would report for the same conversa
   signal the ERPO mask is never exercised.
 
 Two deliberate differences from an eval trial, both so the mask cannot be gamed by the policy:
-an empty policy message ends the episode as the agent's own stop (the harness would pass it to the
-user, whose stop would then be flagged "ended before the agent said anything" and masked, i.e. an
-empty answer would escape its zero reward); and the scripted user gets a turn budget far above the
-rollout's, so it never runs out of patience mid-question (which the rules also flag as a user error).
-A conversation cut by the rollout's turn cap is scored with status `max_turns` (reward 0), as the
-harness scores a trial cut by its limit. A user model that fails after retries (`InfraError`) is
+an empty policy message ends the episode as the agent's own stop (in an eval the scripted user
+nudges it; a model user might say goodbye, and no stop after a turn that said nothing is ever a
+user error, so either way an empty answer keeps its zero reward); and the scripted user gets a
+turn budget far above the rollout's, so it never runs out of patience mid-question (which the
+rules flag as a user error). A conversation cut by the rollout's turn cap is scored with status
+`max_turns` (reward 0), as the harness scores a trial cut by its limit; one the scripted user
+gave up on after nudging turns that said nothing (`UserReply.agent_silent`) with status
+`no_response` (reward 0), as in an eval. A user model that fails after retries (`InfraError`) is
 nobody's measurement: the trajectory is masked with reason `infra_failure: ...`.
 """
 
@@ -83,6 +85,7 @@ class _HarnessEpisode:
         self.calls = 0
         self.termination: Termination | None = None
         self.infra_error: str | None = None
+        self.silent = False
         if ControlToken.STOP in opening:
             self.termination = Termination.USER_STOP
 
@@ -128,6 +131,9 @@ class _HarnessEpisode:
             self.termination, self.infra_error = Termination.INFRA_FAILURE, f"infra_failure: {exc}"
             return None
         self.messages.append(Message(role="user", content=answer.text, turn=self.turn))
+        if answer.agent_silent:  # the user gave up on turns that said nothing: the policy's failure
+            self.termination, self.silent = Termination.AGENT_EMPTY, True
+            return None
         if answer.stop or answer.transfer:
             self.termination = Termination.USER_STOP if answer.stop else Termination.TRANSFER
             return None
@@ -135,6 +141,8 @@ class _HarnessEpisode:
 
     async def finish(self, agent_messages: list[str]) -> RewardInfo:
         status = TrialStatus.COMPLETED if self.termination is not None else TrialStatus.MAX_TURNS
+        if self.silent:
+            status = TrialStatus.NO_RESPONSE
         if self.infra_error is not None:
             info = RewardInfo(reward=0.0, user_error=True, user_error_reason=self.infra_error)
         else:
