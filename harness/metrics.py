@@ -10,6 +10,8 @@ Definitions (kept here so the report, the CLI and the trainer agree on one meani
 - A trial *succeeds* when its reward is 1.0 (>= 1 - 1e-6, float noise from products of parts).
 - pass^k is τ-bench's: for a task with n counted trials and c successes, C(c, k) / C(n, k), i.e. the
   chance that k trials drawn without replacement all succeed; averaged over the tasks with n >= k.
+  `pass_hat_k_env_failed` is the same with env failures counted as failed trials; every table
+  shows it and the env-failure count beside pass^k, so failures charged to the env stay in view.
 - Mean reward is averaged per task first and then over tasks, so it weighs tasks like pass^1 does
   and like the bootstrap (which resamples tasks) assumes.
 - Confidence intervals: 95 % percentile bootstrap over tasks, 1000 resamples, `random.Random(0)`,
@@ -200,11 +202,16 @@ def _core(records: Sequence[TrialRecord], trials: int) -> dict[str, Any]:
     tasks = _tasks(counted)
     outcomes = [(len(rs), sum(is_success(r.reward) for r in rs)) for rs in tasks.values()]
     task_pass1 = [c / n for n, c in outcomes]
+    # the same with every env failure counted as a failed trial: beside the figure that leaves them
+    # out, so a run whose failures the env took cannot pass for a clean one
+    with_env = _tasks([r for r in records if is_counted(r) or r.fault == Fault.ENV])
+    charged = [(len(rs), sum(is_success(r.reward) for r in rs)) for rs in with_env.values()]
     task_reward = [sum(r.reward for r in rs) / len(rs) for rs in tasks.values()]
     return {
         "n_tasks": len(tasks),
         "n_trials": len(counted),
         "pass_hat_k": [pass_hat_k(outcomes, k) for k in range(1, trials + 1)],
+        "pass_hat_k_env_failed": [pass_hat_k(charged, k) for k in range(1, trials + 1)],
         "pass_1_ci": bootstrap_ci(task_pass1),
         "mean_reward": _mean(task_reward),
         "mean_reward_ci": bootstrap_ci(task_reward),
@@ -287,13 +294,19 @@ SUMMARY_DROP_ORDER = ("reward 95% CI", "cost", "user err")
 """Columns the summary table leaves out, in this order, when the terminal is too narrow for them
 (`--json` always has them); env names and pass^k are never cut."""
 SUMMARY_COLUMN_GAP = 2
+ENV_FAILED = "w/ env"
+"""The suffix of the pass^k columns that count env failures as failed trials."""
+ENV_FAILED_NOTE = (
+    "env fail: trials charged to the env, left out of pass^k; pass^k w/ env counts them as failures"
+)
 
 
 def summary_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """The summary table's headers and rows (each env, then `overall`), as text."""
     overall = summary["overall"]
     k_max = len(overall["pass_hat_k"])
-    headers = ["env", "tasks", "trials", *(f"pass^{k}" for k in range(1, k_max + 1))]
+    headers = ["env", "tasks", "trials", *(f"pass^{k}" for k in range(1, k_max + 1)), "env fail"]
+    headers += [f"pass^{k} {ENV_FAILED}" for k in range(1, k_max + 1)]
     headers += ["reward", "reward 95% CI", "user err", "infra", "cost"]
 
     def row(name: str, part: dict[str, Any]) -> list[str]:
@@ -302,6 +315,8 @@ def summary_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             str(part["n_tasks"]),
             str(part["n_trials"]),
             *(fmt_rate(v) for v in part["pass_hat_k"]),
+            str(part["env_failures"]),
+            *(fmt_rate(v) for v in part["pass_hat_k_env_failed"]),
             fmt_rate(part["mean_reward"]),
             fmt_ci(part["mean_reward_ci"]),
             fmt_rate(part["user_error_rate"]),
@@ -354,6 +369,7 @@ def print_summary(summary: dict[str, Any], console: Any) -> None:
     left_out = [h for i, h in enumerate(headers) if i not in keep]
     if left_out:
         console.print(f"left out at {console.width} columns: {', '.join(left_out)} (--json has them)")
+    console.print(ENV_FAILED_NOTE)
     console.print(f"answers scored by: {describe_answer_rules(overall['answer_rules'])}")
     calls = overall.get("tool_calls") or {}
     if calls.get("agent_turns"):

@@ -20,6 +20,7 @@ from typing import Any
 
 from .metrics import (
     BUCKET_RULE,
+    ENV_FAILED,
     describe_answer_rules,
     fmt_ci,
     fmt_cost,
@@ -321,11 +322,13 @@ def header(manifest: RunManifest, summary: dict[str, Any] | None = None) -> str:
 
 def summary_table(summary: dict[str, Any]) -> str:
     k_max = len(summary["overall"]["pass_hat_k"])
-    head = ["env", "tasks", "trials", *(f"pass^{k}" for k in range(1, k_max + 1))]
+    head = ["env", "tasks", "trials", *(f"pass^{k}" for k in range(1, k_max + 1)), "env fail"]
+    head += [f"pass^{k} {ENV_FAILED}" for k in range(1, k_max + 1)]
     head += ["pass^1 95% CI", "mean reward", "95% CI", "user err", "infra fail", "tokens", "cost"]
 
     def row(name: str, p: dict[str, Any], cls: str = "") -> str:
         cells = [name, p["n_tasks"], p["n_trials"], *(fmt_rate(v) for v in p["pass_hat_k"])]
+        cells += [p["env_failures"], *(fmt_rate(v) for v in p["pass_hat_k_env_failed"])]
         cells += [fmt_ci(p["pass_1_ci"]), fmt_rate(p["mean_reward"]), fmt_ci(p["mean_reward_ci"])]
         cells += [fmt_rate(p["user_error_rate"]), p["infra_failures"]]
         if "tokens" in p:  # difficulty buckets carry success metrics only
@@ -604,7 +607,8 @@ def render_report(
         f"<h2>Summary</h2>{summary_table(summary)}"
         f'<p class="muted">pass^k and mean reward count only trials that measure the agent: '
         f"{summary['overall']['infra_failures']} infra and {summary['overall']['env_failures']} env "
-        "failure(s) are left out (grey below).</p>"
+        f"failure(s) are left out (grey below); pass^k {ENV_FAILED} counts the env failures as "
+        "failed trials.</p>"
         f'<h2>Plots</h2><div class="plots">{plots(summary)}</div>'
         f"<h2>Trajectories</h2>{viewer(records, tasks)}"
     )

@@ -11,11 +11,16 @@ failures beside pass^k, with pass^k counting them as failures.
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from envforge.cli.main import app
 from envforge.harness import EvalConfig, Message, ToolCall, build_agent, run_eval, summarize
 from envforge.server import Fleet, load_env
 from envforge.synth import Task, load_tasks
@@ -114,3 +119,49 @@ async def test_a_constraint_the_agents_values_trip_is_its_invalid_call(
         assert await fleet.export_state(episode.id) == before
         ok = await fleet.call(episode.id, tool, call.arguments)
         assert ok.kind == "ok", ok
+
+
+def test_report_shows_env_failures_beside_pass_k(tmp_path: Path) -> None:
+    """An env whose read crashes on valid input (a real bug, rightly the env's): `report` shows how
+    many trials the env took beside pass^k, and pass^k with them counted as failures, in the text
+    table, in `--json` and on report.html."""
+    env_dir = tmp_path / "retail_orders"
+    shutil.copytree(RETAIL, env_dir)
+    tools = env_dir / "tools.py"
+    bug = "    return await _order_detail(db, order_id)\n"
+    assert bug in tools.read_text()
+    tools.write_text(tools.read_text().replace(bug, '    raise RuntimeError("a bug")\n'))
+    tasks = load_tasks(env_dir)[:8]
+    hit = [any(c.name == "get_order" for c in t.golden_calls) for t in tasks]
+    assert any(hit) and not all(hit)
+    run = tmp_path / "run"
+    result = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            str(env_dir),
+            "--agent",
+            "oracle",
+            "--tasks",
+            ",".join(t.id for t in tasks),
+            "--out",
+            str(run),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    text = CliRunner().invoke(app, ["report", str(run)], env={"COLUMNS": "200"})
+    assert text.exit_code == 0, text.output
+    header = next(line for line in text.output.splitlines() if "pass^1" in line)
+    assert "env fail" in header and "pass^1 w/ env" in header, text.output
+    overall = next(line for line in text.output.splitlines() if line.strip().startswith("overall"))
+    env_failed = sum(hit)
+    pass1 = (len(tasks) - env_failed) / len(tasks)
+    row = dict(zip(re.split(r"\s{2,}", header.strip()), re.split(r"\s{2,}", overall.strip()), strict=True))
+    assert row["pass^1"] == "1.000", row  # left out, every counted trial succeeded
+    assert row["env fail"] == str(env_failed) and row["pass^1 w/ env"] == f"{pass1:.3f}", row
+    printed = CliRunner().invoke(app, ["report", str(run), "--json"]).output
+    summary = json.JSONDecoder().raw_decode(printed)[0]["overall"]
+    assert summary["env_failures"] == env_failed and summary["pass_hat_k"] == [1.0]
+    assert summary["pass_hat_k_env_failed"] == [pass1]
+    page = (run / "report.html").read_text()
+    assert "<th>env fail</th>" in page and "<th>pass^1 w/ env</th>" in page
