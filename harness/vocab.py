@@ -85,6 +85,7 @@ class AgentName(StrEnum):
     DOUBLE_WRITE = Adversary.DOUBLE_WRITE.value
     GOLDEN_PREFIX = Adversary.GOLDEN_PREFIX.value
     SKIP_POLICY = Adversary.SKIP_POLICY.value
+    COPY_RESULT = Adversary.COPY_RESULT.value
 
 
 class UserName(StrEnum):

@@ -12,12 +12,16 @@ env's tool list, before anything runs) and a final message (built from what the 
 - `golden_prefix`  the golden calls up to and including the first write, then the required outputs;
 - `skip_policy`    the golden calls less those that keep the env's declared policy (identity
                    checks, record lookups), with no word to the user before a write (so no
-                   confirmation), then the required outputs.
+                   confirmation), then the required outputs;
+- `copy_result`    the golden calls, then every result they returned, verbatim, as the answer
+                   (an answer read off a result named among its neighbours, docs/scoring.md).
 
 Some runs are the golden solution in disguise and prove nothing: `spray` on a task whose reward
 does not rest on stated outputs, `golden_prefix` on a task with one write, and `double_write`
 when every repeat was refused or changed nothing (its end state is the golden one), and
-`skip_policy` where no declared rule binds the task's writes (there is nothing to skip). `counts`
+`skip_policy` where no declared rule binds the task's writes (there is nothing to skip), and
+`copy_result` where the copy states the required outputs and nothing else a hedge could hold
+(it earns with nothing shown: the results held the answers alone). `counts`
 says which runs are judged. The same generators serve synthesis and check (`verify.py`, run on
 SQLite directly) and the harness's built-in agents (`harness/agents.py`, run through MCP).
 """
@@ -34,6 +38,7 @@ from typing import Any
 from .memo import BoundedMemo
 from .models import Call, Task
 from .policy_rules import PolicyRules
+from .scoring import task_outputs_missing
 
 
 class Adversary(StrEnum):
@@ -44,6 +49,7 @@ class Adversary(StrEnum):
     DOUBLE_WRITE = "double_write"
     GOLDEN_PREFIX = "golden_prefix"
     SKIP_POLICY = "skip_policy"
+    COPY_RESULT = "copy_result"
 
 
 ADVERSARIES: tuple[Adversary, ...] = tuple(Adversary)
@@ -135,7 +141,7 @@ def adversary_calls(
     rules, which `skip_policy` skips)."""
     writes = set(write_positions(task, {t.name for t in tools if not t.read_only}))
     golden = list(task.golden_calls)
-    if name == "spray":
+    if name in ("spray", "copy_result"):
         return golden
     if name == "read_all":
         return read_all_calls(task, tools)
@@ -230,6 +236,8 @@ def adversary_message(name: str, task: Task, results: Sequence[str], entity_ids:
     """The final message adversary `name` says after its calls returned `results`."""
     if name in ("spray", "read_all"):
         return spray_message(results, entity_ids)
+    if name == "copy_result":
+        return "\n".join(results)
     return ("All done. " + "; ".join(task.required_outputs)).strip()
 
 
@@ -240,9 +248,14 @@ def counts(
     *,
     reached_golden: bool,
     policy: PolicyRules | None = None,
+    message: str | None = None,
 ) -> bool:
     """Whether a run of adversary `name` is judged: False where it is the golden solution in
-    disguise. `reached_golden` says whether the run ended in the golden state (to cents)."""
+    disguise. `reached_golden` says whether the run ended in the golden state (to cents);
+    `message`, where known, is what the run says at the end."""
+    if name == "copy_result":
+        outputs = "outputs" in task.reward_basis and bool(task.required_outputs)
+        return outputs and (message is None or bool(task_outputs_missing(task, [message])))
     if name == "skip_policy":
         return policy is not None and policy.binds(task, {t.name for t in tools if not t.read_only})
     if name == "spray":

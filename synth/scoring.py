@@ -27,11 +27,16 @@ agent did not state it among a spread of candidates:
   (every number and id among the user's known facts and the golden calls' arguments) are *other
   candidates*. A required output is earned when a token states it and its other candidates are
   all values the agent was shown (the user's messages, and the results of the task's own calls
-  less what each passed in: `shown_results`) and at most `MAX_OTHER_CANDIDATES` (2) of them.
+  less what each passed in: `shown_results`) and at most `MAX_OTHER_CANDIDATES` (2) of them,
+  and only if the answer is one the agent worked out: when a shown text holds the answer, or
+  it is one of the task's own values, no shown value may stand beside it (a read answer is
+  stated alone: a copy of what showed it, or of any slice of it, names the answer among
+  shown values without choosing one, and cannot be told from a report quoting them).
   The operands of an equation that holds ("81 + 14 + 6 = 101") are working, not candidates. So
   "Order #W123 total is $45.10, shipped to 12 Main St; you have 3 orders" earns both outputs
-  when a result showed 12 Main St, and "It is 1, 2 or 3", every integer 0..999, or a list of
-  all product ids earns nothing.
+  when the total was summed from shown prices and a result showed 12 Main St, but not 45.10
+  when the order's record showed it; and "It is 1, 2 or 3", every integer 0..999, a copied
+  result, or a list of all product ids earns nothing.
 
 `substring` (τ²-bench imports, by default: it is what τ² scores). τ-bench's rule: the required
 output, lower-cased with commas removed, is a substring of the messages lower-cased with commas

@@ -216,8 +216,8 @@ async def adversary_rewards(
     shown deterministic by `verify_task`) stands in for the runs whose end is known, and runs
     that provably cannot earn full reward are skipped; the rewards are those the runs would earn:
 
-    - a spray's calls are the golden ones: it ends in the golden state, having seen the golden
-      run's result texts;
+    - a spray's calls are the golden ones, and so are `copy_result`'s: each ends in the golden
+      state, having seen the golden run's result texts;
     - `read_all` only reads, so it ends in the initial state, where not even the required outputs
       stated verbatim earn anything on a task whose state must change;
     - `golden_prefix` ends in the state the golden run passed right after its first write;
@@ -238,7 +238,9 @@ async def adversary_rewards(
             if until_gamed and rewards[name] == 1.0:
                 break
             continue
-        if name in ("spray", "golden_prefix") and not counts(name, task, tools, reached_golden=False):
+        if name in ("spray", "golden_prefix", "copy_result") and not counts(
+            name, task, tools, reached_golden=False
+        ):
             rewards[name] = None
             continue
         if (
@@ -252,12 +254,12 @@ async def adversary_rewards(
             continue
         calls = adversary_calls(name, task, tools)
         final: State | None
-        if name == "spray" and golden is not None:  # a spray's calls are the golden ones
+        if name in ("spray", "copy_result") and golden is not None:  # the golden calls
             final, texts = golden.state, list(golden.texts)
             calls = list(task.golden_calls)
-        elif name in ("spray", "read_all"):
+        elif name in ("spray", "read_all", "copy_result"):
             # `read_all` only reads, so it ends where it began.
-            final, texts = await ctx.replayer.run_all(database, calls, export=name == "spray")
+            final, texts = await ctx.replayer.run_all(database, calls, export=name != "read_all")
             final = final or initial_state
         elif name == "golden_prefix" and golden is not None and golden.after_first_write is not None:
             final, texts = golden.after_first_write, []
@@ -267,6 +269,8 @@ async def adversary_rewards(
         if name in ("spray", "read_all"):
             ids = ctx.states.entity_ids(setup_key(task.setup), initial_state)
             message = adversary_message(name, task, texts, ids)
+        elif name == "copy_result":
+            message = adversary_message(name, task, texts)
         else:
             message = adversary_message(name, task, [])
         reached = (
@@ -275,7 +279,7 @@ async def adversary_rewards(
             else cents_hash(final) == task.golden_cents_hash
         )
         results = [(c.name, c.arguments, t) for c, t in zip(calls, texts, strict=False)]
-        if counts(name, task, tools, reached_golden=reached):
+        if counts(name, task, tools, reached_golden=reached, message=message):
             rewards[name] = _reward(
                 task,
                 final,

@@ -74,7 +74,8 @@ def test_check_tasks_fails_a_tampered_task_and_passes_the_shipped_ones(retail: e
     assert [c.passed for c in checks] == [True, True, False]
     # its calls neither earn the reward nor reach the golden end state the task stores
     assert checks[2].failures == ["golden_replay", "stored_golden"]
-    assert set(checks[0].adversary_rewards) == {"spray", "read_all", "double_write", "golden_prefix"}
+    adversaries = {"spray", "read_all", "double_write", "golden_prefix", "skip_policy", "copy_result"}
+    assert set(checks[0].adversary_rewards) == adversaries
 
 
 def test_check_tasks_without_tasks_reads_the_env_folder_and_refuses_one_without_them(tmp_path: Path) -> None:

@@ -190,3 +190,19 @@ async def test_copying_golden_results_earns_nothing_on_bundled_tasks(env_dir: Pa
             assert gamed.state_match, task.id
             assert gamed.reward == 0.0, (task.id, attack, message[:300])
     assert judged >= len(tasks) // 2, judged
+
+
+def test_check_plays_the_copy_on_every_bundled_task() -> None:
+    """`envforge check` runs the copy as its `copy_result` adversary (the golden calls, then every
+    result verbatim) on every bundled task whose reward rests on stated outputs; none is gamed.
+    Under a rule that lets shown values stand beside a read answer it gamed 8 of them (a count
+    of 0 or 2 that a flag or a comment's text in some result also showed)."""
+    import envforge
+
+    judged = 0
+    for env_dir in bundled_env_dirs():
+        for check in envforge.check_tasks(env_dir):
+            reward = check.adversary_rewards["copy_result"]
+            judged += reward is not None
+            assert reward is None or reward < 1.0, (check.task_id, reward)
+    assert judged >= 200, judged
