@@ -34,6 +34,7 @@ from envforge.synth import (
     ToolShape,
     adversary_calls,
     adversary_message,
+    identity_call,
     looked_up,
     names_only,
     says_yes,
@@ -41,6 +42,7 @@ from envforge.synth import (
 
 from .llm import LLMConfig, complete, to_openai
 from .records import Message, ToolCall, Usage
+from .users import confirmation_request
 from .vocab import AgentName
 
 BUILTIN_AGENTS: tuple[AgentName, ...] = tuple(AgentName)
@@ -80,38 +82,18 @@ def _say(text: str) -> Message:
     return Message(role="assistant", content=text)
 
 
-def confirmation_request(call: Call) -> str:
-    """The message an agent following a confirmation rule sends before `call` (the scripted
-    user's own format: it confirms exactly the golden calls of its task)."""
-    args = ", ".join(
-        f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
-        for k, v in call.arguments.items()
-    )
-    return f"I am about to {call.name}{f' with {args}' if args else ''}. Shall I proceed? (yes/no)"
-
-
-def _scalars_of(text: str) -> dict[str, Any]:
-    """The top-level scalar fields of a JSON object result (what a record read shows of a row)."""
-    try:
-        data = json.loads(text) if text[:1] == "{" else None
-    except ValueError:
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {k: v for k, v in data.items() if isinstance(v, (str, int, float)) and not isinstance(v, bool)}
-
-
 class OracleAgent:
     """The task's golden calls in order (one per step), then its required outputs; following the
     env's declared policy (`rules`) on the way, so the upper bound is an agent that keeps it.
 
-    Before a write the rules want the principal verified for, an unverified oracle verifies it
-    with the first declared identity tool whose parameters it can fill: from the principal's key
-    (the task knows whom it acts for) and the user's facts, else also from the principal's own
-    row, read by a tool that takes only its key (retail's `find_customer_by_email` needs the
-    email `get_customer` shows). Before a write the rules want looked up by a parameter, it reads
-    the record with the declared lookup tool. Before a write the rules want confirmed, it sends
-    `confirmation_request(call)` and writes only when the user's reply says yes.
+    Where a write of the task needs the principal verified, the oracle verifies it before its
+    first call (the policies say: before looking at anything) with the first declared identity
+    tool the user's facts can fill (`identity_call`), and the next one if that did not verify;
+    it never reads the principal's records to learn how (synthesis gives the user the facts the
+    identity rule needs, `identity_facts`). Before a write the rules want looked up by a
+    parameter, it reads the record with the declared lookup tool. Before a write the rules want
+    confirmed, it sends `confirmation_request(call)` (the scripted user's format) and writes only
+    when the user's reply says yes.
     """
 
     def __init__(self, task: Task, rules: PolicyRules | None = None) -> None:
@@ -121,7 +103,6 @@ class OracleAgent:
         self.made = 0
         self.verified = False
         self.looked: set[tuple[str, str]] = set()
-        self.row: dict[str, Any] = {}
         self.tried: set[str] = set()
         self.asked_at: int | None = None  # the golden call the last confirmation request was for
         self.pending: Call | None = None  # the oracle's own call whose result is next
@@ -135,7 +116,7 @@ class OracleAgent:
         )
 
     def _see(self, messages: list[Message]) -> None:
-        """Learn from the result of the oracle's last call: verified, looked up, the principal's row."""
+        """Learn from the result of the oracle's last call: verified, looked up."""
         call, self.pending = self.pending, None
         last = messages[-1] if messages else None
         if call is None or last is None or last.role != "tool" or self.rules is None:
@@ -145,54 +126,34 @@ class OracleAgent:
         if key is not None and call.name in self.rules.identity_tools and names_only(step, *key):
             self.verified = True
         self.looked |= looked_up(self.rules, step)
-        if not last.is_error:
-            if key is not None and call.arguments == {key[0]: key[1]}:
-                self.row = _scalars_of(last.content or "")
 
     def _key(self) -> tuple[str, Any] | None:
         p = self.task.dag.principal
         return next(iter(p.key.items())) if p is not None and len(p.key) == 1 else None
 
     def _identity_call(self, tools: list[dict[str, Any]]) -> Call | None:
-        """The next call towards verifying the principal (None: the oracle cannot, and goes on)."""
-        key = self._key()
-        if key is None or self.rules is None:
+        """The next call towards verifying the principal from what the user knows (None: the
+        oracle cannot, and goes on)."""
+        if self._key() is None or self.rules is None:
             return None
         schemas = {t["function"]["name"]: t["function"].get("parameters", {}) for t in tools}
-        pool: dict[str, Any] = {f.name: f.value for f in self.task.scenario.known_facts}
-        pool.update(self.row)
-        pool[key[0]] = key[1]
-        for name in self.rules.identity_tools:
-            params = schemas.get(name, {})
-            props = list(params.get("properties", {}))
-            args = {p: pool[p] for p in props if p in pool}
-            if args and all(p in args for p in params.get("required", [])) and name not in self.tried:
-                self.tried.add(name)
-                return Call(name=name, arguments=args)
-        reader = next(
-            (
-                n
-                for n in sorted(schemas, key=lambda n: (not n.startswith("get_"), n))
-                if list(schemas[n].get("properties", {})) == [key[0]]
-                and n not in self.tried
-                and n not in self.rules.writes
-            ),
-            None,
-        )
-        if reader is not None and not self.row:
-            self.tried.add(reader)
-            return Call(name=reader, arguments={key[0]: key[1]})
-        return None
+        known = {f.name: f.value for f in self.task.scenario.known_facts}
+        call = identity_call(self.rules, schemas, known, skip=self.tried)
+        if call is not None:
+            self.tried.add(call.name)
+        return call
 
     def _before(self, call: Call, tools: list[dict[str, Any]]) -> Call | None:
         """A call the policy wants made before golden `call` (None: nothing more)."""
         rules = self.rules
-        if rules is None or call.name not in rules.writes:
+        if rules is None:
             return None
-        if rules.needs_identity(call.name) and not self.verified:
-            identity = self._identity_call(tools)
+        if not self.verified and any(rules.needs_identity(c.name) for c in self.task.golden_calls):
+            identity = self._identity_call(tools)  # before anything else, reads included
             if identity is not None:
                 return identity
+        if call.name not in rules.writes:
+            return None
         for rule in rules.declared.lookup:
             if rule.param in call.arguments:
                 value = json.dumps(call.arguments[rule.param], sort_keys=True)

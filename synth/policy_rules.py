@@ -27,7 +27,7 @@ import functools
 import json
 import re
 import tomllib
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envforge.server import Environment
 
-from .models import Call, Task
+from .models import Call, Fact, Principal, Task
 
 POLICY_RULES_FILE = "policy_rules.toml"
 TRANSFER_TOKEN = "###TRANSFER###"
@@ -234,6 +234,73 @@ def looked_up(rules: PolicyRules, step: Step) -> set[tuple[str, str]]:
                 values.append(step.call.arguments[rule.param])
             out |= {(rule.param, json.dumps(v, sort_keys=True)) for v in values}
     return out
+
+
+# --------------------------------------------------------------------------- what the user must know
+
+
+def identity_call(
+    rules: PolicyRules,
+    schemas: Mapping[str, Mapping[str, Any]],
+    known: Mapping[str, Any],
+    skip: Collection[str] = (),
+) -> Call | None:
+    """The call of the first declared identity tool (less `skip`) that `known` (values by
+    parameter name) can fill: its required parameters, or, for a tool that requires none (a
+    search), its first parameter `known` holds. None: no identity tool can be called from `known`.
+
+    `schemas` are the tools' JSON-schema parameters by name. The oracle calls what this returns
+    from the user's facts; synthesis asks it which facts a user needs (`identity_facts`)."""
+    for name in rules.identity_tools:
+        if name in skip:
+            continue
+        params = schemas.get(name, {})
+        props = list(params.get("properties", {}))
+        use = [p for p in params.get("required", []) if p in props] or [p for p in props if p in known][:1]
+        if use and all(p in known for p in use):
+            return Call(name=name, arguments={p: known[p] for p in use})
+    return None
+
+
+def identity_facts(
+    rules: PolicyRules | None,
+    schemas: Mapping[str, Mapping[str, Any]],
+    calls: Sequence[Call],
+    principal: Principal | None,
+    state: Mapping[str, Sequence[Mapping[str, Any]]],
+    facts: Sequence[Fact],
+) -> list[Fact]:
+    """The facts a task's user must know, beyond `facts`, so that an agent keeping the identity
+    rule can verify them from what they say: the arguments of the first identity tool that the
+    principal's own row fills with values no other row of its table has (retail's
+    `find_customer_by_email` takes the customer's email). Empty where no write of `calls` needs
+    identity, where `facts` already fill an identity call with the principal's unique values, or
+    where the principal's row fills none.
+
+    Without them the rule cannot be kept: a user who knows only their customer id makes the agent
+    read the customer's record (a read on the principal before verification) to learn the email.
+    """
+    if rules is None or principal is None or len(principal.key) != 1:
+        return []
+    if not any(rules.needs_identity(c.name) for c in calls):
+        return []
+    rows = list(state.get(principal.table, []))
+    row = next((r for r in rows if all(r.get(k) == v for k, v in principal.key.items())), None)
+    if row is None:
+        return []
+
+    def unique(column: str, value: Any) -> bool:
+        return value is not None and sum(1 for r in rows if r.get(column) == value) == 1
+
+    known = {f.name: f.value for f in facts}
+    have = identity_call(rules, schemas, known)
+    if have is not None and all(row.get(p) == v and unique(p, v) for p, v in have.arguments.items()):
+        return []
+    own = {c: v for c, v in row.items() if unique(c, v) and not isinstance(v, bool)}
+    need = identity_call(rules, schemas, own)
+    if need is None or any(p in known and known[p] != v for p, v in need.arguments.items()):
+        return []
+    return [Fact(name=p, value=v) for p, v in need.arguments.items() if p not in known]
 
 
 def _matches(call: Call, rule: ForbiddenRule) -> bool:

@@ -48,6 +48,7 @@ from .models import (
     StateDiff,
     Task,
 )
+from .policy_rules import identity_facts, load_policy_rules
 from .render import VagueReference, render_scenario
 from .replayer import call_key, scratch_connection
 from .setup import Fresh
@@ -1223,11 +1224,18 @@ async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfi
             if len(pk) == 1:
                 for row in d.inserted:
                     created[_json_key(row[pk[0]])] = (node_id, table)
+    # What the user must know to be verified as the env's identity rule asks (their email where
+    # the walk gave them only their customer id): facts of the principal's own row, drawn by no rng.
+    schemas = {name: spec.input_schema for name, spec in ctx.env.tools.items()}
+    calls = [n.call for n in executed]
+    facts = b.facts + identity_facts(
+        load_policy_rules(ctx.env), schemas, calls, b.principal, initial_state, b.facts
+    )
     try:
         scenario = render_scenario(
             ctx.env.name,
             dag,
-            b.facts,
+            facts,
             b.outputs,
             b.data,
             b.output_labels,
