@@ -74,7 +74,7 @@ async def test_a_correct_fact_from_a_tool_result_is_not_judged_an_invention(task
     assert not verdict.error, verdict.reason
     prompt = fake.requests[0]["messages"][-1]["content"]
     assert 'CALL: list_orders({"customer_id":"C-1029"})' in prompt
-    assert "AGENT: I found one order. Which order do you mean?" in prompt
+    assert "AGENT: [named no value; asked a question]" in prompt  # the agent's words are withheld
 
 
 async def test_a_value_nobody_showed_is_still_judged_an_invention(task: Task) -> None:
