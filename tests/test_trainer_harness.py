@@ -1,8 +1,9 @@
 """RL collection through the harness: simulated users talk, `score_trial` rewards, lies get masked.
 
 The policy here is a scripted generation backend over an exact, reversible tokenizer, so conversations
-are known in advance: a "solver" asks the user for a fact, replays the task's golden calls and reports
-the required outputs (harness reward 1); a "lazy" one asks and then says it is done (reward 0). Each
+are known in advance: a "solver" asks the user for a fact, verifies the customer, replays the task's
+golden calls with the user's yes before each write, and reports the required outputs (harness reward
+1, retail's declared policy kept); a "lazy" one asks and then says it is done (reward 0). Each
 group holds one of each, so the rewards are the scorer's, not constants. With a `ScriptedUser` that
 lies about the asked fact, the harness's rule detector must flag every trajectory, and ERPO must
 then leave the model exactly where a batch without those trajectories leaves it.
@@ -22,9 +23,9 @@ import typer
 from typer.testing import CliRunner
 
 from envforge.cli import trainer_commands
-from envforge.harness import EnvTasks, ScriptedUser, load_env_tasks, request_text
-from envforge.server import Fleet
-from envforge.synth import Task, load_tasks
+from envforge.harness import EnvTasks, ScriptedUser, confirmation_request, load_env_tasks, request_text
+from envforge.server import Fleet, load_env
+from envforge.synth import Task, identity_call, load_policy_rules, load_tasks
 from envforge.trainer import (
     Generation,
     HarnessRolloutEnv,
@@ -88,6 +89,11 @@ class ScriptBackend:
     """Plays a fixed script per task: which one (solver/lazy) alternates per new conversation."""
 
     def __init__(self, tasks: list[Task], tok: ChunkTokenizer) -> None:
+        env = load_env(RETAIL)
+        rules = load_policy_rules(env)
+        assert rules is not None
+        self.rules = rules
+        self.schemas = {name: spec.input_schema for name, spec in env.tools.items()}
         self.tok = tok
         self.version = 0
         self.eos_id = EOS
@@ -95,11 +101,21 @@ class ScriptBackend:
         self.started: dict[str, int] = {}
 
     def _script(self, task: Task, solver: bool) -> list[str]:
+        """One line per assistant turn. The solver keeps retail's policy: it verifies the customer
+        from what the user knows (`identity_call` on the known facts), and before each write asks
+        `confirmation_request(call)`, writing on the turn after the user's yes."""
         ask = (SOLVER_ASK if solver else LAZY_ASK).format(fact=first_fact(task))
         if not solver:
             return [ask, "All done, goodbye."]
-        calls = [f"{c.name} {json.dumps(c.arguments)}" for c in task.golden_calls]
-        return [ask, *calls, "All done: " + ", ".join(task.required_outputs) + "."]
+        known = {f.name: f.value for f in task.scenario.known_facts}
+        identity = identity_call(self.rules, self.schemas, known)
+        assert identity is not None, task.id  # synthesis gives the user what verifying takes
+        lines = [ask, f"{identity.name} {json.dumps(identity.arguments)}"]
+        for c in task.golden_calls:
+            if self.rules.needs_confirmation(c.name):
+                lines.append(confirmation_request(c))
+            lines.append(f"{c.name} {json.dumps(c.arguments)}")
+        return [*lines, "All done: " + ", ".join(task.required_outputs) + "."]
 
     def session(self):
         return unbatched_session()
@@ -150,7 +166,7 @@ async def _collect(
             tok,
             groups=2,
             rollouts_per_task=2,
-            rollout_config=RolloutConfig(max_turns=8, max_new_tokens=512, max_seq_len=10**6),
+            rollout_config=RolloutConfig(max_turns=16, max_new_tokens=512, max_seq_len=10**6),
             concurrency=1,
         )
     finally:
@@ -165,11 +181,11 @@ async def test_scripted_user_trajectories_carry_harness_rewards() -> None:
     for t in trajs:
         assert len(t.token_ids) == len(t.loss_mask) == len(t.logprobs)
         assert 0 < sum(t.loss_mask) < len(t.token_ids)
-        assert set(t.parts) == {"state", "outputs"}
+        assert set(t.parts) == {"state", "outputs", "policy"}  # retail declares policy rules
         assert t.user_error is False and t.user_error_reason is None
     for task_id in TASK_IDS:
-        group = sorted((t.reward, t.parts["state"]) for t in trajs if t.task_id == task_id)
-        assert group == [(0.0, 0.0), (1.0, 1.0)], group
+        group = sorted((t.reward, t.parts["state"], t.parts["policy"]) for t in trajs if t.task_id == task_id)
+        assert group == [(0.0, 0.0, 1.0), (1.0, 1.0, 1.0)], group
     # The user answered the question honestly: its reply is in the policy's context.
     solver = next(t for t in trajs if t.reward == 1.0)
     user_said = [m["content"] for m in solver.messages if m["role"] == "user"]
@@ -262,7 +278,7 @@ def test_envforge_collect_writes_harness_trajectories(tmp_path: Path) -> None:
     assert len(rows) == 4 and {r["task_id"] for r in rows} == set(TASK_IDS)
     for r in rows:
         assert len(r["token_ids"]) == len(r["loss_mask"]) > 0 and 1 <= sum(r["loss_mask"]) <= 8
-        assert set(r["parts"]) == {"state", "outputs"}  # the harness scorer's parts for this basis
+        assert set(r["parts"]) == {"state", "outputs", "policy"}  # the harness scorer's parts here
         assert r["reward"] == 0.0 and isinstance(r["user_error"], bool)
         assert (r["user_error_reason"] is not None) == r["user_error"]
         assert r["messages"][1]["role"] == "user" and r["messages"][1]["content"].startswith(
