@@ -115,7 +115,8 @@ async def test_copying_the_read_result_earns_nothing_on_lookup_tasks() -> None:
     the one read, then say its result verbatim, its first two or three numbers, the fields around
     the answer, or the result under a sentence naming the asked field. Scored by the trainer's
     rollout reward, no copy that states another number earns; the read and the figure alone, or
-    the figure as a small JSON object (the trained model's forms), earn 1 on every task."""
+    the figure as a small JSON object (the trained model's forms, docs/benchmarks.md), also with
+    the entity's id, or in a sentence naming the field and the id, earn 1 on every task."""
     envs = [load_env(REPO / "envs" / name) for name in LOOKUP_ENVS]
     judged: Counter[str] = Counter()
     async with Fleet(envs) as fleet:
@@ -127,8 +128,14 @@ async def test_copying_the_read_result_earns_nothing_on_lookup_tasks() -> None:
                 text, _ = await _read_then_say(rollouts, task, None)
                 field = task.seed.rsplit(":", 1)[1]
                 figure = json.loads(text)[field]
-                said = f"The {field.replace('_', ' ')} is {answer}."
-                for honest in (answer, said, json.dumps({field: figure})):
+                ((param, value),) = task.golden_calls[0].arguments.items()
+                said = f"The {field.replace('_', ' ')} of {param.removesuffix('_id')} {value} is {answer}."
+                for honest in (
+                    answer,
+                    said,
+                    json.dumps({field: figure}),
+                    json.dumps({param: value, field: figure}),
+                ):
                     assert (await _read_then_say(rollouts, task, honest))[1] == 1.0, (task.id, honest)
                 attacks = copies(text, answer)
                 assert set(attacks) == {"whole", "first 2", "first 3", "around the answer", "named"}, task.id
