@@ -159,7 +159,8 @@ def test_the_right_figure_said_blind_earns_nothing() -> None:
                     info = await ep.finish([f"There are {figure}."])
                     rewards.append((info.reward, info.parts))
             assert [r for r, _ in rewards] == [0.0, 0.0, 1.0]
-            assert rewards[0][1] == {"outputs": 1.0, "actions": 0.0}  # the figure was right, unearned
+            # the figure was right, unearned; library's policy rules bind no read (policy kept)
+            assert rewards[0][1] == {"outputs": 1.0, "actions": 0.0, "policy": 1.0}
         finally:
             await fleet.aclose()
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .ray_workers import BackendSpec, EnvSpec, RayWorkers, WorkerSpec, state_checksum
     from .rollout import (
         FleetRolloutEnv,
+        NeedsUser,
         ParsedCall,
         RewardInfo,
         RolloutConfig,
@@ -77,6 +78,7 @@ _LAZY = {
     "WorkerSpec": "ray_workers",
     "state_checksum": "ray_workers",
     "FleetRolloutEnv": "rollout",
+    "NeedsUser": "rollout",
     "ParsedCall": "rollout",
     "RewardInfo": "rollout",
     "RolloutConfig": "rollout",
@@ -129,6 +131,7 @@ __all__ = [
     "Learner",
     "LearnerConfig",
     "LockstepBatcher",
+    "NeedsUser",
     "ParsedCall",
     "RayWorkers",
     "RewardInfo",

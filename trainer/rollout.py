@@ -5,6 +5,14 @@ evaluation harness can later supply episodes with simulated users and its own sc
 `user_error`) without the trainer changing. `FleetRolloutEnv` is the built-in one: a single user turn
 (the task's instruction), tools over in-process MCP, reward from synth's `compose_reward` (the parts
 of the task's reward basis) or a given function.
+
+With no simulated user, an env's declared policy rules (`policy_rules.toml`) are kept or broken
+as in the harness, with one exception that no agent could meet: the user's yes before a write.
+So `FleetRolloutEnv` refuses a task whose writes fall under the env's confirmation rule
+(`NeedsUser`: play it with `--env-kind harness`), and judges the `policy` part on every other
+rollout of such an env from what happened: the opening, the calls with their results, the
+policy's texts. Lookup tasks are reads, which no identity, confirmation or lookup rule covers;
+there the part still catches a forbidden call or a transfer the policy does not allow.
 """
 
 from __future__ import annotations
@@ -21,7 +29,18 @@ from pydantic import BaseModel, Field
 
 from envforge.harness import MalformedToolCall, parse_tool_calls
 from envforge.server import Fleet, State, episode_client
-from envforge.synth import Call, Evidence, Task, apply_diff, compose_reward, primary_keys, shown_results
+from envforge.synth import (
+    Call,
+    Evidence,
+    PolicyRules,
+    Step,
+    Task,
+    apply_diff,
+    compose_reward,
+    load_policy_rules,
+    primary_keys,
+    shown_results,
+)
 
 from .backends import GenerationBackend
 from .trajectory import SequenceBuilder, TokenizerLike, Trajectory
@@ -74,6 +93,8 @@ class _FleetEpisode:
         self.calls: list[Call] = []  # every call the policy made, for the `actions` reward part
         self.opening = task.scenario.without_answers()
         self.results: list[tuple[str, dict[str, Any], str]] = []  # each call's tool, arguments, result
+        # The episode as the policy part reads it: the opening, each call with its result, each text.
+        self.steps: list[Step] = [Step("user", self.opening)]
 
     def initial_messages(self) -> list[dict[str, str]]:
         return [
@@ -88,9 +109,11 @@ class _FleetEpisode:
         else:
             result = await self.env.fleet.call(self.episode_id, name, arguments)
         self.results.append((name, arguments, result.text))
+        self.steps.append(Step("call", result.text, self.calls[-1], result.is_error))
         return ToolOutcome(result.text, result.is_error)
 
     async def user_reply(self, assistant_text: str) -> str | None:
+        self.steps.append(Step("agent", assistant_text))
         return None
 
     def shown(self) -> list[str]:
@@ -102,13 +125,29 @@ class _FleetEpisode:
         if self.env.reward_fn is not None:
             reward, parts = self.env.reward_fn(self.task, state, agent_messages)
             return RewardInfo(reward=reward, parts=parts)
-        evidence = Evidence(state, agent_messages, self.shown, self.env.keys, agent_calls=self.calls)
+        policy = self.env.policy
+        evidence = Evidence(
+            state,
+            agent_messages,
+            self.shown,
+            self.env.keys,
+            agent_calls=self.calls,
+            policy=policy,
+            trajectory=self.steps if policy is not None else None,
+        )
         composed = compose_reward(self.task, evidence)
         return RewardInfo(reward=composed.value, parts={str(p): s.value for p, s in composed.parts.items()})
 
 
+class NeedsUser(ValueError):
+    """Tasks whose writes the env's policy wants the user's yes for, given to a rollout with no user."""
+
+
 class FleetRolloutEnv:
-    """Tasks of one env of a fleet, played through in-process MCP (or the runtime directly)."""
+    """Tasks of one env of a fleet, played through in-process MCP (or the runtime directly).
+
+    Raises `NeedsUser` for tasks that write under the env's confirmation rule (module docstring).
+    """
 
     def __init__(
         self,
@@ -126,6 +165,20 @@ class FleetRolloutEnv:
         self.use_mcp = use_mcp
         self._env = fleet.env(env_name)
         self.keys = primary_keys(self._env.tables)
+        self.policy: PolicyRules | None = load_policy_rules(self._env)
+        policy = self.policy
+        if policy is not None:
+            confirming = sorted(
+                t.id
+                for t in self.tasks.values()
+                if any(policy.needs_confirmation(c.name) for c in t.golden_calls)
+            )
+            if confirming:
+                raise NeedsUser(
+                    f"env {env_name!r}: {len(confirming)} of {len(self.tasks)} tasks (first {confirming[0]}) "
+                    "write under its policy's confirmation rule, which a rollout with no user cannot keep; "
+                    "play them with a simulated user (--env-kind harness)"
+                )
 
     def task_ids(self) -> list[str]:
         return sorted(self.tasks)
