@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import sqlite3
@@ -83,15 +84,26 @@ def serve(
     ] = 120.0,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body accepted (413 above).")] = 16
     << 20,
+    sqlite_work_mib: Annotated[
+        int,
+        typer.Option(
+            envvar="ENVFORGE_SQLITE_WORK_MIB",
+            help="MiB of memory SQL statements may use beyond the open episodes' databases: SQLite's "
+            "hard heap limit for the server, which refuses a call whose statement needs more.",
+        ),
+    ] = 256,
 ) -> None:
     """Serve environments over MCP (stdio for desktop clients, streamable HTTP for fleets)."""
+    if sqlite_work_mib < 1:
+        fail("--sqlite-work-mib (ENVFORGE_SQLITE_WORK_MIB) must be >= 1")
+    sqlite_work_bytes = sqlite_work_mib * 1024 * 1024
     envs = load_envs(env_dirs)
     if transport is Transport.stdio:
         if len(envs) != 1:
             fail("stdio serves exactly one env")
         from envforge.server import serve_stdio
 
-        anyio.run(serve_stdio, envs[0])
+        anyio.run(functools.partial(serve_stdio, envs[0], sqlite_work_bytes=sqlite_work_bytes))
         return
     from envforge.server import HTTPLimits, build_app, serve_http
 
@@ -117,13 +129,17 @@ def serve(
     )
     if min(header_timeout, body_timeout, body_deadline) <= 0:
         fail("--header-timeout, --body-timeout and --body-deadline must be positive")
-    fleet = Fleet(
-        envs,
-        max_episodes=max_episodes,
-        ttl_seconds=ttl,
-        max_episodes_per_client=max_episodes_per_client,
-        max_episode_bytes_per_client=max_episode_mib_per_client * 1024 * 1024,
-    )
+    try:
+        fleet = Fleet(
+            envs,
+            max_episodes=max_episodes,
+            ttl_seconds=ttl,
+            max_episodes_per_client=max_episodes_per_client,
+            max_episode_bytes_per_client=max_episode_mib_per_client * 1024 * 1024,
+            sqlite_work_bytes=sqlite_work_bytes,
+        )
+    except RuntimeError as exc:  # SQLite without a hard heap limit: no bound on model SQL's memory
+        fail(str(exc))
     try:
         app = build_app(
             fleet,

@@ -29,7 +29,7 @@ from typing import Any
 import aiosqlite
 from pydantic import ConfigDict, create_model
 
-from . import confinement
+from . import confinement, sqlheap
 from .confined_protocol import (
     MAX_MESSAGE_BYTES,
     STARTED,
@@ -78,6 +78,21 @@ class ConfinedStatementStuck(ConfinedToolTimeout):
     answered now, and its episode given up (`abandons_episode`, acted on by the runtime)."""
 
     abandons_episode = True
+
+
+class StatementOutOfMemory(ToolError):
+    """A statement of the call asked SQLite for more memory than this process allows it
+    (`sqlheap`: SQLITE_NOMEM, Python's `MemoryError`). SQLite undid the statement and freed what it
+    took; the call is refused and rolled back, whatever the tool did with the statement's error."""
+
+
+def _out_of_memory() -> StatementOutOfMemory:
+    budget = sqlheap.installed()
+    allowed = "" if budget is None else f" ({budget.work_bytes / 2**20:g} MiB beyond the episodes' databases)"
+    return StatementOutOfMemory(
+        f"a statement of this call needed more memory than the server lets SQL use{allowed}; "
+        "nothing of this call was kept"
+    )
 
 
 class _Deadline:
@@ -424,7 +439,7 @@ class ToolWorker:
         if self._calls.get(call_id) is not pending:
             return
         if exc is not None:
-            pending.put(_Raise(exc))
+            pending.put(_Raise(_out_of_memory() if isinstance(exc, MemoryError) else exc))
         elif reply is not None and not pending.transport.is_closing():
             pending.transport.write(reply)
 
@@ -491,6 +506,10 @@ class ToolWorker:
             if not await _statement_ends(pending):
                 raise ConfinedStatementStuck(why) from None
             raise ConfinedToolTimeout(why) from None
+        except StatementOutOfMemory:  # refused here: the worker's call waits for no more answers
+            if self._transport is transport and not transport.is_closing():
+                transport.write(encode(Cancel(id=call_id)))
+            raise
         except asyncio.CancelledError:
             if self._transport is transport and not transport.is_closing():
                 transport.write(encode(Cancel(id=call_id)))
@@ -709,6 +728,8 @@ async def serve_sql(db: Any, msg: SqlRequest, deadline: _Deadline) -> bytes:
         reply = SqlReply(id=msg.id, req=msg.req, error=str(exc), error_class=type(exc).__name__)
     except ValueError as exc:  # the connection is closed
         reply = SqlReply(id=msg.id, req=msg.req, error=str(exc), error_class="ProgrammingError")
+    except MemoryError:  # SQLite's heap limit (`sqlheap`): the call is refused
+        raise _out_of_memory() from None
     return encode(reply)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 
+from . import sqlheap
 from .episodes import Episode, EpisodeStore
 from .loader import Environment, load_env
 from .mcp_server import EnvMCPServer
@@ -34,7 +35,12 @@ class Fleet:
         ttl_seconds: float = 1800.0,
         max_episodes_per_client: int | None = None,
         max_episode_bytes_per_client: int | None = None,
+        sqlite_work_bytes: int | None = None,
     ) -> None:
+        """`sqlite_work_bytes`: bound SQLite's heap in this whole process (`sqlheap`) to what the
+        fleet's episodes hold plus this much working memory for statements; for the serving
+        process only (`envforge serve`), since the limit applies to every connection it has.
+        Raises `sqlheap.HeapLimitUnavailable` when SQLite has no hard heap limit."""
         self.envs: dict[str, Environment] = {}
         for env in envs:
             if env.name in self.envs:
@@ -50,6 +56,8 @@ class Fleet:
         self._builds: dict[str | None, anyio.Semaphore] = {}  # per owner: states being built
         self._seed_views: dict[str, Episode] = {}
         self._seed_lock = anyio.Lock()
+        if sqlite_work_bytes is not None:
+            sqlheap.install(sqlite_work_bytes)
 
     @classmethod
     def from_dirs(cls, dirs: Iterable[str | Path], **kwargs: Any) -> Fleet:
@@ -96,7 +104,13 @@ class Fleet:
         try:
             async with builds:
                 await self.store.make_room(owner, size_hint + self.store.growth_bytes)
-                database = await anyio.to_thread.run_sync(env.database_from_state, state)
+                # SQLite's heap holds the database being built and its serialised copy meanwhile
+                building = 2 * size_hint + self.store.growth_bytes
+                sqlheap.hold(building)
+                try:
+                    database = await anyio.to_thread.run_sync(env.database_from_state, state)
+                finally:
+                    sqlheap.let_go(building)
                 return await self.store.create(env, database, owner=owner)
         finally:  # a client with no build in flight holds no semaphore (clients come and go)
             idle = builds.value == STATE_BUILDS_PER_CLIENT and not builds.statistics().tasks_waiting

@@ -9,9 +9,11 @@ from .loader import Environment
 from .mcp_server import EnvMCPServer
 
 
-async def serve_stdio(env: Environment) -> None:
-    """Run until stdin closes; every call goes to the process's single episode."""
-    fleet = Fleet([env], max_episodes=4)
+async def serve_stdio(env: Environment, *, sqlite_work_bytes: int | None = None) -> None:
+    """Run until stdin closes; every call goes to the process's single episode.
+
+    `sqlite_work_bytes`: SQLite's heap bound (`Fleet`)."""
+    fleet = Fleet([env], max_episodes=4, sqlite_work_bytes=sqlite_work_bytes)
     episode = await fleet.create_episode(env.name)
     server = EnvMCPServer(fleet, env.name, default_episode_id=episode.id).server
     try:
