@@ -14,8 +14,17 @@ from typing import Any
 
 import pytest
 
-from envforge.harness import EvalConfig, LLMAgent, LLMConfig, RunDir, run_eval, summarize
-from envforge.synth import Task, load_tasks
+from envforge.harness import (
+    EvalConfig,
+    LLMAgent,
+    LLMConfig,
+    RunDir,
+    confirmation_request,
+    run_eval,
+    summarize,
+)
+from envforge.server import load_env
+from envforge.synth import Call, Task, identity_call, load_policy_rules, load_tasks
 
 from conftest import REPO
 
@@ -87,22 +96,56 @@ class FakeOpenAI:
         self.server.server_close()
 
 
+def agent_script(task: Task) -> list[Call | str]:
+    """What an agent keeping the env's declared policy sends, one item per turn: the identity call
+    the user's facts fill (`identity_call`), then the golden calls, each write the rules want
+    confirmed after `confirmation_request(call)` (the user's yes comes between)."""
+    env = load_env(REPO / "envs" / task.env)
+    rules = load_policy_rules(env)
+    if rules is None:
+        return list(task.golden_calls)
+    script: list[Call | str] = []
+    if any(rules.needs_identity(c.name) for c in task.golden_calls):
+        schemas = {name: spec.input_schema for name, spec in env.tools.items()}
+        identity = identity_call(rules, schemas, {f.name: f.value for f in task.scenario.known_facts})
+        assert identity is not None, task.id
+        script.append(identity)
+    for call in task.golden_calls:
+        if rules.needs_confirmation(call.name):
+            script.append(confirmation_request(call))
+        script.append(call)
+    return script
+
+
+def confirmations(task: Task) -> int:
+    """How many times the agent of `agent_script` asks the user's yes."""
+    return sum(isinstance(step, str) for step in agent_script(task))
+
+
 def scripted_brain(task: Task) -> Brain:
-    """A model that plays both roles: the agent makes the golden calls, the user asks then stops."""
+    """A model that plays both roles: the agent keeps the policy on its way through the golden
+    calls (`agent_script`), then reports; the user asks, says yes to each confirmation request,
+    then stops."""
+    script = agent_script(task)
 
     def brain(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         messages = body["messages"]
         if body["model"] == "fake-user":
-            return 200, completion("Please help me with my order." if len(messages) <= 2 else "###STOP###")
-        done = sum(1 for m in messages if m["role"] == "tool")
-        if done < len(task.golden_calls):
-            call = task.golden_calls[done]
+            if len(messages) <= 2:
+                return 200, completion("Please help me with my order.")
+            asked = "(yes/no)" in (messages[-1].get("content") or "")
+            return 200, completion("Yes, please go ahead." if asked else "###STOP###")
+        done = sum(1 for m in messages if m["role"] == "assistant")
+        if done < len(script):
+            step = script[done]
+            if isinstance(step, str):
+                return 200, completion(step)
             return 200, completion(
                 tool_calls=[
                     {
                         "id": f"call_{done}",
                         "type": "function",
-                        "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+                        "function": {"name": step.name, "arguments": json.dumps(step.arguments)},
                     }
                 ]
             )
@@ -160,9 +203,10 @@ async def test_llm_agent_and_llm_user_over_http(
     assert first["messages"][0] == {"role": "system", "content": RETAIL.joinpath("policy.md").read_text()}
     assert {t["function"]["name"] for t in first["tools"]} >= {c.name for c in task.golden_calls}
     assert all(r["temperature"] == 0.5 for r in fake.requests if r["model"] == "fake-user")
-    assert rec.usage["agent"].calls == len(task.golden_calls) + 1 == len(agent_requests)
+    assert rec.usage["agent"].calls == len(agent_script(task)) + 1 == len(agent_requests)
     assert rec.usage["agent"].prompt_tokens == 11 * rec.usage["agent"].calls
-    assert rec.usage["user"].completion_tokens == 7 * 2 and rec.usage["user"].cost_usd == 0.0
+    user_turns = 2 + confirmations(task)  # the opening, each yes, the stop
+    assert rec.usage["user"].completion_tokens == 7 * user_turns and rec.usage["user"].cost_usd == 0.0
 
 
 async def test_rate_limit_is_retried(task: Task, tmp_path: Path, transport: str) -> None:
@@ -180,7 +224,7 @@ async def test_rate_limit_is_retried(task: Task, tmp_path: Path, transport: str)
         _, (rec,) = await run_eval([RETAIL], llm_config(task, fake.url, transport), tmp_path)
     assert_route(fake, transport)
     assert rec.status == "completed" and rec.reward == 1.0
-    assert calls["n"] == len(task.golden_calls) + 2  # one extra: the retried 429
+    assert calls["n"] == len(agent_script(task)) + 2  # one extra: the retried 429
 
 
 async def test_timeout_is_retried(task: Task, tmp_path: Path, transport: str) -> None:
@@ -199,7 +243,7 @@ async def test_timeout_is_retried(task: Task, tmp_path: Path, transport: str) ->
         _, (rec,) = await run_eval([RETAIL], config, tmp_path)
     assert_route(fake, transport)
     assert rec.status == "completed" and rec.reward == 1.0
-    assert calls["n"] == len(task.golden_calls) + 2  # one extra: the call that timed out
+    assert calls["n"] == len(agent_script(task)) + 2  # one extra: the call that timed out
 
 
 async def test_persistent_5xx_is_infra_failure_then_resume_reruns_it(
@@ -297,9 +341,12 @@ async def test_transfer_and_agent_stop_end_the_conversation(
     def brain(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         status, payload = inner(body)
         message = payload["choices"][0]["message"]
-        if ending == "user_transfer" and body["model"] == "fake-user" and len(body["messages"]) > 2:
+        # Each ending comes after the agent's report (not at a confirmation request).
+        reported = (body["messages"][-1].get("content") or "").startswith("Done:")
+        if ending == "user_transfer" and body["model"] == "fake-user" and reported:
             message["content"] = "Please put me through to a person. ###TRANSFER###"
-        if ending == "agent_stop" and body["model"] == "fake-agent" and not message.get("tool_calls"):
+        report = (message.get("content") or "").startswith("Done:")
+        if ending == "agent_stop" and body["model"] == "fake-agent" and report:
             message["content"] += " ###STOP###"
         return status, payload
 
@@ -309,9 +356,9 @@ async def test_transfer_and_agent_stop_end_the_conversation(
     assert rec.reward == 1.0  # the golden calls were made before the conversation ended: scored as usual
     users = [m for m in rec.messages if m.role == "user"]
     if termination == "agent_stop":
-        assert len(users) == 1 and "###STOP###" in (
+        assert len(users) == 1 + confirmations(task) and "###STOP###" in (
             rec.messages[-1].content or ""
-        )  # the user was not asked again
+        )  # the user was not asked again after the report
     else:
         assert "###TRANSFER###" in (users[-1].content or "") and rec.messages[-1].role == "user"
     assert len([r for r in fake.requests if r["model"] == "fake-user"]) == len(users)

@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from envforge.harness import EvalConfig, Limits, OracleAgent, RunDir, run_eval
-from envforge.synth import load_tasks
+from envforge.server import load_env
+from envforge.synth import load_policy_rules, load_tasks
 
 from conftest import REPO, free_port
 
@@ -82,7 +83,10 @@ async def test_server_killed_mid_run_then_resume_runs_each_trial_once(serve: Ser
         if len(done) == 2:
             serve.kill()
 
-    await run_eval([RETAIL], config, tmp_path, on_record=on_record, make_agent=lambda t, s: SlowOracle(t))
+    rules = load_policy_rules(load_env(RETAIL))  # the oracle keeps retail's policy, as eval's does
+    await run_eval(
+        [RETAIL], config, tmp_path, on_record=on_record, make_agent=lambda t, s: SlowOracle(t, rules)
+    )
     first = RunDir(tmp_path).read_records()
     assert len(first) == 8
     assert Counter(r.status for r in first)["infra_failure"] >= 4

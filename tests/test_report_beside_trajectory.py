@@ -157,7 +157,7 @@ def test_passing_trial_shows_its_task_and_no_diff(runs: dict[str, Path]) -> None
     section = trial_section(page, f"flight_booking/{REFUND}/0")
     assert section.startswith("pass") and '<blockquote class="instruction">' in section
     assert "state diff" not in section and "failed:" not in section and "✗" not in section
-    assert section.count('<tr class="good">') == 2  # state and outputs, the task's basis
+    assert section.count('<tr class="good">') == 3  # state and outputs, the task's basis; policy
 
 
 def test_infra_failure_is_grey_labelled_and_left_out_of_pass_k(runs: dict[str, Path]) -> None:
