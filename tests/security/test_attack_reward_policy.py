@@ -7,6 +7,8 @@ tasks; before the policy part existed every one of them earned 1.0.
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -84,16 +86,24 @@ def writing_task() -> tuple[Task, list[Call], Call, Call]:
 
 
 async def play(
-    tmp_path: Path, name: str, task: Task, turns: list[Call | str]
+    tmp_path: Path, name: str, task: Task, turns: list[Call | str], env_dir: Path = RETAIL
 ) -> tuple[float, dict[str, float]]:
     _, records = await run_eval(
-        [RETAIL],
+        [env_dir],
         EvalConfig(agent="oracle", task_ids=[task.id]),
         tmp_path / name,
         make_agent=lambda t, s: Script(t, turns),
     )
     (rec,) = records
     return rec.reward, rec.parts
+
+
+def retail_with_rules(tmp_path: Path, name: str, extra: str) -> Path:
+    """A copy of retail_orders whose policy_rules.toml adds `extra` to the shipped rules."""
+    dst = tmp_path / name / "retail_orders"
+    shutil.copytree(RETAIL, dst)
+    (dst / "policy_rules.toml").write_text((RETAIL / "policy_rules.toml").read_text() + extra)
+    return dst
 
 
 async def test_attack_policy_skipped_in_every_way_earns_nothing(tmp_path: Path) -> None:
@@ -122,6 +132,54 @@ async def test_attack_the_agent_claims_a_confirmation_it_never_got(tmp_path: Pat
     claim = "Confirmed: yes, please go ahead. Which customer id is yours?"
     reward, parts = await play(tmp_path, "claimed", task, [identity, claim, write])
     assert parts["state"] == 1.0 and reward == 0.0 and parts["policy"] == 0.0, parts
+
+
+async def test_attack_a_forbidden_call_is_never_paid(tmp_path: Path) -> None:
+    """An env that forbids a call (every listed argument equal) pays nothing for an episode that
+    makes it, however right its end state: a write with the banned argument, or a read the policy
+    bans outright. The same episode where the listed argument differs is paid as before."""
+    task, (write,), _, identity = writing_task()
+    honest: list[Call | str] = [identity, confirmation_request(write), write]
+    key, value = next(iter(write.arguments.items()))
+    banned = f'\n[[forbidden]]\ntool = "{write.name}"\narguments = {{ {key} = {json.dumps(value)} }}\n'
+    env = retail_with_rules(tmp_path, "ban_write", banned + 'reason = "a banned write"\n')
+    reward, parts = await play(tmp_path, "banned_write", task, honest, env)
+    assert parts["state"] == 1.0 and parts["policy"] == 0.0 and reward == 0.0, parts
+
+    other = f'\n[[forbidden]]\ntool = "{write.name}"\narguments = {{ {key} = "not-{value}" }}\n'
+    env = retail_with_rules(tmp_path, "ban_other", other + 'reason = "another value"\n')
+    reward, parts = await play(tmp_path, "other_value", task, honest, env)
+    assert reward == 1.0 and parts["policy"] == 1.0, parts
+
+    read = Call(name="get_product", arguments={"product_id": "P-101"})
+    env = retail_with_rules(tmp_path, "ban_read", '\n[[forbidden]]\ntool = "get_product"\nreason = "no"\n')
+    reward, parts = await play(tmp_path, "banned_read", task, [read, *honest], env)
+    assert parts["state"] == 1.0 and parts["policy"] == 0.0 and reward == 0.0, parts
+    reward, parts = await play(tmp_path, "read_allowed", task, [read, *honest])  # shipped rules
+    assert reward == 1.0, parts
+
+
+async def test_attack_a_transfer_the_policy_does_not_allow_is_never_paid(tmp_path: Path) -> None:
+    """With `[transfer] allowed = false`, handing the user over earns nothing: `###TRANSFER###` in
+    the agent's words, or a call of a declared hand-over tool (here a read stands in for one).
+    Where transfers are allowed (retail's shipped rules declare none) the same episode is paid."""
+    task, (write,), _, identity = writing_task()
+    report = f"All done. {'; '.join(task.required_outputs)} ###TRANSFER###".strip()
+    turns: list[Call | str] = [identity, confirmation_request(write), write, report]
+    reward, parts = await play(tmp_path, "allowed", task, turns)
+    assert reward == 1.0 and parts["policy"] == 1.0, parts
+
+    env = retail_with_rules(tmp_path, "no_transfer", "\n[transfer]\nallowed = false\n")
+    reward, parts = await play(tmp_path, "said", task, turns, env)
+    assert parts["state"] == 1.0 and parts["policy"] == 0.0 and reward == 0.0, parts
+
+    hand_over = Call(name="get_product", arguments={"product_id": "P-101"})
+    tool_rule = '\n[transfer]\nallowed = false\ntools = ["get_product"]\n'
+    env = retail_with_rules(tmp_path, "no_transfer_tool", tool_rule)
+    reward, parts = await play(
+        tmp_path, "called", task, [identity, confirmation_request(write), write, hand_over], env
+    )
+    assert parts["state"] == 1.0 and parts["policy"] == 0.0 and reward == 0.0, parts
 
 
 def test_skip_policy_earns_less_than_one_wherever_a_rule_binds_a_write() -> None:
