@@ -35,6 +35,13 @@ def import_tau2(
         "--strict-tools",
         help="Fail when SRC_DIR's optional tools.json disagrees with the port's tools.",
     ),
+    policy_rules: bool = typer.Option(
+        False,
+        "--policy-rules",
+        help="Opt in to envforge's policy part: write policy_rules.toml (identity before a write, "
+        "the user's yes before each write, a transfer only where the task expects one). "
+        "Default: τ²'s own reward.",
+    ),
 ) -> None:
     """Write the tau2_retail env into ENV_DIR from τ²'s data, then self-check the tasks.
 
@@ -47,7 +54,7 @@ def import_tau2(
     # The self-checks replay gold calls that fail on purpose; the runtime logs those.
     logging.getLogger("envforge.server.runtime").setLevel(logging.CRITICAL)
     try:
-        imported = import_tau2_env(src_dir, env_dir, strict_tools=strict_tools)
+        imported = import_tau2_env(src_dir, env_dir, strict_tools=strict_tools, policy_rules=policy_rules)
         env = load_env(env_dir)
     except Tau2ImportError as exc:
         fail(str(exc))
@@ -80,7 +87,8 @@ def import_tau2(
     console.print(checks)
     if imported.tools_json is not None and not imported.tool_mismatches:
         console.print(f"{imported.tools_json}: agrees with the port's tools")
-    console.print(f"wrote {', '.join(ENV_CODE + GENERATED)} in {env_dir}")
+    written = ENV_CODE + GENERATED + (("policy_rules.toml",) if policy_rules else ())
+    console.print(f"wrote {', '.join(written)} in {env_dir}")
 
 
 def register(app: typer.Typer) -> None:

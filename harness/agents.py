@@ -88,7 +88,8 @@ class OracleAgent:
 
     Where a write of the task needs the principal verified, the oracle verifies it before its
     first call (the policies say: before looking at anything) with the first declared identity
-    tool the user's facts can fill (`identity_call`), and the next one if that did not verify;
+    tool the user's facts can fill (`identity_call`), and the next tool or fact value (a second
+    email) if that did not verify;
     it never reads the principal's records to learn how (synthesis gives the user the facts the
     identity rule needs, `identity_facts`). Before a write the rules want looked up by a
     parameter, it reads the record with the declared lookup tool. Before a write the rules want
@@ -137,11 +138,19 @@ class OracleAgent:
         if self._key() is None or self.rules is None:
             return None
         schemas = {t["function"]["name"]: t["function"].get("parameters", {}) for t in tools}
-        known = {f.name: f.value for f in self.task.scenario.known_facts}
-        call = identity_call(self.rules, schemas, known, skip=self.tried)
-        if call is not None:
-            self.tried.add(call.name)
-        return call
+        facts = self.task.scenario.known_facts
+        known = {f.name: f.value for f in facts}
+        # A fact the user holds twice ("email", "email (2)"): each value is tried in turn.
+        pools = [known, *({**known, f.name.split(" (")[0]: f.value} for f in facts if " (" in f.name)]
+        for pool in pools:
+            skip: set[str] = set()
+            while (call := identity_call(self.rules, schemas, pool, skip=skip)) is not None:
+                key = json.dumps([call.name, call.arguments], sort_keys=True, default=str)
+                if key not in self.tried:
+                    self.tried.add(key)
+                    return call
+                skip.add(call.name)
+        return None
 
     def _before(self, call: Call, tools: list[dict[str, Any]]) -> Call | None:
         """A call the policy wants made before golden `call` (None: nothing more)."""

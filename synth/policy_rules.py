@@ -68,8 +68,17 @@ class ForbiddenRule(_Model):
 
 
 class TransferRule(_Model):
-    allowed: bool = True
+    allowed: bool | Literal["when_expected"] = Field(
+        True, description='"when_expected": only in a task whose golden calls hand the user over'
+    )
     tools: list[str] = Field(default_factory=list, description="tools that hand the user to a human")
+
+    def allows(self, task: Task) -> bool:
+        """Whether `task`'s episode may hand the user over: always, never, or where the task's own
+        golden calls do (τ²: "if and only if the request cannot be handled": the task says which)."""
+        if self.allowed == "when_expected":
+            return any(c.name in self.tools for c in task.golden_calls)
+        return self.allowed
 
 
 class PolicyDeclaration(_Model):
@@ -88,6 +97,8 @@ class PolicyRules:
 
     declared: PolicyDeclaration
     writes: frozenset[str]
+    tools: frozenset[str] = frozenset()
+    """Every tool of the env: a confirmation that names another one proposes another call."""
 
     @property
     def identity_tools(self) -> tuple[str, ...]:
@@ -162,7 +173,9 @@ def parse_policy_rules(path: Path, tools: dict[str, bool]) -> PolicyRules:
     unknown = sorted({t for t in named if t not in tools})
     if unknown:
         raise PolicyRulesError(f"{path}: unknown tool(s): {', '.join(unknown)}")
-    return PolicyRules(declared, frozenset(n for n, read_only in tools.items() if not read_only))
+    return PolicyRules(
+        declared, frozenset(n for n, read_only in tools.items() if not read_only), frozenset(tools)
+    )
 
 
 # --------------------------------------------------------------------------- the trajectory
@@ -218,7 +231,23 @@ def names_only(step: Step, column: str, value: Any) -> bool:
         return False
     seen = {v for v in _values_under(step.call.arguments, column) if isinstance(v, (str, int, float))}
     seen |= {v for v in _values_under(_result_json(step.text), column) if isinstance(v, (str, int, float))}
+    bare = _bare_scalar(step.text)
+    if bare is not None:  # a lookup that answers with the key alone (τ²'s `find_user_id_by_email`)
+        seen.add(bare)
     return seen == {value}
+
+
+def _bare_scalar(text: str) -> str | int | float | None:
+    """A result that is one scalar, not an object or a list: its value (a JSON string or number,
+    else the text itself); None for JSON containers and empty text."""
+    text = text.strip()
+    if not text or text[:1] in "[{":
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
 
 
 def looked_up(rules: PolicyRules, step: Step) -> set[tuple[str, str]]:
@@ -303,6 +332,68 @@ def identity_facts(
     return [Fact(name=p, value=v) for p, v in need.arguments.items() if p not in known]
 
 
+def names_principal(step: Step, column: str, value: Any) -> bool:
+    """A call whose arguments or result hold the principal's key (`column` = `value`): it looks
+    at something of the principal's (a failed call's arguments count; they asked)."""
+    assert step.call is not None
+    if value in _values_under(step.call.arguments, column):
+        return True
+    return not step.error and value in _values_under(_result_json(step.text), column)
+
+
+_PAIR = re.compile(r"(?<![\w-])([A-Za-z_]\w*)=")
+_VALUE_END = re.compile(r"(?:$|[\s,;)]|\.(?!\w))")
+
+
+def _plain(value: Any) -> str:
+    """An argument value as a proposal writes it (the scripted user's `plain_value`): a string as
+    it is, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _leaves(value: Any) -> Iterable[Any]:
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _leaves(v)
+    elif value is not None and not isinstance(value, bool):
+        yield value
+
+
+def _word(text: str, word: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", text, re.I) is not None
+
+
+def proposes(rules: PolicyRules, proposal: str, call: Call) -> bool:
+    """Whether `proposal` (what the agent said before the user's yes) proposes `call`: it names
+    the call (its tool, or one of its argument values: a string one where it has any) and nothing
+    that is another call's: every `key=value` is an argument of the call with that value, and a
+    proposal that names another tool of the env names this call's tool too.
+
+    A yes licenses the write it was asked for. Without this a yes to "I am about to get_order
+    with order_id=W1. Shall I proceed?" (a read), or to another write's proposal, licensed any
+    write that followed."""
+    covered = 0
+    for m in _PAIR.finditer(proposal):
+        if m.start() < covered:
+            continue  # inside the previous pair's value
+        k, rest = m.group(1), proposal[m.end() :]
+        if k not in call.arguments:
+            return False
+        value = _plain(call.arguments[k])
+        if not (rest.startswith(value) and _VALUE_END.match(rest, len(value))):
+            return False
+        covered = m.end() + len(value)
+    own_tool = _word(proposal, call.name)
+    if not own_tool and any(_word(proposal, t) for t in rules.tools - {call.name}):
+        return False
+    leaves = list(_leaves(call.arguments))
+    strings = [v for v in leaves if isinstance(v, str) and v.strip()]
+    return own_tool or any(_word(proposal, _plain(v)) for v in strings or leaves) or not leaves
+
+
 def _matches(call: Call, rule: ForbiddenRule) -> bool:
     return call.name == rule.tool and all(call.arguments.get(k) == v for k, v in rule.arguments.items())
 
@@ -313,31 +404,40 @@ def policy_violations(rules: PolicyRules, task: Task, steps: Sequence[Step]) -> 
     declared = rules.declared
     principal = task.dag.principal
     key = next(iter(principal.key.items())) if principal is not None and len(principal.key) == 1 else None
+    transfers = declared.transfer.allows(task)
+    # the identity rule binds this task: its principal is verified before anything of theirs is read
+    guarded = key is not None and any(rules.needs_identity(c.name) for c in task.golden_calls)
     verified = False
     asked = False  # the agent has asked the user something the user has not answered yet
     confirmed = False  # the user said yes to the agent's last question, and no write used that yes
+    said = ""  # what the agent has said since the user last spoke
+    proposal = ""  # what the agent had said when it asked its last question
     looked: set[tuple[str, str]] = set()
     for step in steps:
         if step.role == "agent":
+            said += "\n" + step.text
             if "?" in step.text:  # a new question: a yes now answers it, not an earlier one
-                asked, confirmed = True, False
-            if not declared.transfer.allowed and TRANSFER_TOKEN in step.text:
+                asked, confirmed, proposal = True, False, said
+            if not transfers and TRANSFER_TOKEN in step.text:
                 out.append("transferred the user to a human, which the policy does not allow")
             continue
         if step.role == "user":
             confirmed = asked and says_yes(step.text)
-            asked = False
+            asked, said = False, ""
             continue
         call = step.call
         assert call is not None
         name = call.name
         if key is not None and name in rules.identity_tools and names_only(step, *key):
             verified = True
+        elif guarded and key is not None and not verified and name not in (*rules.identity_tools, *rules.writes):
+            if names_principal(step, *key):
+                out.append(f"{name}: looked at the principal {key[1]}'s records before verifying them")
         looked |= looked_up(rules, step)
         for ban in declared.forbidden:
             if _matches(call, ban):
                 out.append(f"{name}: forbidden ({ban.reason})")
-        if name in declared.transfer.tools and not declared.transfer.allowed:
+        if name in declared.transfer.tools and not transfers:
             out.append(f"{name}: transferred the user to a human, which the policy does not allow")
         if name not in rules.writes:
             continue
@@ -350,6 +450,8 @@ def policy_violations(rules: PolicyRules, task: Task, steps: Sequence[Step]) -> 
         if rules.needs_confirmation(name):
             if not confirmed:
                 out.append(f"{name}: written without the user's explicit yes")
+            elif not proposes(rules, proposal, call):
+                out.append(f"{name}: the user's yes was to a proposal of another call")
             elif not step.error:
                 confirmed = False  # one yes, one write
     return out

@@ -26,6 +26,7 @@ import os
 import re
 import tempfile
 import tomllib
+import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from .models import (
     DagEdge,
     Difficulty,
     Fact,
+    Principal,
     RewardPart,
     RowCheck,
     Task,
@@ -943,8 +945,78 @@ def _check_gold_tools(where: str, parsed: list[_Parsed], tools: dict[str, ToolSp
                 )
 
 
+POLICY_RULES = "policy_rules.toml"
+"""The port's declaration of τ²'s retail policy (`import tau2 --policy-rules` writes it)."""
+
+
+def _fold(text: str) -> str:
+    """τ²'s `fold_for_match` (the port's tools.py): case- and diacritic-folded."""
+    decomposed = unicodedata.normalize("NFD", text.strip())
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch)).casefold()
+
+
+def tau2_principal(task: Task, state: State) -> Principal | None:
+    """The user a τ² task acts for: the one its first golden user lookup finds, as the port's
+    `find_user_id_by_email` / `find_user_id_by_name_zip` find them (the first in db.json order);
+    where τ²'s gold lists only the writes, the one the user's own facts (email, or name and zip)
+    find; else the owner of the first order a golden call names. None for a task that names no
+    user (a transfer-only task)."""
+    users = sorted(state.get("users", []), key=lambda r: r["position"])
+    zips = {r["user_id"]: r["zip"] for r in state.get("user_addresses", [])}
+    owners = {r["order_id"]: r["user_id"] for r in state.get("orders", [])}
+    facts = {f.name: f.value for f in task.scenario.known_facts}
+    lookups = [(c.name, c.arguments) for c in task.golden_calls]
+    lookups += [("find_user_id_by_email", facts), ("find_user_id_by_name_zip", facts)]
+    for name, args in lookups:
+        if name == "find_user_id_by_email" and "email" in args:
+            found = [u for u in users if _fold(u["email"]) == _fold(str(args["email"]))]
+        elif name == "find_user_id_by_name_zip" and {"first_name", "last_name", "zip"} <= set(args):
+            first, last = _fold(str(args["first_name"])), _fold(str(args["last_name"]))
+            found = [
+                u
+                for u in users
+                if _fold(u["first_name"]) == first
+                and _fold(u["last_name"]) == last
+                and zips.get(u["user_id"]) == args["zip"]
+            ]
+        else:
+            continue
+        if found:
+            return _user_principal(found[0])
+    for call in task.golden_calls:
+        owner = owners.get(call.arguments.get("order_id"))
+        user = next((u for u in users if u["user_id"] == owner), None)
+        if user is not None:
+            return _user_principal(user)
+    return None
+
+
+def _user_principal(user: dict[str, Any]) -> Principal:
+    return Principal(
+        table="users", key={"user_id": user["user_id"]}, name=f"{user['first_name']} {user['last_name']}"
+    )
+
+
+def with_principals(env: Environment, tasks: list[Task]) -> list[Task]:
+    """`tasks` with the user each acts for as its principal (`tau2_principal`): what the identity
+    rule of the port's policy_rules.toml verifies."""
+    pks = primary_keys(env.tables)
+    seed = env.seed_state()
+    out = []
+    for task in tasks:
+        state = apply_diff(pks, seed, task.setup) if task.setup else seed
+        dag = task.dag.model_copy(update={"principal": tau2_principal(task, state)})
+        out.append(task.model_copy(update={"dag": dag}))
+    return out
+
+
 def import_tau2_env(
-    src_dir: Path, env_dir: Path, *, tasks: bool = True, strict_tools: bool = False
+    src_dir: Path,
+    env_dir: Path,
+    *,
+    tasks: bool = True,
+    strict_tools: bool = False,
+    policy_rules: bool = False,
 ) -> Tau2Import:
     """Write the `tau2_retail` env folder `env_dir` from τ²-bench's retail data folder `src_dir`.
 
@@ -957,6 +1029,11 @@ def import_tau2_env(
     A `tools.json` in `src_dir` is cross-checked against the port's tools: its differences are
     returned (`tool_mismatches`), or raised with `strict_tools`. Everything is validated before
     anything is written; re-running leaves the files byte-identical.
+
+    By default the env keeps τ²'s own reward: no policy part (a `policy_rules.toml` an earlier
+    opt-in wrote is removed). `policy_rules` opts in to envforge's policy part: it writes the
+    port's `policy_rules.toml` (τ²'s retail policy as checkable rules) and gives each task the
+    user it acts for as its principal (`with_principals`), whom the identity rule verifies.
     """
     src_dir, env_dir = Path(src_dir), Path(env_dir)
     if not (src_dir / "db.json").exists() and (src_dir / "retail" / "db.json").exists():
@@ -997,6 +1074,11 @@ def import_tau2_env(
         _write_if_changed(env_dir / name, (PORT_DIR / name).read_bytes())
     _write_if_changed(env_dir / "seed.json", seed_json_text(seed).encode("utf-8"))
     _write_if_changed(env_dir / "policy.md", policy)
+    rules_bytes = (PORT_DIR / POLICY_RULES).read_bytes()
+    if policy_rules:
+        _write_if_changed(env_dir / POLICY_RULES, rules_bytes)
+    elif (env_dir / POLICY_RULES).is_file() and (env_dir / POLICY_RULES).read_bytes() == rules_bytes:
+        (env_dir / POLICY_RULES).unlink()  # an earlier opt-in's: the default is τ²'s own reward
     found = Tau2Import(
         env_dir=env_dir,
         tasks=None,
@@ -1007,6 +1089,8 @@ def import_tau2_env(
         return found
     env = load_env(env_dir)
     found.tasks = tau2_tasks_to_envforge(raw_tasks, splits, env)
+    if policy_rules:
+        found.tasks = with_principals(env, found.tasks)
     text = "".join(t.model_dump_json() + "\n" for t in found.tasks)
     _write_if_changed(env_dir / "tasks.jsonl", text.encode("utf-8"))
     return found
