@@ -91,6 +91,18 @@ def submit_on_db_thread(
     conn._tx.put_nowait((cast("asyncio.Future[Any]", completion), functools.partial(fn, *args)))
 
 
+def post_on_db_thread(conn: aiosqlite.Connection, fn: Callable[[], Any]) -> None:
+    """Queue `fn()` on `conn`'s thread now, in order with its other jobs; nothing comes back.
+
+    For a job that answers for itself from the thread (a confined worker's statement, written
+    straight to the worker's pipe) and wakes the event loop only when it must. `fn` must not
+    raise. Raises ValueError when the connection is closed.
+    """
+    if not conn._running or conn._connection is None:
+        raise ValueError("Connection closed")
+    conn._tx.put_nowait((None, fn))
+
+
 def _deliver(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
     if future.done():
         return
