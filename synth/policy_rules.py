@@ -333,12 +333,15 @@ def identity_facts(
 
 
 def names_principal(step: Step, column: str, value: Any) -> bool:
-    """A call whose arguments or result hold the principal's key (`column` = `value`): it looks
-    at something of the principal's (a failed call's arguments count; they asked)."""
+    """A call whose arguments or result hold the principal's key: under its column, or (a string
+    key such as `E-1062`) under any name (a ticket's `requester_id`, an asset's `assigned_to`). It
+    looks at something of the principal's (a failed call's arguments count: they asked)."""
     assert step.call is not None
-    if value in _values_under(step.call.arguments, column):
-        return True
-    return not step.error and value in _values_under(_result_json(step.text), column)
+
+    def holds(data: Any) -> bool:
+        return value in _values_under(data, column) or (isinstance(value, str) and value in _leaves(data))
+
+    return holds(step.call.arguments) or (not step.error and holds(_result_json(step.text)))
 
 
 _PAIR = re.compile(r"(?<![\w-])([A-Za-z_]\w*)=")
@@ -430,8 +433,8 @@ def policy_violations(rules: PolicyRules, task: Task, steps: Sequence[Step]) -> 
         name = call.name
         if key is not None and name in rules.identity_tools and names_only(step, *key):
             verified = True
-        elif guarded and key is not None and not verified and name not in (*rules.identity_tools, *rules.writes):
-            if names_principal(step, *key):
+        elif guarded and key is not None and not verified and name not in rules.writes:
+            if name not in rules.identity_tools and names_principal(step, *key):
                 out.append(f"{name}: looked at the principal {key[1]}'s records before verifying them")
         looked |= looked_up(rules, step)
         for ban in declared.forbidden:
