@@ -48,10 +48,12 @@ from .tooldef import ToolSpec, tool
 
 if TYPE_CHECKING:
     from .client import EnvClients, EpisodeClient, episode_client, http_episode_client
+    from .envfiles import env_file, env_file_exists, read_env_bytes, read_env_text
     from .http_app import build_app
     from .http_limits import HTTPLimits, install_log_limiter, serve_http
     from .inline import InlineConnection, InlinePool, ScratchConnection, ScratchPool, run_inline
     from .replays import read_actions, replay
+    from .schema_policy import SchemaViolation, schema_violations
     from .static_gate import SEED_IMPORTS, TOOLS_IMPORTS, Violation, check_python, check_sql
     from .stdio import serve_stdio
 
@@ -70,6 +72,12 @@ _LAZY = {
     "read_actions": "replays",
     "replay": "replays",
     "serve_stdio": "stdio",
+    "env_file": "envfiles",
+    "env_file_exists": "envfiles",
+    "read_env_bytes": "envfiles",
+    "read_env_text": "envfiles",
+    "SchemaViolation": "schema_policy",
+    "schema_violations": "schema_policy",
     "SEED_IMPORTS": "static_gate",
     "TOOLS_IMPORTS": "static_gate",
     "Violation": "static_gate",
@@ -114,6 +122,7 @@ __all__ = [
     "InlineConnection",
     "InlinePool",
     "LoadProblem",
+    "SchemaViolation",
     "ScratchConnection",
     "ScratchPool",
     "State",
@@ -129,6 +138,8 @@ __all__ = [
     "check_arguments",
     "check_python",
     "check_sql",
+    "env_file",
+    "env_file_exists",
     "episode_client",
     "episode_connector",
     "execute",
@@ -143,9 +154,12 @@ __all__ = [
     "prefix_digest",
     "quote_ident",
     "read_actions",
+    "read_env_bytes",
+    "read_env_text",
     "render_result",
     "replay",
     "run_inline",
+    "schema_violations",
     "serve_http",
     "serve_stdio",
     "state_hash",

@@ -15,15 +15,16 @@ import linecache
 import sqlite3
 import sys
 import tomllib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from .envfiles import env_file, env_file_exists, read_env_text
 from .errors import EnvLoadError, LoadProblem
 from .manifest import EnvManifest
+from .schema_policy import check_confined_schema, statements
 from .sqlguard import SqlGuard, end_transaction, protect
 from .state import State, TableInfo, export_state, quote_ident, read_tables, state_hash
 from .tooldef import TOOL_MARK, ToolDefinitionError, ToolSpec, build_tool_spec, def_line
@@ -120,26 +121,8 @@ def open_database(data: bytes, *, check_same_thread: bool = True) -> sqlite3.Con
     return conn
 
 
-def _statements(sql: str) -> Iterator[tuple[int, str]]:
-    """Split an SQL script into complete statements, each with the line it starts on."""
-    buf: list[str] = []
-    start = 1
-    for lineno, line in enumerate(sql.splitlines(keepends=True), start=1):
-        if not buf:
-            if not line.strip() or line.strip().startswith("--"):
-                continue
-            start = lineno
-        buf.append(line)
-        text = "".join(buf)
-        if sqlite3.complete_statement(text):
-            yield start, text
-            buf = []
-    if buf and "".join(buf).strip():
-        yield start, "".join(buf)
-
-
 def _apply_schema(conn: sqlite3.Connection, sql: str, path: Path, guard: SqlGuard) -> None:
-    for line, stmt in _statements(sql):
+    for line, stmt in statements(sql):
         guard.denied = None
         try:
             conn.execute(stmt)
@@ -256,12 +239,13 @@ def _skip_ws(text: str, pos: int) -> int:
     return pos
 
 
-def _load_seed(conn: sqlite3.Connection, path: Path, tables: dict[str, TableInfo]) -> None:
-    if not path.exists():
+def _load_seed(conn: sqlite3.Connection, root: Path, name: str, tables: dict[str, TableInfo]) -> None:
+    path = root / name
+    if not env_file_exists(root, name):
         raise EnvLoadError([LoadProblem(path, None, "seed file is missing")])
-    text = path.read_text(encoding="utf-8")
+    text = read_env_text(root, name)
     if path.suffix == ".sql":
-        for line, stmt in _statements(text):
+        for line, stmt in statements(text):
             try:
                 conn.execute(stmt)
             except sqlite3.Error as exc:
@@ -307,10 +291,10 @@ def _load_seed(conn: sqlite3.Connection, path: Path, tables: dict[str, TableInfo
 
 def _load_manifest(root: Path) -> EnvManifest:
     path = root / MANIFEST
-    if not path.exists():
+    if not env_file_exists(root, MANIFEST):
         raise EnvLoadError([LoadProblem(path, None, "manifest is missing")])
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_env_text(root, MANIFEST))
     except tomllib.TOMLDecodeError as exc:
         line = getattr(exc, "lineno", None)
         raise EnvLoadError([LoadProblem(path, line, f"invalid TOML: {exc}")]) from exc
@@ -361,10 +345,12 @@ def load_tool_module(path: Path, env_name: str, *, source: str | None = None) ->
 
 
 def _load_tools(
-    path: Path, manifest: EnvManifest, tables: set[str], *, static_gate: bool = True
+    root: Path, manifest: EnvManifest, tables: set[str], *, static_gate: bool = True
 ) -> dict[str, ToolSpec]:
-    if not path.exists():
+    path = root / TOOLS
+    if not env_file_exists(root, TOOLS):
         raise EnvLoadError([LoadProblem(path, None, "tools.py is missing")])
+    path = env_file(root, TOOLS)  # its real path, inside the folder: what the tools are read from
     if manifest.trust == "confined":
         from .confined_tools import load_confined_tools  # model-written code: never imported here
 
@@ -462,7 +448,7 @@ def build_seed(root: Path, manifest: EnvManifest, schema_sql: str) -> tuple[byte
         if problems:
             raise EnvLoadError(problems)
         conn.execute("BEGIN")
-        _load_seed(conn, root / manifest.seed, {t.name: t for t in tables})
+        _load_seed(conn, root, manifest.seed, {t.name: t for t in tables})
         end_transaction(conn, guard, commit=True)
         return conn.serialize(), tables
     finally:
@@ -472,31 +458,36 @@ def build_seed(root: Path, manifest: EnvManifest, schema_sql: str) -> tuple[byte
 def load_env(root: str | Path, *, static_gate: bool = True) -> Environment:
     """Load and validate an env folder. Raises `EnvLoadError` listing problems with file and line.
 
-    A confined env's tools.py must pass the static gate (`static_gate.check_python`) first;
-    `static_gate=False` skips it, for tests of the sandbox itself, which run code the gate would
-    refuse to show that the OS layer holds without it."""
+    A confined env's tools.py must pass the static gate (`static_gate.check_python`) first, and
+    its schema.sql the schema policy (`schema_policy.check_confined_schema`); `static_gate=False`
+    skips both, for tests of the sandbox itself, which run code the gates would refuse to show
+    that the OS layer holds without them. Every file is read without following a link out of
+    the folder (`envfiles`)."""
     root = Path(root)
     if not root.is_dir():
         raise EnvLoadError([LoadProblem(root, None, "not a directory")])
     manifest = _load_manifest(root)
     policy_path = root / POLICY
-    if not policy_path.exists() or not policy_path.read_text(encoding="utf-8").strip():
+    policy = read_env_text(root, POLICY) if env_file_exists(root, POLICY) else ""
+    if not policy.strip():
         raise EnvLoadError([LoadProblem(policy_path, None, "policy.md is missing or empty")])
     schema_path = root / SCHEMA
-    if not schema_path.exists():
+    if not env_file_exists(root, SCHEMA):
         raise EnvLoadError([LoadProblem(schema_path, None, "schema.sql is missing")])
-    schema_sql = schema_path.read_text(encoding="utf-8")
+    schema_sql = read_env_text(root, SCHEMA)
+    if manifest.trust == "confined" and static_gate:  # model-written: prepared and judged, never run
+        check_confined_schema(schema_sql, schema_path)
     if manifest.trust == "confined":  # a model-written schema and seed: built in a bounded child
         from .schema_host import build_seed_bounded
 
         seed_db, tables = build_seed_bounded(root, manifest, schema_sql)
     else:
         seed_db, tables = build_seed(root, manifest, schema_sql)
-    tools = _load_tools(root / TOOLS, manifest, {t.name for t in tables}, static_gate=static_gate)
+    tools = _load_tools(root, manifest, {t.name for t in tables}, static_gate=static_gate)
     return Environment(
         root=root,
         manifest=manifest,
-        policy=policy_path.read_text(encoding="utf-8"),
+        policy=policy,
         schema_sql=schema_sql,
         tools=tools,
         tables=tables,

@@ -45,18 +45,20 @@ def build_seed_bounded(root: Path, manifest: Any, schema_sql: str) -> tuple[byte
     """`loader.build_seed` in a confined child: the seed database and its tables, or `EnvLoadError`
     (a problem of the env's files, a schema or seed over the deadline or the memory bound)."""
     from . import confinement
+    from .envfiles import env_file_exists, read_env_text
     from .errors import EnvLoadError, LoadProblem
     from .state import read_tables
 
     seed_path = root / manifest.seed
     timeout = schema_timeout_s()
-    if not seed_path.is_file():
+    if not env_file_exists(root, manifest.seed):
         raise EnvLoadError([LoadProblem(seed_path, None, "seed file is missing")])
+    seed = read_env_text(root, manifest.seed)  # never through a link out of the folder
     request = {
         "manifest": manifest.model_dump(mode="json"),
         "schema": schema_sql,
         "seed_suffix": seed_path.suffix,
-        "seed": seed_path.read_text(encoding="utf-8"),
+        "seed": seed,
         "limits": {
             **confinement.Limits().to_json(),
             "address_space_mb": SCHEMA_MEMORY_MB,

@@ -1,0 +1,134 @@
+"""Attacks through a model-written schema.sql: statements that run at load, and triggers planted
+for later.
+
+Before, a confined env's schema was applied as it came: `CREATE TABLE ... AS WITH RECURSIVE ...`
+passed the text check and `inspect`, `serve` and `synth env`'s load gate never finished (or
+finished at the load deadline), and a trigger that fires only on a value the seed lacks passed
+load, to run later with no bound when a client posted a state holding that value. Now each
+statement is prepared on a throwaway connection (never run) and judged by what SQLite's
+authorizer is asked: a confined schema may create tables, indexes and views, nothing else.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_attack_confinement import make_confined_env
+
+from envforge.server import EnvLoadError, load_env, schema_violations
+
+from conftest import REPO
+
+CLEAN_TOOLS = '''
+from envforge.server import Db, tool
+
+
+@tool()
+async def count_notes(db: Db) -> int:
+    """How many notes there are."""
+    return int(await db.fetch_value("SELECT count(*) FROM notes"))
+'''
+
+NOTES = "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);\n"
+ENDLESS = (
+    "CREATE TABLE spin AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+    "SELECT max(x) AS x FROM c;\n"
+)
+PLANTED_TRIGGER = (
+    "CREATE TABLE log (id INTEGER PRIMARY KEY, n INTEGER);\n"
+    "CREATE TRIGGER planted AFTER INSERT ON notes WHEN new.body = 'never-in-the-seed' BEGIN\n"
+    "  INSERT INTO log (n) WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+    "SELECT max(x) FROM c;\n"
+    "END;\n"
+)
+
+
+def _env(tmp_path: Path, schema: str) -> Path:
+    root = make_confined_env(tmp_path / "env", CLEAN_TOOLS)
+    (root / "schema.sql").write_text(schema)
+    return root
+
+
+def test_an_endless_create_table_as_select_is_refused_before_it_runs(tmp_path: Path) -> None:
+    root = _env(tmp_path, NOTES + ENDLESS)
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "envforge.cli", "inspect", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={"ENVFORGE_SCHEMA_TIMEOUT_S": "60", **_path_env()},
+    )
+    took = time.monotonic() - start
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in said
+    assert "schema.sql:2" in said and "CREATE TABLE ... AS SELECT is not allowed" in said, said
+    assert "CREATE TABLE spin AS WITH RECURSIVE" in said  # the statement is named
+    assert took < 20, f"refused only after {took:.1f}s: it ran until a deadline"
+
+
+def _path_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "ENVFORGE_SCHEMA_TIMEOUT_S"}
+
+
+def test_a_planted_trigger_is_refused_at_load(tmp_path: Path) -> None:
+    with pytest.raises(EnvLoadError) as err:
+        load_env(_env(tmp_path, NOTES + PLANTED_TRIGGER))
+    assert len(err.value.problems) == 1
+    problem = err.value.problems[0]
+    assert problem.file.name == "schema.sql" and problem.line == 3
+    assert "CREATE TRIGGER is not allowed" in problem.message
+
+
+@pytest.mark.parametrize(
+    ("statement", "rule"),
+    [
+        ("CREATE TABLE copy AS SELECT * FROM notes;", "AS SELECT is not allowed"),
+        (
+            "CREATE VIEW spin AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+            "SELECT x FROM c;",
+            "recursive CTE",
+        ),
+        ("CREATE TEMP TABLE scratch (a);", "TEMP"),
+        ("CREATE VIRTUAL TABLE fts USING fts5(body);", "VIRTUAL TABLE"),
+        ("INSERT INTO notes (id, body) VALUES (9, 'x');", "INSERT is not allowed"),
+        ("PRAGMA foreign_keys = OFF;", "PRAGMA is not allowed"),
+        ("DROP TABLE notes;", "DROP TABLE is not allowed"),
+        ("ALTER TABLE notes ADD COLUMN extra TEXT;", "ALTER TABLE is not allowed"),
+        ("CREATE TABLE pad (id INTEGER PRIMARY KEY, b BLOB DEFAULT (json_patch('{}', '{}')));", "json_patch"),
+        ("CREATE VIEW leak AS SELECT readfile('/etc/passwd') AS f;", "readfile"),
+        ("/* a */ ATTACH /* b */ DATABASE '/tmp/x.db' AS x;", "ATTACH is not allowed"),
+    ],
+)
+def test_what_a_confined_schema_may_not_hold(statement: str, rule: str, tmp_path: Path) -> None:
+    found = schema_violations(NOTES + statement + "\n")
+    assert [v.line for v in found] == [2], found
+    assert rule in found[0].rule
+
+
+def test_what_a_confined_schema_may_hold_still_loads(tmp_path: Path) -> None:
+    schema = (
+        "CREATE TABLE notes (\n"
+        "  id INTEGER PRIMARY KEY,\n"
+        "  body TEXT NOT NULL CHECK (length(body) > 0) DEFAULT ('x'),\n"
+        "  shout TEXT GENERATED ALWAYS AS (upper(body)),\n"
+        "  tag TEXT UNIQUE\n"
+        ");\n"
+        "CREATE INDEX notes_by_shout ON notes (lower(shout)) WHERE tag IS NOT NULL;\n"
+        "CREATE VIEW long_notes AS SELECT id, body FROM notes WHERE length(body) > 3;\n"
+    )
+    assert schema_violations(schema) == []
+    env = load_env(_env(tmp_path, schema))
+    assert {t.name for t in env.tables} == {"notes"}
+
+
+@pytest.mark.parametrize("name", ["library", "pharmacy", "car_rental", "gym", "helpdesk_lite"])
+def test_the_synthesized_envs_schemas_pass(name: str) -> None:
+    assert schema_violations((REPO / "envs" / name / "schema.sql").read_text()) == []
