@@ -110,6 +110,14 @@ def cache_dir() -> Path:
     return (Path(root) if root else Path.home() / ".cache" / "envforge") / "models"
 
 
+def log_dir() -> Path:
+    """Where local servers write their logs: beside the models in the cache, in a folder only its
+    owner may enter (a shared /tmp let any local user read what a server printed)."""
+    path = cache_dir().parent / "logs"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
 def _installed(part: PackagedFile) -> Path:
     """Where an installed part lives, found through the distribution's record (nothing imported)."""
     hint = "install the local extra: pip install -e '.[local]' (make setup does)"

@@ -7,8 +7,18 @@ runtime chosen by measurement in docs/benchmarks.md) on an ephemeral port with a
 random API key, no logits kept beyond the last token and no RAM prompt cache (the live context's
 prefix is reused), waits until it answers `/v1/models`, and stops it when
 the block ends — normally, on an error or on Ctrl-C. The child gets its own process group (so a
-Ctrl-C in the terminal reaches envforge, which stops it in order) and dies with its parent
-(`PR_SET_PDEATHSIG`), so a killed envforge leaves no server behind either.
+Ctrl-C in the terminal reaches envforge, which stops it in order).
+
+Other local users must not reach the server, and it must not outlive envforge however envforge
+ends. The key is therefore never on the command line (`/proc/PID/cmdline` is readable by every
+user; another uid got 200 with a key read there): a small launcher (`LAUNCHER`, run as
+`python -c`) reads it as the first line of its stdin, a pipe from envforge, and hands it to the
+server's own argument parser in-process. That pipe then stays open for the server's life: when
+envforge dies, SIGKILL included, the kernel closes its end, the launcher's watcher thread reads
+end-of-file and SIGKILLs the server. `PR_SET_PDEATHSIG` (SIGKILL, not SIGTERM: uvicorn finishes
+the answers in flight on SIGTERM, and a long generation kept a server alive ~5 minutes after
+`eval` was killed) is the second line. The log goes to the cache (`local_models.log_dir`, mode
+0700), not to the shared /tmp.
 
 One server per role: the agent's long system prompt (policy and tools) stays in its own cache
 instead of being evicted by the user's or the judge's prompts.
@@ -24,6 +34,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import urllib.error
 import urllib.request
@@ -33,7 +44,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .llm import LLMConfig
-from .local_models import LocalModel, LocalModelError, Progress, assemble, available, model_for_spec
+from .local_models import (
+    LocalModel,
+    LocalModelError,
+    Progress,
+    assemble,
+    available,
+    log_dir,
+    model_for_spec,
+)
 
 READY_TIMEOUT_S = 180.0
 STOP_GRACE_S = 5.0
@@ -83,14 +102,47 @@ def _free_port() -> int:
         return port
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the parent dies (Linux), so no server outlives it."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
+LAUNCHER = textwrap.dedent(
+    """
+    import os, runpy, signal, sys, threading
+
+    key = b""
+    while not key.endswith(b"\\n"):
+        chunk = os.read(0, 1)
+        if not chunk:
+            os._exit(3)
+        key += chunk
+
+    def watch():
+        while os.read(0, 4096):
+            pass
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True).start()
+    sys.argv = ["llama_cpp.server", *sys.argv[1:], "--api_key=" + key.decode().strip()]
+    runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+    """
+)
+"""The server's entry point: the key from the first line of stdin, then SIGKILL of itself when
+stdin ends (its parent died or stopped it); `sys.argv` changed in-process is not what
+`/proc/PID/cmdline` shows."""
+
+
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    """In the child, before exec: SIGKILL when the parent dies (Linux), and exit at once if it
+    already has (between fork and this call the signal would be missed)."""
+
+    def arm() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            pr_set_pdeathsig = 1
+            libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return arm
 
 
 def _log_tail(path: Path) -> str:
@@ -124,7 +176,7 @@ def server_threads() -> int:
     return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
-def server_command(model_path: Path, model: LocalModel, port: int, api_key: str) -> list[str]:
+def server_command(model_path: Path, model: LocalModel, port: int) -> list[str]:
     """Memory stays bounded. `--logits_all false`: the server's default keeps every prompt token's
     logits (tokens × vocabulary floats: 1.8 GB for a 3,000-token prompt to Qwen's 151,936-token
     vocabulary); nothing here asks for prompt logprobs. `--cache false`: the RAM prompt cache copies
@@ -132,12 +184,13 @@ def server_command(model_path: Path, model: LocalModel, port: int, api_key: str)
     a judge reading many distinct conversations grew one server to 8.7 GB until the kernel killed
     it (docs/benchmarks.md). A role's next prompt still reuses the common prefix of what its
     context holds (the policy and tools of the previous turn): llama-cpp-python matches it against
-    the live context, with or without that cache."""
+    the live context, with or without that cache. The API key is not here: `LAUNCHER` reads it
+    from stdin and adds it as one `--api_key=KEY` argument (a key may begin with "-")."""
     threads = server_threads()
     return [
         sys.executable,
-        "-m",
-        "llama_cpp.server",
+        "-c",
+        LAUNCHER,
         "--model",
         str(model_path),
         "--model_alias",
@@ -146,7 +199,6 @@ def server_command(model_path: Path, model: LocalModel, port: int, api_key: str)
         "127.0.0.1",
         "--port",
         str(port),
-        f"--api_key={api_key}",  # one argument: a key may begin with "-" (token_urlsafe's alphabet)
         "--n_ctx",
         str(model.context),
         "--n_threads",
@@ -190,6 +242,8 @@ def stop(server: LocalServer) -> None:
             except ProcessLookupError:
                 pass
             proc.wait()
+    if proc.stdin is not None:
+        proc.stdin.close()
     if not crashed:  # a server that died on its own keeps its log for a post-mortem
         server.log_path.unlink(missing_ok=True)
 
@@ -198,25 +252,31 @@ def start(model: LocalModel, model_path: Path, *, ready_timeout_s: float = READY
     """Start a server for `model_path` and return it once it answers; stopped again on failure.
 
     Call it from a thread that outlives the server (the main thread): the child's parent-death
-    signal fires when the thread that started it ends."""
+    signal fires when the thread that started it ends. The log is in `local_models.log_dir()`."""
     if not runtime_installed():
         raise LocalServerError(
             "the local runtime (llama-cpp-python with its server) is not installed: "
             "pip install -e '.[local]' (make setup does)"
         )
     port, api_key = _free_port(), secrets.token_urlsafe(24)
-    fd, log_name = tempfile.mkstemp(prefix=f"envforge-{model.name}-", suffix=".log")
+    fd, log_name = tempfile.mkstemp(prefix=f"{model.name}-", suffix=".log", dir=log_dir())
     log_path = Path(log_name)
     with os.fdopen(fd, "wb") as log:
         process = subprocess.Popen(
-            server_command(model_path, model, port, api_key),
-            stdin=subprocess.DEVNULL,
+            server_command(model_path, model, port),
+            stdin=subprocess.PIPE,  # the key, then held open: its end is the server's end
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=_die_with_parent(os.getpid()),
         )
     server = LocalServer(model, process, port, api_key, log_path)
+    assert process.stdin is not None
+    try:
+        process.stdin.write(api_key.encode() + b"\n")
+        process.stdin.flush()
+    except OSError:  # it died at once; the wait below says why, from its log
+        pass
     deadline = time.monotonic() + ready_timeout_s
     try:
         while not _ready(server):

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -145,7 +148,103 @@ def test_a_key_that_begins_with_a_dash_still_starts_the_server(tmp_path: Path) -
     """Keys are random URL-safe text, so one in 64 begins with "-": given as a separate argument,
     the server's parser took it for an option and refused to start (a CI run met one)."""
     model = MODELS["smollm2"]
-    command = server_command(tmp_path / "absent.gguf", model, 1, "-Zk3" + "x" * 28)
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    assert "expected one argument" not in done.stderr, done.stderr[-500:]
-    assert "absent.gguf" in done.stderr  # it got past its arguments, to the missing model file
+    command = server_command(tmp_path / "absent.gguf", model, 1)
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdin is not None
+    proc.stdin.write("-Zk3" + "x" * 28 + "\n")  # the key travels on stdin, which stays open
+    proc.stdin.flush()
+    try:
+        proc.wait(timeout=120)  # stdin still open: it ends on its own, at the missing file
+    finally:
+        proc.kill()
+    assert proc.stderr is not None
+    stderr = proc.stderr.read()
+    assert "expected one argument" not in stderr, stderr[-500:]
+    assert "absent.gguf" in stderr  # it got past its arguments, to the missing model file
+
+
+STARTER = """
+import json, os, sys, threading, time, urllib.request
+from envforge.harness.local_models import MODELS, assemble
+from envforge.harness.local_server import start
+
+model = MODELS["smollm2"]
+server = start(model, assemble(model))
+
+
+def generate() -> None:  # a long answer in flight (end-of-text forbidden), as in a real eval
+    body = {
+        "model": model.name,
+        "messages": [{"role": "user", "content": "Count from 1 to 5000."}],
+        "max_tokens": 4000,
+        "logit_bias": {"0": -100, "1": -100, "2": -100},
+    }
+    request = urllib.request.Request(
+        server.base_url + "/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": "Bearer " + server.api_key},
+    )
+    urllib.request.urlopen(request, timeout=600).read()
+
+
+threading.Thread(target=generate, daemon=True).start()
+time.sleep(2)
+print(server.process.pid, server.api_key, server.log_path, flush=True)
+time.sleep(600)
+"""
+
+
+def _start_in_a_child(tmp_path: Path) -> tuple[subprocess.Popen[str], int, str, Path]:
+    """A real envforge process that starts a local server and lives on: (it, server pid, key, log)."""
+    starter = subprocess.Popen(
+        [sys.executable, "-c", STARTER],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "ENVFORGE_CACHE": str(tmp_path / "cache"), "TMPDIR": str(tmp_path / "tmp")},
+    )
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    assert starter.stdout is not None
+    line = starter.stdout.readline().split()
+    assert len(line) == 3, f"the starter printed {line!r}"
+    return starter, int(line[0]), line[1], Path(line[2])
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state == "Z"  # a zombie no longer runs: it waits only to be reaped
+
+
+@pytest.mark.skipif(local_model_missing(), reason=LOCAL_MODEL_MISSING)
+def test_the_servers_key_is_not_on_its_command_line(tmp_path: Path) -> None:
+    """Any local user reads /proc/PID/cmdline; the key was there, and another uid got 200 with it."""
+    starter, pid, key, log = _start_in_a_child(tmp_path)
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        assert b"llama_cpp.server" in cmdline  # this is the server
+        assert key.encode() not in cmdline
+        assert key.encode() not in Path(f"/proc/{pid}/environ").read_bytes()
+        assert log.is_relative_to(tmp_path / "cache") and not log.is_relative_to(tmp_path / "tmp")
+        assert log.parent.stat().st_mode & 0o077 == 0
+    finally:
+        starter.kill()
+        starter.wait()
+
+
+@pytest.mark.skipif(local_model_missing(), reason=LOCAL_MODEL_MISSING)
+def test_the_server_dies_when_its_parent_is_sigkilled(tmp_path: Path) -> None:
+    """After SIGKILL of `eval` the server ran ~5 more minutes (874 MB), re-parented to PID 1."""
+    starter, pid, _key, _log = _start_in_a_child(tmp_path)
+    try:
+        os.kill(starter.pid, signal.SIGKILL)
+        starter.wait()
+        deadline = time.monotonic() + 5
+        while not _gone(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _gone(pid), "the server outlived its killed parent by 5 s"
+    finally:
+        starter.kill()
+        if not _gone(pid):
+            os.kill(pid, signal.SIGKILL)
