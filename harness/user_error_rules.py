@@ -95,11 +95,18 @@ def _typed_values(text: str) -> Iterator[tuple[ValueClass, str, str]]:
         yield "phone", re.sub(r"\D", "", m.group(0)), m.group(0)
 
 
+MAX_AMOUNT_DIGITS = 15
+"""The longest run of digits read as an amount: more is no sum of money (a float holds no more
+exactly), and an agent's 400-digit number overflowed `int(n) / 100` (a 4,301-digit one, `int`
+itself), ending the whole run from inside the user-error rules."""
+
+
 def _known_amounts(text: str) -> set[str]:
     """Every number in `text` as an amount (tool results write money as 1199.0 or 119900 cents)."""
     out = {f"{float(n):.2f}" for n in DECIMAL.findall(text)}
     for n in re.findall(r"(?<![\d.])\d+(?![\d.])", text):
-        out |= {f"{int(n):.2f}", f"{int(n) / 100:.2f}"}
+        if len(n) <= MAX_AMOUNT_DIGITS:
+            out |= {f"{int(n):.2f}", f"{int(n) / 100:.2f}"}
     return out
 
 
