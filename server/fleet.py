@@ -18,6 +18,7 @@ from .episodes import Episode, EpisodeStore
 from .loader import Environment, load_env
 from .mcp_server import EnvMCPServer
 from .runtime import ToolResult, execute
+from .schema_host import build_state_bounded
 from .state import ExportedState, State, state_hash
 
 STATE_BUILDS_PER_CLIENT = 2
@@ -105,12 +106,17 @@ class Fleet:
             async with builds:
                 await self.store.make_room(owner, size_hint + self.store.growth_bytes)
                 # SQLite's heap holds the database being built and its serialised copy meanwhile
-                building = 2 * size_hint + self.store.growth_bytes
-                sqlheap.hold(building)
-                try:
-                    database = await anyio.to_thread.run_sync(env.database_from_state, state)
-                finally:
-                    sqlheap.let_go(building)
+                if env.manifest.trust == "confined":
+                    # its model-written schema's triggers, CHECKs and generated columns run on every
+                    # row the client chose: built in a child under a deadline and a memory bound
+                    database = await anyio.to_thread.run_sync(build_state_bounded, env, state)
+                else:
+                    building = 2 * size_hint + self.store.growth_bytes
+                    sqlheap.hold(building)
+                    try:
+                        database = await anyio.to_thread.run_sync(env.database_from_state, state)
+                    finally:
+                        sqlheap.let_go(building)
                 return await self.store.create(env, database, owner=owner)
         finally:  # a client with no build in flight holds no semaphore (clients come and go)
             idle = builds.value == STATE_BUILDS_PER_CLIENT and not builds.statistics().tasks_waiting

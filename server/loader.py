@@ -70,30 +70,39 @@ class Environment:
 
         Raises `ValueError` naming the table and row when the state breaks the schema.
         """
-        if not isinstance(state, dict):
-            raise ValueError(f"state must be an object of table -> list of rows, not {_kind(state)}")
-        conn, guard = _fresh_connection()
-        try:
-            _apply_schema(conn, self.schema_sql, self.root / SCHEMA, guard)
-            _end_schema(conn, guard)
-            known = {t.name: t for t in self.tables}
-            for table, rows in state.items():
-                if table not in known:
-                    raise ValueError(f"state names unknown table {table!r}")
-                if not isinstance(rows, (list, tuple)):
-                    raise ValueError(f"state table {table!r} must be a list of rows, not {_kind(rows)}")
-                for i, row in enumerate(rows):
-                    try:
-                        _insert_row(conn, table, row)
-                    except (sqlite3.Error, BadRow) as exc:
-                        raise ValueError(f"state row {table}[{i}] rejected: {exc}") from exc
-            violations = conn.execute("PRAGMA foreign_key_check").fetchall()
-            if violations:
-                t, rowid, parent, _ = violations[0]
-                raise ValueError(f"state row in {t} (rowid {rowid}) references a missing {parent} row")
-            return conn.serialize()
-        finally:
-            conn.close()
+        return state_database(self.schema_sql, self.root / SCHEMA, state, self.tables)
+
+
+def state_database(
+    schema_sql: str, schema_path: Path, state: State, tables: list[TableInfo] | None = None
+) -> bytes:
+    """`Environment.database_from_state` for a schema given as text: the serialised database
+    holding exactly `state`, or `ValueError` naming the table and row. `tables` None: read off the
+    schema once applied (in `schema_host`'s child, which has no `Environment`)."""
+    if not isinstance(state, dict):
+        raise ValueError(f"state must be an object of table -> list of rows, not {_kind(state)}")
+    conn, guard = _fresh_connection()
+    try:
+        _apply_schema(conn, schema_sql, schema_path, guard)
+        _end_schema(conn, guard)
+        known = {t.name: t for t in (read_tables(conn) if tables is None else tables)}
+        for table, rows in state.items():
+            if table not in known:
+                raise ValueError(f"state names unknown table {table!r}")
+            if not isinstance(rows, (list, tuple)):
+                raise ValueError(f"state table {table!r} must be a list of rows, not {_kind(rows)}")
+            for i, row in enumerate(rows):
+                try:
+                    _insert_row(conn, table, row)
+                except (sqlite3.Error, BadRow) as exc:
+                    raise ValueError(f"state row {table}[{i}] rejected: {exc}") from exc
+        violations = conn.execute("PRAGMA foreign_key_check").fetchall()
+        if violations:
+            t, rowid, parent, _ = violations[0]
+            raise ValueError(f"state row in {t} (rowid {rowid}) references a missing {parent} row")
+        return conn.serialize()
+    finally:
+        conn.close()
 
 
 def _fresh_connection() -> tuple[sqlite3.Connection, SqlGuard]:

@@ -41,24 +41,20 @@ def schema_timeout_s() -> float:
         return DEFAULT_SCHEMA_TIMEOUT_S
 
 
-def build_seed_bounded(root: Path, manifest: Any, schema_sql: str) -> tuple[bytes, list[Any]]:
-    """`loader.build_seed` in a confined child: the seed database and its tables, or `EnvLoadError`
-    (a problem of the env's files, a schema or seed over the deadline or the memory bound)."""
-    from . import confinement
-    from .envfiles import env_file_exists, read_env_text
-    from .errors import EnvLoadError, LoadProblem
-    from .state import read_tables
+class _ChildFailed(Exception):
+    """The child gave no answer: over its deadline, past its memory, or unable to start."""
 
-    seed_path = root / manifest.seed
+
+def _run_child(request: dict[str, Any], what: str) -> dict[str, Any]:
+    """Run `request` in a confined child (this file as a script); its one-line JSON answer.
+
+    Raises `_ChildFailed` with the reason when there is none (killed at `schema_timeout_s()`, out
+    of memory, confinement missing)."""
+    from . import confinement
+
     timeout = schema_timeout_s()
-    if not env_file_exists(root, manifest.seed):
-        raise EnvLoadError([LoadProblem(seed_path, None, "seed file is missing")])
-    seed = read_env_text(root, manifest.seed)  # never through a link out of the folder
     request = {
-        "manifest": manifest.model_dump(mode="json"),
-        "schema": schema_sql,
-        "seed_suffix": seed_path.suffix,
-        "seed": seed,
+        **request,
         "limits": {
             **confinement.Limits().to_json(),
             "address_space_mb": SCHEMA_MEMORY_MB,
@@ -68,9 +64,9 @@ def build_seed_bounded(root: Path, manifest: Any, schema_sql: str) -> tuple[byte
     }
     argv = [confinement.PYTHON, "-I", str(Path(__file__).resolve())]
     try:
-        command = confinement.confined_command(argv, what=f"the schema of env {manifest.name!r}")
+        command = confinement.confined_command(argv, what=what)
     except confinement.ConfinementUnavailable as exc:
-        raise EnvLoadError([LoadProblem(root / _SCHEMA, None, str(exc))]) from exc
+        raise _ChildFailed(str(exc)) from exc
     if command is not argv:
         command.append("--require-seccomp")
     try:
@@ -82,16 +78,39 @@ def build_seed_bounded(root: Path, manifest: Any, schema_sql: str) -> tuple[byte
             env=confinement.child_environment(),
         )
     except subprocess.TimeoutExpired as exc:
-        why = f"building the schema and seed took longer than {timeout:g}s; it was stopped"
-        raise EnvLoadError([LoadProblem(root / _SCHEMA, None, why)]) from exc
+        raise _ChildFailed(f"it took longer than {timeout:g}s and was stopped") from exc
     try:
-        answer = json.loads(done.stdout.split(b"\n", 1)[0])
+        answer: dict[str, Any] = json.loads(done.stdout.split(b"\n", 1)[0])
+        return answer
     except ValueError:
         tail = (done.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1][:300]
         if "MemoryError" in tail or "out of memory" in tail:
             tail = f"it needed more than {SCHEMA_MEMORY_MB} MiB ({tail})"
-        why = f"building the schema and seed failed (exit status {done.returncode}): {tail}"
-        raise EnvLoadError([LoadProblem(root / _SCHEMA, None, why)]) from None
+        raise _ChildFailed(f"it failed (exit status {done.returncode}): {tail}") from None
+
+
+def build_seed_bounded(root: Path, manifest: Any, schema_sql: str) -> tuple[bytes, list[Any]]:
+    """`loader.build_seed` in a confined child: the seed database and its tables, or `EnvLoadError`
+    (a problem of the env's files, a schema or seed over the deadline or the memory bound)."""
+    from .envfiles import env_file_exists, read_env_text
+    from .errors import EnvLoadError, LoadProblem
+    from .state import read_tables
+
+    seed_path = root / manifest.seed
+    if not env_file_exists(root, manifest.seed):
+        raise EnvLoadError([LoadProblem(seed_path, None, "seed file is missing")])
+    seed = read_env_text(root, manifest.seed)  # never through a link out of the folder
+    request = {
+        "manifest": manifest.model_dump(mode="json"),
+        "schema": schema_sql,
+        "seed_suffix": seed_path.suffix,
+        "seed": seed,
+    }
+    try:
+        answer = _run_child(request, f"the schema of env {manifest.name!r}")
+    except _ChildFailed as exc:
+        why = f"building the schema and seed failed: {exc}"
+        raise EnvLoadError([LoadProblem(root / _SCHEMA, None, why)]) from exc
     if "problems" in answer:
         names = {_SEED + seed_path.suffix: seed_path}
         raise EnvLoadError(
@@ -107,6 +126,26 @@ def build_seed_bounded(root: Path, manifest: Any, schema_sql: str) -> tuple[byte
         return seed_db, read_tables(conn)
     finally:
         conn.close()
+
+
+def build_state_bounded(env: Any, state: Any) -> bytes:
+    """`Environment.database_from_state` of a confined env, in a confined child.
+
+    A state posted on the control plane is rows a client chose, inserted under the env's
+    model-written schema, whose CHECKs, generated columns and index expressions run on every row
+    (and triggers, where a schema is loaded without the schema policy). Here they run under the
+    child's deadline and memory bound. Raises `ValueError`, as the in-process build does: the
+    state's own problem with its table and row, or the build's deadline or memory.
+    """
+    try:
+        answer = _run_child({"schema": env.schema_sql, "state": state}, f"a state of env {env.name!r}")
+    except _ChildFailed as exc:
+        raise ValueError(f"building the state failed: {exc}") from exc
+    except (TypeError, ValueError) as exc:  # json.dumps of a state given in-process
+        raise ValueError(f"state is not JSON: {exc}") from None
+    if "error" in answer:
+        raise ValueError(str(answer["error"]))
+    return base64.b64decode(answer["db"])
 
 
 def _light_package() -> None:
@@ -133,6 +172,9 @@ def _main() -> None:
     # the loader's child, and runs the loader's `build_seed` by name.
     loader = importlib.import_module("envforge.server.loader")
     request = json.loads(sys.stdin.buffer.read())
+    if "state" in request:
+        _build_state(loader, request)
+        return
     scratch = Path(tempfile.mkdtemp())
     seed_name = _SEED + request["seed_suffix"]
     (scratch / seed_name).write_text(request["seed"], encoding="utf-8")
@@ -149,6 +191,19 @@ def _main() -> None:
         out.write(json.dumps({"problems": [["schema.sql", None, f"building it failed: {exc}"]]}) + "\n")
         return
     out.write(json.dumps({"db": base64.b64encode(seed_db).decode()}) + "\n")
+
+
+def _build_state(loader: Any, request: dict[str, Any]) -> None:
+    """The child's work for `build_state_bounded`: answer the database, or the state's error."""
+    from envforge.server import confinement_inner
+
+    confinement_inner.confine_self(request["limits"], require_seccomp="--require-seccomp" in sys.argv)
+    try:
+        db = loader.state_database(request["schema"], Path(_SCHEMA), request["state"])
+    except (ValueError, MemoryError, sqlite3.Error) as exc:  # the state's problem, or its build's
+        sys.stdout.write(json.dumps({"error": str(exc) or type(exc).__name__}) + "\n")
+        return
+    sys.stdout.write(json.dumps({"db": base64.b64encode(db).decode()}) + "\n")
 
 
 if __name__ == "__main__":
