@@ -69,8 +69,9 @@ async def test_shipped_env_is_what_the_pipeline_builds(name: str, tmp_path: Path
     responder = ReplayResponder.from_path(FIXTURES / name)
     report = await synthesize_env(load_docs(root / "docs"), tmp_path, responder, SynthSettings(name=name))
     assert report.status == "accepted"
-    for f in ("env.toml", "schema.sql", "tools.py", "seed.json", "policy.md", "graph.json"):
+    for f in ("env.toml", "schema.sql", "tools.py", "seed.json", "policy.md", "policy_rules.toml"):
         assert (tmp_path / f).read_bytes() == (root / f).read_bytes(), f
+    assert (tmp_path / "graph.json").read_bytes() == (root / "graph.json").read_bytes()
     # The pipeline's task gate ships its first few tasks; the env was then stocked with more by
     # `envforge synth tasks ENV --n 60 --seed 0`, whose first tasks are these.
     built = (tmp_path / "tasks.jsonl").read_bytes().splitlines(keepends=True)

@@ -55,7 +55,7 @@ async def test_clean_fixture_passes_every_gate_first_time(tmp_path: Path) -> Non
     assert all(rate == 1.0 for rate in report.final_gates().values())
     assert report.seed_rows >= 100 and report.tasks >= 3
     data = json.loads((tmp_path / "library" / "synthesis.json").read_text())
-    assert data["prompt_versions"]["tools"] == "tools/v1" and data["llm_calls"] == 6
+    assert data["prompt_versions"]["tools"] == "tools/v1" and data["llm_calls"] == 7
     assert set(data["gate_results"]) == set(GATES) and data["prompt_tokens"] > 0
     env = load_env(tmp_path / "library")
     assert set(env.tools) == {d.name for d in load_docs(LIBRARY_DOCS)}
@@ -153,7 +153,7 @@ async def test_http_path_through_litellm_and_a_fake_openai_server(tmp_path: Path
         )
     assert report.status == "accepted", report.reasons
     assert [g.name for g in report.rounds[0].gates if not g.passed] == ["load"]
-    assert report.model == "openai/fake" and report.llm_calls == len(requests) == 7
+    assert report.model == "openai/fake" and report.llm_calls == len(requests) == 8
     assert report.prompt_tokens > 0 and report.completion_tokens > 0
     await run_fixture("bad_seed", tmp_path / "replayed")
     for name in ("tools.py", "seed.json", "schema.sql", "tasks.jsonl"):

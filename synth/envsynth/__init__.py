@@ -1,9 +1,10 @@
 """Environment synthesis: tool documents in, executable and quality-gated envforge envs out.
 
 `docs_input` normalises the four document formats into `ToolDoc`s; `pipeline.synthesize_env` asks a
-model for schema, tools, seed and policy, and accepts the result only if every gate in `gates`
-passes (static AST allowlist before anything is imported, load, deterministic probes, the dual-agent
-LLM probe, verified tasks), feeding failures back to the model for up to R repair rounds.
+model for schema, tools, seed, policy and the policy's checkable rules, and accepts the result only
+if every gate passes (static AST allowlist before anything is imported, load, deterministic probes,
+the dual-agent LLM probe, the rules file as the verifier reads it, verified tasks, every task still
+solvable keeping the rules), feeding failures back to the model for up to R repair rounds.
 
 This is the subpackage's public surface: the CLI and tests import from here, never from its
 modules (ruff's banned-api checks it). Names load on first use, so importing the package costs

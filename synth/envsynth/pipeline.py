@@ -1,9 +1,11 @@
 """Docs -> env: ask the model for each artifact, gate the result, repair with evidence, accept or reject.
 
-Stages: schema -> tools -> seed -> policy. Gates, in order, each stopping the round on failure:
-static (AST allowlist, before anything is imported), load (`load_env`, seed size), probes
+Stages: schema -> tools -> seed -> policy -> policy_rules. Gates, in order, each stopping the round
+on failure: static (AST allowlist, before anything is imported), load (`load_env`, seed size), probes
 (deterministic, see `probes`), llm_probe (tester proposes calls, checker judges results against the
-docs), tasks (`synth.pipeline.synthesize` yields >= N verified tasks). A failing gate names the
+docs), policy_rules (the rules file as the verifier reads it, see `rules`), tasks
+(`synth.pipeline.synthesize` yields >= N verified tasks), policy_kept (an agent keeping the rules
+still solves every verified task). A failing gate names the
 artifact to blame; that stage is asked again with the evidence, up to `max_rounds` times.
 Everything is built in a staging folder; only an accepted env is copied to the output folder, so a
 rejected or malicious candidate never becomes an env anyone loads.
@@ -32,18 +34,25 @@ from .docs_input import ToolDoc, docs_json
 from .llm import LLMError, Responder, Usage, strip_fences
 from .probes import execute_proposals, probe_env
 from .report import GateResult, RoundRecord, SynthesisReport, write_report
+from .rules import gate_kept, gate_rules
 from .sandbox import SeedRunError, run_seed_generator
 
 log = logging.getLogger(__name__)
 
-STAGES = ("schema", "tools", "seed", "policy")
-FILES = {"schema": "schema.sql", "tools": "tools.py", "policy": "policy.md"}
+STAGES = ("schema", "tools", "seed", "policy", "policy_rules")
+FILES = {
+    "schema": "schema.sql",
+    "tools": "tools.py",
+    "policy": "policy.md",
+    "policy_rules": "policy_rules.toml",
+}
 ENV_FILES = (
     "env.toml",
     "schema.sql",
     "seed.json",
     "tools.py",
     "policy.md",
+    "policy_rules.toml",
     "phrases.toml",
     "graph.json",
     "tasks.jsonl",
@@ -84,10 +93,12 @@ class Candidate:
 
 def _stage_context(stage: str, docs: list[ToolDoc], cand: Candidate) -> dict[str, str]:
     ctx = {"Tool documents (JSON)": docs_json(docs)}
-    if stage in ("tools", "seed", "policy", "tester", "checker"):
+    if stage in ("tools", "seed", "policy", "policy_rules", "tester", "checker"):
         ctx["schema.sql"] = cand.text.get("schema", "")
-    if stage == "policy":
+    if stage in ("policy", "policy_rules"):
         ctx["tools.py"] = cand.text.get("tools", "")
+    if stage == "policy_rules":
+        ctx["policy.md"] = cand.text.get("policy", "")
     return ctx
 
 
@@ -162,7 +173,13 @@ async def materialise(cand: Candidate, settings: SynthSettings, docs: list[ToolD
         (root / "seed.json").write_text(cand.text["seed"], encoding="utf-8")
 
 
-_FILE_STAGE = {"schema.sql": "schema", "seed.json": "seed", "tools.py": "tools", "policy.md": "policy"}
+_FILE_STAGE = {
+    "schema.sql": "schema",
+    "seed.json": "seed",
+    "tools.py": "tools",
+    "policy.md": "policy",
+    "policy_rules.toml": "policy_rules",
+}
 
 
 async def gate_load(cand: Candidate, settings: SynthSettings, docs: list[ToolDoc], root: Path) -> GateResult:
@@ -289,7 +306,13 @@ async def run_gates(
     gates.append(await gate_llm_probe(env, docs, cand, responder, usage, round_))
     if not gates[-1].passed:
         return gates
+    gates.append(gate_rules(env, root))  # the task gate reads the file: it must parse first
+    if not gates[-1].passed:
+        return gates
     gates.append(await gate_tasks(env, settings, root))
+    if not gates[-1].passed:
+        return gates
+    gates.append(await gate_kept(env, root))
     return gates
 
 
@@ -377,6 +400,12 @@ def _keep_rejected(cand: Candidate, out_dir: Path) -> None:
     target = out_dir / REJECTED_DIR
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
-    names = {"schema": "schema.sql.txt", "tools": "tools.py.txt", "seed": "seed.txt", "policy": "policy.md"}
+    names = {
+        "schema": "schema.sql.txt",
+        "tools": "tools.py.txt",
+        "seed": "seed.txt",
+        "policy": "policy.md",
+        "policy_rules": "policy_rules.toml.txt",
+    }
     for stage, text in cand.text.items():
         (target / names[stage]).write_text(text, encoding="utf-8")

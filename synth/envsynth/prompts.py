@@ -11,6 +11,7 @@ PROMPT_VERSIONS: dict[str, str] = {
     "tools": "tools/v1",
     "seed": "seed/v1",
     "policy": "policy/v1",
+    "policy_rules": "policy_rules/v1",
     "tester": "tester/v1",
     "checker": "checker/v1",
     "repair": "repair/v1",
@@ -43,6 +44,35 @@ re, decimal, collections, itertools, functools, dataclasses, enum, string,
 `from envforge.server import Db, tool, ToolError`. Nothing else: no file, network, process,
 eval/exec, dunders."""
 
+RULES_FORMAT = """policy_rules.toml declares the rules of policy.md that a verifier checks from an
+episode's record (the calls, their results, who said what, in order). Every key is optional;
+declare only what policy.md says, and quote the sentence each rule stands for in a # comment:
+
+    [identity]              # the person the task acts for is verified before a write
+    tools = ["get_x"]       # READ tools whose result names that one person by their key; their
+                            # required parameters are columns of that person's row
+    exempt = []             # WRITE tools that act for no person (a restock)
+
+    [confirmation]          # the user's explicit yes before each write
+    required = true
+    exempt = []             # WRITE tools that need no yes
+
+    [[lookup]]              # a WRITE naming param = X comes after a READ that showed X
+    param = "x_id"          # a parameter of at least one write tool
+    tools = ["get_x"]       # READ tools; the first one takes `param`
+
+    [[forbidden]]           # a call policy.md bans outright (every listed argument equal)
+    tool = "delete_x"
+    arguments = {}          # keys are parameters of `tool`
+    reason = "why"
+
+    [transfer]              # handing the user to a human
+    allowed = true          # true | false | "when_expected" (only where the task needs it)
+    tools = []
+
+Name only tools that tools.py defines, with their exact names. A tool with `writes=[...]` is a
+write; every other tool is a read. Leave a section out when policy.md asks nothing of it."""
+
 STAGE_TASKS: dict[str, str] = {
     "schema": "Design the state for these tools. Answer with schema.sql in a ```sql block.",
     "tools": (
@@ -58,6 +88,10 @@ STAGE_TASKS: dict[str, str] = {
     "policy": (
         "Write policy.md: the rules an agent using these tools must follow. Answer in a ```markdown block."
     ),
+    "policy_rules": (
+        "Write policy_rules.toml: the rules of this policy.md a verifier can check, for these tools."
+        " Answer in a ```toml block."
+    ),
     "tester": (
         "You are the TESTER. Propose calls that check the tools behave as documented, using ids from the"
         ' sample rows: valid calls and calls that must be refused. Answer ```json [{"tool": ..., '
@@ -70,8 +104,11 @@ STAGE_TASKS: dict[str, str] = {
 }
 
 
+REPAIRABLE = ("schema", "tools", "seed", "policy", "policy_rules")
+
+
 def system(stage: str, round_: int) -> str:
-    version = PROMPT_VERSIONS["repair"] if round_ and stage in ("schema", "tools", "seed", "policy") else None
+    version = PROMPT_VERSIONS["repair"] if round_ and stage in REPAIRABLE else None
     return SYSTEM.format(stage=stage, round=round_, version=version or PROMPT_VERSIONS[stage])
 
 
@@ -80,6 +117,8 @@ def messages(
 ) -> list[dict[str, str]]:
     """The chat messages for one stage: the task, the context it needs, and (repairs) the evidence."""
     parts = [STAGE_TASKS[stage], ENV_FORMAT if stage in ("tools", "seed") else ""]
+    if stage == "policy_rules":
+        parts.append(RULES_FORMAT)
     for title, body in context.items():
         parts.append(f"## {title}\n{body}")
     if evidence is not None:

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-GATES = ("static", "load", "probes", "llm_probe", "tasks")
+GATES = ("static", "load", "probes", "llm_probe", "policy_rules", "tasks", "policy_kept")
 REPORT_FILE = "synthesis.json"
 
 
@@ -23,7 +23,8 @@ class GateResult(BaseModel):
     passed_checks: int = 0
     problems: list[str] = Field(default_factory=list)
     blame: list[str] = Field(
-        default_factory=list, description="The artifacts to regenerate: schema, tools, seed or policy."
+        default_factory=list,
+        description="The artifacts to regenerate: schema, tools, seed, policy or policy_rules.",
     )
     seconds: float = 0.0
 
