@@ -6,9 +6,11 @@ broken (docs/env_format.md, Policy rules):
 
 - `[identity]`      the principal (the person the task acts for, `Task.dag.principal`) is verified
                     by a successful call of one of `tools` that names that principal, and no one
-                    else, by its key, before any write except those in `exempt`;
-- `[confirmation]`  before each write (except `exempt`) the agent asked the user a question and
-                    the user's next message said yes; one yes licenses one write that succeeds;
+                    else, by its key, before any write except those in `exempt` (and, in a
+                    task whose write needs it, before any other call names the principal);
+- `[confirmation]`  before each write (except `exempt`) the agent proposed it (`proposes`) in a
+                    question and the user's next message said yes; one yes licenses one write
+                    that succeeds;
 - `[[lookup]]`      a write naming `param = X` comes after a successful call of one of `tools`
                     that named X (`param = X`) or showed it (a result row with `param` X): a
                     record is looked up, never guessed;
