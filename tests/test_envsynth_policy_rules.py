@@ -9,12 +9,15 @@ the policy_rules answers change.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import envforge
 from envforge.server import load_env
 from envforge.synth import load_policy_rules
 from envforge.synth.envsynth import (
@@ -22,6 +25,8 @@ from envforge.synth.envsynth import (
     ReplayResponder,
     SynthesisReport,
     SynthSettings,
+    gate_kept,
+    gate_rules,
     load_docs,
     load_recordings,
     synthesize_env,
@@ -147,3 +152,27 @@ async def test_rules_never_repaired_reject_the_env(tmp_path: Path) -> None:
     assert report.reasons[0] == "gate 'policy_rules' still fails after 1 repair rounds"
     assert not (out / "env.toml").exists() and not (out / "policy_rules.toml").exists()
     assert (out / "rejected_candidate" / "policy_rules.toml.txt").read_text(encoding="utf-8") == bad
+
+
+@pytest.mark.parametrize(
+    ("rules", "kept"),
+    [
+        (GOOD, True),
+        ('[identity]\ntools = ["list_member_loans"]\n', True),  # its rows name the one member
+        (BROKEN["identity_unkeepable"][0], False),
+        (BROKEN["bans_what_tasks_need"][0], False),
+    ],
+)
+def test_policy_kept_agrees_with_the_harness_oracle(tmp_path: Path, rules: str, kept: bool) -> None:
+    """The gate stands in for the oracle synth may not import: where it passes, the harness's
+    oracle keeping the same rules scores 1 on every task; where it fails, the oracle does not."""
+    root = tmp_path / "library"
+    shutil.copytree(REPO / "envs" / "library", root)
+    lines = (root / "tasks.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (root / "tasks.jsonl").write_text("".join(lines[:6]), encoding="utf-8")
+    (root / "policy_rules.toml").write_text(rules, encoding="utf-8")
+    env = load_env(root)
+    assert gate_rules(env, root).passed
+    assert asyncio.run(gate_kept(env, root)).passed is kept
+    run = envforge.evaluate([root], envforge.EvalConfig(agent="oracle"))
+    assert len(run.records) == 6 and (run.pass_hat_k(1) == 1.0) is kept

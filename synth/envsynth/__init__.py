@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .pipeline import SynthSettings, synthesize_env
     from .probes import schema_problems
     from .report import GATES, SynthesisReport, read_report
+    from .rules import gate_kept, gate_rules
     from .sandbox import SeedRunError, run_seed_generator
 
 # name -> module (inside this subpackage) that defines it, imported on first access
@@ -51,6 +52,8 @@ _LAZY = {
     "GATES": "report",
     "SynthesisReport": "report",
     "read_report": "report",
+    "gate_kept": "rules",
+    "gate_rules": "rules",
     "SeedRunError": "sandbox",
     "run_seed_generator": "sandbox",
 }
@@ -76,6 +79,8 @@ __all__ = [
     "SynthSettings",
     "SynthesisReport",
     "ToolDoc",
+    "gate_kept",
+    "gate_rules",
     "introspect_mcp",
     "load_docs",
     "load_recordings",
