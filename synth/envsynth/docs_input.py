@@ -7,12 +7,19 @@ operation, named by `operationId`), and markdown (one `## tool_name` section per
 `Parameters:` bullet list, see `parse_markdown`). A directory is read file by file and merged. The
 pipeline compares the generated env against exactly these docs, so every format must yield the same
 three things: name, description, parameters JSON schema.
+
+A live MCP server's list (`introspect_mcp`) is read under bounds, since the URL is anyone's
+server: connecting takes at most `CONNECT_TIMEOUT_S`, every read of the socket at most
+`READ_TIMEOUT_S`, and the whole exchange (initialize, every `tools/list` page) at most
+`DOCUMENT_TIMEOUT_S` and `MAX_DOCUMENT_BYTES` of response bodies, whatever the server sends: a
+server that sent keep-alive bytes forever held `synth env URL` for ever.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -251,12 +258,104 @@ def load_docs(path: str | Path) -> list[ToolDoc]:
     return list(docs.values())
 
 
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 30.0
+DOCUMENT_TIMEOUT_S = 60.0
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
+_BOUNDS = (
+    f" (connect at most {CONNECT_TIMEOUT_S:g} s, each read at most {READ_TIMEOUT_S:g} s, "
+    f"the whole list at most {DOCUMENT_TIMEOUT_S:g} s and {MAX_DOCUMENT_BYTES:,} bytes)"
+)
+
+
+class _ByteCap:
+    """Counts the response bytes of one introspection and stops the stream past the cap."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.seen = 0
+        self.exceeded = False
+
+    def count(self, chunk: bytes) -> None:
+        self.seen += len(chunk)
+        if self.seen > self.cap:
+            self.exceeded = True
+            raise DocsError(f"the server sent more than {self.cap:,} bytes")
+
+
+def _capped_client(cap: _ByteCap) -> Any:
+    """An HTTP client with connect and per-read timeouts whose response bodies count against `cap`."""
+    import httpx2
+
+    class CappedStream(httpx2.AsyncByteStream):
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            async for chunk in self.inner:
+                cap.count(chunk)
+                yield chunk
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    class CappedTransport(httpx2.AsyncBaseTransport):
+        def __init__(self) -> None:
+            self.inner = httpx2.AsyncHTTPTransport()
+
+        async def handle_async_request(self, request: Any) -> Any:
+            response = await self.inner.handle_async_request(request)
+            response.stream = CappedStream(response.stream)
+            return response
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    timeout = httpx2.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+    return httpx2.AsyncClient(transport=CappedTransport(), timeout=timeout)
+
+
 async def introspect_mcp(url: Any) -> list[ToolDoc]:
-    """The tools a live MCP server lists (streamable HTTP URL, or an in-process server object)."""
+    """The tools a live MCP server lists (streamable HTTP URL, or an in-process server object).
+
+    A URL is read under the bounds in the module docstring; past any of them, `DocsError` in one
+    line naming the URL and the bound."""
+    import anyio
     from mcp import Client
 
-    async with Client(url) as client:
-        tools = (await client.list_tools()).tools
+    if not isinstance(url, str):
+        async with Client(url) as client:
+            tools = (await client.list_tools()).tools
+        return _docs_of(tools)
+    from mcp.client.streamable_http import streamable_http_client
+
+    cap = _ByteCap(MAX_DOCUMENT_BYTES)
+    try:
+        with anyio.fail_after(DOCUMENT_TIMEOUT_S):
+            async with _capped_client(cap) as http:
+                transport = streamable_http_client(url, http_client=http, max_sse_event_size=cap.cap)
+                async with Client(transport, read_timeout_seconds=READ_TIMEOUT_S) as client:
+                    tools = (await client.list_tools()).tools
+    except DocsError as exc:
+        raise DocsError(f"{url}: {exc}") from None
+    except TimeoutError:
+        raise DocsError(f"{url}: no complete tool list within {DOCUMENT_TIMEOUT_S:g} s{_BOUNDS}") from None
+    except Exception as exc:  # the SDK's and httpx's errors, one line each
+        if cap.exceeded:
+            raise DocsError(f"{url}: the server sent more than {cap.cap:,} bytes") from None
+        raise DocsError(f"{url}: {_one_line(exc)}{_BOUNDS}") from None
+    return _docs_of(tools)
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception (an exception group's first leaf included) as one line."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _docs_of(tools: Any) -> list[ToolDoc]:
     return [
         ToolDoc(name=t.name, description=t.description or "", parameters=dict(t.input_schema)) for t in tools
     ]

@@ -57,6 +57,11 @@ class Responder(Protocol):
     async def complete(self, stage: str, round_: int, messages: list[dict[str, str]]) -> Reply: ...
 
 
+LLM_TIMEOUT_S = 300.0
+"""Per model call of env synthesis: an endpoint that stops answering fails the call (one line,
+`LLMError`) instead of holding `synth env` and `synth envs` for ever."""
+
+
 class LiteLLMResponder:
     """Ask a real (or fake OpenAI-compatible) model through litellm."""
 
@@ -69,6 +74,7 @@ class LiteLLMResponder:
         import litellm
 
         kwargs = dict(self.kwargs)
+        kwargs.setdefault("timeout", LLM_TIMEOUT_S)
         if self.api_base:
             kwargs["api_base"] = self.api_base
             kwargs.setdefault("api_key", "not-needed")

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from envforge.server import SEED_IMPORTS, EnvLoadError, check_python, check_sql, load_env
+from envforge.server import SEED_IMPORTS, EnvLoadError, check_python, load_env, schema_violations
 from envforge.synth.graph import build_graph, write_graph
 from envforge.synth.phrases import write_phrases
 from envforge.synth.pipeline import synthesize, write_tasks
@@ -131,10 +131,12 @@ def _gate(
 
 
 def gate_static(cand: Candidate) -> GateResult:
-    """Parse and allowlist-check everything that will be executed, without executing any of it."""
+    """Parse and allowlist-check everything that will be executed, without executing any of it:
+    the schema by SQLite's own parser and authorizer (`schema_violations`, what `load_env` applies
+    to a confined env), the Python by the static gate."""
     t0 = time.perf_counter()
     results: list[tuple[str, list[str]]] = [
-        ("schema", [f"schema.sql {v}" for v in check_sql(cand.text["schema"])]),
+        ("schema", [f"schema.sql {v}" for v in schema_violations(cand.text["schema"])]),
         ("tools", [f"tools.py {v}" for v in check_python(cand.text["tools"])]),
     ]
     if cand.seed_is_code():
