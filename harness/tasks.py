@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envforge.server import Environment, State, load_env
+from envforge.server import Environment, State, env_file_exists, load_env
 from envforge.synth import (
     PolicyRules,
     StateDiff,
@@ -109,7 +109,7 @@ def load_env_tasks(env_dir: str | Path, task_ids: list[str] | None = None) -> En
     """Load an env and its tasks; `task_ids` selects (unknown ids are ignored, order kept)."""
     env_dir = Path(env_dir)
     env = load_env(env_dir)
-    if not (env_dir / "tasks.jsonl").exists():
+    if not env_file_exists(env_dir, "tasks.jsonl"):
         raise FileNotFoundError(f"{env_dir} has no tasks.jsonl (run `envforge synth` first)")
     tasks = select_tasks(env.name, load_tasks(env_dir), task_ids=task_ids)
     return EnvTasks(env_dir=env_dir, env=env, tasks=tasks, policy_rules=load_policy_rules(env))

@@ -21,14 +21,20 @@ from pathlib import Path
 from .errors import EnvLoadError, LoadProblem
 
 
-def _outside(root: Path, name: str, why: str) -> EnvLoadError:
-    return EnvLoadError([LoadProblem(root / name, None, why)])
+class EnvFileError(EnvLoadError, OSError):
+    """A file an env folder names that may not be read: outside the folder, missing, or not a
+    regular file. Both a load error (file and reason) and an `OSError`, so callers that handle a
+    file they cannot read (a report skipping a missing tasks file) handle this one too."""
+
+
+def _outside(root: Path, name: str, why: str) -> EnvFileError:
+    return EnvFileError([LoadProblem(root / name, None, why)])
 
 
 def env_file(root: str | Path, name: str) -> Path:
     """The real path of `root/name`, checked to lie inside `root`'s real path.
 
-    Raises `EnvLoadError` when the name or a link leads out of the folder, or to nothing."""
+    Raises `EnvFileError` when the name or a link leads out of the folder, or to nothing."""
     root = Path(root)
     if not name or os.path.isabs(name) or "\x00" in name:
         raise _outside(root, name, f"{name!r} is not a file name inside the env folder")

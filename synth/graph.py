@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from envforge.server import Environment, Fleet
+from envforge.server import Environment, Fleet, env_file_exists, read_env_text
 
 from .domains import DomainValues, derive_domains, key_columns, type_fits
 from .footprint import Probe, probe_tool
@@ -106,10 +106,9 @@ def write_graph(graph: ToolGraph, root: Path) -> Path:
 
 
 def load_graph(root: Path) -> ToolGraph | None:
-    path = Path(root) / "graph.json"
-    if not path.exists():
+    if not env_file_exists(root, "graph.json"):
         return None
-    return ToolGraph.model_validate_json(path.read_text(encoding="utf-8"))
+    return ToolGraph.model_validate_json(read_env_text(root, "graph.json"))  # never through a link out
 
 
 def _labels(graph: ToolGraph) -> dict[tuple[str, str], str]:

@@ -23,6 +23,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from envforge.server import env_file_exists, read_env_text
+
 PHRASES_FILE = "phrases.toml"
 
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
@@ -313,10 +315,10 @@ def load_phrases(env: EnvShape) -> Phrases:
     """The env's `phrases.toml`, gated; tables and tools it leaves out are derived. No file: derived."""
     derived = derive_phrases(env)
     path = env.root / PHRASES_FILE
-    if not path.exists():
+    if not env_file_exists(env.root, PHRASES_FILE):
         return derived
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = tomllib.loads(read_env_text(env.root, PHRASES_FILE))  # never through a link out
         written = Phrases.model_validate(raw)
     except (tomllib.TOMLDecodeError, ValidationError) as exc:
         first = str(exc).splitlines()[0]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envforge.server import Environment, Fleet, run_inline
+from envforge.server import Environment, Fleet, read_env_text, run_inline
 
 from .context import SynthContext
 from .golden import GoldenRun
@@ -196,9 +196,5 @@ def write_tasks_to(tasks: list[Task], path: Path) -> Path:
 
 
 def load_tasks(root: Path) -> list[Task]:
-    path = Path(root) / "tasks.jsonl"
-    return [
-        Task.model_validate_json(line)
-        for line in path.read_text(encoding="utf-8").splitlines()
-        if line.strip()
-    ]
+    text = read_env_text(root, "tasks.jsonl")  # never through a link out of the env folder
+    return [Task.model_validate_json(line) for line in text.splitlines() if line.strip()]

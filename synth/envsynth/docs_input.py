@@ -25,6 +25,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
+from envforge.server import env_file
+
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 JSON_TYPES = ("string", "integer", "number", "boolean", "array", "object")
 
@@ -246,7 +248,11 @@ DOC_SUFFIXES = (".json", ".yaml", ".yml", ".md", ".markdown")
 def load_docs(path: str | Path) -> list[ToolDoc]:
     """Every tool documented at `path` (a file, or a folder of files merged), names unique."""
     path = Path(path)
-    files = sorted(p for p in path.iterdir() if p.suffix.lower() in DOC_SUFFIXES) if path.is_dir() else [path]
+    if path.is_dir():  # a docs/ folder of an env: no file of it may be a link out of it
+        names = sorted(p.name for p in path.iterdir() if p.suffix.lower() in DOC_SUFFIXES)
+        files = [env_file(path, name) for name in names]
+    else:
+        files = [path]
     if not files:
         raise DocsError(f"{path}: no tool documents ({', '.join(DOC_SUFFIXES)})")
     docs: dict[str, ToolDoc] = {}

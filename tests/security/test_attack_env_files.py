@@ -111,3 +111,30 @@ def test_a_fifo_policy_is_refused_not_waited_on(tmp_path: Path) -> None:
     os.mkfifo(root / "policy.md")
     with pytest.raises(EnvLoadError, match=r"policy\.md: is not a regular file"):
         load_env(root)
+
+
+@pytest.mark.parametrize("name", ["tasks.jsonl", "graph.json", "phrases.toml"])
+def test_task_graph_and_phrase_files_linked_out_are_refused(
+    name: str, tmp_path: Path, host_secret: Path
+) -> None:
+    """Tasks become the scenarios agents read, the graph and phrases shape them: none may come from
+    a host file."""
+    from envforge.synth import load_graph, load_phrases, load_tasks
+
+    root = _env(tmp_path)
+    env = load_env(root)
+    (root / name).symlink_to(host_secret)
+    read = {"tasks.jsonl": load_tasks, "graph.json": load_graph, "phrases.toml": lambda r: load_phrases(env)}
+    with pytest.raises(OSError, match=re.escape(name) + ": leads out of the env folder") as err:
+        read[name](root)
+    assert SECRET not in str(err.value)
+
+
+def test_a_tool_document_linked_out_of_a_docs_folder_is_refused(tmp_path: Path, host_secret: Path) -> None:
+    from envforge.synth.envsynth import load_docs
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "tools.md").symlink_to(host_secret)
+    with pytest.raises(OSError, match=r"tools\.md: leads out of the env folder"):
+        load_docs(docs)
