@@ -12,8 +12,9 @@ statement runs, and the recorded actions are judged against one allowlist:
   `REFERENCES`, `CHECK`, `DEFAULT`, generated columns (SQLite itself refuses subqueries in
   those, so each is one expression over one row);
 - `CREATE INDEX`, partial and on expressions;
-- `CREATE VIEW` over a `SELECT` that is not recursive (a view runs only inside a tool's own
-  statement, under that statement's bounds; its body is checked by preparing a read of it);
+- `CREATE VIEW` over a `SELECT` of tables only: no other view, no `WITH` clause (a view runs
+  only inside a tool's own statement, under that statement's bounds; its body is checked by
+  preparing a read of it, and nesting is what would make that preparing itself cost);
 - functions only from the SQL guard's allowlist, wherever they appear.
 
 Everything else is refused: `CREATE TABLE ... AS SELECT` (a query at load, before any call's
@@ -191,11 +192,12 @@ def schema_violations(sql: str) -> list[SchemaViolation]:
                 continue
             if kind == "table":
                 tables[name] = (line, _head(stmt))
-            elif kind == "view":
+            elif kind == "view" and not out:  # once refused, the schema is: no view is read again
                 body = _prepare(conn, f"SELECT * FROM {_quote(name)}")
-                rule = body if isinstance(body, str) else _expression_rule(body)
+                rule = body if isinstance(body, str) else _view_rule(name, body)
                 if rule:
                     out.append(SchemaViolation(line, _head(stmt), f"the view's query: {rule}"))
+                    conn.execute(f"DROP VIEW {_quote(name)}")  # nothing later builds on it
         for name, (line, head) in tables.items():
             written = _prepare(conn, f"INSERT INTO {_quote(name)} DEFAULT VALUES")
             rule = written if isinstance(written, str) else _expression_rule(written)
@@ -237,6 +239,19 @@ def _only_comments(stmt: str) -> bool:
             rest = "" if end < 0 else rest[end + 2 :]
         else:
             return rest == ""
+
+
+def _view_rule(name: str, actions: list[Action]) -> str | None:
+    """What a view's body may not do: read another view or a `WITH` clause's table (SQLite
+    expands each reference afresh when it prepares a read, so nesting them doubles the work per
+    level: 16 levels of one view took 1 s to prepare, a chain of views 40 s), or run what
+    `_expression_rule` refuses. Reading tables only, a view costs a read what its text says."""
+    rule = _expression_rule(actions)
+    if rule is None:
+        for _action, _a1, _a2, _db, src in actions:
+            if src is not None and src != name:
+                return f"a view may read only tables, not another view or a WITH clause ({src!r})"
+    return rule
 
 
 def _expression_rule(actions: list[Action]) -> str | None:
