@@ -160,53 +160,57 @@ def _judge(actions: list[Action]) -> tuple[str, str] | str:
 
 
 def schema_violations(sql: str) -> list[SchemaViolation]:
-    """Every statement of `sql` that a model-written schema may not hold, each with its rule.
+    """The first statement of `sql` that a model-written schema may not hold, with its rule
+    (an empty list: the schema passes).
 
     Statements are only prepared; one passing the check is then applied to a throwaway empty
     database (it is a plain creation, which does no data work) so later ones can refer to it.
     Last, an insert into each table is prepared, because SQLite authorizes the expressions of
-    generated columns and indexes only where a row is written, and each `DEFAULT` apart."""
+    generated columns and indexes only where a row is written, and each `DEFAULT` apart. The
+    check stops at the first refusal: preparing a hostile statement (a deeply nested `WITH`) can
+    itself take a second, and one refusal refuses the schema, so it is paid at most once."""
     if len(sql) > MAX_SCHEMA_CHARS:
         return [SchemaViolation(1, _head(sql), f"the schema is longer than {MAX_SCHEMA_CHARS:,} characters")]
-    out: list[SchemaViolation] = []
-    tables: dict[str, tuple[int, str]] = {}
     conn = sqlite3.connect(":memory:", isolation_level=None)
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
     try:
-        for line, stmt in statements(sql):
-            if _only_comments(stmt):
-                continue
-            prepared = _prepare(conn, stmt)
-            if isinstance(prepared, str):
-                out.append(SchemaViolation(line, _head(stmt), f"SQLite cannot prepare it: {prepared}"))
-                continue
-            judged = _judge(prepared)
-            if isinstance(judged, str):
-                out.append(SchemaViolation(line, _head(stmt), judged))
-                continue
-            kind, name = judged
-            try:
-                conn.execute(stmt)
-            except sqlite3.Error as exc:
-                out.append(SchemaViolation(line, _head(stmt), f"SQLite refuses it: {exc}"))
-                continue
-            if kind == "table":
-                tables[name] = (line, _head(stmt))
-            elif kind == "view" and not out:  # once refused, the schema is: no view is read again
-                body = _prepare(conn, f"SELECT * FROM {_quote(name)}")
-                rule = body if isinstance(body, str) else _view_rule(name, body)
-                if rule:
-                    out.append(SchemaViolation(line, _head(stmt), f"the view's query: {rule}"))
-                    conn.execute(f"DROP VIEW {_quote(name)}")  # nothing later builds on it
-        for name, (line, head) in tables.items():
-            written = _prepare(conn, f"INSERT INTO {_quote(name)} DEFAULT VALUES")
-            rule = written if isinstance(written, str) else _expression_rule(written)
-            if rule:
-                out.append(SchemaViolation(line, head, f"writing a row of {name}: {rule}"))
-            out += [SchemaViolation(line, head, rule) for rule in _default_rules(conn, name)]
+        return _first_violation(conn, sql)
     finally:
         conn.close()
-    return out
+
+
+def _first_violation(conn: sqlite3.Connection, sql: str) -> list[SchemaViolation]:
+    tables: dict[str, tuple[int, str]] = {}
+    for line, stmt in statements(sql):
+        if _only_comments(stmt):
+            continue
+        prepared = _prepare(conn, stmt)
+        if isinstance(prepared, str):
+            return [SchemaViolation(line, _head(stmt), f"SQLite cannot prepare it: {prepared}")]
+        judged = _judge(prepared)
+        if isinstance(judged, str):
+            return [SchemaViolation(line, _head(stmt), judged)]
+        kind, name = judged
+        try:
+            conn.execute(stmt)
+        except sqlite3.Error as exc:
+            return [SchemaViolation(line, _head(stmt), f"SQLite refuses it: {exc}")]
+        if kind == "table":
+            tables[name] = (line, _head(stmt))
+        elif kind == "view":
+            body = _prepare(conn, f"SELECT * FROM {_quote(name)}")
+            rule = body if isinstance(body, str) else _view_rule(name, body)
+            if rule:
+                return [SchemaViolation(line, _head(stmt), f"the view's query: {rule}")]
+    for name, (line, head) in tables.items():
+        written = _prepare(conn, f"INSERT INTO {_quote(name)} DEFAULT VALUES")
+        rule = written if isinstance(written, str) else _expression_rule(written)
+        if rule:
+            return [SchemaViolation(line, head, f"writing a row of {name}: {rule}")]
+        defaults = _default_rules(conn, name)
+        if defaults:
+            return [SchemaViolation(line, head, defaults[0])]
+    return []
 
 
 def _default_rules(conn: sqlite3.Connection, table: str) -> list[str]:
@@ -270,7 +274,7 @@ def _quote(name: str) -> str:
 
 
 def check_confined_schema(sql: str, path: Path) -> None:
-    """Raise `EnvLoadError` naming file, line, statement and rule for each statement of a
+    """Raise `EnvLoadError` naming file, line, statement and rule for the first statement of a
     model-written schema that breaks the policy above."""
     found = schema_violations(sql)
     if found:
