@@ -48,7 +48,7 @@ from .tooldef import ToolSpec, tool
 
 if TYPE_CHECKING:
     from .client import EnvClients, EpisodeClient, episode_client, http_episode_client
-    from .envfiles import env_file, env_file_exists, read_env_bytes, read_env_text
+    from .envfiles import env_file, env_file_exists, read_env_bytes, read_env_text, replace_file
     from .http_app import build_app
     from .http_limits import HTTPLimits, install_log_limiter, serve_http
     from .inline import InlineConnection, InlinePool, ScratchConnection, ScratchPool, run_inline
@@ -76,6 +76,7 @@ _LAZY = {
     "env_file_exists": "envfiles",
     "read_env_bytes": "envfiles",
     "read_env_text": "envfiles",
+    "replace_file": "envfiles",
     "SchemaViolation": "schema_policy",
     "schema_violations": "schema_policy",
     "SEED_IMPORTS": "static_gate",
@@ -157,6 +158,7 @@ __all__ = [
     "read_env_bytes",
     "read_env_text",
     "render_result",
+    "replace_file",
     "replay",
     "run_inline",
     "schema_violations",

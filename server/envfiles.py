@@ -10,12 +10,18 @@ followed) and must lie inside the env folder's own real path; it is then opened 
 `O_NOFOLLOW`, so a last component swapped for a link after the check is refused by the kernel,
 and it must be a regular file (a FIFO would block the load forever). A link that stays inside
 the folder is fine. Anything else is an `EnvLoadError` naming the file.
+
+Writing is the mirror image: a file envforge writes into a folder (`tasks.jsonl`, `graph.json`,
+`phrases.toml`) is written to a new file beside it and renamed over the name, so a link planted
+at that name is replaced, never written through (`synth tasks` on a folder whose `tasks.jsonl`
+links to `~/.bashrc` would have overwritten it, and created it through a dangling link).
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 from .errors import EnvLoadError, LoadProblem
@@ -70,3 +76,19 @@ def read_env_bytes(root: str | Path, name: str) -> bytes:
 def read_env_text(root: str | Path, name: str) -> str:
     """The UTF-8 text of `root/name` (see `read_env_bytes`)."""
     return read_env_bytes(root, name).decode("utf-8")
+
+
+def replace_file(path: str | Path, text: str) -> Path:
+    """Write `text` (UTF-8) to `path` by a temporary file in the same folder renamed over it: a
+    link at `path` is replaced by the file, never followed, and a reader never sees half of it."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            os.fchmod(f.fileno(), 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from envforge.server import Environment, Fleet, env_file_exists, read_env_text
+from envforge.server import Environment, Fleet, env_file_exists, read_env_text, replace_file
 
 from .domains import DomainValues, derive_domains, key_columns, type_fits
 from .footprint import Probe, probe_tool
@@ -100,9 +100,7 @@ def graph_json(graph: ToolGraph) -> str:
 
 
 def write_graph(graph: ToolGraph, root: Path) -> Path:
-    path = Path(root) / "graph.json"
-    path.write_text(graph_json(graph), encoding="utf-8")
-    return path
+    return replace_file(Path(root) / "graph.json", graph_json(graph))  # a link there is replaced
 
 
 def load_graph(root: Path) -> ToolGraph | None:

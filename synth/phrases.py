@@ -23,7 +23,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from envforge.server import env_file_exists, read_env_text
+from envforge.server import env_file_exists, read_env_text, replace_file
 
 PHRASES_FILE = "phrases.toml"
 
@@ -350,6 +350,4 @@ def phrases_toml(phrases: Phrases, header: str = "") -> str:
 
 def write_phrases(env: EnvShape, header: str = "Generated from the tool names and the schema.") -> Path:
     """Write the derived vocabulary into the env folder (env synthesis; `envforge synth phrases`)."""
-    path = env.root / PHRASES_FILE
-    path.write_text(phrases_toml(derive_phrases(env), header), encoding="utf-8")
-    return path
+    return replace_file(env.root / PHRASES_FILE, phrases_toml(derive_phrases(env), header))

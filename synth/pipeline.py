@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envforge.server import Environment, Fleet, read_env_text, run_inline
+from envforge.server import Environment, Fleet, read_env_text, replace_file, run_inline
 
 from .context import SynthContext
 from .golden import GoldenRun
@@ -189,10 +189,10 @@ def write_tasks(tasks: list[Task], root: Path) -> Path:
 
 
 def write_tasks_to(tasks: list[Task], path: Path) -> Path:
-    """Write `tasks` as JSON lines to `path` (its folder made if missing)."""
+    """Write `tasks` as JSON lines to `path` (its folder made if missing), replacing a link there
+    rather than writing through it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(tasks_jsonl(tasks), encoding="utf-8")
-    return path
+    return replace_file(path, tasks_jsonl(tasks))
 
 
 def load_tasks(root: Path) -> list[Task]:

@@ -138,3 +138,26 @@ def test_a_tool_document_linked_out_of_a_docs_folder_is_refused(tmp_path: Path, 
     (docs / "tools.md").symlink_to(host_secret)
     with pytest.raises(OSError, match=r"tools\.md: leads out of the env folder"):
         load_docs(docs)
+
+
+@pytest.mark.parametrize("name", ["tasks.jsonl", "graph.json", "phrases.toml"])
+@pytest.mark.parametrize("dangling", [False, True])
+def test_files_written_into_the_folder_replace_a_planted_link(
+    name: str, dangling: bool, tmp_path: Path, host_secret: Path
+) -> None:
+    """`synth tasks --force`, `graph` and `synth phrases` wrote through a link at their file's name:
+    a planted `tasks.jsonl -> ~/.bashrc` was overwritten (and a dangling one created its target)."""
+    from envforge.synth import ToolGraph, write_graph, write_phrases, write_tasks
+
+    root = _env(tmp_path)
+    env = load_env(root)
+    target = tmp_path / "outside" / "created_through_the_link" if dangling else host_secret
+    (root / name).symlink_to(target)
+    write = {
+        "tasks.jsonl": lambda: write_tasks([], root),
+        "graph.json": lambda: write_graph(ToolGraph(env=env.name, tools=[], edges=[], state_edges=[]), root),
+        "phrases.toml": lambda: write_phrases(env),
+    }
+    write[name]()
+    assert not (root / name).is_symlink() and (root / name).is_file()
+    assert not target.exists() if dangling else target.read_text() == SECRET + "\n"
