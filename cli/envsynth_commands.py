@@ -26,6 +26,7 @@ from envforge.synth.envsynth import (
     SynthSettings,
     ToolDoc,
     introspect_mcp,
+    load_doc_set,
     load_docs,
     read_report,
     synthesize_env,
@@ -155,7 +156,7 @@ def synth_envs(
         async def one(name: str, src: Path) -> None:
             async with gate:
                 try:
-                    docs = load_docs(src)
+                    docs = load_doc_set(docs_dir, src)
                     responder = _responder(model, api_base, replay_dir / name if replay_dir else None)
                 except (DocsError, OSError, ValueError) as exc:
                     console.print(f"[red]{name}: cannot start: {exc}[/]")

@@ -18,6 +18,7 @@ server that sent keep-alive bytes forever held `synth env URL` for ever.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from envforge.server import env_file
+from envforge.server import env_file, read_env_text
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 JSON_TYPES = ("string", "integer", "number", "boolean", "array", "object")
@@ -225,8 +226,10 @@ def _looks_mcp(data: dict[str, Any]) -> bool:
     return isinstance(tools, list) and all(isinstance(t, dict) and "function" not in t for t in tools)
 
 
-def load_docs_file(path: Path) -> list[ToolDoc]:
-    text = path.read_text(encoding="utf-8")
+def load_docs_file(path: Path, text: str | None = None) -> list[ToolDoc]:
+    """The tools documented in one file, by its suffix (`text`: its contents, already read)."""
+    if text is None:
+        text = path.read_text(encoding="utf-8")
     suffix = path.suffix.lower()
     if suffix in (".md", ".markdown", ".txt"):
         return parse_markdown(text)
@@ -248,20 +251,32 @@ DOC_SUFFIXES = (".json", ".yaml", ".yml", ".md", ".markdown")
 def load_docs(path: str | Path) -> list[ToolDoc]:
     """Every tool documented at `path` (a file, or a folder of files merged), names unique."""
     path = Path(path)
-    if path.is_dir():  # a docs/ folder of an env: no file of it may be a link out of it
+    if path.is_dir():  # a docs/ folder of an env: each file read as an env file is (envfiles)
         names = sorted(p.name for p in path.iterdir() if p.suffix.lower() in DOC_SUFFIXES)
-        files = [env_file(path, name) for name in names]
+        files = [(path / name, read_env_text(path, name)) for name in names]
     else:
-        files = [path]
+        files = [(path, None)]
     if not files:
         raise DocsError(f"{path}: no tool documents ({', '.join(DOC_SUFFIXES)})")
     docs: dict[str, ToolDoc] = {}
-    for f in files:
-        for d in load_docs_file(f):
+    for f, text in files:
+        for d in load_docs_file(f, text):
             if d.name in docs:
                 raise DocsError(f"{f}: tool {d.name!r} is documented twice")
             docs[d.name] = d
     return list(docs.values())
+
+
+def load_doc_set(docs_dir: str | Path, src: str | Path) -> list[ToolDoc]:
+    """`load_docs(src)` for one doc set of `synth envs DOCS_DIR`, whose children are data as an env
+    folder's files are: `src` (a child, or its `docs/`) must lie inside DOCS_DIR's real path, so a
+    child or a `docs` that is a link to a host folder does not send that folder to the model."""
+    docs_dir = Path(docs_dir)
+    try:
+        env_file(docs_dir, os.path.relpath(src, docs_dir))
+    except OSError:
+        raise DocsError(f"{src}: leads out of {docs_dir} (a link); refused") from None
+    return load_docs(src)
 
 
 CONNECT_TIMEOUT_S = 10.0
