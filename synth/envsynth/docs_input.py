@@ -253,7 +253,7 @@ def load_docs(path: str | Path) -> list[ToolDoc]:
     path = Path(path)
     if path.is_dir():  # a docs/ folder of an env: each file read as an env file is (envfiles)
         names = sorted(p.name for p in path.iterdir() if p.suffix.lower() in DOC_SUFFIXES)
-        files = [(path / name, read_env_text(path, name)) for name in names]
+        files: list[tuple[Path, str | None]] = [(path / name, read_env_text(path, name)) for name in names]
     else:
         files = [(path, None)]
     if not files:
