@@ -53,6 +53,27 @@ def test_ddl_error_names_file_and_line(tmp_path):
     assert problem.startswith(f"{env / 'schema.sql'}:3: DDL failed")
 
 
+def test_statements_sharing_a_line_are_split_and_located(tmp_path):
+    """Models write `CREATE TABLE a(...); CREATE TABLE b(...);` on one line: that is two statements
+    (SQLite refused the pair as one with "You can only execute one statement at a time"), and an
+    error in the second names the line it stands on."""
+    env = _copy(tmp_path)
+    (env / "seed.json").write_text("{}")
+    (env / "schema.sql").write_text(
+        "-- two on a line; a ';' in a default and a comment\n"
+        "CREATE TABLE a (id TEXT PRIMARY KEY, note TEXT DEFAULT ';'); CREATE TABLE b (id TEXT PRIMARY KEY);\n"
+    )
+    with pytest.raises(EnvLoadError) as info:  # the bank's tools write tables this schema lacks
+        load_env(env)
+    assert not any("one statement at a time" in str(p) or "DDL failed" in str(p) for p in info.value.problems)
+    (env / "schema.sql").write_text(
+        "CREATE TABLE a (id TEXT PRIMARY KEY);\n\n"
+        "CREATE TABLE c (x INTEGER PRIMARY KEY); CREATE TABLE b (id TEXT PRIMARY KEY,,);\n"
+    )
+    [problem] = _problems(env)
+    assert problem.startswith(f"{env / 'schema.sql'}:3: DDL failed")
+
+
 def test_table_without_primary_key_is_rejected(tmp_path):
     env = _copy(tmp_path)
     (env / "schema.sql").write_text("CREATE TABLE a (id TEXT);\n")
