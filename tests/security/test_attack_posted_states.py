@@ -87,7 +87,14 @@ def planted_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_a_planted_trigger_is_refused_at_load(planted_env: Path) -> None:
-    """The schema policy's half: before, the schema loaded and the trigger waited."""
+    """The schema policy's half: before, the schema loaded and the trigger waited. (Its view of a
+    recursive query is refused too; here the trigger alone.)"""
+    (planted_env / "schema.sql").write_text(
+        "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);\n"
+        "CREATE TRIGGER planted AFTER INSERT ON notes WHEN NEW.body = 'boom' BEGIN\n"
+        "    UPDATE notes SET body = 'planted';\n"
+        "END;\n"
+    )
     with pytest.raises(EnvLoadError) as refused:
         load_env(planted_env)
     assert "schema.sql" in str(refused.value) and "TRIGGER" in str(refused.value), refused.value
