@@ -118,7 +118,7 @@ class Health:
 
 def test_one_statement_cannot_take_the_server_past_its_sqlite_heap_limit(tmp_path: Path) -> None:
     """Before, the eight documents took the server from 80 to 1,458 MiB and the call answered with
-    all eight parsed; the GROUP BY peaked at 3.9 GB (and wrote 4 GB of temporary files)."""
+    all eight parsed; the GROUP BY peaked at 3.9 GB (its sort spilling to temporary files first)."""
     root = make_confined_env(tmp_path / "memory", MEMORY_TOOLS)
     serving = [str(root), str(FIXTURES / "bank")]
     with (
