@@ -401,6 +401,15 @@ class EpisodeStore:
         if self._bytes_per_owner[owner] <= 0:
             del self._bytes_per_owner[owner]
 
+    def database_room(self, owner: str | None) -> int | None:
+        """The largest database one more episode of `owner` could start from within its byte
+        budget (None: no budget), so a build can be stopped at that size rather than refused
+        once made."""
+        if owner is None or self.max_bytes_per_owner is None:
+            return None
+        left = self.max_bytes_per_owner - self._bytes_per_owner[owner] - self.growth_bytes
+        return max(0, left // 2)
+
     def _over_budget(self, owner: str, reserved: int) -> bool:
         return (
             self.max_bytes_per_owner is not None

@@ -18,7 +18,7 @@ from .episodes import Episode, EpisodeStore
 from .loader import Environment, load_env
 from .mcp_server import EnvMCPServer
 from .runtime import ToolResult, execute
-from .schema_host import build_state_bounded
+from .schema_host import STATE_DATABASE_MAX_BYTES, DatabaseTooLarge, build_state_bounded
 from .state import ExportedState, State, state_hash
 
 STATE_BUILDS_PER_CLIENT = 2
@@ -109,7 +109,7 @@ class Fleet:
                 if env.manifest.trust == "confined":
                     # its model-written schema's triggers, CHECKs and generated columns run on every
                     # row the client chose: built in a child under a deadline and a memory bound
-                    database = await anyio.to_thread.run_sync(build_state_bounded, env, state)
+                    database = await self._build_confined(env, state, owner)
                 else:
                     building = 2 * size_hint + self.store.growth_bytes
                     sqlheap.hold(building)
@@ -122,6 +122,26 @@ class Fleet:
             idle = builds.value == STATE_BUILDS_PER_CLIENT and not builds.statistics().tasks_waiting
             if idle and self._builds.get(owner) is builds:
                 del self._builds[owner]
+
+    async def _build_confined(self, env: Environment, state: State, owner: str | None) -> bytes:
+        """A confined env's state built in its child, whose database may be at most the fixed
+        `STATE_DATABASE_MAX_BYTES` and what `owner`'s byte budget has room for: a 4.6 KB state
+        under a schema storing a megabyte per row built 180 MB, and taking it back cost this
+        process +459 MiB at its peak before the budget refused it."""
+        cap = STATE_DATABASE_MAX_BYTES
+        room = self.store.database_room(owner)
+        if room is not None:
+            cap = min(cap, room)
+        try:
+            return await anyio.to_thread.run_sync(build_state_bounded, env, state, cap)
+        except DatabaseTooLarge as exc:
+            if exc.size <= STATE_DATABASE_MAX_BYTES:  # over the client's budget: its own refusal
+                await self.store.make_room(owner, 2 * exc.size + self.store.growth_bytes)
+            mib = 1024 * 1024
+            raise ValueError(
+                f"its database would be {exc.size / mib:.1f} MiB; a posted state's database may be "
+                f"at most {cap / mib:.1f} MiB"
+            ) from None
 
     async def shared_seed_episode(self, env_name: str) -> Episode:
         """The one read-only view of the seed state given to connections without an episode.

@@ -13,13 +13,14 @@ process only deserialises. Run as a script, it reads one JSON line and writes on
 
 from __future__ import annotations
 
-import base64
 import importlib
 import json
 import os
+import selectors
 import sqlite3
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -45,16 +46,93 @@ class _ChildFailed(Exception):
     """The child gave no answer: over its deadline, past its memory, or unable to start."""
 
 
-def _run_child(request: dict[str, Any], what: str) -> dict[str, Any]:
-    """Run `request` in a confined child (this file as a script); its one-line JSON answer.
+class DatabaseTooLarge(ValueError):
+    """The database a state built is larger than its caller allowed; it was not sent back."""
 
-    Raises `_ChildFailed` with the reason when there is none (killed at `schema_timeout_s()`, out
-    of memory, confinement missing)."""
+    def __init__(self, size: int, cap: int) -> None:
+        super().__init__(f"its database is {size / 2**20:.1f} MiB, over the {cap / 2**20:.1f} MiB allowed")
+        self.size = size
+        self.cap = cap
+
+
+STATE_DATABASE_MAX_BYTES = 64 * 1024 * 1024
+"""The largest database a state posted on the control plane may build: four times the largest body
+the HTTP app takes (16 MiB), where an honest state's database is about twice its JSON. A schema
+whose generated column stores a megabyte per row built 180 MB from 4.6 KB of state."""
+HEADER_MAX_BYTES = 16 * 1024 * 1024
+"""The child's answer line (its problems, or the size of the database that follows)."""
+STDERR_TAIL_BYTES = 4096
+_CHUNK = 1 << 20
+
+
+class _Answer:
+    """The child's stdout, taken as it arrives: one JSON line, then the database's raw bytes when
+    the line says `db_bytes`. The bytes go straight into one buffer of their announced size (no
+    base64, no JSON string, no whole-output copy: those cost 2.5-3.8x the database at peak), and
+    an announced size over `cap` ends the read there."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.head = bytearray()
+        self.line: dict[str, Any] | None = None
+        self.db: bytearray | None = None
+        self.filled = 0
+
+    @property
+    def done(self) -> bool:
+        return self.line is not None and (self.db is None or self.filled == len(self.db))
+
+    def read(self, fd: int) -> bool:
+        """Read what the pipe has; False at its end."""
+        if self.db is not None:
+            view = memoryview(self.db)[self.filled : self.filled + _CHUNK]
+            got = os.readv(fd, [view])
+            self.filled += got
+            return got > 0
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return False
+        self.head += chunk
+        end = self.head.find(b"\n")
+        if end < 0:
+            if len(self.head) > HEADER_MAX_BYTES:
+                raise _ChildFailed(f"its answer exceeded {HEADER_MAX_BYTES} bytes")
+            return True
+        try:
+            line = json.loads(self.head[:end])
+        except ValueError:
+            raise _ChildFailed("its answer was not JSON") from None
+        if not isinstance(line, dict):
+            raise _ChildFailed("its answer was not a JSON object")
+        rest = self.head[end + 1 :]
+        self.head = bytearray()
+        self.line = line
+        size = line.get("db_bytes")
+        if size is not None:
+            if not isinstance(size, int) or size < 0:
+                raise _ChildFailed(f"it announced a database of {size!r} bytes")
+            if size > self.cap:
+                raise DatabaseTooLarge(size, self.cap)
+            self.db = bytearray(size)
+            self.filled = min(len(rest), size)
+            self.db[: self.filled] = rest[: self.filled]
+        return True
+
+
+def _run_child(request: dict[str, Any], what: str, max_db_bytes: int) -> tuple[dict[str, Any], bytes | None]:
+    """Run `request` in a confined child (this file as a script); its JSON answer and the database
+    that follows it, if any.
+
+    `max_db_bytes` is sent to the child, which refuses a larger database without sending it, and
+    bounds what is read here too: past it, `DatabaseTooLarge`. Raises `_ChildFailed` with the
+    reason when there is no answer (killed at `schema_timeout_s()`, out of memory, confinement
+    missing)."""
     from . import confinement
 
     timeout = schema_timeout_s()
     request = {
         **request,
+        "max_db_bytes": max_db_bytes,
         "limits": {
             **confinement.Limits().to_json(),
             "address_space_mb": SCHEMA_MEMORY_MB,
@@ -69,24 +147,69 @@ def _run_child(request: dict[str, Any], what: str) -> dict[str, Any]:
         raise _ChildFailed(str(exc)) from exc
     if command is not argv:
         command.append("--require-seccomp")
+    data = json.dumps(request).encode()  # TypeError/ValueError: a state given in-process, not JSON
+    answer = _Answer(max_db_bytes)
+    err = bytearray()
+    proc = subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=confinement.child_environment(),
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    deadline = time.monotonic() + timeout
+    written = 0
     try:
-        done = subprocess.run(
-            command,
-            input=json.dumps(request).encode(),
-            capture_output=True,
-            timeout=timeout,
-            env=confinement.child_environment(),
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise _ChildFailed(f"it took longer than {timeout:g}s and was stopped") from exc
-    try:
-        answer: dict[str, Any] = json.loads(done.stdout.split(b"\n", 1)[0])
-        return answer
-    except ValueError:
-        tail = (done.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1][:300]
-        if "MemoryError" in tail or "out of memory" in tail:
-            tail = f"it needed more than {SCHEMA_MEMORY_MB} MiB ({tail})"
-        raise _ChildFailed(f"it failed (exit status {done.returncode}): {tail}") from None
+        with selectors.DefaultSelector() as selector:
+            os.set_blocking(proc.stdin.fileno(), False)
+            selector.register(proc.stdin, selectors.EVENT_WRITE)
+            selector.register(proc.stdout, selectors.EVENT_READ)
+            selector.register(proc.stderr, selectors.EVENT_READ)
+            while selector.get_map() and not answer.done:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _ChildFailed(f"it took longer than {timeout:g}s and was stopped")
+                for key, _ in selector.select(left):
+                    pipe = key.fileobj
+                    if pipe is proc.stdin:
+                        try:
+                            written += os.write(proc.stdin.fileno(), data[written : written + (1 << 16)])
+                        except BlockingIOError:
+                            continue
+                        except BrokenPipeError:  # it exited without reading everything
+                            written = len(data)
+                        if written >= len(data):
+                            selector.unregister(proc.stdin)
+                            proc.stdin.close()
+                    elif pipe is proc.stdout:
+                        if not answer.read(proc.stdout.fileno()):
+                            selector.unregister(proc.stdout)
+                    else:
+                        chunk = os.read(proc.stderr.fileno(), 1 << 16)
+                        if not chunk:
+                            selector.unregister(proc.stderr)
+                        err += chunk
+                        del err[:-STDERR_TAIL_BYTES]
+    finally:
+        _kill(proc)
+    if answer.line is not None and answer.done:
+        db = None if answer.db is None else bytes(answer.db)
+        return answer.line, db
+    tail = (err.decode(errors="replace").strip().splitlines() or ["no output"])[-1][:300]
+    if "MemoryError" in tail or "out of memory" in tail:
+        tail = f"it needed more than {SCHEMA_MEMORY_MB} MiB ({tail})"
+    raise _ChildFailed(f"it failed (exit status {proc.returncode}): {tail}")
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """End the child (it has answered, or must stop) and close its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None and not pipe.closed:
+            pipe.close()
 
 
 def build_seed_bounded(root: Path, manifest: Any, schema_sql: str) -> tuple[bytes, list[Any]]:
@@ -107,8 +230,9 @@ def build_seed_bounded(root: Path, manifest: Any, schema_sql: str) -> tuple[byte
         "seed": seed,
     }
     try:
-        answer = _run_child(request, f"the schema of env {manifest.name!r}")
-    except _ChildFailed as exc:
+        what = f"the schema of env {manifest.name!r}"
+        answer, seed_db = _run_child(request, what, SCHEMA_MEMORY_MB * 2**20)
+    except (_ChildFailed, DatabaseTooLarge) as exc:
         why = f"building the schema and seed failed: {exc}"
         raise EnvLoadError([LoadProblem(root / _SCHEMA, None, why)]) from exc
     if "problems" in answer:
@@ -119,7 +243,9 @@ def build_seed_bounded(root: Path, manifest: Any, schema_sql: str) -> tuple[byte
                 for name, line, message in answer["problems"]
             ]
         )
-    seed_db = base64.b64decode(answer["db"])
+    if seed_db is None:
+        why = "building the schema and seed gave no database"
+        raise EnvLoadError([LoadProblem(root / _SCHEMA, None, why)])
     conn = sqlite3.connect(":memory:")  # the seed's tables read off it; no statement of the env runs
     try:
         conn.deserialize(seed_db)
@@ -128,24 +254,34 @@ def build_seed_bounded(root: Path, manifest: Any, schema_sql: str) -> tuple[byte
         conn.close()
 
 
-def build_state_bounded(env: Any, state: Any) -> bytes:
+def build_state_bounded(env: Any, state: Any, max_db_bytes: int = STATE_DATABASE_MAX_BYTES) -> bytes:
     """`Environment.database_from_state` of a confined env, in a confined child.
 
     A state posted on the control plane is rows a client chose, inserted under the env's
     model-written schema, whose CHECKs, generated columns and index expressions run on every row
     (and triggers, where a schema is loaded without the schema policy). Here they run under the
     child's deadline and memory bound. Raises `ValueError`, as the in-process build does: the
-    state's own problem with its table and row, or the build's deadline or memory.
+    state's own problem with its table and row, or the build's deadline or memory; and
+    `DatabaseTooLarge` when the database is over `max_db_bytes` (the child sends none then: a few
+    kilobytes of state can build hundreds of megabytes, which are not this process's to hold).
     """
     try:
-        answer = _run_child({"schema": env.schema_sql, "state": state}, f"a state of env {env.name!r}")
+        answer, db = _run_child(
+            {"schema": env.schema_sql, "state": state}, f"a state of env {env.name!r}", max_db_bytes
+        )
+    except DatabaseTooLarge:
+        raise
     except _ChildFailed as exc:
         raise ValueError(f"building the state failed: {exc}") from exc
     except (TypeError, ValueError) as exc:  # json.dumps of a state given in-process
         raise ValueError(f"state is not JSON: {exc}") from None
     if "error" in answer:
         raise ValueError(str(answer["error"]))
-    return base64.b64decode(answer["db"])
+    if "too_large" in answer:
+        raise DatabaseTooLarge(int(answer["too_large"]), max_db_bytes)
+    if db is None:
+        raise ValueError("building the state failed: it gave no database")
+    return db
 
 
 def _light_package() -> None:
@@ -180,17 +316,15 @@ def _main() -> None:
     (scratch / seed_name).write_text(request["seed"], encoding="utf-8")
     manifest = EnvManifest.model_validate({**request["manifest"], "seed": seed_name})
     confinement_inner.confine_self(request["limits"], require_seccomp="--require-seccomp" in sys.argv)
-    out = sys.stdout
     try:
         seed_db, _ = loader.build_seed(scratch, manifest, request["schema"])
     except EnvLoadError as exc:
-        problems = [[Path(p.file).name, p.line, p.message] for p in exc.problems]
-        out.write(json.dumps({"problems": problems}) + "\n")
+        _answer({"problems": [[Path(p.file).name, p.line, p.message] for p in exc.problems]})
         return
     except (MemoryError, sqlite3.Error) as exc:
-        out.write(json.dumps({"problems": [["schema.sql", None, f"building it failed: {exc}"]]}) + "\n")
+        _answer({"problems": [["schema.sql", None, f"building it failed: {exc}"]]})
         return
-    out.write(json.dumps({"db": base64.b64encode(seed_db).decode()}) + "\n")
+    _answer_database(seed_db, int(request["max_db_bytes"]))
 
 
 def _build_state(loader: Any, request: dict[str, Any]) -> None:
@@ -201,9 +335,25 @@ def _build_state(loader: Any, request: dict[str, Any]) -> None:
     try:
         db = loader.state_database(request["schema"], Path(_SCHEMA), request["state"])
     except (ValueError, MemoryError, sqlite3.Error) as exc:  # the state's problem, or its build's
-        sys.stdout.write(json.dumps({"error": str(exc) or type(exc).__name__}) + "\n")
+        _answer({"error": str(exc) or type(exc).__name__})
         return
-    sys.stdout.write(json.dumps({"db": base64.b64encode(db).decode()}) + "\n")
+    _answer_database(db, int(request["max_db_bytes"]))
+
+
+def _answer(line: dict[str, Any], db: bytes = b"") -> None:
+    """The child's answer: one JSON line, then `db`'s raw bytes when the line announces them."""
+    out = sys.stdout.buffer
+    out.write(json.dumps(line).encode() + b"\n")
+    out.write(db)
+    out.flush()
+
+
+def _answer_database(db: bytes, cap: int) -> None:
+    """The built database, or only its size when it is over `cap` (the parent would refuse it)."""
+    if len(db) > cap:
+        _answer({"too_large": len(db)})
+    else:
+        _answer({"db_bytes": len(db)}, db)
 
 
 if __name__ == "__main__":
