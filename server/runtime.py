@@ -23,7 +23,7 @@ import json
 import logging
 import re
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -299,17 +299,20 @@ def values_rejected(exc: BaseException, arguments: Mapping[str, Any]) -> str | N
     is the agent's doing when the call holds a NUL character (SQLite's text functions end at it,
     so `length(x) > 0` fails on "\\x00") or the constraint names a column the call passed by name
     ("CHECK constraint failed: length(line1) > 0" after `line1=...`); a value past SQLite's
-    integer range (`OverflowError`) always is. That is the agent's `invalid` call, like a bad
+    integer range (`OverflowError`) is when the call passed such an integer (a tool that makes one
+    itself has a bug of its own). That is the agent's `invalid` call, like a bad
     argument: charged to the env, a failure the agent provoked on purpose would leave its trial
     out of pass^k. A constraint on a value the tool derived itself (a balance it forgot to check)
     stays the env's bug. Nothing of the call is kept either way.
     """
     if isinstance(exc, OverflowError):
+        if not _holds(arguments, _past_sqlite_integers):
+            return None
         return f"a value of the call is out of the database's range ({exc}); nothing of this call was kept"
     if not isinstance(exc, sqlite3.IntegrityError):
         return None
     named = set(_IDENTIFIER.findall(str(exc).partition(":")[2]))
-    if named & set(arguments) or _holds_nul(arguments):
+    if named & set(arguments) or _holds(arguments, _has_nul):
         return f"the data refused the call's values ({exc}); nothing of this call was kept"
     return None
 
@@ -317,13 +320,25 @@ def values_rejected(exc: BaseException, arguments: Mapping[str, Any]) -> str | N
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _holds_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
+_SQLITE_INTEGERS = range(-(2**63), 2**63)
+
+
+def _has_nul(value: Any) -> bool:
+    return isinstance(value, str) and "\x00" in value
+
+
+def _past_sqlite_integers(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value not in _SQLITE_INTEGERS
+
+
+def _holds(value: Any, found: Callable[[Any], bool]) -> bool:
+    """Whether `value`, or anything nested in it (keys included), is one `found` looks for."""
+    if found(value):
+        return True
     if isinstance(value, Mapping):
-        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+        return any(_holds(k, found) or _holds(v, found) for k, v in value.items())
     if isinstance(value, list | tuple):
-        return any(_holds_nul(v) for v in value)
+        return any(_holds(v, found) for v in value)
     return False
 
 
