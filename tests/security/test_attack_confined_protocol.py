@@ -92,6 +92,12 @@ FORGING_TOOLS = textwrap.dedent(
 
 
     @tool
+    async def bind_number(db: Db, n: int) -> int:
+        """Read back a number the caller passes."""
+        return await db.fetch_value("SELECT ?", (n,))
+
+
+    @tool
     async def slow_count(db: Db, n: int) -> int:
         """Count to n in SQL (a read that takes a while).
 
@@ -198,7 +204,11 @@ async def test_a_statement_sqlite_cannot_run_fails_the_call_not_the_worker(forgi
         episode = await fleet.create_episode(forging_env.name)
         assert (await fleet.call(episode.id, "count_notes", {})).text == "1"
         result = await fleet.call(episode.id, "unbindable", {})
-        assert result.kind == "env_error", result.text
+        assert result.kind == "env_error", result.text  # the tool made the integer: its own bug
+        # the agent passed it: the agent's invalid call, so a failure it provokes on purpose cannot
+        # leave its trial out of pass^k as the env's
+        result = await fleet.call(episode.id, "bind_number", {"n": 10**30})
+        assert result.kind == "invalid" and "out of the database's range" in result.text, result.text
         assert (await fleet.call(episode.id, "count_notes", {})).text == "1"
         assert _worker_starts(forging_env) == 1
     finally:
