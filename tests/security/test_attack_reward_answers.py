@@ -24,6 +24,7 @@ from envforge.synth import (
     Task,
     build_graph,
     load_graph,
+    load_policy_rules,
     load_tasks,
     oracle_messages,
     parse_number,
@@ -205,18 +206,41 @@ async def test_listing_every_entity_id_earns_no_id_output() -> None:
     assert score_episode(task, golden, [f"The passenger is {ids[17]}9."]).reward == 0.0
 
 
+def _needs_user(env_dir: Path, tasks: list[Task]) -> list[Task]:
+    """The tasks whose golden writes the env's policy wants the user's yes for: a rollout with no
+    user refuses them (`NeedsUser`)."""
+    rules = load_policy_rules(load_env(env_dir))
+    if rules is None:
+        return []
+    return [t for t in tasks if any(rules.needs_confirmation(c.name) for c in t.golden_calls)]
+
+
+CONFIRMING_ENVS = [d for d in bundled_env_dirs() if _needs_user(d, load_tasks(d))]
+
+
 @pytest.mark.parametrize("env_dir", bundled_env_dirs(), ids=lambda p: p.name)
 async def test_a_rollout_without_a_user_never_shows_the_answers(env_dir: Path) -> None:
     """`--env-kind fleet` opens each episode with the task itself (no simulated user to ask). The
     instruction's last line lists the answers the user must be told; shown to the policy, echoing
     the prompt would earn the outputs part with no lookup at all. The opening holds no answers line,
-    and a policy that does the golden writes and then echoes its opening earns the outputs part only
-    where its request already names the answer (a count that is also a quantity asked for)."""
-    from envforge.trainer import FleetRolloutEnv
+    and a policy that does the golden calls and then echoes its opening earns the outputs part only
+    where its request already names the answer (a count that is also a quantity asked for).
 
-    tasks = [t for t in load_tasks(env_dir) if t.required_outputs]
+    Played on every task with required outputs that such a rollout accepts: the env's synthesized
+    tasks that need no user's yes and its single-lookup tasks (`--tasks lookup`, whose answer is
+    only in what the user must be told). Where the env's policy confirms every write, none of its
+    synthesized tasks gets an opening at all: `test_tasks_needing_a_user_are_refused_without_a_user`."""
+    from envforge.trainer import FleetRolloutEnv, lookup_tasks
+
     env = load_env(env_dir)
+    written = [t for t in load_tasks(env_dir) if t.required_outputs]
+    needing = {t.id for t in _needs_user(env_dir, written)}
+    synthesized = [t for t in written if t.id not in needing]
     async with Fleet([env]) as fleet:
+        tasks = synthesized + await lookup_tasks(fleet, env.name)
+        assert tasks, env.name  # every env has tasks a rollout with no user can play
+        # where synthesized tasks play, their answers line is there to be left out
+        assert not synthesized or any(ANSWERS_LINE in t.scenario.instruction for t in synthesized)
         rollouts = FleetRolloutEnv(fleet, env.name, tasks, use_mcp=False)
         for task in tasks:
             async with rollouts.episode(task.id) as episode:
@@ -229,4 +253,29 @@ async def test_a_rollout_without_a_user_never_shows_the_answers(env_dir: Path) -
                 request = task.scenario.without_answers()
                 assert all(
                     re.search(rf"(?<![\w.]){re.escape(o)}(?![\w])", request) for o in task.required_outputs
-                )
+                ), task.id
+
+
+@pytest.mark.parametrize("env_dir", CONFIRMING_ENVS, ids=lambda p: p.name)
+async def test_tasks_needing_a_user_are_refused_without_a_user(env_dir: Path) -> None:
+    """The tasks the opening test cannot play: their writes need the user's yes, which a rollout
+    with no user cannot get. Each is refused before anything runs, alone or among tasks that
+    could play, with one line naming the count and pointing to `--env-kind harness`."""
+    from envforge.trainer import FleetRolloutEnv, NeedsUser, lookup_tasks
+
+    env = load_env(env_dir)
+    written = [t for t in load_tasks(env_dir) if t.required_outputs]
+    needing = _needs_user(env_dir, written)
+    async with Fleet([env]) as fleet:
+        playable = await lookup_tasks(fleet, env.name)
+        FleetRolloutEnv(fleet, env.name, playable, use_mcp=False)  # the lookups alone play
+        for given in ([needing[0]], needing, [*playable, needing[-1]]):
+            confirming = sum(t in needing for t in given)
+            with pytest.raises(NeedsUser) as err:
+                FleetRolloutEnv(fleet, env.name, given, use_mcp=False)
+            message = str(err.value)
+            assert "\n" not in message, message
+            assert f"{confirming} of {len(given)} tasks" in message and "--env-kind harness" in message
+        for task in needing:
+            with pytest.raises(NeedsUser):
+                FleetRolloutEnv(fleet, env.name, [task], use_mcp=False)
