@@ -11,7 +11,8 @@ Definitions (kept here so the report, the CLI and the trainer agree on one meani
 - pass^k is τ-bench's: for a task with n counted trials and c successes, C(c, k) / C(n, k), i.e. the
   chance that k trials drawn without replacement all succeed; averaged over the tasks with n >= k.
   `pass_hat_k_env_failed` is the same with env failures counted as failed trials; every table
-  shows it and the env-failure count beside pass^k, so failures charged to the env stay in view.
+  shows the env-failure count beside pass^k, and this figure beside it wherever a trial was the
+  env's (report.html and `--json` always), so failures charged to the env stay in view.
 - Mean reward is averaged per task first and then over tasks, so it weighs tasks like pass^1 does
   and like the bootstrap (which resamples tasks) assumes.
 - Confidence intervals: 95 % percentile bootstrap over tasks, 1000 resamples, `random.Random(0)`,
@@ -290,23 +291,27 @@ def fmt_cost(value: float) -> str:
     return f"${value:.4f}"
 
 
-SUMMARY_DROP_ORDER = ("reward 95% CI", "cost", "user err")
+SUMMARY_DROP_ORDER = ("reward 95% CI", "cost", "user err", "infra")
 """Columns the summary table leaves out, in this order, when the terminal is too narrow for them
-(`--json` always has them); env names and pass^k are never cut."""
+(`--json` always has them); env names, pass^k and the env failures beside it are never cut."""
 SUMMARY_COLUMN_GAP = 2
 ENV_FAILED = "w/ env"
 """The suffix of the pass^k columns that count env failures as failed trials."""
-ENV_FAILED_NOTE = (
-    "env fail: trials charged to the env, left out of pass^k; pass^k w/ env counts them as failures"
-)
+ENV_FAILED_NOTE = "env fail: trials the env failed, left out of pass^k; w/ env: counted as failed"
+NO_ENV_FAILED_NOTE = "env fail: trials the env failed, left out of pass^k (none in this run)"
 
 
 def summary_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """The summary table's headers and rows (each env, then `overall`), as text."""
+    """The summary table's headers and rows (each env, then `overall`), as text. The env failure
+    count stands beside pass^k; pass^k `w/ env` (env failures counted as failed trials) only where
+    a trial of the run was the env's, since otherwise it is pass^k again and would cost the
+    columns an 80-column terminal has no room for (report.html and `--json` always have it)."""
     overall = summary["overall"]
     k_max = len(overall["pass_hat_k"])
+    with_env = overall["env_failures"] > 0
     headers = ["env", "tasks", "trials", *(f"pass^{k}" for k in range(1, k_max + 1)), "env fail"]
-    headers += [f"pass^{k} {ENV_FAILED}" for k in range(1, k_max + 1)]
+    if with_env:
+        headers += [f"pass^{k} {ENV_FAILED}" for k in range(1, k_max + 1)]
     headers += ["reward", "reward 95% CI", "user err", "infra", "cost"]
 
     def row(name: str, part: dict[str, Any]) -> list[str]:
@@ -316,7 +321,7 @@ def summary_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             str(part["n_trials"]),
             *(fmt_rate(v) for v in part["pass_hat_k"]),
             str(part["env_failures"]),
-            *(fmt_rate(v) for v in part["pass_hat_k_env_failed"]),
+            *(fmt_rate(v) for v in part["pass_hat_k_env_failed"] if with_env),
             fmt_rate(part["mean_reward"]),
             fmt_ci(part["mean_reward_ci"]),
             fmt_rate(part["user_error_rate"]),
@@ -328,36 +333,62 @@ def summary_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return headers, [*rows, row("overall", overall)]
 
 
-def fitting_columns(headers: list[str], rows: list[list[str]], width: int) -> list[int]:
-    """Indices of the columns to show within `width` characters, each at its full width: optional
-    columns are dropped (`SUMMARY_DROP_ORDER`) rather than any cell shortened."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    keep = list(range(len(headers)))
-    for name in SUMMARY_DROP_ORDER:
-        if sum(widths[i] + SUMMARY_COLUMN_GAP for i in keep) <= width:
-            break
-        keep.remove(headers.index(name))
-    return keep
+def stacked(header: str) -> str:
+    """A header on two lines, split at its first space (`pass^1` over `w/ env`), so its column is
+    as wide as its figures rather than its words."""
+    return header.replace(" ", "\n", 1)
 
 
-def print_summary(summary: dict[str, Any], console: Any) -> None:
-    """A table fitted to the console: one row per env and an overall row (pass^1..k, reward and its
-    CI, user errors, infra failures, cost). Env names are printed whole, never cut to `car_r…`."""
+def _table_width(widths: list[int], keep: list[int]) -> int:
+    return sum(widths[i] for i in keep) + SUMMARY_COLUMN_GAP * (len(keep) - 1)
+
+
+def fitting_columns(headers: list[str], rows: list[list[str]], width: int) -> tuple[list[int], bool, bool]:
+    """Indices of the columns to show within `width` characters, each at its full width, whether
+    the headers go on two lines (`stacked`), and whether that fits. Headers stay on one line where
+    that fits with only optional columns dropped (`SUMMARY_DROP_ORDER`, in order); otherwise they
+    are stacked and the columns chosen again. No cell is ever shortened."""
+    keep: list[int] = []
+    for two_lines in (False, True):
+        shown = [stacked(h) if two_lines else h for h in headers]
+        widths = [
+            max(*(len(line) for line in h.splitlines()), *(len(r[i]) for r in rows))
+            for i, h in enumerate(shown)
+        ]
+        keep = list(range(len(headers)))
+        for name in SUMMARY_DROP_ORDER:
+            if _table_width(widths, keep) <= width or name not in headers:
+                continue
+            keep.remove(headers.index(name))
+        if _table_width(widths, keep) <= width:
+            return keep, two_lines, True
+    return keep, True, False
+
+
+def _summary_table(
+    title: str, headers: list[str], rows: list[list[str]], width: int
+) -> tuple[Any, list[str]]:
+    """The rich table of `headers` and `rows` fitted to `width`, and the headers it left out."""
     from rich import box
     from rich.table import Table
 
-    overall = summary["overall"]
-    headers, rows = summary_rows(summary)
-    keep = fitting_columns(headers, rows, console.width)
-    table = Table(
-        title="Run summary", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False
+    keep, two_lines, _ = fitting_columns(headers, rows, width)
+    table = Table(  # columns SUMMARY_COLUMN_GAP apart, no margin: the widths `fitting_columns` counts
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+        pad_edge=False,
+        collapse_padding=True,
+        show_edge=False,
     )
     name_width = max(len(r[0]) for r in rows)
     for i in keep:
+        header = stacked(headers[i]) if two_lines else headers[i]
         if i == 0:
-            table.add_column(headers[i], no_wrap=True, min_width=name_width)
+            table.add_column(header, no_wrap=True, min_width=name_width)
         else:
-            table.add_column(headers[i], justify="right", no_wrap=True)
+            table.add_column(header, justify="right", no_wrap=True)
     for n, cells in enumerate(rows):
         is_overall = n == len(rows) - 1
         table.add_row(
@@ -365,11 +396,38 @@ def print_summary(summary: dict[str, Any], console: Any) -> None:
             style="bold" if is_overall else None,
             end_section=n == len(rows) - 2,
         )
-    console.print(table)
-    left_out = [h for i, h in enumerate(headers) if i not in keep]
+    return table, [h for i, h in enumerate(headers) if i not in keep]
+
+
+def print_summary(summary: dict[str, Any], console: Any) -> None:
+    """A table fitted to the console: one row per env and an overall row (pass^1..k, env failures,
+    reward and its CI, user errors, infra failures, cost). Env names are printed whole, never cut
+    to `car_r…`; a narrow console stacks the headers, then drops optional columns, saying which.
+    Where pass^k `w/ env` still does not fit beside pass^k, it gets a table of its own below,
+    with the env failure count beside it."""
+    overall = summary["overall"]
+    headers, rows = summary_rows(summary)
+    tables = [("Run summary", headers, rows)]
+    split = [i for i, h in enumerate(headers) if h.endswith(f" {ENV_FAILED}")]
+    if split and not fitting_columns(headers, rows, console.width)[2]:
+        first = [i for i in range(len(headers)) if i not in split]
+        second = [0, headers.index("env fail"), *split]
+        tables = [
+            ("Run summary", [headers[i] for i in first], [[r[i] for i in first] for r in rows]),
+            (
+                "Env failures counted as failed",
+                [headers[i] for i in second],
+                [[r[i] for i in second] for r in rows],
+            ),
+        ]
+    left_out: list[str] = []
+    for title, table_headers, table_rows in tables:
+        table, dropped = _summary_table(title, table_headers, table_rows, console.width)
+        console.print(table)
+        left_out += dropped
     if left_out:
         console.print(f"left out at {console.width} columns: {', '.join(left_out)} (--json has them)")
-    console.print(ENV_FAILED_NOTE)
+    console.print(ENV_FAILED_NOTE if overall["env_failures"] else NO_ENV_FAILED_NOTE)
     console.print(f"answers scored by: {describe_answer_rules(overall['answer_rules'])}")
     calls = overall.get("tool_calls") or {}
     if calls.get("agent_turns"):

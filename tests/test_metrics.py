@@ -349,3 +349,28 @@ def test_records_written_as_plain_strings_read_back_as_the_vocabularies(tmp_path
     again = json.loads(read.model_dump_json())
     assert {k: again[k] for k in OLD_LINE} == OLD_LINE | {"score": again["score"]}
     assert again["score"]["basis"] == OLD_LINE["score"]["basis"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("trials", [1, 2, 4])
+def test_summary_with_env_failures_fits_80_columns(trials: int) -> None:
+    """The summary beside pass^k of a run whose env failed some trials: pass^k `w/ env` (each
+    figure whole, 0.500 here, never `0.5…`) and the env failure count, in 80 columns with whole
+    env names, however many pass^k columns there are."""
+    records = []
+    for env in ("car_rental", "flight_booking", "helpdesk_lite"):
+        for task in ("a", "b"):
+            for t in range(trials):
+                fault = {"fault": "env"} if task == "b" else {}
+                records.append(rec(env, task, t, 1.0 if task == "a" else 0.0, **fault))
+    console = Console(record=True, width=80)
+    print_summary(summarize(records, trials), console)
+    text = console.export_text()
+    too_wide = [line for line in text.splitlines() if len(line.rstrip()) > 80]
+    assert not too_wide and "…" not in text, text
+    for k in range(1, trials + 1):
+        assert f"pass^{k}" in text, text
+    for env in ("car_rental", "flight_booking", "helpdesk_lite", "overall"):
+        rows = [line.split() for line in text.splitlines() if line.startswith(env)]
+        cells = [cell for row in rows for cell in row]
+        assert cells.count("1.000") >= trials and cells.count("0.500") == trials, text
+        assert str(trials * (3 if env == "overall" else 1)) in cells, text  # the env failures
