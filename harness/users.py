@@ -361,6 +361,13 @@ NUDGE = "Are you still there? {request}"
 GIVE_UP = f"You have not answered me, so I will stop here. {STOP}"
 
 
+def _mentions(text: str, phrase: str) -> bool:
+    """Whether `phrase` stands in `text` as a whole word (no letter or digit glued to either end)."""
+    if not phrase:
+        return False
+    return re.search(rf"(?<![a-z0-9]){re.escape(phrase)}(?![a-z0-9])", text) is not None
+
+
 class ScriptedUser:
     def __init__(
         self, task: Task, *, max_turns: int = 10, max_nudges: int = 2, lies: dict[str, Any] | None = None
@@ -379,11 +386,16 @@ class ScriptedUser:
         return UserReply(request_text(self.task))
 
     def _asked(self, text: str) -> list[str]:
+        """The facts a question names, by name or by value, each as a whole word: "IL" (a state)
+        is not asked for by a question about the "email"."""
         low = text.lower()
         return [
             name
             for name, value in self.facts.items()
-            if name.lower() in low or name.replace("_", " ").lower() in low or fact_text(value).lower() in low
+            if any(
+                _mentions(low, phrase)
+                for phrase in (name.lower(), name.replace("_", " ").lower(), fact_text(value).lower())
+            )
         ]
 
     async def reply(self, messages: list[Message]) -> UserReply:

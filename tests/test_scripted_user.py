@@ -265,6 +265,19 @@ async def test_the_scripted_user_reacts_to_what_the_agent_said() -> None:
     assert "still there" in (await reply(asked, call("get_member", member_id="G-114"), silent)).text
 
 
+async def test_a_fact_is_asked_for_only_by_a_whole_word() -> None:
+    """A short value inside another word is no question about it: asked for the email, a user
+    whose state is "IL" answered "My state is IL." too (a fact nobody asked for)."""
+    task = next(t for t in load_tasks(REPO / "envs" / "retail_orders") if t.id == "retail_orders-0-00018")
+    user = ScriptedUser(task)
+    user.facts = {"state": "IL", "email": "marcus.anderson@example.com"}
+    opening = Message(role="user", content="Hello.")
+    answer = (await user.reply([opening, say("What is your email address?")])).text
+    assert answer == "My email is marcus.anderson@example.com.", answer
+    answer = (await user.reply([opening, say("Which state (IL?) do you live in?")])).text
+    assert answer == "My state is IL.", answer
+
+
 async def test_nudges_are_counted_in_a_row_and_bounded() -> None:
     (task,) = [t for t in load_tasks(GYM) if t.id == "gym-0-00000"]
     user = ScriptedUser(task, max_nudges=2)
