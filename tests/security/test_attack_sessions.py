@@ -371,11 +371,14 @@ async def test_concurrent_big_states_past_the_budget_are_refused_unbuilt(bank_en
     budget = 2 * (2 * len(database) + 2**20) + 2**19  # two episodes, not three
     with serve(bank_env, max_episode_bytes_per_client=budget) as (url, fleet):
         async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            # one build's time, as the mean of three in a row: a single one swings with whatever
+            # else the machine is doing late in a long test run
             started = time.perf_counter()
-            first = await http.post("/control/episodes", json=big)
-            one_build = time.perf_counter() - started
-            assert first.status_code == 201, first.text[:200]
-            await http.delete(f"/control/episodes/{first.json()['episode_id']}")
+            for _ in range(3):
+                first = await http.post("/control/episodes", json=big)
+                assert first.status_code == 201, first.text[:200]
+                await http.delete(f"/control/episodes/{first.json()['episode_id']}")
+            one_build = (time.perf_counter() - started) / 3
             started = time.perf_counter()
             answers: list[httpx.Response] = []
             async with anyio.create_task_group() as tg:
