@@ -132,6 +132,9 @@ def part_verdicts(rec: TrialRecord) -> list[PartVerdict]:
             reason = f"{score.checkpoints_passed} of {score.checkpoints_total} checkpoint(s) hold"
         elif value is None or part in score.not_judged or part in rec.not_judged:
             value, reason = None, "not judged (no judge model, or no calls recorded)"
+        elif part == RewardPart.POLICY:
+            broken = "; ".join(score.policy_broken) or "a declared rule (re-score for which)"
+            reason = "every declared policy rule kept" if value == 1.0 else f"policy broken: {broken}"
         elif part == RewardPart.ACTIONS:
             reason = (
                 "every expected action was called" if value == 1.0 else "an expected action was not called"

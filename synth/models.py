@@ -374,3 +374,6 @@ class Score(_Model):
     answer_rule: AnswerRule | None = Field(
         None, description="the rule that judged the outputs part; None in records older than the field"
     )
+    policy_broken: list[str] = Field(
+        default_factory=list, description="the declared policy rules the trajectory broke, each with how"
+    )

@@ -248,4 +248,5 @@ def detailed_score(task: Task, scored: Mapping[RewardPart, PartScore | None], re
         basis=list(reward.basis or task.reward_basis),
         not_judged=reward.not_judged,
         answer_rule=task.answer_rule,
+        policy_broken=list(policy.missing) if (policy := reward.parts.get(RewardPart.POLICY)) else [],
     )

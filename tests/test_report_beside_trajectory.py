@@ -152,6 +152,16 @@ def test_policy_right_on_state_but_silent_sees_only_outputs_fail(runs: dict[str,
     assert "not communicated: 2" in section and "state diff" not in section
 
 
+def test_a_broken_policy_names_the_rule_it_broke(runs: dict[str, Path]) -> None:
+    """`golden_prefix` writes without verifying the member or asking for a yes: the policy row
+    says which rules broke, never a judge's verdict (no judge ran)."""
+    section = trial_section(write_report(runs["golden_prefix"]).read_text(), f"flight_booking/{CHECK_IN}/0")
+    assert "policy ✗ failed" in section
+    policy_row = section.split("policy ✗ failed")[1].split("</tr>")[0]
+    assert "policy broken: " in policy_row and "written without the user" in policy_row, policy_row
+    assert "judge" not in policy_row, policy_row
+
+
 def test_passing_trial_shows_its_task_and_no_diff(runs: dict[str, Path]) -> None:
     page = write_report(runs["oracle"]).read_text()
     section = trial_section(page, f"flight_booking/{REFUND}/0")
