@@ -171,6 +171,11 @@ class OracleAgent:
                     return Call(name=rule.tools[0], arguments={rule.param: call.arguments[rule.param]})
         return None
 
+    def proposal(self, index: int, call: Call) -> str:
+        """What the oracle says to ask for the yes to golden call `index` (`call`): the scripted
+        user's own `confirmation_request`. A subclass proposing something else tests the rule."""
+        return confirmation_request(call)
+
     async def respond(
         self, messages: list[Message], tools: list[dict[str, Any]], client: EpisodeClient
     ) -> Message:
@@ -183,7 +188,7 @@ class OracleAgent:
             if self.rules is not None and self.rules.needs_confirmation(call.name):
                 if self.asked_at != self.next:
                     self.asked_at = self.next
-                    return _say(confirmation_request(call))
+                    return _say(self.proposal(self.next, call))
                 reply = next((m.content or "" for m in reversed(messages) if m.role == "user"), "")
                 if not says_yes(reply):
                     self.next += 1  # declined: the write is not made

@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from envforge.synth import ANSWERS_LINE, KNOWN_FACTS_LINE, Call, Task
+from envforge.synth import ANSWERS_LINE, KNOWN_FACTS_LINE, Call, Task, leaf_values, plain_value
 
 from .llm import LLMConfig, add_usage, complete
 from .records import Message, Usage
@@ -248,12 +248,6 @@ def asks_confirmation(text: str) -> bool:
     )
 
 
-def plain_value(value: Any) -> str:
-    """An argument value as a confirmation request writes it: a string as it is, anything else
-    (numbers, booleans, lists, objects) as JSON."""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
 def confirmation_request(call: Call) -> str:
     """The message an agent following a confirmation rule sends before `call`:
     `I am about to <tool> with <k>=<v>, ....  Shall I proceed? (yes/no)`; the scripted user
@@ -270,14 +264,7 @@ _VALUE_END = re.compile(r"(?:$|[\s,;)]|\.(?!\w))")
 
 def _strings_in(value: Any) -> Iterator[str]:
     """Every value inside `value` as text: strings and numbers, in lists and objects too."""
-    if isinstance(value, dict):
-        for v in value.values():
-            yield from _strings_in(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _strings_in(v)
-    elif value is not None:
-        yield plain_value(value)
+    return (plain_value(v) for v in leaf_values(value))
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from typing import Any
 
 from .memo import BoundedMemo
 from .models import Call, Task
-from .policy_rules import PolicyRules
+from .policy_rules import PolicyRules, leaf_values
 from .scoring import task_outputs_missing
 
 
@@ -155,17 +155,6 @@ def adversary_calls(
     raise ValueError(f"unknown adversary {name!r} (one of {', '.join(ADVERSARIES)})")
 
 
-def _scalars(value: Any) -> Iterable[Any]:
-    if isinstance(value, dict):
-        for v in value.values():
-            yield from _scalars(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _scalars(v)
-    elif value is not None:
-        yield value
-
-
 def result_values(texts: Iterable[str]) -> list[str]:
     """Every value tool results showed, as text: JSON leaves (a float also to cents, as answers
     about money are written), or the word-like tokens of a plain-text result; each with its
@@ -191,7 +180,7 @@ def _text_values(text: str) -> tuple[str, ...]:
     if data is None:
         out.extend(_TOKEN.findall(text))
     else:
-        for v in _scalars(data):
+        for v in leaf_values(data):
             if isinstance(v, bool):
                 out.append(str(v).lower())
             elif isinstance(v, float):

@@ -341,7 +341,7 @@ def names_principal(step: Step, column: str, value: Any) -> bool:
     assert step.call is not None
 
     def holds(data: Any) -> bool:
-        return value in _values_under(data, column) or (isinstance(value, str) and value in _leaves(data))
+        return value in _values_under(data, column) or (isinstance(value, str) and value in leaf_values(data))
 
     return holds(step.call.arguments) or (not step.error and holds(_result_json(step.text)))
 
@@ -350,20 +350,21 @@ _PAIR = re.compile(r"(?<![\w-])([A-Za-z_]\w*)=")
 _VALUE_END = re.compile(r"(?:$|[\s,;)]|\.(?!\w))")
 
 
-def _plain(value: Any) -> str:
-    """An argument value as a proposal writes it (the scripted user's `plain_value`): a string as
-    it is, anything else as JSON."""
+def plain_value(value: Any) -> str:
+    """An argument value as a proposal writes it (`confirmation_request`) and is read back here: a
+    string as it is, anything else (numbers, booleans, lists, objects) as JSON."""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def _leaves(value: Any) -> Iterable[Any]:
+def leaf_values(value: Any) -> Iterable[Any]:
+    """Every value inside a JSON value that is not a list, an object or null, in order."""
     if isinstance(value, dict):
         for v in value.values():
-            yield from _leaves(v)
+            yield from leaf_values(v)
     elif isinstance(value, list):
         for v in value:
-            yield from _leaves(v)
-    elif value is not None and not isinstance(value, bool):
+            yield from leaf_values(v)
+    elif value is not None:
         yield value
 
 
@@ -387,16 +388,16 @@ def proposes(rules: PolicyRules, proposal: str, call: Call) -> bool:
         k, rest = m.group(1), proposal[m.end() :]
         if k not in call.arguments:
             return False
-        value = _plain(call.arguments[k])
+        value = plain_value(call.arguments[k])
         if not (rest.startswith(value) and _VALUE_END.match(rest, len(value))):
             return False
         covered = m.end() + len(value)
     own_tool = _word(proposal, call.name)
     if not own_tool and any(_word(proposal, t) for t in rules.tools - {call.name}):
         return False
-    leaves = list(_leaves(call.arguments))
+    leaves = [v for v in leaf_values(call.arguments) if not isinstance(v, bool)]
     strings = [v for v in leaves if isinstance(v, str) and v.strip()]
-    return own_tool or any(_word(proposal, _plain(v)) for v in strings or leaves) or not leaves
+    return own_tool or any(_word(proposal, plain_value(v)) for v in strings or leaves) or not leaves
 
 
 def _matches(call: Call, rule: ForbiddenRule) -> bool:

@@ -16,14 +16,13 @@ from typing import Any
 
 from envforge.harness import (
     EvalConfig,
-    Message,
     OracleAgent,
     TrialRecord,
     confirmation_request,
     load_env_tasks,
     run_eval,
 )
-from envforge.synth import Call, PolicyRules, Task, says_yes
+from envforge.synth import Call, PolicyRules, Task
 
 from conftest import REPO
 
@@ -31,35 +30,7 @@ ENV_DIRS = sorted(p for p in (REPO / "envs").iterdir() if (p / "tasks.jsonl").ex
 CONFIRMING = [d for d in ENV_DIRS if (rules := load_env_tasks(d).policy_rules) is not None and rules.confirms]
 
 
-class Confirming(OracleAgent):
-    """The oracle, asking for each confirmed write with `proposal(i, call)` instead of the write's
-    own `confirmation_request`, and writing once the user says yes."""
-
-    def proposal(self, i: int, call: Call) -> str:
-        return confirmation_request(call)
-
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], client: Any) -> Message:
-        """`OracleAgent.respond` with the proposal swapped in."""
-        self._see(messages)
-        while self.next < len(self.task.golden_calls):
-            call = self.task.golden_calls[self.next]
-            before = self._before(call, tools)
-            if before is not None:
-                return self._call(before)
-            if self.rules is not None and self.rules.needs_confirmation(call.name):
-                if self.asked_at != self.next:
-                    self.asked_at = self.next
-                    return Message(role="assistant", content=self.proposal(self.next, call))
-                reply = next((m.content or "" for m in reversed(messages) if m.role == "user"), "")
-                if not says_yes(reply):
-                    self.next += 1
-                    continue
-            self.next += 1
-            return self._call(call)
-        return Message(role="assistant", content=f"All done. {'; '.join(self.task.required_outputs)}".strip())
-
-
-class AnotherWrite(Confirming):
+class AnotherWrite(OracleAgent):
     """Asks to make the task's next confirmed write (cyclically), then makes this one."""
 
     def proposal(self, i: int, call: Call) -> str:
@@ -68,7 +39,7 @@ class AnotherWrite(Confirming):
         return confirmation_request(self.task.golden_calls[writes[(writes.index(i) + 1) % len(writes)]])
 
 
-class AReadInstead(Confirming):
+class AReadInstead(OracleAgent):
     """Asks to make the task's first read (a call the user has no reason to refuse), then writes."""
 
     def proposal(self, i: int, call: Call) -> str:
@@ -122,7 +93,7 @@ async def test_attack_a_yes_to_another_proposal_licenses_no_write(tmp_path: Path
         assert not paid, (name, paid[:5])
         for r in swapped:
             assert r.parts["state"] == 1.0 and r.parts["policy"] == 0.0, (r.task_id, r.parts)
-    honest = await play(tmp_path, "honest", CONFIRMING, Confirming)
+    honest = await play(tmp_path, "honest", CONFIRMING, OracleAgent)
     assert all(r.reward == 1.0 for r in honest), [r.task_id for r in honest if r.reward < 1][:5]
 
 
