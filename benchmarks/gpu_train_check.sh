@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of docs/benchmarks.md ("On a GPU"): the packaged 0.5B model trained on one GPU,
+# The GPU check of docs/benchmarks/training.md ("On a GPU"): the packaged 0.5B model trained on one GPU,
 # envforge's ERPO loop next to trl's GRPOTrainer on the same config, then the lookup ERPO run of
 # "ERPO on a real pretrained LM" on the GPU. Figures and logs go to OUT.
 #
@@ -45,7 +45,7 @@ timeout 210 "$PY" benchmarks/bench_train.py --model "$MODEL" --device "$DEVICE" 
     --lr 0 --staleness 0,1 "${H2H[@]}" --json "$OUT/bench_train.jsonl" >"$OUT/bench_train.log" 2>&1
 echo "exit $?"; grep -E "^(envforge|trl)" "$OUT/bench_train.log"
 
-echo "== ERPO on lookup tasks (docs/benchmarks.md, ERPO on a real pretrained LM)"
+echo "== ERPO on lookup tasks (docs/benchmarks/training.md, ERPO on a real pretrained LM)"
 t0=$SECONDS
 timeout 210 "$PY" -m envforge.cli train --model "$MODEL" --device "$DEVICE" \
     --envs envs/car_rental --envs envs/library --envs envs/gym --envs envs/pharmacy --tasks lookup \

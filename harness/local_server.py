@@ -3,7 +3,7 @@
 `--agent local` (and `--user`, `--judge`) reach their model the way a vLLM or hosted model is
 reached: an `LLMConfig` with an api base. This module only provides that base: it assembles the
 model (`local_models`), starts llama-cpp-python's server (`python -m llama_cpp.server`, the
-runtime chosen by measurement in docs/benchmarks.md) on an ephemeral port with a per-server
+runtime chosen by measurement in docs/benchmarks/local-models.md) on an ephemeral port with a per-server
 random API key, no logits kept beyond the last token and no RAM prompt cache (the live context's
 prefix is reused), waits until it answers `/v1/models`, and stops it when
 the block ends — normally, on an error or on Ctrl-C. The child gets its own process group (so a
@@ -169,7 +169,7 @@ def local_model_ready(spec: str) -> bool:
 def server_threads() -> int:
     """Half the cores (at most 8), or `ENVFORGE_LOCAL_THREADS`: llama.cpp's threads wait for each
     other in spin barriers, so on shared, oversubscribed cores fewer threads are faster — on two
-    busy cores one thread answered a short prompt 4× faster than two (docs/benchmarks.md)."""
+    busy cores one thread answered a short prompt 4× faster than two (docs/benchmarks/local-models.md)."""
     configured = os.environ.get("ENVFORGE_LOCAL_THREADS", "")
     if configured.isdigit() and int(configured) > 0:
         return int(configured)
@@ -182,7 +182,7 @@ def server_command(model_path: Path, model: LocalModel, port: int) -> list[str]:
     vocabulary); nothing here asks for prompt logprobs. `--cache false`: the RAM prompt cache copies
     those logits into every saved state while counting only the KV bytes against its capacity, so
     a judge reading many distinct conversations grew one server to 8.7 GB until the kernel killed
-    it (docs/benchmarks.md). A role's next prompt still reuses the common prefix of what its
+    it (docs/benchmarks/local-models.md). A role's next prompt still reuses the common prefix of what its
     context holds (the policy and tools of the previous turn): llama-cpp-python matches it against
     the live context, with or without that cache. The API key is not here: `LAUNCHER` reads it
     from stdin and adds it as one `--api_key=KEY` argument (a key may begin with "-")."""

@@ -4,7 +4,7 @@ A user knows its instruction and its facts, and learns what the agent and tools 
 it states came from nowhere. Each rule names the kind of error it found (`ErrorKind`). They are
 tuned for precision first: a false "user error" masks a real agent failure and hides it from
 training, so an ambiguous case is left to the judge. Measured on the labeled set
-(`user_error_set.py`, figures in docs/benchmarks.md); a test holds them to those figures.
+(`user_error_set.py`, figures in docs/benchmarks/meu.md); a test holds them to those figures.
 
 - Values from nowhere (`wrong_fact`, `contradiction`, `invented_fact`): a user message holds an
   id (`C-1021`), an email, a date (ISO or "June 3, 2025"), a dollar amount or a phone number that

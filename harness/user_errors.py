@@ -2,7 +2,7 @@
 
 Rules first, because they are free and exact (`user_error_rules.py`: wrong facts, contradictions,
 leaks, premature stops and invented facts, each rule naming its kind; their precision and recall
-on the labeled set `user_error_set.py` are in docs/benchmarks.md).
+on the labeled set `user_error_set.py` are in docs/benchmarks/meu.md).
 
 When the rules find nothing and a judge model is configured, an LLM judge reads the user's
 messages against the facts (`judge_user_error`).

@@ -2,7 +2,9 @@
 
 Every row of its tables names a target, the current figure, the command that measures it and the
 date it was measured; every benchmark script a command names exists, so renaming a script cannot
-leave the dashboard pointing at nothing.
+leave the dashboard pointing at nothing. Every target links to the section that says how its
+figure was taken (a method page under docs/benchmarks/, or the doc that owns the mechanism);
+tests/test_doc_links.py checks that each such section exists.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "benchmarks.md"
+TARGET_LINK = re.compile(r"^\[.+\]\(([\w./-]+\.md)#[^)\s]+\)$")
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 SCRIPT = re.compile(r"(?:benchmarks/)?\b(bench_\w+\.py|ab_synth\.py|load_http\.py|erpo_vs_control\.py)")
 
@@ -61,3 +64,12 @@ def test_every_script_a_command_names_exists() -> None:
     assert named, "the dashboard names no benchmark script"
     missing = sorted(name for name in named if not (ROOT / "benchmarks" / name).is_file())
     assert not missing, f"the dashboard names scripts that do not exist: {missing}"
+
+
+def test_every_target_links_to_the_section_that_explains_its_figure() -> None:
+    for row in rows(dashboard()):
+        if row[0] == "target":
+            continue
+        link = TARGET_LINK.match(row[0])
+        assert link, f"the target does not link to a section: {row[0]}"
+        assert (DOC.parent / link.group(1)).is_file(), f"no page {link.group(1)} for {row[0]}"

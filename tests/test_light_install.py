@@ -1,6 +1,6 @@
 """`make demo` installs what the demo runs and no more, and the demo's code path never imports the
 training stack: a newcomer's first command should not spend minutes and gigabytes on torch, trl
-and ray it never touches (docs/benchmarks.md, "Install"), while `make test` keeps installing
+and ray it never touches (docs/benchmarks/newcomer.md, "Install"), while `make test` keeps installing
 everything the tests need."""
 
 from __future__ import annotations

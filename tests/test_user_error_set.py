@@ -2,7 +2,7 @@
 
 The set is clean conversations (including ones where the agent fails while the user behaves) and
 conversations with one injected user error each, played with real tool calls on the bundled envs.
-The rules must keep the precision and recall docs/benchmarks.md reports (floors a little under the
+The rules must keep the precision and recall docs/benchmarks/meu.md reports (floors a little under the
 measured figures), never flag a clean item, and point at the erring message itself.
 """
 

@@ -115,7 +115,7 @@ async def test_copying_the_read_result_earns_nothing_on_lookup_tasks() -> None:
     the one read, then say its result verbatim, its first two or three numbers, the fields around
     the answer, or the result under a sentence naming the asked field. Scored by the trainer's
     rollout reward, no copy that states another number earns; the read and the figure alone, or
-    the figure as a small JSON object (the trained model's forms, docs/benchmarks.md), also with
+    the figure as a small JSON object (the trained model's forms, docs/benchmarks/training.md), also with
     the entity's id, or in a sentence naming the field and the id, earn 1 on every task."""
     envs = [load_env(REPO / "envs" / name) for name in LOOKUP_ENVS]
     judged: Counter[str] = Counter()
