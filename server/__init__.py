@@ -7,6 +7,8 @@ episode clients. What only some callers need (the MCP client, the HTTP app and i
 pull in uvicorn's protocol classes, stdio serving, replay, synthesis's inline pool) loads on first
 use (module `__getattr__`), so `import envforge.server` stays as light as MCP allows: every
 trusted env's tools import it.
+
+Subpackages, each importing only those before it: core, sandbox, runtime, transports.
 """
 
 from __future__ import annotations
@@ -14,22 +16,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .db import Db
-from .dbthreads import on_db_thread
-from .episodes import (
-    DEFAULT_EPISODE_BYTES_PER_CLIENT,
-    DEFAULT_EPISODE_GROWTH,
-    Episode,
-    EpisodeStore,
-    WriteTracker,
-    episode_connector,
-)
-from .errors import EnvLoadError, EpisodeLimitReached, EpisodeNotFound, LoadProblem, ToolError
-from .fleet import Fleet
-from .loader import Environment, load_env, open_database
-from .mcp_server import EPISODE_META_KEY, ERROR_META_KEY
-from .runtime import MAX_STRING_CHARS, CheckedArguments, ToolResult, check_arguments, execute, render_result
-from .state import (
+from .core.db import Db
+from .core.dbthreads import on_db_thread
+from .core.errors import EnvLoadError, EpisodeLimitReached, EpisodeNotFound, LoadProblem, ToolError
+from .core.state import (
     ExportedState,
     State,
     TableInfo,
@@ -44,49 +34,68 @@ from .state import (
     table_json,
     table_query,
 )
-from .tooldef import ToolSpec, tool
+from .core.tooldef import ToolSpec, tool
+from .runtime.calls import (
+    MAX_STRING_CHARS,
+    CheckedArguments,
+    ToolResult,
+    check_arguments,
+    execute,
+    render_result,
+)
+from .runtime.episodes import (
+    DEFAULT_EPISODE_BYTES_PER_CLIENT,
+    DEFAULT_EPISODE_GROWTH,
+    Episode,
+    EpisodeStore,
+    WriteTracker,
+    episode_connector,
+)
+from .runtime.fleet import Fleet
+from .runtime.loader import Environment, load_env, open_database
+from .runtime.mcp_server import EPISODE_META_KEY, ERROR_META_KEY
 
 if TYPE_CHECKING:
-    from .client import EnvClients, EpisodeClient, episode_client, http_episode_client
-    from .envfiles import env_file, env_file_exists, read_env_bytes, read_env_text, replace_file
-    from .http_app import build_app
-    from .http_limits import HTTPLimits, install_log_limiter, serve_http
-    from .inline import InlineConnection, InlinePool, ScratchConnection, ScratchPool, run_inline
-    from .replays import read_actions, replay
-    from .schema_policy import SchemaViolation, schema_violations
-    from .static_gate import SEED_IMPORTS, TOOLS_IMPORTS, Violation, check_python, check_sql
-    from .stdio import serve_stdio
+    from .core.envfiles import env_file, env_file_exists, read_env_bytes, read_env_text, replace_file
+    from .runtime.inline import InlineConnection, InlinePool, ScratchConnection, ScratchPool, run_inline
+    from .sandbox.schema_policy import SchemaViolation, schema_violations
+    from .sandbox.static_gate import SEED_IMPORTS, TOOLS_IMPORTS, Violation, check_python, check_sql
+    from .transports.client import EnvClients, EpisodeClient, episode_client, http_episode_client
+    from .transports.http_app import build_app
+    from .transports.http_limits import HTTPLimits, install_log_limiter, serve_http
+    from .transports.replays import read_actions, replay
+    from .transports.stdio import serve_stdio
 
 # name -> module (inside this package) that defines it, imported on first access
 _LAZY = {
-    "EnvClients": "client",
-    "EpisodeClient": "client",
-    "episode_client": "client",
-    "http_episode_client": "client",
-    "build_app": "http_app",
-    "InlineConnection": "inline",
-    "InlinePool": "inline",
-    "ScratchConnection": "inline",
-    "ScratchPool": "inline",
-    "run_inline": "inline",
-    "read_actions": "replays",
-    "replay": "replays",
-    "serve_stdio": "stdio",
-    "env_file": "envfiles",
-    "env_file_exists": "envfiles",
-    "read_env_bytes": "envfiles",
-    "read_env_text": "envfiles",
-    "replace_file": "envfiles",
-    "SchemaViolation": "schema_policy",
-    "schema_violations": "schema_policy",
-    "SEED_IMPORTS": "static_gate",
-    "TOOLS_IMPORTS": "static_gate",
-    "Violation": "static_gate",
-    "check_python": "static_gate",
-    "check_sql": "static_gate",
-    "HTTPLimits": "http_limits",
-    "install_log_limiter": "http_limits",
-    "serve_http": "http_limits",
+    "EnvClients": "transports.client",
+    "EpisodeClient": "transports.client",
+    "episode_client": "transports.client",
+    "http_episode_client": "transports.client",
+    "build_app": "transports.http_app",
+    "InlineConnection": "runtime.inline",
+    "InlinePool": "runtime.inline",
+    "ScratchConnection": "runtime.inline",
+    "ScratchPool": "runtime.inline",
+    "run_inline": "runtime.inline",
+    "read_actions": "transports.replays",
+    "replay": "transports.replays",
+    "serve_stdio": "transports.stdio",
+    "env_file": "core.envfiles",
+    "env_file_exists": "core.envfiles",
+    "read_env_bytes": "core.envfiles",
+    "read_env_text": "core.envfiles",
+    "replace_file": "core.envfiles",
+    "SchemaViolation": "sandbox.schema_policy",
+    "schema_violations": "sandbox.schema_policy",
+    "SEED_IMPORTS": "sandbox.static_gate",
+    "TOOLS_IMPORTS": "sandbox.static_gate",
+    "Violation": "sandbox.static_gate",
+    "check_python": "sandbox.static_gate",
+    "check_sql": "sandbox.static_gate",
+    "HTTPLimits": "transports.http_limits",
+    "install_log_limiter": "transports.http_limits",
+    "serve_http": "transports.http_limits",
 }
 
 

@@ -4,7 +4,7 @@ Defence in depth: the code has already passed `static_gate.check_python` with th
 it then runs in a separate isolated interpreter (`python -I`) under the same OS confinement as
 confined env tools (bubblewrap: no network, read-only view of the interpreter only, private
 scratch, no environment variables; then resource limits and the seccomp filter of
-`envforge.server.confinement_inner`, applied after the source is read and before it runs), with a
+`envforge.server.sandbox.confinement_inner`, applied after the source is read and before it runs), with a
 time limit, a builtins table without `open`/`eval`/`exec`/`__import__` (imports go through a
 guard that admits only `SEED_IMPORTS`), and its only output is the JSON of `generate()` on
 stdout. A hang or a crash costs a child process, never the pipeline.
@@ -16,7 +16,8 @@ import asyncio
 import json
 from typing import Any
 
-from envforge.server import SEED_IMPORTS, confinement, confinement_inner
+from envforge.server import SEED_IMPORTS
+from envforge.server.sandbox import confinement, confinement_inner
 
 MAX_OUTPUT = 20_000_000
 """Bytes a generator may write on stdout (its rows' JSON), and on stderr; past either it is killed."""

@@ -26,8 +26,8 @@ import pytest
 from test_attack_confinement import make_confined_env
 
 from envforge.server import Environment, Fleet, ScratchPool, execute, load_env, run_inline
-from envforge.server import confined_tools as confined_tools_module
-from envforge.server.dbthreads import WorkerPool
+from envforge.server.core.dbthreads import WorkerPool
+from envforge.server.sandbox import confined_tools as confined_tools_module
 
 CALL_LIMIT_S = 1.5
 """The call time limit in these tests (30 s when serving)."""

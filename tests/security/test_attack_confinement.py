@@ -19,8 +19,9 @@ import anyio
 import pytest
 
 import envforge.server
-from envforge.server import EnvLoadError, Fleet, confinement, load_env
-from envforge.server import confined_tools as confined_tools_module
+from envforge.server import EnvLoadError, Fleet, load_env
+from envforge.server.sandbox import confined_tools as confined_tools_module
+from envforge.server.sandbox import confinement
 
 PAYLOAD_TOOLS = textwrap.dedent(
     '''
@@ -536,7 +537,7 @@ async def test_the_operator_opt_out_runs_unconfined_with_a_warning(
     monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-parent-secret-123")
     confinement.confinement_problem.cache_clear()
     try:
-        with caplog.at_level("WARNING", logger="envforge.server.confinement"):
+        with caplog.at_level("WARNING", logger="envforge.server.sandbox.confinement"):
             env = load_env(root, static_gate=False)
         assert any("WITHOUT OS confinement" in r.getMessage() for r in caplog.records)
         fleet = Fleet([env])
@@ -571,7 +572,7 @@ def test_an_interpreter_under_tmp_is_confined_not_hidden() -> None:
             import os, site, subprocess
             for path in os.environ["DEPS"].split(os.pathsep):  # .pth files too (an editable install)
                 site.addsitedir(path)
-            from envforge.server import confinement
+            from envforge.server.sandbox import confinement
             assert confinement.PYTHON.startswith("/tmp/"), confinement.PYTHON
             print("problem:", confinement.confinement_problem())
             cmd = confinement.bwrap_command([confinement.PYTHON, "-I", "-c", "import sys; print(sys.prefix)"])

@@ -1,6 +1,6 @@
 """A small posted state whose schema makes each row large: the built database is capped.
 
-A confined env's posted state is built in a confined child (`server/schema_host.py`), but what the
+A confined env's posted state is built in a confined child (`server/sandbox/schema_host.py`), but what the
 child built came back whole: a 4.6 KB state under a schema column `pad BLOB AS (zeroblob(1000000))
 STORED` builds a 180 MB database, and the serving process read the child's whole answer, then
 `json.loads` and `b64decode` copied it again: +459 MiB peak for one post (2.5-3.8x the database),

@@ -26,7 +26,7 @@ import pytest
 from test_attack_confinement import make_confined_env
 
 from envforge.server import ERROR_META_KEY, Environment, Fleet, build_app, load_env
-from envforge.server import confined_tools as confined_tools_module
+from envforge.server.sandbox import confined_tools as confined_tools_module
 
 from conftest import ServerThread
 

@@ -3,7 +3,7 @@
 SQLite's deadline (the progress handler) stops a statement between program steps only, and one
 step can ask for gigabytes: eight distinct 16 MB JSON documents parsed in one statement took
 `envforge serve` from 80 to 1,458 MiB; a `GROUP BY` over 1,000 values of 4 MB took it to 3.9 GB.
-SQLite's hard heap limit (`server/sqlheap.py`) refuses the allocation while it happens: the
+SQLite's hard heap limit (`server/core/sqlheap.py`) refuses the allocation while it happens: the
 server's RSS grows by at most its statements' working memory (`--sqlite-work-mib`, here 128 MiB)
 plus the interpreter's own slack, the call is refused with nothing of it kept, and the server,
 the episode and another env keep answering. Run against a real `envforge serve`.

@@ -26,7 +26,7 @@ from collections.abc import Callable, Coroutine, Generator, Iterable
 from pathlib import Path
 from typing import Any
 
-SERVER_DIR = Path(__file__).resolve().parent
+SERVER_DIR = Path(__file__).resolve().parents[1]
 
 
 def _light_package() -> types.ModuleType:
@@ -42,7 +42,7 @@ def _light_package() -> types.ModuleType:
     pkg.__path__ = [str(SERVER_DIR)]
     pkg.__package__ = "envforge.server"
     sys.modules["envforge.server"] = pkg
-    from envforge.server import db, errors, tooldef
+    from envforge.server.core import db, errors, tooldef
 
     pkg.tool = tooldef.tool  # type: ignore[attr-defined]
     pkg.ToolError = errors.ToolError  # type: ignore[attr-defined]
@@ -52,8 +52,12 @@ def _light_package() -> types.ModuleType:
 
 _light_package()
 
-from envforge.server import confinement_inner, loader, runtime  # noqa: E402
-from envforge.server.confined_protocol import (  # noqa: E402
+from envforge.server.core.errors import EnvLoadError, ToolError  # noqa: E402
+from envforge.server.core.tooldef import ToolSpec  # noqa: E402
+from envforge.server.runtime import calls as runtime  # noqa: E402
+from envforge.server.runtime import loader  # noqa: E402
+from envforge.server.sandbox import confinement_inner  # noqa: E402
+from envforge.server.sandbox.confined_protocol import (  # noqa: E402
     INIT,
     MAX_MESSAGE_BYTES,
     Call,
@@ -75,8 +79,6 @@ from envforge.server.confined_protocol import (  # noqa: E402
     row_from_wire,
     to_wire,
 )
-from envforge.server.errors import EnvLoadError, ToolError  # noqa: E402
-from envforge.server.tooldef import ToolSpec  # noqa: E402
 
 READ_CHUNK = 1 << 16
 

@@ -14,9 +14,9 @@ import mcp_types as types
 from mcp import Client
 from pydantic import TypeAdapter
 
-from .fleet import Fleet
-from .mcp_server import EPISODE_META_KEY, ERROR_META_KEY
-from .runtime import ToolResult
+from ..runtime.calls import ToolResult
+from ..runtime.fleet import Fleet
+from ..runtime.mcp_server import EPISODE_META_KEY, ERROR_META_KEY
 
 
 class EpisodeClient:

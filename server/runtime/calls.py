@@ -30,13 +30,13 @@ from typing import Any, Literal, NamedTuple
 import anyio
 from pydantic import BaseModel, ValidationError
 
-from .db import Db
-from .dbthreads import on_db_thread
+from ..core.db import Db
+from ..core.dbthreads import on_db_thread
+from ..core.errors import InvalidArguments, ToolError, ToolTimeout
+from ..core.sqlguard import end_transaction
+from ..core.tooldef import ToolSpec
 from .episodes import Episode
-from .errors import InvalidArguments, ToolError, ToolTimeout
 from .loader import Environment
-from .sqlguard import end_transaction
-from .tooldef import ToolSpec
 
 log = logging.getLogger(__name__)
 

@@ -21,13 +21,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .envfiles import env_file, env_file_exists, read_env_text
-from .errors import EnvLoadError, LoadProblem
-from .manifest import EnvManifest
-from .schema_policy import check_confined_schema, statements
-from .sqlguard import SqlGuard, end_transaction, protect
-from .state import State, TableInfo, export_state, quote_ident, read_tables, state_hash
-from .tooldef import TOOL_MARK, ToolDefinitionError, ToolSpec, build_tool_spec, def_line
+from ..core.envfiles import env_file, env_file_exists, read_env_text
+from ..core.errors import EnvLoadError, LoadProblem
+from ..core.manifest import EnvManifest
+from ..core.sqlguard import SqlGuard, end_transaction, protect
+from ..core.state import State, TableInfo, export_state, quote_ident, read_tables, state_hash
+from ..core.tooldef import TOOL_MARK, ToolDefinitionError, ToolSpec, build_tool_spec, def_line
+from ..sandbox.schema_policy import check_confined_schema, statements
 
 MANIFEST = "env.toml"
 POLICY = "policy.md"
@@ -361,7 +361,7 @@ def _load_tools(
         raise EnvLoadError([LoadProblem(path, None, "tools.py is missing")])
     path = env_file(root, TOOLS)  # its real path, inside the folder: what the tools are read from
     if manifest.trust == "confined":
-        from .confined_tools import load_confined_tools  # model-written code: never imported here
+        from ..sandbox.confined_tools import load_confined_tools  # model-written code: never imported here
 
         if static_gate:
             _gate(path)
@@ -376,7 +376,7 @@ def _gate(path: Path) -> None:
     """Model-written tools pass the static gate before any worker runs them, at load as at
     synthesis: a tools.py written or changed after synthesis (or never synthesized here) gets
     no way around the first filter. The sandbox stays the boundary either way."""
-    from .static_gate import check_python
+    from ..sandbox.static_gate import check_python
 
     violations = check_python(path.read_text(encoding="utf-8"))
     if violations:
@@ -487,7 +487,7 @@ def load_env(root: str | Path, *, static_gate: bool = True) -> Environment:
     if manifest.trust == "confined" and static_gate:  # model-written: prepared and judged, never run
         check_confined_schema(schema_sql, schema_path)
     if manifest.trust == "confined":  # a model-written schema and seed: built in a bounded child
-        from .schema_host import build_seed_bounded
+        from ..sandbox.schema_host import build_seed_bounded
 
         seed_db, tables = build_seed_bounded(root, manifest, schema_sql)
     else:

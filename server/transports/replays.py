@@ -8,9 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from ..core.state import State
+from ..runtime.fleet import Fleet
 from .client import episode_client
-from .fleet import Fleet
-from .state import State
 
 
 class Action(BaseModel):

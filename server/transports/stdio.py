@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from mcp.server.stdio import stdio_server
 
-from .fleet import Fleet
-from .loader import Environment
-from .mcp_server import EnvMCPServer
+from ..runtime.fleet import Fleet
+from ..runtime.loader import Environment
+from ..runtime.mcp_server import EnvMCPServer
 
 
 async def serve_stdio(env: Environment, *, sqlite_work_bytes: int | None = None) -> None:

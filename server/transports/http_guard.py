@@ -21,7 +21,7 @@ import anyio
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .mcp_server import CLIENT_SCOPE_KEY
+from ..runtime.mcp_server import CLIENT_SCOPE_KEY
 
 MAX_JSON_DEPTH = 32
 """Deeper JSON than any control-plane body needs (state is table -> rows -> row object)."""

@@ -30,7 +30,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 ALLOW_UNCONFINED_ENV = "ENVFORGE_ALLOW_UNCONFINED"
-SERVER_DIR = Path(__file__).resolve().parent
+SERVER_DIR = Path(__file__).resolve().parents[1]
 SCRATCH = "/tmp"
 PYTHON = os.path.normpath(os.path.abspath(sys.executable))  # no `..` through folders the sandbox hides
 SANDBOX_UID = 65534  # "nobody" inside the user namespace

@@ -28,10 +28,10 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
+from ..core.errors import EpisodeLimitReached, EpisodeNotFound
+from .calls import ToolResult, execute
 from .episodes import Episode, EpisodeStore
-from .errors import EpisodeLimitReached, EpisodeNotFound
 from .loader import Environment
-from .runtime import ToolResult, execute
 
 EPISODE_META_KEY = "envforge/episode"
 CLIENT_SCOPE_KEY = "envforge.client"

@@ -32,8 +32,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import EnvLoadError, LoadProblem
-from .sqlguard import ALLOWED_FUNCTIONS
+from ..core.errors import EnvLoadError, LoadProblem
+from ..core.sqlguard import ALLOWED_FUNCTIONS
 
 MAX_SCHEMA_CHARS = 256 * 1024
 """A confined schema.sql is at most this long (the synthesized ones are under 3,000 characters):

@@ -25,12 +25,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from .episodes import Episode
-from .errors import ClientEpisodeLimitReached, EpisodeLimitReached, EpisodeNotFound
-from .fleet import Fleet
+from ..core.errors import ClientEpisodeLimitReached, EpisodeLimitReached, EpisodeNotFound
+from ..runtime.episodes import Episode
+from ..runtime.fleet import Fleet
+from ..runtime.mcp_server import CLIENT_SCOPE_KEY
 from .http_guard import BadJSON, HTTPGuard, bearer_matches, check_token, is_loopback, parse_json
 from .http_limits import HTTPLimits
-from .mcp_server import CLIENT_SCOPE_KEY
 
 Handler = Callable[[Request], Awaitable[Response]]
 

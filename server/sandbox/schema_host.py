@@ -25,7 +25,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-SERVER_DIR = Path(__file__).resolve().parent
+SERVER_DIR = Path(__file__).resolve().parents[1]
 SCHEMA_MEMORY_MB = 1024
 """Address space of the child: a schema and seed that need more are refused."""
 DEFAULT_SCHEMA_TIMEOUT_S = 30.0
@@ -215,9 +215,9 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 def build_seed_bounded(root: Path, manifest: Any, schema_sql: str) -> tuple[bytes, list[Any]]:
     """`loader.build_seed` in a confined child: the seed database and its tables, or `EnvLoadError`
     (a problem of the env's files, a schema or seed over the deadline or the memory bound)."""
-    from .envfiles import env_file_exists, read_env_text
-    from .errors import EnvLoadError, LoadProblem
-    from .state import read_tables
+    from ..core.envfiles import env_file_exists, read_env_text
+    from ..core.errors import EnvLoadError, LoadProblem
+    from ..core.state import read_tables
 
     seed_path = root / manifest.seed
     if not env_file_exists(root, manifest.seed):
@@ -300,13 +300,13 @@ def _main() -> None:
     _light_package()
     import tempfile
 
-    from envforge.server import confinement_inner
-    from envforge.server.errors import EnvLoadError
-    from envforge.server.manifest import EnvManifest
+    from envforge.server.core.errors import EnvLoadError
+    from envforge.server.core.manifest import EnvManifest
+    from envforge.server.sandbox import confinement_inner
 
     # The loader imports this module for `build_seed_bounded`; this process is another program,
     # the loader's child, and runs the loader's `build_seed` by name.
-    loader = importlib.import_module("envforge.server.loader")
+    loader = importlib.import_module("envforge.server.runtime.loader")
     request = json.loads(sys.stdin.buffer.read())
     if "state" in request:
         _build_state(loader, request)
@@ -329,7 +329,7 @@ def _main() -> None:
 
 def _build_state(loader: Any, request: dict[str, Any]) -> None:
     """The child's work for `build_state_bounded`: answer the database, or the state's error."""
-    from envforge.server import confinement_inner
+    from envforge.server.sandbox import confinement_inner
 
     confinement_inner.confine_self(request["limits"], require_seccomp="--require-seccomp" in sys.argv)
     try:

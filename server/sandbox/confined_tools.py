@@ -31,7 +31,12 @@ from typing import Any
 import aiosqlite
 from pydantic import ConfigDict, create_model
 
-from . import confinement, sqlheap
+from ..core import sqlheap
+from ..core.dbthreads import on_db_thread, post_on_db_thread
+from ..core.errors import EnvLoadError, InvalidArguments, LoadProblem, ToolError, ToolTimeout
+from ..core.manifest import EnvManifest
+from ..core.tooldef import ToolSpec
+from . import confinement
 from .confined_protocol import (
     MAX_MESSAGE_BYTES,
     STARTED,
@@ -52,10 +57,6 @@ from .confined_protocol import (
     rows_to_wire,
     to_wire,
 )
-from .dbthreads import on_db_thread, post_on_db_thread
-from .errors import EnvLoadError, InvalidArguments, LoadProblem, ToolError, ToolTimeout
-from .manifest import EnvManifest
-from .tooldef import ToolSpec
 
 log = logging.getLogger(__name__)
 

@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 import aiosqlite
 import anyio
 
-from . import sqlheap
-from .dbthreads import WorkerPool, dedicated_pool, default_pool, on_db_thread
-from .errors import ClientEpisodeLimitReached, EpisodeLimitReached, EpisodeNotFound
+from ..core import sqlheap
+from ..core.dbthreads import WorkerPool, dedicated_pool, default_pool, on_db_thread
+from ..core.errors import ClientEpisodeLimitReached, EpisodeLimitReached, EpisodeNotFound
+from ..core.sqlguard import Authorizer, SqlGuard, protect
+from ..core.state import State, export_state, freeze, state_hash
 from .loader import Environment
-from .sqlguard import Authorizer, SqlGuard, protect
-from .state import State, export_state, freeze, state_hash
 
 log = logging.getLogger(__name__)
 

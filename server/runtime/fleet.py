@@ -13,13 +13,13 @@ from typing import Any
 
 import anyio
 
-from . import sqlheap
+from ..core import sqlheap
+from ..core.state import ExportedState, State, state_hash
+from ..sandbox.schema_host import STATE_DATABASE_MAX_BYTES, DatabaseTooLarge, build_state_bounded
+from .calls import ToolResult, execute
 from .episodes import Episode, EpisodeStore
 from .loader import Environment, load_env
 from .mcp_server import EnvMCPServer
-from .runtime import ToolResult, execute
-from .schema_host import STATE_DATABASE_MAX_BYTES, DatabaseTooLarge, build_state_bounded
-from .state import ExportedState, State, state_hash
 
 STATE_BUILDS_PER_CLIENT = 2
 """How many of one client's states may be built into databases at once (the rest wait their turn)."""
@@ -186,6 +186,6 @@ class Fleet:
         for view in views:
             await self.store.close_view(view)
         if any(env.manifest.trust == "confined" for env in self.envs.values()):
-            from .confined_tools import detach_workers
+            from ..sandbox.confined_tools import detach_workers
 
             detach_workers(asyncio.get_running_loop())
