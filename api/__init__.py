@@ -66,7 +66,18 @@ if TYPE_CHECKING:
 
     from .collection import collect_trajectories, collect_trajectories_async, read_trajectories
     from .episode_runs import EnvLike, EpisodeRun, as_environment, run_episode, run_episode_async
-    from .evaluation import Evaluation, evaluate, evaluate_async
+    from .evaluation import (
+        Evaluation,
+        LLMTransport,
+        Role,
+        check_agent_name,
+        evaluate,
+        evaluate_async,
+        frozen_heap,
+        llm_config,
+        model_roles,
+        with_models,
+    )
     from .synthesis import (
         TaskCheck,
         check_tasks,
@@ -83,7 +94,21 @@ _LAZY = {
     **dict.fromkeys(
         ("EnvLike", "EpisodeRun", "as_environment", "run_episode", "run_episode_async"), ".episode_runs"
     ),
-    **dict.fromkeys(("Evaluation", "evaluate", "evaluate_async"), ".evaluation"),
+    **dict.fromkeys(
+        (
+            "Evaluation",
+            "LLMTransport",
+            "Role",
+            "check_agent_name",
+            "evaluate",
+            "evaluate_async",
+            "frozen_heap",
+            "llm_config",
+            "model_roles",
+            "with_models",
+        ),
+        ".evaluation",
+    ),
     **dict.fromkeys(
         ("TaskCheck", "check_tasks", "check_tasks_async", "synthesize_tasks", "synthesize_tasks_async"),
         ".synthesis",
@@ -173,7 +198,9 @@ __all__ = [
     "Evaluation",
     "Fleet",
     "LLMConfig",
+    "LLMTransport",
     "Limits",
+    "Role",
     "RolloutConfig",
     "RunManifest",
     "RunOptions",
@@ -192,6 +219,7 @@ __all__ = [
     "as_environment",
     "build_app",
     "build_graph",
+    "check_agent_name",
     "check_tasks",
     "check_tasks_async",
     "collect_trajectories",
@@ -199,8 +227,11 @@ __all__ = [
     "episode_client",
     "evaluate",
     "evaluate_async",
+    "frozen_heap",
+    "llm_config",
     "load_env",
     "load_tasks",
+    "model_roles",
     "pass_hat_k",
     "read_run",
     "read_trajectories",
@@ -214,6 +245,7 @@ __all__ = [
     "synthesize_tasks",
     "synthesize_tasks_async",
     "tool",
+    "with_models",
     "write_report",
     "write_tasks_to",
 ]

@@ -3,20 +3,143 @@
 `run_eval` (the harness) is the engine and writes a run directory; this adds what a script
 wants around it: a synchronous entry point, a temporary run directory when the caller keeps
 none, and the summary `envforge eval --json` prints, computed from the same records.
+
+It also settles what a run needs before its first trial. `EvalConfig` names its roles (the
+agent, the simulated user, the judge) as a built-in, a packaged local model or a litellm model
+string; a model role also needs its `LLMConfig` (API base, temperature, transport). These are the
+rules `envforge eval` applies to its flags, kept here so that a script building an `EvalConfig`
+from its own settings gets the same checks and errors, at the same time: before any trial, not
+as an infrastructure failure in each of them.
 """
 
 from __future__ import annotations
 
+import difflib
+import gc
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
-from envforge.harness import Agent, EvalConfig, RunManifest, TrialRecord, User, run_eval, summarize
+from envforge.harness import (
+    BUILTIN_AGENTS,
+    Agent,
+    EvalConfig,
+    Fault,
+    LLMConfig,
+    LocalModelError,
+    RunManifest,
+    TrialRecord,
+    User,
+    UserName,
+    is_local_spec,
+    model_for_spec,
+    routable_model,
+    run_eval,
+    summarize,
+)
 from envforge.synth import Task
+
+Role = Literal["agent", "user", "judge"]
+"""A role an evaluation gives a model: the agent under test, the simulated user, the judge."""
+
+LLMTransport = Literal["auto", "http", "litellm"]
+"""How a model is called (`LLMConfig.transport`): `auto` calls an OpenAI-compatible server given an
+API base directly over HTTP and every other model through litellm."""
+
+
+def llm_config(
+    model: str,
+    api_base: str | None = None,
+    temperature: float | None = None,
+    transport: LLMTransport = "auto",
+) -> LLMConfig:
+    """How to reach `model`; raises `ValueError` now for a forced `http` transport that cannot apply
+    (a model that is not OpenAI-compatible, or one without an API base), instead of mid-run."""
+    config = LLMConfig(model=model, api_base=api_base, temperature=temperature, transport=transport)
+    config.uses_http()
+    return config
+
+
+def check_agent_name(agent: str) -> None:
+    """Raise `ValueError` for an agent that is neither a built-in, a packaged local model nor a model
+    string litellm can route: a typo like `oracl` would otherwise make every trial an infra failure."""
+    if is_local_spec(agent):
+        try:
+            model_for_spec(agent)
+        except LocalModelError as exc:
+            raise ValueError(str(exc)) from exc
+        return
+    if agent in BUILTIN_AGENTS or "/" in agent or routable_model(agent):
+        return
+    close = difflib.get_close_matches(agent, BUILTIN_AGENTS, n=1)
+    hint = f" (did you mean {str(close[0])!r}?)" if close else ""  # a StrEnum member: its value
+    raise ValueError(
+        f"unknown agent {agent!r}{hint}: not a built-in ({', '.join(BUILTIN_AGENTS)}) "
+        "and not a model string (use provider/model, e.g. openai/gpt-4o)"
+    )
+
+
+def model_roles(config: EvalConfig) -> dict[Role, str]:
+    """The roles `config` gives a model (not a built-in agent, not the scripted user), by role."""
+    roles: dict[Role, str] = {}
+    if config.agent not in BUILTIN_AGENTS:
+        roles["agent"] = config.agent
+    if config.user != UserName.SCRIPTED:
+        roles["user"] = config.user
+    if config.judge:
+        roles["judge"] = config.judge
+    return roles
+
+
+def with_models(
+    config: EvalConfig,
+    *,
+    api_bases: Mapping[Role, str | None] | None = None,
+    temperatures: Mapping[Role, float | None] | None = None,
+    transport: LLMTransport = "auto",
+    local: Mapping[Role, LLMConfig] | None = None,
+) -> EvalConfig:
+    """`config` with an `LLMConfig` for each role it gives a model (`model_roles`).
+
+    A role in `local` is reached through its running local server (`local_model_servers`);
+    any other from its model string, its API base and its temperature. Raises `ValueError` as
+    `llm_config` does."""
+    api_bases = api_bases or {}
+    temperatures = temperatures or {}
+    local = local or {}
+    llms: dict[Role, LLMConfig] = {}
+    for role, model in model_roles(config).items():
+        llms[role] = local.get(role) or llm_config(
+            model, api_bases.get(role), temperatures.get(role), transport
+        )
+    return config.model_copy(
+        update={"agent_llm": llms.get("agent"), "user_llm": llms.get("user"), "judge_llm": llms.get("judge")}
+    )
+
+
+@contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Freeze every object alive now out of the collector's walks for the block, and undo it on the
+    way out.
+
+    After a long evaluation the process holds every record and env of the run; what is left to
+    do (summarize, write the report, print) makes little garbage, yet each older-generation
+    collection would walk that whole heap again (~1 ms a trial at 2,048 trials). Thawed on the
+    way out, so a caller that runs several evaluations in one process leaks nothing. A process that
+    froze objects itself keeps its own arrangement (the block then changes nothing)."""
+    freeze = gc.get_freeze_count() == 0
+    if freeze:
+        gc.freeze()
+    try:
+        yield
+    finally:
+        if freeze:
+            gc.unfreeze()
 
 
 @dataclass(frozen=True)
@@ -29,6 +152,12 @@ class Evaluation:
     """`{"overall": part, "envs": {env: part}}`, as `envforge eval --json` prints it."""
     run_dir: Path | None
     """Where the run was written (`report`, `rescore` and `--resume` read it); None when temporary."""
+
+    @property
+    def infra_failures(self) -> list[TrialRecord]:
+        """The trials that failed for infrastructure reasons (a model or server unreachable): no
+        measure of the agent, and what `resume=True` runs again."""
+        return [r for r in self.records if r.fault == Fault.INFRA]
 
     def pass_hat_k(self, k: int = 1, env: str | None = None) -> float | None:
         """pass^k over all envs, or over one: the chance that k trials of a task all succeed
@@ -52,6 +181,8 @@ async def evaluate_async(
     make_agent: Callable[[Task, int], Agent] | None = None,
     make_user: Callable[[Task], User] | None = None,
     on_record: Callable[[TrialRecord], None] | None = None,
+    on_start: Callable[[int, int], None] | None = None,
+    on_notice: Callable[[str], None] | None = None,
 ) -> Evaluation:
     """Evaluate an agent on the tasks of `env_dirs` (each an env folder with `tasks.jsonl`).
 
@@ -59,20 +190,36 @@ async def evaluate_async(
     flags set), or just the agent's name with every default. `out` keeps the run directory;
     without it the run goes to a temporary one, removed on return. `make_agent(task, seed)`
     plays your own Python `Agent` instead of the configured one.
+
+    Progress hooks: `on_start(total, done)` once the trials are known (`done`: those a resumed
+    run already has), `on_record(record)` as each trial lands, `on_notice(message)` for what the
+    run reports in one line (unreadable lines of `trials.jsonl`, to be run again).
     """
     cfg = config if isinstance(config, EvalConfig) else EvalConfig(agent=config)
-    if out is not None:
-        manifest, records = await run_eval(
-            env_dirs, cfg, out, resume=resume, make_agent=make_agent, make_user=make_user, on_record=on_record
-        )
-        return Evaluation(manifest, records, summarize(records, manifest.trials), Path(out))
-    if resume:
+    if resume and out is None:
         raise ValueError("resume needs the run directory to resume: pass out=")
-    with tempfile.TemporaryDirectory(prefix="envforge-eval-") as tmp:
-        manifest, records = await run_eval(
-            env_dirs, cfg, Path(tmp) / "run", make_agent=make_agent, make_user=make_user, on_record=on_record
+
+    async def run(run_dir: str | Path) -> tuple[RunManifest, list[TrialRecord]]:
+        return await run_eval(
+            env_dirs,
+            cfg,
+            run_dir,
+            resume=resume,
+            on_start=on_start,
+            on_record=on_record,
+            on_notice=on_notice,
+            make_agent=make_agent,
+            make_user=make_user,
         )
-    return Evaluation(manifest, records, summarize(records, manifest.trials), None)
+
+    if out is not None:
+        manifest, records = await run(out)
+        with frozen_heap():
+            return Evaluation(manifest, records, summarize(records, manifest.trials), Path(out))
+    with tempfile.TemporaryDirectory(prefix="envforge-eval-") as tmp:
+        manifest, records = await run(Path(tmp) / "run")
+    with frozen_heap():
+        return Evaluation(manifest, records, summarize(records, manifest.trials), None)
 
 
 def evaluate(
@@ -84,6 +231,8 @@ def evaluate(
     make_agent: Callable[[Task, int], Agent] | None = None,
     make_user: Callable[[Task], User] | None = None,
     on_record: Callable[[TrialRecord], None] | None = None,
+    on_start: Callable[[int, int], None] | None = None,
+    on_notice: Callable[[str], None] | None = None,
 ) -> Evaluation:
     """`evaluate_async` from synchronous code."""
     return anyio.run(
@@ -95,5 +244,7 @@ def evaluate(
             make_agent=make_agent,
             make_user=make_user,
             on_record=on_record,
+            on_start=on_start,
+            on_notice=on_notice,
         )
     )

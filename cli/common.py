@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -31,6 +32,19 @@ def fail(message: str, code: int = 2) -> NoReturn:
         print_error(message)
         raise typer.Exit(code)
     raise UsageError(message, code)
+
+
+Choice = TypeVar("Choice", bound=str)
+
+
+def choice(option: str, value: str, choices: Sequence[Choice]) -> Choice:
+    """`value` as the one of `choices` it names (their own type: a `Literal`'s values keep it); any
+    other value exits 2 with `OPTION must be A, B or C, not 'VALUE'`."""
+    for known in choices:
+        if known == value:
+            return known
+    *most, last = choices
+    fail(f"{option} must be {', '.join(most)} or {last}, not {value!r}")
 
 
 def load_envs(dirs: list[Path]) -> list[Environment]:

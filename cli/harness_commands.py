@@ -9,20 +9,25 @@ manifest is missing or does not match.
 
 from __future__ import annotations
 
-import difflib
-import gc
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, get_args
 
-import anyio
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from envforge.harness import UserName
+from envforge.synth import AnswersMode
 
-from .common import console, fail, load_envs, print_json, results
+from .common import choice, console, fail, load_envs, print_json, results
 from .local_roles import is_local, local_roles
 from .preflight import check_api_key, check_served_envs
+
+if TYPE_CHECKING:
+    from envforge import LLMTransport, Role
+    from envforge.harness import TrialRecord
 
 
 def evaluate(
@@ -99,171 +104,140 @@ def evaluate(
 ) -> None:
     """Evaluate an agent on env tasks with a simulated user; prints pass^1..pass^k per env."""
     # Imported here: litellm takes seconds to import, and `serve` or `inspect` must not pay for it.
+    import envforge
     from envforge.harness import (
-        BUILTIN_AGENTS,
         EvalConfig,
         Limits,
-        LLMConfig,
         RunConfigMismatch,
         RunExists,
         RunLocked,
         TaskSelectionError,
         print_summary,
-        run_eval,
-        summarize,
         write_report,
     )
 
-    if answers not in ("task", "strict"):
-        fail(f"--answers must be task or strict, not {answers!r}")
-    if local_servers not in ("per-role", "shared"):
-        fail(f"--local-servers must be per-role or shared, not {local_servers!r}")
-    if llm_transport not in ("auto", "http", "litellm"):
-        fail(f"--llm-transport must be auto, http or litellm, not {llm_transport!r}")
+    transports: tuple[LLMTransport, ...] = get_args(envforge.LLMTransport)
+    answers_mode = choice("--answers", answers, ANSWERS_MODES)
+    transport = choice("--llm-transport", llm_transport, transports)
+    shared = choice("--local-servers", local_servers, LOCAL_SERVERS) == "shared"
     if limit is not None and limit < 1:
         fail(f"--limit must be at least 1, not {limit}")
     if split is not None and not split.strip():
         fail("--split must name a split (train, test, ...)")
-    check_agent_name(agent, BUILTIN_AGENTS)
-
-    def llm(model: str, api_base: str | None, temperature: float | None = None) -> LLMConfig:
-        try:
-            cfg = LLMConfig(model=model, api_base=api_base, temperature=temperature, transport=llm_transport)
-            cfg.uses_http()  # a forced `http` transport that cannot apply is an error now, not mid-run
-        except ValueError as exc:
-            fail(str(exc))
-        return cfg
-
+    try:
+        envforge.check_agent_name(agent)
+    except ValueError as exc:
+        fail(str(exc))
     envs = load_envs(env_dirs)
     for d in env_dirs:
         if not (d / "tasks.jsonl").exists():
             fail(f"{d} has no tasks.jsonl (make some with `envforge synth tasks {d}`)")
-    check_model_keys(
-        {"agent": (agent, agent_api_base), "user": (user, user_api_base), "judge": (judge, judge_api_base)},
-        not_models={*BUILTIN_AGENTS, UserName.SCRIPTED},
+    config = EvalConfig(
+        agent=agent,
+        user=user,
+        judge=judge,
+        trials=trials,
+        concurrency=concurrency,
+        seed=seed,
+        limits=Limits(max_turns=max_turns, max_tool_errors=max_tool_errors, trial_timeout_s=timeout),
+        server=server,
+        server_token=token,
+        task_ids=[t.strip() for t in tasks.split(",") if t.strip()] if tasks else None,
+        split=split,
+        limit=limit,
+        answers=answers_mode,
     )
+    api_bases: dict[Role, str | None] = {
+        "agent": agent_api_base,
+        "user": user_api_base,
+        "judge": judge_api_base,
+    }
+    temperatures: dict[Role, float | None] = {"agent": temperature, "user": user_temperature}
+    check_model_keys({role: (model, api_bases[role]) for role, model in envforge.model_roles(config).items()})
     if server:
         check_served_envs(server, token, {e.name: d for e, d in zip(envs, env_dirs, strict=True)}, "--server")
-    roles = {"agent": agent, "user": user, "judge": judge}
-    with local_roles(
-        roles, {"agent": temperature, "user": user_temperature}, shared=local_servers == "shared"
-    ) as local:
-        config = EvalConfig(
-            agent=agent,
-            user=user,
-            agent_llm=local.get("agent")
-            or (None if agent in BUILTIN_AGENTS else llm(agent, agent_api_base, temperature)),
-            user_llm=local.get("user")
-            or (llm(user, user_api_base, user_temperature) if user != UserName.SCRIPTED else None),
-            judge_llm=local.get("judge") or (llm(judge, judge_api_base) if judge else None),
-            judge=judge,
-            trials=trials,
-            concurrency=concurrency,
-            seed=seed,
-            limits=Limits(max_turns=max_turns, max_tool_errors=max_tool_errors, trial_timeout_s=timeout),
-            server=server,
-            server_token=token,
-            task_ids=[t.strip() for t in tasks.split(",") if t.strip()] if tasks else None,
-            split=split,
-            limit=limit,
-            answers=answers,
-        )
-        with Progress(
-            TextColumn("[bold]eval[/] {task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,  # a bar left on stderr would sit beside an error line or the results
-        ) as progress:
-            bar = progress.add_task(agent, total=None)
-
-            def on_start(total: int, done: int) -> None:
-                progress.update(bar, total=total, completed=done)
-
-            def on_record(record: object) -> None:
-                progress.advance(bar)
-
-            def on_notice(message: str) -> None:
-                console.print(f"[yellow]warning:[/] {message}")
-
+    roles: dict[Role, str | None] = {"agent": agent, "user": user, "judge": judge}
+    with local_roles(roles, temperatures, shared=shared) as local:
+        try:
+            config = envforge.with_models(
+                config,
+                api_bases=api_bases,
+                temperatures=temperatures,
+                transport=transport,
+                local=local,
+            )
+        except ValueError as exc:
+            fail(str(exc))
+        with eval_progress(agent) as bar:
             try:
-                manifest, records = anyio.run(
-                    lambda: run_eval(
-                        env_dirs,
-                        config,
-                        out,
-                        resume=resume,
-                        on_start=on_start,
-                        on_record=on_record,
-                        on_notice=on_notice,
-                    )
+                evaluation = envforge.evaluate(
+                    env_dirs,
+                    config,
+                    out=out,
+                    resume=resume,
+                    on_start=bar.on_start,
+                    on_record=bar.on_record,
+                    on_notice=bar.on_notice,
                 )
             except (RunExists, RunConfigMismatch, RunLocked, TaskSelectionError, FileNotFoundError) as exc:
                 fail(str(exc))
-    # What is left is to summarize, report and exit: the collector need not walk the run's heap
-    # (its records, the envs) again for the little garbage that makes (~1 ms a trial at 2,048).
-    # Undone on the way out, so a caller that runs the command in its own process leaks nothing
-    # (and left alone in a process that froze objects itself).
-    freeze = gc.get_freeze_count() == 0
-    if freeze:
-        gc.freeze()
-    try:
-        summary = summarize(records, manifest.trials)
+    with envforge.frozen_heap():  # the run's heap is done with: summarizing and reporting need no walks of it
         shown = console if json_out else results  # with --json, stdout holds the JSON alone
-        print_summary(summary, shown)
+        print_summary(evaluation.summary, shown)
         shown.print(f"run directory: {out}")
         console.print(f"report: {write_report(out)}", highlight=False)
         if json_out:
-            print_json(summary)
-        infra = [r for r in records if r.fault == "infra"]
+            print_json(evaluation.summary)
+        infra = evaluation.infra_failures
         if infra:
             console.print(
-                f"[bold red]{len(infra)} of {len(records)} trial(s) failed for infra reasons[/] "
+                f"[bold red]{len(infra)} of {len(evaluation.records)} trial(s) failed for infra reasons[/] "
                 "(--resume runs them again):"
             )
             for r in infra[:INFRA_REASONS_SHOWN]:
                 console.print(f"  {r.trial_key}: {r.error}", markup=False, highlight=False)
-        if len(infra) > max_infra_failures:
-            raise typer.Exit(1)
-    finally:
-        if freeze:
-            gc.unfreeze()
+    if len(infra) > max_infra_failures:
+        raise typer.Exit(1)
 
 
 INFRA_REASONS_SHOWN = 3
 
+ANSWERS_MODES: tuple[AnswersMode, ...] = get_args(AnswersMode)
+LOCAL_SERVERS = ("per-role", "shared")
 
-def check_model_keys(roles: dict[str, tuple[str | None, str | None]], not_models: set[str]) -> None:
-    """Each role played by a hosted model (not built in, not local) has its API key set."""
+
+def check_model_keys(roles: Mapping[str, tuple[str | None, str | None]]) -> None:
+    """Each role (-> its model and API base) played by a hosted model, not a packaged local one, has
+    its API key set; a role without a model is skipped."""
     for role, (model, api_base) in roles.items():
-        if model and model not in not_models and not is_local(model):
+        if model and not is_local(model):
             check_api_key(f"--{role}", model, api_base, f"--{role}-api-base")
 
 
-def check_agent_name(agent: str, builtins: tuple[str, ...]) -> None:
-    """Fail fast on an `--agent` that is neither a built-in, a local model nor a model string litellm
-    can route: a typo like `oracl` would otherwise turn every trial into an infra failure."""
-    if is_local(agent):
-        from envforge.harness import LocalModelError, model_for_spec
+@dataclass(frozen=True)
+class EvalBar:
+    """The run's progress hooks (`envforge.evaluate`'s), drawn as one bar on stderr."""
 
-        try:
-            model_for_spec(agent)
-        except LocalModelError as exc:
-            fail(str(exc))
-        return
-    if agent in builtins or "/" in agent:
-        return
-    from envforge.harness import routable_model
+    progress: Progress
+    bar: TaskID
 
-    if routable_model(agent):
-        return
-    close = difflib.get_close_matches(agent, builtins, n=1)
-    hint = f" (did you mean {str(close[0])!r}?)" if close else ""
-    fail(
-        f"unknown agent {agent!r}{hint}: not a built-in ({', '.join(builtins)}) "
-        "and not a model string (use provider/model, e.g. openai/gpt-4o)"
-    )
+    def on_start(self, total: int, done: int) -> None:
+        self.progress.update(self.bar, total=total, completed=done)
+
+    def on_record(self, record: TrialRecord) -> None:
+        self.progress.advance(self.bar)
+
+    def on_notice(self, message: str) -> None:
+        console.print(f"[yellow]warning:[/] {message}")
+
+
+@contextmanager
+def eval_progress(agent: str) -> Iterator[EvalBar]:
+    """A bar for the run, gone when it ends: one left on stderr would sit beside an error line or
+    the results."""
+    columns = (TextColumn("[bold]eval[/] {task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as progress:
+        yield EvalBar(progress, progress.add_task(agent, total=None))
 
 
 def register(app: typer.Typer) -> None:

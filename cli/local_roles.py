@@ -11,11 +11,11 @@ Servers stop when the block ends: normally, on an error, on Ctrl-C.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from .common import console, fail
 
@@ -29,22 +29,25 @@ def is_local(spec: str | None) -> bool:
     return is_local_spec(spec)
 
 
+R = TypeVar("R", bound=str)
+
+
 @contextmanager
 def local_roles(
-    specs: dict[str, str | None],
-    temperatures: dict[str, float | None] | None = None,
+    specs: Mapping[R, str | None],
+    temperatures: Mapping[R, float | None] | None = None,
     *,
     shared: bool = False,
-) -> Iterator[dict[str, LLMConfig]]:
+) -> Iterator[dict[R, LLMConfig]]:
     """role -> how to reach its local server, for every role whose spec is local; exits 2 with a
     one-line error when a model or the runtime cannot be used."""
     from envforge.harness import LocalModelError, LocalServerError, model_for_spec, running_local_server
 
     temperatures = temperatures or {}
-    configs: dict[str, LLMConfig] = {}
+    configs: dict[R, LLMConfig] = {}
     with ExitStack() as servers:
         wanted = {role: spec for role, spec in specs.items() if spec is not None and is_local(spec)}
-        groups: dict[str, list[str]] = {}  # server key -> the roles it serves
+        groups: dict[str, list[R]] = {}  # server key -> the roles it serves
         for role, spec in wanted.items():
             try:
                 key = model_for_spec(spec).name if shared else role
@@ -64,11 +67,11 @@ def local_roles(
                     names, spec = ", ".join(roles), wanted[roles[0]]
                     bar = progress.add_task(f"{names}: {spec}: checking weights", total=None)
 
-                    def on_progress(done: int, total: int, bar: object = bar) -> None:
-                        progress.update(bar, completed=done, total=total)  # type: ignore[arg-type]
+                    def on_progress(done: int, total: int, bar: TaskID = bar) -> None:
+                        progress.update(bar, completed=done, total=total)
 
-                    def on_notice(message: str, bar: object = bar, names: str = names) -> None:
-                        progress.update(bar, description=f"{names}: {message}")  # type: ignore[arg-type]
+                    def on_notice(message: str, bar: TaskID = bar, names: str = names) -> None:
+                        progress.update(bar, description=f"{names}: {message}")
 
                     try:
                         server = servers.enter_context(

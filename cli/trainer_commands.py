@@ -144,9 +144,12 @@ def _opts(
     if extra.get("tasks") == "lookup" and extra.get("env_kind") == "harness":
         extra["env_kind"] = "fleet"  # a lookup is one question: no simulated user to talk to
     check_envs(envs, extra.get("fleet_url"), extra.get("fleet_token"))
+    user = extra.get("user")
     check_model_keys(
-        {"user": (extra.get("user"), extra.get("user_api_base")), "judge": (extra.get("judge"), None)},
-        not_models={UserName.SCRIPTED},
+        {
+            "user": (None if user == UserName.SCRIPTED else user, extra.get("user_api_base")),
+            "judge": (extra.get("judge"), None),
+        }
     )
     return RunOptions(
         model=_model_dir(model),

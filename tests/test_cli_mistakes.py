@@ -133,6 +133,30 @@ def test_eval_against_no_server_at_all(capsys, monkeypatch, tmp_path) -> None:
     assert_one_line_error(code, err, "cannot reach", "envforge serve")
 
 
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--answers", "loose"], ["--answers must be task or strict, not 'loose'"]),
+        (["--llm-transport", "grpc"], ["--llm-transport must be auto, http or litellm, not 'grpc'"]),
+        (["--local-servers", "one"], ["--local-servers must be per-role or shared, not 'one'"]),
+        (["--limit", "0"], ["--limit must be at least 1, not 0"]),
+        (["--split", " "], ["--split must name a split"]),
+        (
+            ["--agent", "openai/gpt-4o", "--agent-api-base", "http://127.0.0.1:9", "--llm-transport", "http"]
+            + ["--user", "anthropic/claude-3-5-haiku-latest", "--user-api-base", "http://127.0.0.1:9"],
+            ["transport 'http' needs openai/ or hosted_vllm/", "anthropic/claude-3-5-haiku-latest"],
+        ),
+    ],
+)
+def test_eval_with_an_option_out_of_its_choices(capsys, monkeypatch, tmp_path, args, needles) -> None:
+    """Each eval option that only takes some values names them, and nothing runs."""
+    base = ["eval", str(ENVS / "gym"), "--agent", "oracle", "--out", str(tmp_path / "run")]
+    code, _, err = envforge([*base, *args], capsys, monkeypatch)
+    assert code == 2
+    assert_one_line_error(code, err, *needles)
+    assert not (tmp_path / "run" / "trials.jsonl").exists()
+
+
 # ----------------------------------------------------------------------------------- train/collect
 
 
