@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import os
 import socket
-import sqlite3
 import textwrap
 from enum import StrEnum
 from pathlib import Path
@@ -15,7 +14,7 @@ import anyio
 import typer
 from rich.table import Table
 
-from envforge.server import Fleet, open_database, quote_ident, read_actions, replay
+from envforge.server import Fleet, read_actions, replay
 
 from .common import console, fail, load_envs, print_json, results
 from .schema_text import parameter_lines
@@ -201,16 +200,8 @@ def inspect(
 ) -> None:
     """Show an env's tools with their schemas and its tables with row counts."""
     (env,) = load_envs([env_dir])
-    conn = open_database(env.seed_db)
-    try:
-        counts = {
-            t.name: conn.execute(f"SELECT COUNT(*) FROM {quote_ident(t.name)}").fetchone()[0]
-            for t in env.tables
-        }
-    except sqlite3.Error as exc:
-        fail(str(exc))
-    finally:
-        conn.close()
+    seed = env.seed_state()  # the export the seed hash is taken from: the rows the tables hold
+    counts = {t.name: len(seed[t.name]) for t in env.tables}
     if json_out:
         print_json(
             {
