@@ -8,15 +8,16 @@ from pathlib import Path
 from typing import Literal
 
 from envforge.harness import LLMConfig, UserName, load_env_tasks
-from envforge.server import Fleet, load_env
+from envforge.server import load_env
 from envforge.synth import load_tasks
 
 from .harness_env import HarnessRolloutEnv
+from .remote_fleet import EpisodeFleet
 from .rollout import FleetRolloutEnv, RolloutEnv
 
 
 def build_envs(
-    fleet: Fleet,
+    fleet: EpisodeFleet,
     dirs: Sequence[Path],
     use_mcp: bool,
     *,

@@ -50,9 +50,10 @@ from envforge.harness import (
     detect_user_error,
     score_trial,
 )
-from envforge.server import Fleet, episode_client
+from envforge.server import EpisodeClient
 from envforge.synth import Task
 
+from .remote_fleet import EpisodeFleet, open_episode_client
 from .rollout import RewardInfo, ToolOutcome
 
 UserFactory = Callable[[Task], User]
@@ -77,7 +78,13 @@ class _HarnessEpisode:
     """One conversation: forwards tool calls to the episode, user turns to the simulated user."""
 
     def __init__(
-        self, env: HarnessRolloutEnv, task: Task, user: User, opening: str, episode_id: str, client: Any
+        self,
+        env: HarnessRolloutEnv,
+        task: Task,
+        user: User,
+        opening: str,
+        episode_id: str,
+        client: EpisodeClient | None,
     ) -> None:
         self.env, self.task, self.user, self.episode_id, self.client = env, task, user, episode_id, client
         self.messages: list[Message] = [Message(role="user", content=opening, turn=0)]
@@ -188,7 +195,7 @@ class HarnessRolloutEnv:
 
     def __init__(
         self,
-        fleet: Fleet,
+        fleet: EpisodeFleet,
         env_tasks: EnvTasks,
         *,
         user: str = UserName.SCRIPTED,
@@ -243,7 +250,7 @@ class HarnessRolloutEnv:
         ep = await self.fleet.create_episode(self.name, state=state)
         try:
             if self.use_mcp:
-                async with episode_client(self.fleet, self.name, ep.id) as client:
+                async with open_episode_client(self.fleet, self.name, ep.id) as client:
                     yield _HarnessEpisode(self, task, user, opening, ep.id, client)
             else:
                 yield _HarnessEpisode(self, task, user, opening, ep.id, None)

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
 
-from envforge.server import Fleet
+from envforge.server import State
 from envforge.synth import (
     ActionCheck,
     Call,
@@ -36,10 +35,12 @@ from envforge.synth import (
     state_hashes,
 )
 
+from .remote_fleet import EpisodeFleet
+
 HELD_OUT_SHARE = 0.3
 
 
-def _lookup_tools(fleet: Fleet, env_name: str) -> list[tuple[str, str]]:
+def _lookup_tools(fleet: EpisodeFleet, env_name: str) -> list[tuple[str, str]]:
     """(tool, its one `*_id` parameter) for every read-only single-parameter tool."""
     env = fleet.env(env_name)
     out = []
@@ -50,7 +51,7 @@ def _lookup_tools(fleet: Fleet, env_name: str) -> list[tuple[str, str]]:
     return out
 
 
-def _column_values(state: Any, column: str) -> list[str]:
+def _column_values(state: State, column: str) -> list[str]:
     values: set[str] = set()
     for rows in state.values():
         for row in rows:
@@ -79,7 +80,7 @@ def _entity(param: str) -> str:
     return param.removesuffix("_id").replace("_", " ")
 
 
-async def lookup_tasks(fleet: Fleet, env_name: str) -> list[Task]:
+async def lookup_tasks(fleet: EpisodeFleet, env_name: str) -> list[Task]:
     """Every single-lookup task of `env_name` on its seed state, sorted by id."""
     env = fleet.env(env_name)
     seed = env.seed_state()

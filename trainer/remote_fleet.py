@@ -11,11 +11,22 @@ create/export/close (the harness's `HTTPBackend`, which also turns network failu
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
 from envforge.harness import HTTPBackend
-from envforge.server import Environment, ExportedState, State, ToolResult, http_episode_client, state_hash
+from envforge.server import (
+    Environment,
+    EpisodeClient,
+    ExportedState,
+    Fleet,
+    State,
+    ToolResult,
+    episode_client,
+    http_episode_client,
+    state_hash,
+)
 
 
 @dataclass
@@ -25,7 +36,7 @@ class RemoteEpisode:
 
 @dataclass
 class RemoteMCP:
-    """What `episode_client(fleet, env, id)` reads from `fleet.mcp(env)`: mcp's `Client` takes a URL.
+    """Where `fleet.mcp(env)` serves: the URL mcp's `Client` connects to.
 
     The per-env endpoint serves any episode named in the request's `_meta`, which `EpisodeClient`
     always sends.
@@ -35,7 +46,10 @@ class RemoteMCP:
 
 
 class RemoteFleet:
-    """`env`, `mcp`, `create_episode`, `call`, `export`, `close_episode` and `aclose`, over HTTP."""
+    """`env`, `mcp`, `create_episode`, `call`, `export`, `close_episode` and `aclose`, over HTTP.
+
+    `episode_client` opens an episode's MCP client as the server's `episode_client` does for an
+    in-process fleet (`open_episode_client` picks the one that fits)."""
 
     def __init__(self, base_url: str, envs: Iterable[Environment], *, token: str | None = None) -> None:
         self.base = base_url.rstrip("/")
@@ -71,5 +85,22 @@ class RemoteFleet:
     async def close_episode(self, episode_id: str) -> None:
         await self.http.close(episode_id)
 
+    def episode_client(self, env_name: str, episode_id: str) -> AbstractAsyncContextManager[EpisodeClient]:
+        """What the server's `episode_client` opens on an in-process fleet, over streamable HTTP."""
+        return http_episode_client(self.mcp(env_name).server, episode_id)
+
     async def aclose(self) -> None:
         await self.http.aclose()
+
+
+EpisodeFleet = Fleet | RemoteFleet
+"""Where rollout envs play episodes: in this process, or on an `envforge serve` (same surface)."""
+
+
+def open_episode_client(
+    fleet: EpisodeFleet, env_name: str, episode_id: str
+) -> AbstractAsyncContextManager[EpisodeClient]:
+    """An MCP client bound to one episode of `fleet`, whichever kind it is."""
+    if isinstance(fleet, RemoteFleet):
+        return fleet.episode_client(env_name, episode_id)
+    return episode_client(fleet, env_name, episode_id)

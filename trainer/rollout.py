@@ -21,14 +21,14 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, NamedTuple, Protocol
 
 import anyio
 from pydantic import BaseModel, Field
 
 from envforge.harness import MalformedToolCall, parse_tool_calls
-from envforge.server import Fleet, State, episode_client
+from envforge.server import EpisodeClient, State
 from envforge.synth import (
     Call,
     Evidence,
@@ -43,6 +43,7 @@ from envforge.synth import (
 )
 
 from .backends import GenerationBackend
+from .remote_fleet import EpisodeFleet, open_episode_client
 from .trajectory import SequenceBuilder, TokenizerLike, Trajectory
 
 
@@ -79,16 +80,16 @@ class RolloutEnv(Protocol):
 
     def tool_names(self) -> list[str]: ...
 
-    def episode(self, task_id: str) -> Any:
-        """An async context manager yielding a `RolloutEpisode`."""
-        ...
+    def episode(self, task_id: str) -> AbstractAsyncContextManager[RolloutEpisode]: ...
 
 
 RewardFn = Callable[[Task, State, list[str]], tuple[float, dict[str, float]]]
 
 
 class _FleetEpisode:
-    def __init__(self, env: FleetRolloutEnv, task: Task, episode_id: str, client: Any) -> None:
+    def __init__(
+        self, env: FleetRolloutEnv, task: Task, episode_id: str, client: EpisodeClient | None
+    ) -> None:
         self.env, self.task, self.episode_id, self.client = env, task, episode_id, client
         self.calls: list[Call] = []  # every call the policy made, for the `actions` reward part
         self.opening = task.scenario.without_answers()
@@ -151,7 +152,7 @@ class FleetRolloutEnv:
 
     def __init__(
         self,
-        fleet: Fleet,
+        fleet: EpisodeFleet,
         env_name: str,
         tasks: Sequence[Task],
         *,
@@ -203,7 +204,7 @@ class FleetRolloutEnv:
         ep = await self.fleet.create_episode(self.name, state=state)
         try:
             if self.use_mcp:
-                async with episode_client(self.fleet, self.name, ep.id) as client:
+                async with open_episode_client(self.fleet, self.name, ep.id) as client:
                     yield _FleetEpisode(self, task, ep.id, client)
             else:
                 yield _FleetEpisode(self, task, ep.id, None)
