@@ -255,6 +255,26 @@ async def test_lying_user_is_masked_and_gets_no_loss() -> None:
         assert torch.equal(p, q)
 
 
+async def test_a_ray_actors_masked_episodes_reach_user_errors_as_the_drivers_own_do(tmp_path: Path) -> None:
+    """An actor hands its envs' verdicts to the driver pickled, as Ray returns them; a masked
+    episode played there must land in `user_errors.jsonl` byte for byte as one played here."""
+    import pickle
+
+    from envforge.trainer import BackendSpec, EnvSpec, RolloutWorker, WorkerSpec, write_user_errors
+
+    _, lied, _ = await _collect(liar)
+    _, honest, _ = await _collect(None)
+    spec = WorkerSpec(backend=BackendSpec(model="unused"), env=EnvSpec(envs=[str(RETAIL)]))
+    worker = RolloutWorker(spec.model_dump(mode="json"), 0)
+    worker.envs = {"lied": lied, "honest": honest}  # what `setup` builds in the actor
+    reported = pickle.loads(pickle.dumps(await worker.verdicts()))
+    assert len(reported) == 8
+    here, there = tmp_path / "here.jsonl", tmp_path / "there.jsonl"
+    assert write_user_errors([lied, honest], here) == write_user_errors([], there, reported) == 4
+    assert there.read_bytes() == here.read_bytes()
+    assert all(json.loads(line)["user_error"] for line in there.read_text().splitlines())
+
+
 def test_envforge_collect_writes_harness_trajectories(tmp_path: Path) -> None:
     from envforge.trainer import build_tiny_model
 

@@ -18,14 +18,23 @@ if TYPE_CHECKING:
     from .distributed import init_from_env, shutdown
     from .envs import build_envs
     from .erpo import env_batch_stats, erpo_advantages, unbiased_std
-    from .harness_env import HarnessRolloutEnv
+    from .harness_env import EpisodeVerdict, HarnessRolloutEnv
     from .learner import Learner, LearnerConfig, clipped_pg_loss, token_logprobs
     from .local_weights import resolve_model
     from .lookup import held_out, lookup_tasks, split_tasks
     from .loop import Group, StepMetrics, TrainConfig, collect, job_stream, select_batch, train
     from .memory import release_freed_memory
     from .plots import svg_line_chart, write_comparison, write_plots
-    from .ray_workers import BackendSpec, EnvSpec, RayWorkers, WorkerSpec, state_checksum
+    from .ray_workers import (
+        BackendSpec,
+        EnvSpec,
+        RayWorkers,
+        RolloutWorker,
+        WorkerInfo,
+        WorkerSpec,
+        state_checksum,
+    )
+    from .remote_fleet import EpisodeFleet, RemoteFleet
     from .rollout import (
         FleetRolloutEnv,
         NeedsUser,
@@ -37,7 +46,7 @@ if TYPE_CHECKING:
         ToolOutcome,
         parse_tool_call,
     )
-    from .run import RunOptions, run_collection, run_training
+    from .run import HeldOutScore, RunOptions, run_collection, run_training, write_user_errors
     from .tiny import build_tiny_model
     from .trajectory import IM_END, SequenceBuilder, Trajectory
 
@@ -60,6 +69,7 @@ _LAZY = {
     "env_batch_stats": "erpo",
     "erpo_advantages": "erpo",
     "unbiased_std": "erpo",
+    "EpisodeVerdict": "harness_env",
     "HarnessRolloutEnv": "harness_env",
     "Learner": "learner",
     "LearnerConfig": "learner",
@@ -75,7 +85,11 @@ _LAZY = {
     "BackendSpec": "ray_workers",
     "EnvSpec": "ray_workers",
     "RayWorkers": "ray_workers",
+    "RolloutWorker": "ray_workers",
+    "WorkerInfo": "ray_workers",
     "WorkerSpec": "ray_workers",
+    "EpisodeFleet": "remote_fleet",
+    "RemoteFleet": "remote_fleet",
     "state_checksum": "ray_workers",
     "FleetRolloutEnv": "rollout",
     "NeedsUser": "rollout",
@@ -86,9 +100,11 @@ _LAZY = {
     "RolloutEpisode": "rollout",
     "ToolOutcome": "rollout",
     "parse_tool_call": "rollout",
+    "HeldOutScore": "run",
     "RunOptions": "run",
     "run_collection": "run",
     "run_training": "run",
+    "write_user_errors": "run",
     "build_tiny_model": "tiny",
     "resolve_model": "local_weights",
     "lookup_tasks": "lookup",
@@ -123,21 +139,26 @@ __all__ = [
     "BackendSpec",
     "BatchRequest",
     "EnvSpec",
+    "EpisodeFleet",
+    "EpisodeVerdict",
     "FleetRolloutEnv",
     "Generation",
     "Group",
     "HFBackend",
     "HarnessRolloutEnv",
+    "HeldOutScore",
     "Learner",
     "LearnerConfig",
     "LockstepBatcher",
     "NeedsUser",
     "ParsedCall",
     "RayWorkers",
+    "RemoteFleet",
     "RewardInfo",
     "RolloutConfig",
     "RolloutEnv",
     "RolloutEpisode",
+    "RolloutWorker",
     "RunOptions",
     "SequenceBuilder",
     "StepMetrics",
@@ -145,6 +166,7 @@ __all__ = [
     "TrainConfig",
     "Trajectory",
     "VLLMBackend",
+    "WorkerInfo",
     "WorkerSpec",
     "bandit_corpus",
     "bandit_tasks",
@@ -176,4 +198,5 @@ __all__ = [
     "write_bandit_env",
     "write_comparison",
     "write_plots",
+    "write_user_errors",
 ]

@@ -20,7 +20,11 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+from .trajectory import Trajectory
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -33,12 +37,12 @@ class DataParallel:
     def is_leader(self) -> bool:
         return self.rank == 0
 
-    def shard(self, items: Sequence[Any]) -> list[Any]:
+    def shard(self, items: Sequence[T]) -> list[T]:
         """This rank's items: every `world`-th one, starting at `rank`."""
         return list(items[self.rank :: self.world])
 
-    def broadcast(self, payload: Any = None) -> Any:
-        """Rank 0's `payload` on every rank (others pass nothing)."""
+    def broadcast(self, payload: list[Trajectory] | None = None) -> list[Trajectory] | None:
+        """Rank 0's `payload` on every rank (others pass nothing): a batch, or None to stop."""
         import torch.distributed as dist
 
         box = [payload if self.is_leader else None]

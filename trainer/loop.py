@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import anyio
@@ -181,7 +181,7 @@ class GroupSource(Protocol):
         send: MemoryObjectSendStream[Group],
     ) -> None: ...
 
-    async def sync_weights(self, state_dict: Any, version: int, model: Any = None) -> None: ...
+    async def sync_weights(self, state_dict: Mapping[str, Any], version: int, model: Any = None) -> None: ...
 
 
 def make_group(env: str, task_id: str, index: int, trajs: list[Trajectory], started: float) -> Group:
@@ -236,7 +236,7 @@ class LocalCollectors:
                 for slot in range(len(wave)):  # handed on in job order too, whatever ended first
                     await send.send(played[slot])
 
-    async def sync_weights(self, state_dict: Any, version: int, model: Any = None) -> None:
+    async def sync_weights(self, state_dict: Mapping[str, Any], version: int, model: Any = None) -> None:
         await self.backend.sync_weights(state_dict, version, model)
 
 
@@ -278,9 +278,9 @@ async def train(
     tokenizer: TokenizerLike | None,
     config: TrainConfig,
     *,
-    on_step: Callable[[StepMetrics, list[Trajectory]], Any] | None = None,
+    on_step: Callable[[StepMetrics, list[Trajectory]], object] | None = None,
     source: GroupSource | None = None,
-    after_step: Callable[[StepMetrics], Awaitable[Any]] | None = None,
+    after_step: Callable[[StepMetrics], Awaitable[object]] | None = None,
 ) -> list[StepMetrics]:
     """Run `config.steps` updates; returns (and passes to `on_step`) one `StepMetrics` per step.
 
@@ -386,7 +386,7 @@ async def collect(
     rollout_config: RolloutConfig,
     concurrency: int = 2,
     seed: int = 0,
-    on_group: Callable[[list[Trajectory]], Any] | None = None,
+    on_group: Callable[[list[Trajectory]], object] | None = None,
     source: GroupSource | None = None,
 ) -> list[Trajectory]:
     """Collection only: `groups` task groups round-robin over envs, no updates.

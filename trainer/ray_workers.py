@@ -27,9 +27,8 @@ import hashlib
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypedDict
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
@@ -38,8 +37,10 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from envforge.harness import UserName
 
 from .backends import GenerationBackend
+from .harness_env import EpisodeVerdict, HarnessRolloutEnv
 from .loop import Group, Jobs, make_group
-from .rollout import RolloutConfig, rollout_group
+from .remote_fleet import EpisodeFleet
+from .rollout import RolloutConfig, RolloutEnv, rollout_group
 
 # Environment variables an actor gets from the driver (a remote cluster does not inherit them).
 FORWARDED_ENV = ("LITELLM_LOCAL_MODEL_COST_MAP",)
@@ -81,6 +82,28 @@ class EnvSpec(BaseModel):
     fleet_token: SecretStr | None = Field(None, description="that server's control-plane bearer token")
 
 
+class RunLike(Protocol):
+    """What `WorkerSpec.from_options` reads of a `run.RunOptions` (which imports this module)."""
+
+    backend: Literal["hf", "vllm"]
+    model: Path
+    device: str
+    temperature: float
+    seed: int
+    vllm_url: str | None
+    vllm_model: str | None
+    precision: Literal["float32", "bfloat16"]
+    max_batch: int
+    envs: list[Path]
+    env_kind: Literal["harness", "fleet"]
+    use_mcp: bool
+    user: str
+    user_api_base: str | None
+    judge: str | None
+    fleet_url: str | None
+    fleet_token: SecretStr | None
+
+
 class WorkerSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -88,7 +111,7 @@ class WorkerSpec(BaseModel):
     env: EnvSpec
 
     @classmethod
-    def from_options(cls, opts: Any) -> WorkerSpec:
+    def from_options(cls, opts: RunLike) -> WorkerSpec:
         """The spec that makes actors play what a local `run.RunOptions` run would play."""
         return cls(
             backend=BackendSpec(
@@ -127,6 +150,18 @@ def state_checksum(state_dict: Mapping[str, Any]) -> str:
     return h.hexdigest()
 
 
+class WorkerInfo(TypedDict):
+    """One actor's report (`RayWorkers.info`): what a test or a run log compares across actors."""
+
+    index: int
+    version: int
+    checksum: str | None
+    """`state_checksum` of an hf actor's weights; None for vllm."""
+    groups: int
+    dtype: str | None
+    """What an hf actor samples in (`float32`, `bfloat16`); None for vllm."""
+
+
 class RolloutWorker:
     """An actor's body (wrapped by `ray.remote` in `RayWorkers.start`): own envs, backend, tokenizer."""
 
@@ -134,10 +169,16 @@ class RolloutWorker:
         self.spec = WorkerSpec.model_validate(spec)
         self.index = index
         self.groups_played = 0
-        self.envs: dict[str, Any] = {}
-        self.fleet: Any = None
-        self.backend: Any = None
+        self.envs: dict[str, RolloutEnv] = {}
+        self.fleet: EpisodeFleet | None = None
+        self._backend: GenerationBackend | None = None
         self.tokenizer: Any = None
+
+    @property
+    def backend(self) -> GenerationBackend:
+        if self._backend is None:
+            raise RuntimeError("the worker has no backend before setup()")
+        return self._backend
 
     async def setup(self) -> dict[str, list[str]]:
         """Build everything in the actor's event loop; returns {env name: task ids} for the driver."""
@@ -154,9 +195,10 @@ class RolloutWorker:
         dirs = [Path(d) for d in e.envs]
         loaded = [load_env(d) for d in dirs]
         token = None if e.fleet_token is None else e.fleet_token.get_secret_value()
-        self.fleet = RemoteFleet(e.fleet_url, loaded, token=token) if e.fleet_url else Fleet(loaded)
+        fleet: EpisodeFleet = RemoteFleet(e.fleet_url, loaded, token=token) if e.fleet_url else Fleet(loaded)
+        self.fleet = fleet
         envs = build_envs(
-            self.fleet,
+            fleet,
             dirs,
             e.use_mcp,
             env_kind=e.env_kind,
@@ -171,7 +213,7 @@ class RolloutWorker:
             from transformers import AutoModelForCausalLM
 
             model = AutoModelForCausalLM.from_pretrained(b.model).to(b.device)
-            self.backend = HFBackend(
+            self._backend = HFBackend(
                 model,
                 eos_id=eos,
                 temperature=b.temperature,
@@ -183,7 +225,7 @@ class RolloutWorker:
         else:
             if not b.vllm_url:
                 raise ValueError("a vllm worker needs vllm_url")
-            self.backend = VLLMBackend(
+            self._backend = VLLMBackend(
                 b.vllm_url,
                 model=b.vllm_model or b.model,
                 eos_id=eos,
@@ -217,7 +259,7 @@ class RolloutWorker:
         await self.backend.sync_weights({}, version)
         return int(self.backend.version)
 
-    async def info(self) -> dict[str, Any]:
+    async def info(self) -> WorkerInfo:
         model = getattr(self.backend, "model", None)
         return {
             "index": self.index,
@@ -231,16 +273,16 @@ class RolloutWorker:
             else None,
         }
 
-    async def verdicts(self) -> list[dict[str, Any]]:
+    async def verdicts(self) -> list[EpisodeVerdict]:
         """The harness's per-episode verdicts (for the driver's `user_errors.jsonl`)."""
-        return [asdict(v) for env in self.envs.values() for v in getattr(env, "verdicts", [])]
+        return [v for env in self.envs.values() if isinstance(env, HarnessRolloutEnv) for v in env.verdicts]
 
     async def close(self) -> None:
         from envforge.harness import aclose_http_sessions
 
         await aclose_http_sessions()  # an LLM user's pooled connections
-        if self.backend is not None:
-            await self.backend.aclose()
+        if self._backend is not None:
+            await self._backend.aclose()
         if self.fleet is not None:
             await self.fleet.aclose()
 
@@ -376,11 +418,11 @@ class RayWorkers:
             await asyncio.gather(*(a.set_version.remote(version) for a in self.actors))
         self.version = version
 
-    async def info(self) -> list[dict[str, Any]]:
+    async def info(self) -> list[WorkerInfo]:
         """Per actor: its index, backend version, weights checksum (hf) and groups played."""
         return list(await asyncio.gather(*(a.info.remote() for a in self.actors)))
 
-    async def verdicts(self) -> list[dict[str, Any]]:
+    async def verdicts(self) -> list[EpisodeVerdict]:
         rows = await asyncio.gather(*(a.verdicts.remote() for a in self.actors))
         return [v for r in rows for v in r]
 

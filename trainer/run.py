@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import anyio
 from pydantic import BaseModel, Field, SecretStr
@@ -33,13 +33,17 @@ from envforge.server import Fleet, load_env
 from .backends import GenerationBackend, HFBackend, VLLMBackend, load_tokenizer
 from .distributed import DataParallel, init_from_env, rank_device, shutdown
 from .envs import build_envs
-from .harness_env import HarnessRolloutEnv
+from .harness_env import EpisodeVerdict, HarnessRolloutEnv
 from .learner import Learner, LearnerConfig, Precision
 from .lookup import lookup_tasks, split_tasks
 from .loop import StepMetrics, TrainConfig, collect, train
 from .plots import write_plots
+from .remote_fleet import EpisodeFleet, RemoteFleet
 from .rollout import FleetRolloutEnv, RolloutConfig, RolloutEnv, rollout
-from .trajectory import Trajectory
+from .trajectory import TokenizerLike, Trajectory
+
+if TYPE_CHECKING:
+    from .ray_workers import RayWorkers
 
 
 class RunOptions(BaseModel):
@@ -78,17 +82,15 @@ def secret(value: SecretStr | None) -> str | None:
     return None if value is None else value.get_secret_value()
 
 
-def _fleet(opts: RunOptions) -> Any:
+def _fleet(opts: RunOptions) -> EpisodeFleet:
     """The in-process fleet, or a `RemoteFleet` (same surface) when episodes run on a server."""
     loaded = [load_env(d) for d in opts.envs]
     if opts.fleet_url:
-        from .remote_fleet import RemoteFleet
-
         return RemoteFleet(opts.fleet_url, loaded, token=secret(opts.fleet_token))
     return Fleet(loaded)
 
 
-async def _build_lookup(fleet: Fleet, opts: RunOptions) -> tuple[list[RolloutEnv], list[RolloutEnv]]:
+async def _build_lookup(fleet: EpisodeFleet, opts: RunOptions) -> tuple[list[RolloutEnv], list[RolloutEnv]]:
     """(train envs, held-out envs) of single-lookup tasks, one pair per env folder."""
     if opts.ray_workers or opts.fleet_url:
         raise ValueError("--tasks lookup runs in this process (no --ray-workers, no --fleet-url)")
@@ -104,13 +106,13 @@ async def _build_lookup(fleet: Fleet, opts: RunOptions) -> tuple[list[RolloutEnv
     return train_envs, held
 
 
-async def _build_all(fleet: Fleet, opts: RunOptions) -> tuple[list[RolloutEnv], list[RolloutEnv]]:
+async def _build_all(fleet: EpisodeFleet, opts: RunOptions) -> tuple[list[RolloutEnv], list[RolloutEnv]]:
     if opts.tasks == "lookup":
         return await _build_lookup(fleet, opts)
     return _build(fleet, opts), []
 
 
-def _build(fleet: Fleet, opts: RunOptions) -> list[RolloutEnv]:
+def _build(fleet: EpisodeFleet, opts: RunOptions) -> list[RolloutEnv]:
     return build_envs(
         fleet,
         opts.envs,
@@ -122,13 +124,13 @@ def _build(fleet: Fleet, opts: RunOptions) -> list[RolloutEnv]:
     )
 
 
-def write_user_errors(envs: Sequence[RolloutEnv], path: Path, verdicts: Sequence[dict[str, Any]] = ()) -> int:
+def write_user_errors(envs: Sequence[RolloutEnv], path: Path, verdicts: Sequence[EpisodeVerdict] = ()) -> int:
     """`path` gets one JSON line per masked harness episode (env, task, reason, user messages).
 
-    `verdicts` adds episodes played elsewhere (Ray workers report theirs as dicts).
+    `verdicts` adds episodes played elsewhere (by Ray workers).
     """
-    rows = [asdict(v) for e in envs if isinstance(e, HarnessRolloutEnv) for v in e.verdicts]
-    rows = [v for v in [*rows, *verdicts] if v["user_error"]]
+    local = [v for e in envs if isinstance(e, HarnessRolloutEnv) for v in e.verdicts]
+    rows = [asdict(v) for v in [*local, *verdicts] if v.user_error]
     path.write_text("".join(json.dumps(v) + "\n" for v in rows))
     return len(rows)
 
@@ -175,10 +177,10 @@ class _Ray:
 
     def __init__(self, opts: RunOptions, driver_backend: GenerationBackend | None, per_worker: int) -> None:
         self.opts, self.driver_backend, self.per_worker = opts, driver_backend, per_worker
-        self.workers: Any = None
+        self.workers: RayWorkers | None = None
         self.started_ray = False
 
-    async def __aenter__(self) -> Any:
+    async def __aenter__(self) -> RayWorkers | None:
         if self.opts.ray_workers < 1:
             return None
         from .ray_workers import RayWorkers, WorkerSpec, init_ray
@@ -213,7 +215,7 @@ async def run_training(
     config: TrainConfig,
     learner_config: LearnerConfig,
     *,
-    progress: Callable[[StepMetrics], Any] | None = None,
+    progress: Callable[[StepMetrics], object] | None = None,
 ) -> list[StepMetrics]:
     dp = init_from_env(opts.device)
     if dp is not None:
@@ -263,15 +265,24 @@ def _learner_config(opts: RunOptions, learner_config: LearnerConfig) -> LearnerC
     )
 
 
+class HeldOutScore(TypedDict):
+    """A held-out evaluation: a line of `eval.jsonl`, less the step, version and time it adds."""
+
+    episodes: int
+    reward_mean: float
+    rewards: list[float]
+    """In a fixed episode order, so two runs' evaluations pair up."""
+
+
 async def evaluate_held_out(
     held: Sequence[RolloutEnv],
     backend: GenerationBackend,
-    tok: Any,
+    tok: TokenizerLike,
     rollout_config: RolloutConfig,
     *,
     samples: int,
     seed: int,
-) -> dict[str, Any]:
+) -> HeldOutScore:
     """Mean reward of the current weights on every held-out task, `samples` episodes each, with
     seeds fixed by task and sample: two runs from the same weights score the same episodes, so a
     learning run and its learning-rate-0 control differ only by what was learned."""
@@ -294,7 +305,7 @@ async def evaluate_held_out(
     return {
         "episodes": len(rewards),
         "reward_mean": sum(rewards) / len(rewards) if rewards else 0.0,
-        "rewards": rewards,  # in a fixed episode order, so two runs' evaluations pair up
+        "rewards": rewards,
     }
 
 
@@ -303,7 +314,7 @@ async def _train_leader(
     config: TrainConfig,
     learner_config: LearnerConfig,
     dp: DataParallel | None,
-    progress: Callable[[StepMetrics], Any] | None,
+    progress: Callable[[StepMetrics], object] | None,
 ) -> list[StepMetrics]:
     opts.out.mkdir(parents=True, exist_ok=True)
     fleet = _fleet(opts)
@@ -319,10 +330,15 @@ async def _train_leader(
         if backend is None or not held:
             return
         started = time.time()
-        row = await evaluate_held_out(
+        score = await evaluate_held_out(
             held, backend, tok, config.rollout, samples=opts.eval_samples, seed=opts.seed
         )
-        row.update(step=step, policy_version=backend.version, seconds=round(time.time() - started, 1))
+        row = {
+            **score,
+            "step": step,
+            "policy_version": backend.version,
+            "seconds": round(time.time() - started, 1),
+        }
         with eval_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
 
@@ -348,7 +364,7 @@ async def _train_leader(
         if progress is not None:
             progress(m)
 
-    verdicts: list[dict[str, Any]] = []
+    verdicts: list[EpisodeVerdict] = []
     try:
         async with http_sessions(), _Ray(opts, backend, config.collectors) as workers:
             if opts.eval_every:
@@ -389,7 +405,7 @@ async def run_collection(
     rollouts_per_task: int,
     rollout_config: RolloutConfig,
     concurrency: int = 2,
-    progress: Callable[[list[Trajectory]], Any] | None = None,
+    progress: Callable[[list[Trajectory]], object] | None = None,
 ) -> Path:
     opts.out.mkdir(parents=True, exist_ok=True)
     fleet = _fleet(opts)
@@ -404,7 +420,7 @@ async def run_collection(
         if progress is not None:
             progress(trajs)
 
-    verdicts: list[dict[str, Any]] = []
+    verdicts: list[EpisodeVerdict] = []
     try:
         async with http_sessions(), _Ray(opts, backend, concurrency) as workers:
             await collect(
