@@ -16,9 +16,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .core.arguments import MAX_STRING_CHARS, CheckedArguments, check_arguments
 from .core.db import Db
 from .core.dbthreads import on_db_thread
 from .core.errors import EnvLoadError, EpisodeLimitReached, EpisodeNotFound, LoadProblem, ToolError
+from .core.results import render_result
+from .core.seed import open_database
 from .core.state import (
     ExportedState,
     State,
@@ -35,14 +38,7 @@ from .core.state import (
     table_query,
 )
 from .core.tooldef import ToolSpec, tool
-from .runtime.calls import (
-    MAX_STRING_CHARS,
-    CheckedArguments,
-    ToolResult,
-    check_arguments,
-    execute,
-    render_result,
-)
+from .runtime.calls import ToolResult, execute
 from .runtime.episodes import (
     DEFAULT_EPISODE_BYTES_PER_CLIENT,
     DEFAULT_EPISODE_GROWTH,
@@ -52,7 +48,7 @@ from .runtime.episodes import (
     episode_connector,
 )
 from .runtime.fleet import Fleet
-from .runtime.loader import Environment, load_env, open_database
+from .runtime.loader import Environment, load_env
 from .runtime.mcp_server import EPISODE_META_KEY, ERROR_META_KEY
 
 if TYPE_CHECKING:

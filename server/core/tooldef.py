@@ -3,21 +3,29 @@
 The signature is the schema. The first parameter, ``db``, receives the episode's `Db` handle;
 every other parameter becomes a JSON-schema property whose description comes from the
 docstring's ``Args:`` section. This keeps an env's ``tools.py`` plain Python that reads like
-documentation, in the style of τ²-bench's toolkits.
+documentation, in the style of τ²-bench's toolkits. An env's tools.py is imported as a module of
+its own (`load_tool_module`) and its `@tool` functions become specs (`tools_of_module`): the same
+steps in the serving process for a trusted env and in a confined env's worker.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import inspect
 import linecache
 import re
+import sys
 import typing
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from .errors import EnvLoadError, LoadProblem
 
 TOOL_MARK = "__envforge_tool__"
 _ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters)\s*:\s*$")
@@ -190,3 +198,67 @@ def build_tool_spec(fn: Callable[..., Awaitable[Any]]) -> ToolSpec:
         writes=mark.writes,
         source_line=line,
     )
+
+
+def load_tool_module(path: Path, env_name: str, *, source: str | None = None) -> Any:
+    """Import an env's tools.py as an isolated module (it imports nothing from its neighbours).
+
+    `source` is the file's text when the caller already has it (a confined worker gets it over
+    its pipe and cannot read the env folder).
+    """
+    if source is None:
+        source = path.read_text(encoding="utf-8")
+    else:  # so `inspect` finds the source (def lines in error messages) without the file
+        linecache.cache[str(path)] = (len(source), None, source.splitlines(keepends=True), str(path))
+    try:
+        code = compile(source, str(path), "exec")
+    except SyntaxError as exc:
+        raise EnvLoadError([LoadProblem(path, exc.lineno, f"syntax error: {exc.msg}")]) from exc
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
+    mod_name = f"envforge_env_{env_name}_{digest}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        exec(code, module.__dict__)
+    except Exception as exc:
+        sys.modules.pop(mod_name, None)
+        tb = exc.__traceback__
+        line = None
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == str(path):
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        raise EnvLoadError(
+            [LoadProblem(path, line, f"importing failed: {type(exc).__name__}: {exc}")]
+        ) from exc
+    return module
+
+
+def tools_of_module(module: Any, path: Path) -> dict[str, ToolSpec]:
+    """The `@tool` functions an imported tools.py defines, as specs; problems carry file and line."""
+    tools: dict[str, ToolSpec] = {}
+    problems: list[LoadProblem] = []
+    for obj in list(module.__dict__.values()):
+        if (
+            not callable(obj)
+            or not hasattr(obj, TOOL_MARK)
+            or getattr(obj, "__module__", None) != module.__name__
+        ):
+            continue
+        try:
+            spec = build_tool_spec(obj)
+        except ToolDefinitionError as exc:
+            line = def_line(obj)
+            problems.append(LoadProblem(path, line, str(exc)))
+            continue
+        if spec.name in tools:
+            problems.append(LoadProblem(path, spec.source_line, f"duplicate tool name {spec.name!r}"))
+            continue
+        tools[spec.name] = spec
+    if not tools and not problems:
+        problems.append(LoadProblem(path, None, "no tools found (decorate async functions with @tool)"))
+    if problems:
+        raise EnvLoadError(problems)
+    return tools

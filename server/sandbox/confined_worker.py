@@ -1,8 +1,8 @@
 """The confined worker: imports one env's model-written tools.py inside the sandbox and serves calls.
 
 Run as a script (`python -I confined_worker.py [--require-seccomp]`) under bubblewrap by
-`confined_tools.ToolWorker`. It first builds a light `envforge.server` package (errors, tooldef,
-db, loader, runtime: no MCP, no HTTP) so that starting it is cheap, reads the `Init` line (the
+`confined_tools.ToolWorker`. It first builds a light `envforge.server` package (modules of the
+core and the sandbox only: no MCP, no HTTP) so that starting it is cheap, reads the `Init` line (the
 tools source travels over the pipe: the worker cannot even read the env folder), confines itself
 (`confinement_inner`), and only then executes tools.py. It answers `Ready` with the tool specs,
 then serves `Call`s concurrently: each call's coroutine is stepped by hand from the pipe's
@@ -52,10 +52,9 @@ def _light_package() -> types.ModuleType:
 
 _light_package()
 
+from envforge.server.core import arguments, results, tooldef  # noqa: E402
 from envforge.server.core.errors import EnvLoadError, ToolError  # noqa: E402
 from envforge.server.core.tooldef import ToolSpec  # noqa: E402
-from envforge.server.runtime import calls as runtime  # noqa: E402
-from envforge.server.runtime import loader  # noqa: E402
 from envforge.server.sandbox import confinement_inner  # noqa: E402
 from envforge.server.sandbox.confined_protocol import (  # noqa: E402
     INIT,
@@ -272,7 +271,7 @@ class _Manifest:
 
 
 class _EnvShim:
-    """What `runtime.check_arguments` reads of an env: its argument-error style."""
+    """What `arguments.check_arguments` reads of an env: its argument-error style."""
 
     def __init__(self, argument_errors: str) -> None:
         self.manifest = _Manifest(argument_errors)
@@ -284,21 +283,21 @@ async def _run_call(channel: Channel, tools: dict[str, ToolSpec], env: _EnvShim,
         if spec is None:
             channel.send(Result(id=msg.id, outcome="invalid", text=f"Tool '{msg.tool}' not found."))
             return
-        kwargs, problem = runtime.check_arguments(env, spec, msg.arguments)  # type: ignore[arg-type]
+        kwargs, problem = arguments.check_arguments(env, spec, msg.arguments)
         if problem is not None:  # the agent's mistake, as in-process: not a refusal of the env
             channel.send(Result(id=msg.id, outcome="invalid", text=problem))
             return
         assert kwargs is not None
         value = await spec.fn(RemoteDb(channel, msg.id), **kwargs)
         try:
-            text = runtime.render_result(value)
+            text = results.render_result(value)
         except Exception as exc:
             raise ToolError(f"tool '{msg.tool}' returned a value that cannot be shown: {exc}") from exc
         channel.send(Result(id=msg.id, outcome="ok", text=text))
     except ToolError as exc:
         channel.send(Result(id=msg.id, outcome="refused", text=str(exc)))
     except (sqlite3.IntegrityError, OverflowError) as exc:  # the data refused the agent's values
-        rejected = runtime.values_rejected(exc, msg.arguments if isinstance(msg.arguments, dict) else {})
+        rejected = arguments.values_rejected(exc, msg.arguments if isinstance(msg.arguments, dict) else {})
         if rejected is None:
             traceback.print_exc(file=sys.stderr)
             channel.send(Result(id=msg.id, outcome="crashed", text=str(exc) or type(exc).__name__))
@@ -480,8 +479,8 @@ def main() -> None:
     confinement_inner.confine_self(init.limits, require_seccomp="--require-seccomp" in sys.argv)
     path = Path(init.filename)
     try:
-        module = loader.load_tool_module(path, init.env, source=init.source)
-        tools = loader.tools_of_module(module, path)
+        module = tooldef.load_tool_module(path, init.env, source=init.source)
+        tools = tooldef.tools_of_module(module, path)
         reply: Ready | LoadFailed = _describe(tools)
     except EnvLoadError as exc:
         reply = LoadFailed(problems=[Problem(line=p.line, message=p.message) for p in exc.problems])

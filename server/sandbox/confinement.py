@@ -2,10 +2,11 @@
 
 A confined worker is `python -I <script>` run inside bubblewrap (`bwrap`): new user, network,
 PID, IPC, UTS and mount namespaces; the filesystem is only the interpreter, the Python path the
-isolated interpreter uses (venv, site-packages), envforge's `server` package and a minimal `/dev`,
-all read-only, plus a small private tmpfs as scratch (the only place a file can be written); all
-capabilities dropped, `no_new_privs` set, no further user namespaces, every environment variable
-cleared, and the worker dies with its parent.
+isolated interpreter uses (venv, site-packages), the server's `core/` and `sandbox/` folders (the
+only envforge code a worker loads: `SANDBOX_VIEW`) and a minimal `/dev`, all read-only, plus a
+small private tmpfs as scratch (the only place a file can be written); all capabilities dropped,
+`no_new_privs` set, no further user namespaces, every environment variable cleared, and the
+worker dies with its parent.
 Inside, before any model-written code runs, the worker applies `confinement_inner` (resource
 limits and a seccomp filter against new processes and sockets).
 
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 
 ALLOW_UNCONFINED_ENV = "ENVFORGE_ALLOW_UNCONFINED"
 SERVER_DIR = Path(__file__).resolve().parents[1]
+SANDBOX_VIEW = tuple(str(SERVER_DIR / part) for part in ("core", "sandbox"))
+"""The envforge folders a worker sees: the core and the sandbox, which import nothing else of
+envforge (tests/test_layering.py); the runtime, the transports and the other packages stay out."""
 SCRATCH = "/tmp"
 PYTHON = os.path.normpath(os.path.abspath(sys.executable))  # no `..` through folders the sandbox hides
 SANDBOX_UID = 65534  # "nobody" inside the user namespace
@@ -144,7 +148,7 @@ def bwrap_command(argv: list[str], *, scratch_mb: int = 64) -> list[str]:
     # The scratch tmpfs goes up first: binds made after it land inside it, so an interpreter or a
     # checkout under /tmp stays visible (mounted the other way round, the tmpfs hid them).
     cmd += ["--size", str(scratch_mb * 1024 * 1024), "--tmpfs", SCRATCH]
-    for path in dict.fromkeys((*_SYSTEM_READ_ONLY, *interpreter_paths(), str(SERVER_DIR))):
+    for path in dict.fromkeys((*_SYSTEM_READ_ONLY, *interpreter_paths(), *SANDBOX_VIEW)):
         inside_usr = path.startswith("/usr/")  # already visible through /usr
         if os.path.exists(path) and not inside_usr:
             cmd += ["--ro-bind", path, path]

@@ -4,7 +4,7 @@ A model-written `schema.sql` runs as SQLite DDL: `CREATE TABLE t AS WITH RECURSI
 every check on what a statement is and then computes for ever, or fills memory (1.38 GB in 15 s),
 and the trigger a schema declares runs on every seed row. In this process nothing could stop it:
 SQLite checks a deadline only between program steps, and memory has no bound. So a confined env's
-`loader.build_seed` runs here, as `python -I schema_host.py` under the same confinement as a tool
+`seed.build_seed` (core) runs here, as `python -I schema_host.py` under the same confinement as a tool
 worker (bubblewrap, seccomp, resource limits: `SCHEMA_MEMORY_MB` of address space, CPU seconds
 up to the deadline), and the parent kills it at `schema_timeout_s()`. What comes back is the
 serialised seed database (or the load's problems, with their file and line), which the serving
@@ -13,7 +13,6 @@ process only deserialises. Run as a script, it reads one JSON line and writes on
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import selectors
@@ -213,7 +212,7 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 
 def build_seed_bounded(root: Path, manifest: Any, schema_sql: str) -> tuple[bytes, list[Any]]:
-    """`loader.build_seed` in a confined child: the seed database and its tables, or `EnvLoadError`
+    """`seed.build_seed` in a confined child: the seed database and its tables, or `EnvLoadError`
     (a problem of the env's files, a schema or seed over the deadline or the memory bound)."""
     from ..core.envfiles import env_file_exists, read_env_text
     from ..core.errors import EnvLoadError, LoadProblem
@@ -300,16 +299,14 @@ def _main() -> None:
     _light_package()
     import tempfile
 
+    from envforge.server.core import seed
     from envforge.server.core.errors import EnvLoadError
     from envforge.server.core.manifest import EnvManifest
     from envforge.server.sandbox import confinement_inner
 
-    # The loader imports this module for `build_seed_bounded`; this process is another program,
-    # the loader's child, and runs the loader's `build_seed` by name.
-    loader = importlib.import_module("envforge.server.runtime.loader")
     request = json.loads(sys.stdin.buffer.read())
     if "state" in request:
-        _build_state(loader, request)
+        _build_state(seed, request)
         return
     scratch = Path(tempfile.mkdtemp())
     seed_name = _SEED + request["seed_suffix"]
@@ -317,7 +314,7 @@ def _main() -> None:
     manifest = EnvManifest.model_validate({**request["manifest"], "seed": seed_name})
     confinement_inner.confine_self(request["limits"], require_seccomp="--require-seccomp" in sys.argv)
     try:
-        seed_db, _ = loader.build_seed(scratch, manifest, request["schema"])
+        seed_db, _ = seed.build_seed(scratch, manifest, request["schema"])
     except EnvLoadError as exc:
         _answer({"problems": [[Path(p.file).name, p.line, p.message] for p in exc.problems]})
         return
@@ -327,13 +324,13 @@ def _main() -> None:
     _answer_database(seed_db, int(request["max_db_bytes"]))
 
 
-def _build_state(loader: Any, request: dict[str, Any]) -> None:
+def _build_state(seed: types.ModuleType, request: dict[str, Any]) -> None:
     """The child's work for `build_state_bounded`: answer the database, or the state's error."""
     from envforge.server.sandbox import confinement_inner
 
     confinement_inner.confine_self(request["limits"], require_seccomp="--require-seccomp" in sys.argv)
     try:
-        db = loader.state_database(request["schema"], Path(_SCHEMA), request["state"])
+        db = seed.state_database(request["schema"], Path(_SCHEMA), request["state"])
     except (ValueError, MemoryError, sqlite3.Error) as exc:  # the state's problem, or its build's
         _answer({"error": str(exc) or type(exc).__name__})
         return

@@ -28,11 +28,11 @@ does no data work, only so that the next statement (an index on that table) can 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import EnvLoadError, LoadProblem
+from ..core.seed import statements
 from ..core.sqlguard import ALLOWED_FUNCTIONS
 
 MAX_SCHEMA_CHARS = 256 * 1024
@@ -72,44 +72,6 @@ class SchemaViolation:
 
     def __str__(self) -> str:
         return f"line {self.line}: {self.rule} (statement: {self.statement})"
-
-
-def statements(sql: str) -> Iterator[tuple[int, str]]:
-    """Split an SQL script into complete statements, each with the line it starts on.
-
-    A statement ends at a `;` where SQLite's own `complete_statement` says it is whole (so a `;`
-    inside a string, a comment or a trigger body does not end it), wherever on a line it stands:
-    `CREATE TABLE a(...); CREATE TABLE b(...);` on one line is two statements. Blank lines and
-    comments between statements are passed over.
-    """
-    start = 0
-    end = sql.find(";")
-    while end != -1:
-        text = sql[start : end + 1]
-        if sqlite3.complete_statement(text):
-            if _has_sql(text):
-                yield _trimmed(sql, start, text)
-            start = end + 1
-        end = sql.find(";", end + 1)
-    rest = sql[start:]
-    if _has_sql(rest):
-        yield _trimmed(sql, start, rest)
-
-
-def _has_sql(text: str) -> bool:
-    """Whether a piece of a script holds more than white space and `--` comments."""
-    return any(line.strip() and not line.strip().startswith("--") for line in text.splitlines())
-
-
-def _trimmed(sql: str, start: int, text: str) -> tuple[int, str]:
-    """`text` (found at offset `start` of `sql`) from its first word on, with that word's line."""
-    skipped = 0
-    for line in text.splitlines(keepends=True):
-        if line.strip() and not line.strip().startswith("--"):
-            skipped += len(line) - len(line.lstrip())
-            break
-        skipped += len(line)
-    return sql.count("\n", 0, start + skipped) + 1, text[skipped:]
 
 
 class _Recorder:

@@ -320,6 +320,28 @@ async def test_reading_a_host_file_fails(payload_env, tmp_path: Path) -> None:
         await fleet.aclose()
 
 
+async def test_the_worker_sees_no_envforge_code_but_the_core_and_the_sandbox(payload_env) -> None:
+    """The worker's view held all of server/ (the runtime, the transports, the package's
+    `__init__`: code it never runs); the core and the sandbox are all it loads, and all it sees."""
+    server = Path(envforge.server.__file__).resolve().parent
+    fleet = Fleet([payload_env])
+    try:
+        ep = await fleet.create_episode("payloads")
+        hidden = [
+            server / "__init__.py",
+            server / "runtime" / "loader.py",
+            server / "transports" / "http_app.py",
+            server.parent / "api" / "__init__.py",
+        ]
+        for path in hidden:
+            result = await fleet.call(ep.id, "read_file", {"path": str(path)})
+            assert result.is_error, f"{path} is visible: {result.text[:60]}"
+        seen = await fleet.call(ep.id, "read_file", {"path": str(server / "core" / "errors.py")})
+        assert not seen.is_error and "class ToolError" in seen.text, seen.text[:200]
+    finally:
+        await fleet.aclose()
+
+
 async def test_network_connections_fail(payload_env) -> None:
     accepted: list[bytes] = []
     server = socket.socket()
