@@ -34,7 +34,7 @@ from envforge.harness.local_server import LocalServer, start, stop
 from envforge.harness.toolcalls import parse_tool_calls, tools_into_prompt
 from envforge.harness.users import request_text
 from envforge.server import load_env
-from envforge.synth.pipeline import load_tasks
+from envforge.synth import load_tasks
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = REPO / "envs" / "retail_orders"

@@ -204,7 +204,7 @@ def check_cmd(
 REALISM_LEGEND = (
     "proc: instructions naming a tool, copying its description or numbering steps\n"
     "stiff: instructions worded machine-like (a raw code word, 'on file', the user\n"
-    "named in the third person, ...; synth.realism.stiff_wording)\n"
+    "named in the third person, ...; envforge.synth.stiff_wording)\n"
     "dead: tasks with dead reads/dead reads; dup: repeated tasks; who: principals\n"
     "(tasks with several); calls, writes, reason: per task min/median/max mean"
 )

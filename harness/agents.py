@@ -8,7 +8,7 @@ through MCP and asks again) or text (said to the user). A fresh agent is built p
 Built-ins: `oracle` (the task's golden calls, then its required outputs: the upper bound that
 proves a task is solvable through MCP), `noop` (answers without tools: the floor), `random`
 (schema-valid random calls, seeded: a sanity baseline), the adversarial agents of
-`synth/adversaries.py` (`spray`, `read_all`, `double_write`, `golden_prefix`, `skip_policy`:
+`synth/checks/adversaries.py` (`spray`, `read_all`, `double_write`, `golden_prefix`, `skip_policy`:
 tricks a task's reward must not pay for, to probe any task set with `eval`), and any litellm
 model string. The oracle keeps the env's declared policy rules (identity check, lookups, the
 user's yes before each write).
@@ -278,7 +278,7 @@ def tool_shape(tool: types.Tool) -> ToolShape:
 
 
 class AdversaryAgent:
-    """An adversarial agent of `synth/adversaries.py` played over MCP: its calls are planned from
+    """An adversarial agent of `synth/checks/adversaries.py` played over MCP: its calls are planned from
     the task and the episode's tool list on the first step and made one per step; then its final
     message, from the tool results it got and the ids the conversation named (the entity ids an
     agent behind MCP can know)."""

@@ -1,7 +1,7 @@
 """The exact answer rule: whole values, the renderings that count, the spread-of-candidates rule,
 the honest oracle on every bundled env, and τ² imports keeping τ²'s substring rule unless told.
 
-The rule itself is written down in `synth/scoring.py`'s docstring and `docs/scoring.md`.
+The rule itself is written down in `synth/task/scoring.py`'s docstring and `docs/scoring.md`.
 """
 
 from __future__ import annotations

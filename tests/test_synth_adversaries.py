@@ -27,7 +27,8 @@ from envforge.synth import (
     synthesize,
     tool_shapes,
 )
-from envforge.synth.adversaries import counts, entity_ids, write_positions
+from envforge.synth.checks.adversaries import counts, write_positions
+from envforge.synth.task.statediff import entity_ids
 
 from conftest import REPO, bundled_env_dirs
 

@@ -36,9 +36,9 @@ from envforge.synth import (
     synthesize,
     write_indices,
 )
-from envforge.synth.hashing import StateHasher, loose_columns, same_row
-from envforge.synth.statediff import _table_json, json_key
-from envforge.synth.verify import adversary_rewards
+from envforge.synth.checks.verify import adversary_rewards
+from envforge.synth.task.hashing import StateHasher, loose_columns, same_row
+from envforge.synth.task.statediff import _table_json, json_key
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -349,7 +349,7 @@ def test_hashes_resumed_from_frozen_prefixes_equal_plain_sha256(retail_orders: E
     some frozen tables, each digest is sha256 over the whole canonical JSON."""
     from envforge.server import canonical_json, freeze, state_hash
     from envforge.synth import cents_hash
-    from envforge.synth.statediff import to_cents
+    from envforge.synth.task.statediff import to_cents
 
     def plain(state: dict) -> tuple[str, str]:
         return (
@@ -386,7 +386,7 @@ def test_checkpoints_on_frozen_tables_find_the_rows_a_scan_finds() -> None:
     of equal keys, 1 == 1.0, multi-column keys, missing rows) that a scan of the table finds."""
     from envforge.server import freeze
     from envforge.synth import Checkpoint, RowCheck
-    from envforge.synth.scoring import checkpoint_passed
+    from envforge.synth.task.scoring import checkpoint_passed
 
     rows = [
         {"id": 1, "k": "a", "v": 10},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envforge.synth.memo import BoundedMemo
+from envforge.synth.walk.memo import BoundedMemo
 
 
 def test_memo_keeps_at_most_its_limit_dropping_the_least_recently_used() -> None:

@@ -49,7 +49,7 @@ def _new_keys(env: Environment, task: Task) -> set[object]:
 
 
 def test_next_key_continues_the_numbering() -> None:
-    from envforge.synth.setup import next_key
+    from envforge.synth.walk.setup import next_key
 
     assert next_key(["O-5009", "O-5064", "O-5010"], set()) == "O-5065"
     assert next_key(["A-007", "A-010"], {"A-011"}) == "A-012"  # zero-padding kept, taken skipped
@@ -124,7 +124,7 @@ async def test_a_copy_that_breaks_a_unique_constraint_is_not_a_setup() -> None:
     try:
         ctx = SynthContext.create(env, await build_graph(env, fleet), fleet)
         planner = ctx.setups
-        from envforge.synth.setup import _insert
+        from envforge.synth.walk.setup import _insert
 
         employee = env.seed_state()["employees"][-1]
         clone = planner._clone("employees", employee)

@@ -29,9 +29,9 @@ from envforge.synth import (
     tasks_jsonl,
     verify_task,
 )
-from envforge.synth.domains import accepts, weighted_choice
-from envforge.synth.outcomes import COVERAGE_SPAN, FLOOR, Outcomes, Tally
-from envforge.synth.replayer import Replayer
+from envforge.synth.graph.domains import accepts, weighted_choice
+from envforge.synth.walk.outcomes import COVERAGE_SPAN, FLOOR, Outcomes, Tally
+from envforge.synth.walk.replayer import Replayer
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -73,7 +73,7 @@ def test_checkout_folder_imports_into_a_complete_env(env_dir: Path) -> None:
         ["env.toml", "schema.sql", "tools.py", "seed.json", "policy.md", "tasks.jsonl"]
     )
     for name in ("env.toml", "schema.sql", "tools.py"):  # the port's code, as the package ships it
-        assert (env_dir / name).read_bytes() == (REPO / "synth" / "tau2_retail" / name).read_bytes()
+        assert (env_dir / name).read_bytes() == (REPO / "synth" / "tau2" / "tau2_retail" / name).read_bytes()
     tasks = load_tasks(env_dir)
     assert len(tasks) == 114
     assert [t.id for t in tasks if "test" in t.split] == _split("test")

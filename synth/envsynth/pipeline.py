@@ -4,7 +4,7 @@ Stages: schema -> tools -> seed -> policy -> policy_rules. Gates, in order, each
 on failure: static (AST allowlist, before anything is imported), load (`load_env`, seed size), probes
 (deterministic, see `probes`), llm_probe (tester proposes calls, checker judges results against the
 docs), policy_rules (the rules file as the verifier reads it, see `rules`), tasks
-(`synth.pipeline.synthesize` yields >= N verified tasks), policy_kept (an agent keeping the rules
+(`synth.synthesize` yields >= N verified tasks), policy_kept (an agent keeping the rules
 still solves every verified task). A failing gate names the
 artifact to blame; that stage is asked again with the evidence, up to `max_rounds` times.
 Everything is built in a staging folder; only an accepted env is copied to the output folder, so a
@@ -25,9 +25,10 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from envforge.server import SEED_IMPORTS, EnvLoadError, check_python, load_env, schema_violations
-from envforge.synth.graph import build_graph, write_graph
-from envforge.synth.phrases import write_phrases
-from envforge.synth.pipeline import synthesize, write_tasks
+from envforge.synth.builder.pipeline import synthesize
+from envforge.synth.graph.toolgraph import build_graph, write_graph
+from envforge.synth.task.taskfile import write_tasks
+from envforge.synth.wording.phrases import write_phrases
 
 from . import prompts
 from .docs_input import ToolDoc, docs_json

@@ -3,7 +3,7 @@
 Per documented tool: the schema matches the docs (name, parameter names, required, types, enums);
 valid calls built from seed data succeed; missing and wrong-typed arguments and unknown ids are
 refused (`isError`) and change nothing; read tools write nothing and write tools write only the
-tables they declare, measured by SQLite's authorizer (`synth.footprint`) rather than trusted.
+tables they declare, measured by SQLite's authorizer (`synth/graph/footprint.py`) rather than trusted.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envforge.server import Environment, Fleet
-from envforge.synth.domains import DomainValues, derive_domains, key_columns
-from envforge.synth.footprint import Footprint, set_authorizer
+from envforge.synth.graph.domains import DomainValues, derive_domains, key_columns
+from envforge.synth.graph.footprint import Footprint, set_authorizer
 
 from .docs_input import ToolDoc
 

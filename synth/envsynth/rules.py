@@ -30,11 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from envforge.server import Environment, Fleet, execute
-from envforge.synth.context import SynthContext
-from envforge.synth.graph import load_graph
-from envforge.synth.models import Call, Task
-from envforge.synth.pipeline import load_tasks
-from envforge.synth.policy_rules import (
+from envforge.synth.graph.toolgraph import load_graph
+from envforge.synth.task.models import Call, Task
+from envforge.synth.task.policy_rules import (
     POLICY_RULES_FILE,
     PolicyRules,
     PolicyRulesError,
@@ -45,6 +43,8 @@ from envforge.synth.policy_rules import (
     parse_policy_rules,
     policy_violations,
 )
+from envforge.synth.task.taskfile import load_tasks
+from envforge.synth.walk.context import SynthContext
 
 from .report import GateResult
 

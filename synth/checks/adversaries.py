@@ -31,14 +31,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from .memo import BoundedMemo
-from .models import Call, Task
-from .policy_rules import PolicyRules, leaf_values
-from .scoring import task_outputs_missing
+from ..task.models import Call, Task, ToolShape
+from ..task.policy_rules import PolicyRules, leaf_values
+from ..task.scoring import task_outputs_missing
+from ..walk.memo import BoundedMemo
 
 
 class Adversary(StrEnum):
@@ -63,16 +62,6 @@ READ_ALL_PER_TOOL = 5
 _SPRAY_NUMBER_TEXTS: dict[str, None] = {str(i): None for i in SPRAY_NUMBERS}
 
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/-]*")
-
-
-@dataclass(frozen=True)
-class ToolShape:
-    """What an adversary knows of a tool: its name, whether it only reads, and its parameters."""
-
-    name: str
-    read_only: bool
-    parameters: tuple[str, ...]
-    required: tuple[str, ...]
 
 
 def write_positions(task: Task, write_tools: set[str]) -> list[int]:
@@ -254,12 +243,3 @@ def counts(
     if name == "double_write":
         return not reached_golden
     return True
-
-
-def entity_ids(state: dict[str, list[dict[str, Any]]], keys: dict[str, tuple[str, ...]]) -> list[str]:
-    """Every primary-key value of `state` (`keys`: each table's key columns), in table order."""
-    out: list[str] = []
-    for table, rows in state.items():
-        for column in keys.get(table, ()):
-            out.extend(str(r[column]) for r in rows if r.get(column) is not None)
-    return out

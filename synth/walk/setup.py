@@ -26,9 +26,9 @@ from typing import Any
 
 from envforge.server import Environment, ScratchPool, quote_ident, table_query
 
-from .domains import foreign_keys
-from .models import ParamDomain, StateDiff
-from .statediff import index_diff, index_rows, primary_keys
+from ..graph.domains import foreign_keys
+from ..task.models import ParamDomain, StateDiff
+from ..task.statediff import index_diff, index_rows, primary_keys
 
 Row = dict[str, Any]
 

@@ -23,9 +23,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .models import ANSWERS_LINE, KNOWN_FACTS_LINE, ArgSource, CallNode, Dag, Fact, ReasonNode, UserScenario
+from ..task.models import (
+    ANSWERS_LINE,
+    KNOWN_FACTS_LINE,
+    ArgSource,
+    CallNode,
+    Dag,
+    Fact,
+    ReasonNode,
+    UserScenario,
+)
+from ..task.scoring import normalize_text
 from .phrases import PLACEHOLDER, Phrases, singular
-from .scoring import normalize_text
 
 # How many results back a reference is described before it is only "the … on file".
 _MAX_DEPTH = 3

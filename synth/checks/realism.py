@@ -19,7 +19,7 @@ synthesized tasks and for τ²'s imported ones (`envforge check`, `benchmarks/be
   holds a required output that no reasoning node produced feeds that output. Values need the
   golden calls' results (`golden_results`); without them a DAG with no data flow is not judged.
 - **duplicates**: tasks that repeat an earlier one by either of synthesis's identities
-  (`pipeline.task_keys`: golden end state with required outputs, or golden calls).
+  (`taskfile.task_keys`: golden end state with required outputs, or golden calls).
 - **principals**: whose story a task is. `Dag.principal` when recorded; else every value of a
   person's id among the golden calls' arguments (a parameter `<who>_id` with `<who>` one of
   `PERSON_WORDS`) and, given the results, among the top-level fields of a call's object result
@@ -45,10 +45,10 @@ from pydantic import BaseModel, ConfigDict
 
 from envforge.server import execute
 
-from .context import SynthContext
-from .footprint import parse_result
-from .models import KNOWN_FACTS_LINE, CallNode, ReasonNode, Task
-from .pipeline import task_keys
+from ..graph.footprint import parse_result
+from ..task.models import KNOWN_FACTS_LINE, CallNode, ReasonNode, Task
+from ..task.taskfile import task_keys
+from ..walk.context import SynthContext
 
 #: The `<who>` of a `<who>_id` parameter that names a person a task can be the story of.
 PERSON_WORDS = frozenset(

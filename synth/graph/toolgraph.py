@@ -13,9 +13,9 @@ from pathlib import Path
 
 from envforge.server import Environment, Fleet, env_file_exists, read_env_text, replace_file
 
+from ..task.models import GraphEdge, ParamDomain, StateEdge, ToolGraph, ToolNode
 from .domains import DomainValues, derive_domains, key_columns, type_fits
 from .footprint import Probe, probe_tool
-from .models import GraphEdge, ParamDomain, StateEdge, ToolGraph, ToolNode
 
 
 def _edge_evidence(

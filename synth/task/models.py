@@ -6,6 +6,7 @@ evaluation harness reads tasks back through them, so every field is explicit and
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -82,6 +83,18 @@ class ToolGraph(_Model):
 
     def out_edges(self, source: str) -> list[GraphEdge]:
         return [e for e in self.edges if e.source == source]
+
+
+@dataclass(frozen=True)
+class ToolShape:
+    """What a caller knows of a tool before calling it: its name, whether it only reads, and its
+    parameters (all, and the required ones). The adversaries plan their calls from these; the
+    graph index (synthesis) and the harness (from MCP's tool list) make them."""
+
+    name: str
+    read_only: bool
+    parameters: tuple[str, ...]
+    required: tuple[str, ...]
 
 
 # --------------------------------------------------------------------------- state diffs
@@ -296,7 +309,7 @@ class Difficulty(_Model):
 
 
 class RewardPart(StrEnum):
-    """The parts a reward can be the product of; `synth/rewards.py` has one scorer per part.
+    """The parts a reward can be the product of; `synth/task/rewards.py` has one scorer per part.
 
     A StrEnum so that task files and run records keep their plain strings (`"state"`) and a
     member compares equal to its string.
@@ -315,7 +328,7 @@ DEFAULT_REWARD_BASIS: tuple[RewardPart, ...] = (RewardPart.STATE, RewardPart.OUT
 
 
 AnswerRule = Literal["exact", "substring"]
-"""How required outputs are found in the agent's messages (synth/scoring.py, docs/scoring.md):
+"""How required outputs are found in the agent's messages (synth/task/scoring.py, docs/scoring.md):
 `exact` (whole values, no spread of candidates) or `substring` (τ-bench's rule, what τ² scores)."""
 
 

@@ -24,12 +24,9 @@ from typing import Any, Literal, NamedTuple
 
 from envforge.server import Environment, Episode, ScratchConnection, State
 
-from . import reasoning as R
-from .context import SynthContext
-from .domains import DomainValues, accepts, weighted_choice
-from .golden import BuiltTask, GoldenRun
-from .mirror import Mirror
-from .models import (
+from ..graph.domains import DomainValues, accepts, weighted_choice
+from ..task.golden import BuiltTask, GoldenRun
+from ..task.models import (
     ArgSource,
     Call,
     CallNode,
@@ -48,12 +45,15 @@ from .models import (
     StateDiff,
     Task,
 )
-from .policy_rules import identity_facts, load_policy_rules
-from .render import VagueReference, render_scenario
-from .replayer import call_key, scratch_connection
-from .setup import Fresh
-from .statediff import json_key
-from .states import setup_key
+from ..task.policy_rules import identity_facts, load_policy_rules
+from ..task.statediff import json_key
+from ..walk.context import SynthContext
+from ..walk.mirror import Mirror
+from ..walk.replayer import call_key, scratch_connection
+from ..walk.setup import Fresh
+from ..walk.states import setup_key
+from ..wording.render import VagueReference, render_scenario
+from . import reasoning as R
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from typing import Any, Literal
 
 from envforge.server import Environment, Episode, State, TableInfo, on_db_thread, quote_ident, table_query
 
-from .hashing import same_rows
-from .models import StateDiff, TableDiff
-from .statediff import diff_states, index_diff, index_rows
+from ..task.hashing import same_rows
+from ..task.models import StateDiff, TableDiff
+from ..task.statediff import diff_states, index_diff, index_rows
 
 Row = dict[str, Any]
 

@@ -13,16 +13,16 @@ from dataclasses import dataclass, field
 
 from envforge.server import Environment, Fleet
 
-from .domains import derive_domains, foreign_keys, key_columns
-from .graphindex import GraphIndex
-from .models import ParamDomain, ToolGraph
+from ..graph.domains import derive_domains, foreign_keys, key_columns
+from ..graph.graphindex import GraphIndex
+from ..task.models import ParamDomain, ToolGraph
+from ..task.statediff import primary_keys
+from ..wording.phrases import Phrases, load_phrases
 from .outcomes import Outcomes
-from .phrases import Phrases, load_phrases
 from .principal import Ownership
 from .replayer import Replayer
 from .results import ResultReadings
 from .setup import SetupPlanner
-from .statediff import primary_keys
 from .states import StateCache
 
 

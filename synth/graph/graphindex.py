@@ -13,9 +13,8 @@ from typing import Any
 
 from envforge.server import Environment
 
-from .adversaries import ToolShape
+from ..task.models import GraphEdge, ParamDomain, ToolGraph, ToolNode, ToolShape
 from .domains import fillable
-from .models import GraphEdge, ParamDomain, ToolGraph, ToolNode
 
 
 @dataclass(frozen=True)
@@ -56,7 +55,7 @@ class GraphIndex:
         self._shapes: tuple[ToolShape, ...] | None = None
 
     def tool_shapes(self) -> tuple[ToolShape, ...]:
-        """The env's tools as the adversaries see them (`adversaries.ToolShape`), in the env's order."""
+        """The env's tools as the adversaries see them (`ToolShape`), in the env's order."""
         if self._shapes is None:
             self._shapes = tuple(
                 ToolShape(

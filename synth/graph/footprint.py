@@ -16,8 +16,8 @@ from typing import Any
 
 from envforge.server import Environment, Episode, Fleet
 
+from ..task.models import ParamDomain
 from .domains import DomainValues
-from .models import ParamDomain
 
 _READ = sqlite3.SQLITE_READ
 _WRITE_ACTIONS = {sqlite3.SQLITE_INSERT: "*", sqlite3.SQLITE_DELETE: "*"}

@@ -14,13 +14,12 @@ from typing import Any, NamedTuple
 
 from envforge.server import Environment, State, freeze
 
-from .adversaries import entity_ids
-from .domains import DomainValues
-from .hashing import StateHasher, loose_columns, same_row
+from ..graph.domains import DomainValues
+from ..task.hashing import StateHasher, loose_columns, same_row
+from ..task.models import Row, StateDiff, Task
+from ..task.statediff import apply_diff, cents_hash, entity_ids
 from .memo import BoundedMemo
 from .mirror import Mirror, TableReader, table_readers
-from .models import Row, StateDiff, Task
-from .statediff import apply_diff, cents_hash
 
 # Task-specific initial states (seed plus setup rows) kept besides the seed's.
 SETUP_STATES_KEPT = 8

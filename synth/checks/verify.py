@@ -27,15 +27,15 @@ from collections.abc import Mapping, Sequence
 
 from envforge.server import State, state_hash
 
-from .adversaries import ADVERSARIES, ToolShape, adversary_calls, adversary_message, counts, write_positions
-from .context import SynthContext
-from .golden import GoldenRun
-from .models import Call, CallNode, RowCheck, Task
-from .policy_rules import PolicyRules, load_policy_rules, steps_of_calls
-from .rewards import Evidence, compose_reward
-from .scoring import oracle_messages, shown_results
-from .statediff import apply_diff, cents_hash, states_match
-from .states import setup_key
+from ..task.golden import GoldenRun
+from ..task.models import Call, CallNode, RowCheck, Task, ToolShape
+from ..task.policy_rules import PolicyRules, load_policy_rules, steps_of_calls
+from ..task.rewards import Evidence, compose_reward
+from ..task.scoring import oracle_messages, shown_results
+from ..task.statediff import apply_diff, cents_hash, states_match
+from ..walk.context import SynthContext
+from ..walk.states import setup_key
+from .adversaries import ADVERSARIES, adversary_calls, adversary_message, counts, write_positions
 
 CHECKS = (
     "golden_replay",

@@ -1,4 +1,4 @@
-"""Synthesis end to end: graph, build attempts, self-verification, and `tasks.jsonl` I/O.
+"""Synthesis end to end: graph, build attempts, self-verification (`tasks.jsonl` I/O: `taskfile.py`).
 
 Attempt k of a run with seed S uses `random.Random("S:k")` and what attempts 0..k-1 learned about
 which calls work (`outcomes.py`); nothing else varies (no clocks, no episode ids in the output), so
@@ -14,23 +14,22 @@ distinct tasks: the run stops once `stall_limit(kept)` attempts in a row have sh
 from __future__ import annotations
 
 import gc
-import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from envforge.server import Environment, Fleet, read_env_text, replace_file, run_inline
+from envforge.server import Environment, Fleet, run_inline
 
-from .context import SynthContext
-from .golden import GoldenRun
-from .graph import build_graph
-from .models import Task, ToolGraph
-from .outcomes import Outcomes
-from .render import rewrite_scenario
+from ..checks.verify import adversary_rewards, gamed_by, verify_task
+from ..graph.toolgraph import build_graph
+from ..task.golden import GoldenRun
+from ..task.models import Task, ToolGraph
+from ..task.taskfile import task_keys
+from ..walk.context import SynthContext
+from ..walk.outcomes import Outcomes
+from ..wording.render import rewrite_scenario
 from .tasks import BuildFailed, SynthConfig, build_task
-from .verify import adversary_rewards, gamed_by, verify_task
 
 # Attempts in a row that ship nothing before a run concludes the env has no more distinct tasks.
 MIN_STALL = 300
@@ -40,15 +39,6 @@ def stall_limit(kept: int) -> int:
     """How many fruitless attempts in a row end a run that has shipped `kept` tasks: the more an
     env has given, the longer a new task may take to find among the repeats."""
     return max(MIN_STALL, 5 * kept)
-
-
-def task_keys(task: Task) -> tuple[str, str]:
-    """The two identities of a task: its golden end state (to cents) with its required outputs,
-    and its golden calls."""
-    outputs = sorted(o.strip().lower() for o in task.required_outputs)
-    end = task.golden_cents_hash + "\0" + json.dumps(outputs)
-    calls = json.dumps([c.model_dump() for c in task.golden_calls], sort_keys=True)
-    return end, calls
 
 
 # Allocations between collections of the youngest generation while synthesizing.
@@ -178,23 +168,3 @@ async def _why_dropped(
         if gamed:
             return f"adversary:{gamed[0]}"
     return None
-
-
-def tasks_jsonl(tasks: list[Task]) -> str:
-    return "".join(t.model_dump_json() + "\n" for t in tasks)
-
-
-def write_tasks(tasks: list[Task], root: Path) -> Path:
-    return write_tasks_to(tasks, Path(root) / "tasks.jsonl")
-
-
-def write_tasks_to(tasks: list[Task], path: Path) -> Path:
-    """Write `tasks` as JSON lines to `path` (its folder made if missing), replacing a link there
-    rather than writing through it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return replace_file(path, tasks_jsonl(tasks))
-
-
-def load_tasks(root: Path) -> list[Task]:
-    text = read_env_text(root, "tasks.jsonl")  # never through a link out of the env folder
-    return [Task.model_validate_json(line) for line in text.splitlines() if line.strip()]

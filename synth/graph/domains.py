@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from envforge.server import Environment, State, open_database, quote_ident
 
-from .models import ParamDomain
+from ..task.models import ParamDomain
 
 T = TypeVar("T")
 

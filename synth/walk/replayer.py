@@ -25,11 +25,11 @@ from envforge.server import (
     state_hash,
 )
 
-from .footprint import parse_result
+from ..graph.footprint import parse_result
+from ..task.models import Call, Row, RowCheck
+from ..task.statediff import cents_row, json_key, states_match
 from .memo import BoundedMemo
 from .mirror import Mirror, TableReader
-from .models import Call, Row, RowCheck
-from .statediff import cents_row, json_key, states_match
 from .states import StateCache
 
 # Memoised tool results (and parsed results, and `try_instead` verdicts) kept per run.

@@ -49,6 +49,16 @@ def primary_keys(tables: list[TableInfo]) -> dict[str, tuple[str, ...]]:
     return {t.name: t.primary_key for t in tables}
 
 
+def entity_ids(state: State, keys: Mapping[str, tuple[str, ...]]) -> list[str]:
+    """Every primary-key value of `state` (`keys`: each table's key columns), in table order: the
+    entity ids a state holds (a `spray` adversary states them all)."""
+    out: list[str] = []
+    for table, rows in state.items():
+        for column in keys.get(table, ()):
+            out.extend(str(r[column]) for r in rows if r.get(column) is not None)
+    return out
+
+
 def _json_key(key: tuple[Any, ...]) -> tuple[str, ...]:
     return tuple(json_key(v) for v in key)
 

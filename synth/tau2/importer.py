@@ -35,10 +35,10 @@ from typing import Any, TypeVar
 
 from envforge.server import Environment, Fleet, State, ToolSpec, load_env, state_hash
 
-from .context import SynthContext
-from .footprint import Footprint, set_authorizer
-from .graph import build_graph, load_graph
-from .models import (
+from ..checks.verify import CHECKS, verify_task
+from ..graph.footprint import Footprint, set_authorizer
+from ..graph.toolgraph import build_graph, load_graph
+from ..task.models import (
     ActionCheck,
     AnswerRule,
     Call,
@@ -55,9 +55,9 @@ from .models import (
     ToolGraph,
     UserScenario,
 )
-from .rewards import OFFLINE_PARTS
-from .statediff import apply_diff, cents_hash, diff_states, primary_keys, to_cents
-from .verify import CHECKS, verify_task
+from ..task.rewards import OFFLINE_PARTS
+from ..task.statediff import apply_diff, cents_hash, diff_states, primary_keys, to_cents
+from ..walk.context import SynthContext
 
 #: τ²'s DB hash of the unmodified retail `db.json` (`RetailDB.model_dump()`, hashed).
 INITIAL_DB_HASH = "b25c9cb211f5efcaee5dd646054a73c4a9f43f4f5acc32c10713cd9f9ac20e9c"

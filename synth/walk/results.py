@@ -13,14 +13,14 @@ from collections.abc import Callable, Hashable
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
-from .domains import accepts
-from .footprint import scalar_pairs
+from ..graph.domains import accepts
+from ..graph.footprint import scalar_pairs
+from ..task.statediff import json_key
 from .memo import BoundedMemo
 from .outcomes import value_key
-from .statediff import json_key
 
 if TYPE_CHECKING:
-    from .graphindex import PlannedEdge
+    from ..graph.graphindex import PlannedEdge
 
 # Results whose readings are kept (bounds memory: the results of writes are new objects every
 # time, and seldom read again).

@@ -24,9 +24,9 @@ from typing import Any
 
 from envforge.server import Environment, State
 
-from .domains import DomainValues, foreign_keys, weighted_choice
+from ..graph.domains import DomainValues, foreign_keys, weighted_choice
+from ..task.models import ParamDomain, Principal, ToolGraph
 from .memo import BoundedMemo
-from .models import ParamDomain, Principal, ToolGraph
 
 # Initial states whose owner maps and views are kept (the seed's, and a few setups').
 STATES_KEPT = 8
