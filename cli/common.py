@@ -6,7 +6,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -15,6 +15,9 @@ from typer._click.globals import get_current_context
 from envforge.server import Environment, EnvLoadError, load_env
 
 from .errors import UsageError, print_error
+
+if TYPE_CHECKING:
+    from envforge import SettingError
 
 console = Console(stderr=True)
 """Progress, logs and warnings: stderr, so stdout carries only results."""
@@ -32,6 +35,23 @@ def fail(message: str, code: int = 2) -> NoReturn:
         print_error(message)
         raise typer.Exit(code)
     raise UsageError(message, code)
+
+
+def option_name(name: str) -> str:
+    """The flag the running command takes `name` (a parameter) by, with its environment variable
+    when it has one: `--sqlite-work-mib (ENVFORGE_SQLITE_WORK_MIB)`; `name` itself outside a command."""
+    ctx = get_current_context(silent=True)
+    for param in ctx.command.params if ctx is not None else ():
+        if param.name == name and param.opts:
+            flag = max(param.opts, key=len)
+            envvar = getattr(param, "envvar", None)
+            return f"{flag} ({envvar})" if isinstance(envvar, str) else flag
+    return name
+
+
+def fail_setting(exc: SettingError) -> NoReturn:
+    """Stop the command on an API setting out of its range, the setting named by its flag."""
+    fail(exc.render(option_name))
 
 
 Choice = TypeVar("Choice", bound=str)

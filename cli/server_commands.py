@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import os
-import socket
 import textwrap
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import anyio
 import typer
@@ -16,8 +14,11 @@ from rich.table import Table
 
 from envforge.server import Fleet, read_actions, replay
 
-from .common import console, fail, load_envs, print_json, results
+from .common import console, fail, fail_setting, load_envs, print_json, results
 from .schema_text import parameter_lines
+
+if TYPE_CHECKING:
+    from envforge import HttpServer
 
 
 class Transport(StrEnum):
@@ -93,105 +94,55 @@ def serve(
     ] = 256,
 ) -> None:
     """Serve environments over MCP (stdio for desktop clients, streamable HTTP for fleets)."""
-    if sqlite_work_mib < 1:
-        fail("--sqlite-work-mib (ENVFORGE_SQLITE_WORK_MIB) must be >= 1")
-    sqlite_work_bytes = sqlite_work_mib * 1024 * 1024
+    import envforge
+
+    try:
+        envforge.sqlite_work_bytes(sqlite_work_mib)
+    except envforge.SettingError as exc:
+        fail_setting(exc)
     envs = load_envs(env_dirs)
     if transport is Transport.stdio:
         if len(envs) != 1:
             fail("stdio serves exactly one env")
-        from envforge.server import serve_stdio
-
-        anyio.run(functools.partial(serve_stdio, envs[0], sqlite_work_bytes=sqlite_work_bytes))
+        envforge.serve_env_stdio(envs[0], sqlite_work_mib=sqlite_work_mib)
         return
-    from envforge.server import HTTPLimits, build_app, serve_http
-
-    counts = (
-        max_episodes,
-        max_episodes_per_client,
-        max_episode_mib_per_client,
-        max_sessions_per_client,
-        max_connections,
-        max_body_bytes,
-    )
-    if min(counts) < 1 or (max_connections_per_client is not None and max_connections_per_client < 1):
-        fail(
-            "--max-episodes, --max-episodes-per-client, --max-episode-mib-per-client, "
-            "--max-sessions-per-client, --max-connections, --max-connections-per-client and "
-            "--max-body-bytes must be >= 1"
-        )
-    limits = HTTPLimits(
-        max_connections=max_connections,
-        header_timeout=header_timeout,
-        max_sessions_per_client=max_sessions_per_client,
-        max_connections_per_client=max_connections_per_client,
-    )
-    if min(header_timeout, body_timeout, body_deadline) <= 0:
-        fail("--header-timeout, --body-timeout and --body-deadline must be positive")
     try:
-        fleet = Fleet(
-            envs,
+        limits = envforge.ServeLimits(
             max_episodes=max_episodes,
-            ttl_seconds=ttl,
             max_episodes_per_client=max_episodes_per_client,
-            max_episode_bytes_per_client=max_episode_mib_per_client * 1024 * 1024,
-            sqlite_work_bytes=sqlite_work_bytes,
-        )
-    except RuntimeError as exc:  # SQLite without a hard heap limit: no bound on model SQL's memory
-        fail(str(exc))
-    try:
-        app = build_app(
-            fleet,
-            host=host,
-            token=token,
-            max_body_bytes=max_body_bytes,
+            max_episode_mib_per_client=max_episode_mib_per_client,
+            max_sessions_per_client=max_sessions_per_client,
+            ttl=ttl,
+            max_connections=max_connections,
+            max_connections_per_client=max_connections_per_client,
+            header_timeout=header_timeout,
             body_timeout=body_timeout,
             body_deadline=body_deadline,
-            limits=limits,
+            max_body_bytes=max_body_bytes,
+            sqlite_work_mib=sqlite_work_mib,
         )
-    except ValueError as exc:
-        fail(str(exc))
-    try:
-        sock = listening_socket(host, port)
+        server = envforge.http_server(envs, host=host, port=port, token=token, limits=limits)
+    except envforge.SettingError as exc:
+        fail_setting(exc)
     except OSError as exc:
         fail(
             f"cannot listen on {host}:{port}: {exc.strerror or exc} "
             "(is another server using it? pick another --port, or --port 0 for a free one)"
         )
-    bound = sock.getsockname()[1]
-
-    def announce() -> None:
-        shown = envs if len(envs) <= ANNOUNCED_ENVS else envs[: ANNOUNCED_ENVS - 1]
-        for env in shown:
-            console.print(f"[green]serving[/] {env.name}: http://{host}:{bound}/envs/{env.name}/mcp")
-        if len(shown) < len(envs):
-            more = len(envs) - len(shown)
-            console.print(f"[green]serving[/] {more} more envs (GET /control/envs lists all {len(envs)})")
-        console.print(f"control plane: http://{host}:{bound}/control/episodes")
-
-    serve_http(
-        app,
-        host=host,
-        port=bound,
-        limits=limits,
-        sock=sock,
-        on_listening=announce,
-    )
+    except (ValueError, RuntimeError) as exc:  # off loopback without a token; SQLite without a heap limit
+        fail(str(exc))
+    server.run(on_listening=lambda: announce(server, [env.name for env in envs]))
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to `host:port` (port 0: a free one), for uvicorn to listen on.
-
-    Bound here so a busy port or a bad address is a one-line error before anything is announced."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host.strip("[]"), port))
-    except OSError:
-        sock.close()
-        raise
-    return sock
+def announce(server: HttpServer, names: list[str]) -> None:
+    """Where each env is served (a long fleet: the first few and a count) and the control plane."""
+    shown = names if len(names) <= ANNOUNCED_ENVS else names[: ANNOUNCED_ENVS - 1]
+    for name in shown:
+        console.print(f"[green]serving[/] {name}: {server.url(name)}")
+    if len(shown) < len(names):
+        more = len(names) - len(shown)
+        console.print(f"[green]serving[/] {more} more envs (GET /control/envs lists all {len(names)})")
+    console.print(f"control plane: http://{server.host}:{server.port}/control/episodes")
 
 
 def inspect(

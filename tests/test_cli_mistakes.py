@@ -142,8 +142,11 @@ def test_eval_against_no_server_at_all(capsys, monkeypatch, tmp_path) -> None:
         (["--limit", "0"], ["--limit must be at least 1, not 0"]),
         (["--split", " "], ["--split must name a split"]),
         (
-            ["--agent", "openai/gpt-4o", "--agent-api-base", "http://127.0.0.1:9", "--llm-transport", "http"]
-            + ["--user", "anthropic/claude-3-5-haiku-latest", "--user-api-base", "http://127.0.0.1:9"],
+            [
+                *("--agent", "openai/gpt-4o", "--agent-api-base", "http://127.0.0.1:9"),
+                *("--user", "anthropic/claude-3-5-haiku-latest", "--user-api-base", "http://127.0.0.1:9"),
+                *("--llm-transport", "http"),
+            ],
             ["transport 'http' needs openai/ or hosted_vllm/", "anthropic/claude-3-5-haiku-latest"],
         ),
     ],
@@ -155,6 +158,31 @@ def test_eval_with_an_option_out_of_its_choices(capsys, monkeypatch, tmp_path, a
     assert code == 2
     assert_one_line_error(code, err, *needles)
     assert not (tmp_path / "run" / "trials.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--sqlite-work-mib", "0"], ["--sqlite-work-mib (ENVFORGE_SQLITE_WORK_MIB) must be >= 1"]),
+        (
+            ["--max-episodes", "0"],
+            ["--max-episodes, --max-episodes-per-client,", "--max-body-bytes must be >= 1"],
+        ),
+        (
+            ["--max-connections-per-client", "0"],
+            ["--max-connections-per-client and --max-body-bytes must be >= 1"],
+        ),
+        (["--body-deadline", "0"], ["--header-timeout, --body-timeout and --body-deadline must be positive"]),
+        (["--host", "0.0.0.0", "--port", "0"], ["token"]),
+    ],
+)
+def test_serve_with_a_limit_out_of_its_range(capsys, monkeypatch, args, needles) -> None:
+    """A cap of 0 would refuse every client, a timeout of 0 every request: refused before serving."""
+    monkeypatch.delenv("ENVFORGE_TOKEN", raising=False)
+    code, out, err = envforge(["serve", str(ENVS / "gym"), *args], capsys, monkeypatch)
+    assert code == 2
+    assert_one_line_error(code, err, *needles)
+    assert "serving" not in out + err
 
 
 # ----------------------------------------------------------------------------------- train/collect
