@@ -36,9 +36,9 @@ async def play(args: argparse.Namespace, max_batch: int, precision: str) -> dict
         load_tokenizer,
         lookup_tasks,
         resolve_model,
+        run_rollout,
         split_tasks,
     )
-    from envforge.trainer.rollout import rollout
 
     fleet = Fleet([load_env(REPO / "envs" / args.env)])
     _, held = split_tasks(await lookup_tasks(fleet, args.env))
@@ -60,7 +60,7 @@ async def play(args: argparse.Namespace, max_batch: int, precision: str) -> dict
 
     async def one(task_id: str, seed: int) -> None:
         nonlocal tokens, rewards
-        traj = await rollout(env, task_id, backend, tok, config, seed=seed)
+        traj = await run_rollout(env, task_id, backend, tok, config, seed=seed)
         tokens += sum(traj.loss_mask)
         rewards += traj.reward
 

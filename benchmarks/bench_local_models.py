@@ -29,10 +29,17 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from envforge.harness.local_models import MODELS, assemble, available
-from envforge.harness.local_server import LocalServer, start, stop
-from envforge.harness.toolcalls import parse_tool_calls, tools_into_prompt
-from envforge.harness.users import request_text
+from envforge.harness import (
+    LOCAL_MODELS,
+    LocalServer,
+    assemble,
+    local_model_available,
+    parse_tool_calls,
+    request_text,
+    start_local_server,
+    stop_local_server,
+    tools_into_prompt,
+)
 from envforge.server import load_env
 from envforge.synth import load_tasks
 
@@ -73,12 +80,12 @@ def first_turn(server: LocalServer, policy: str, tools: list[dict[str, Any]], us
 
 
 def bench_model(name: str, n_tasks: int, console: Console) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    model = MODELS[name]
+    model = LOCAL_MODELS[name]
     t0 = time.perf_counter()
     path = assemble(model)
     assemble_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    server = start(model, path)
+    server = start_local_server(model, path)
     load_s = time.perf_counter() - t0
     policy, tools = env_tools()
     tasks = load_tasks(ENV)[:n_tasks]
@@ -132,7 +139,7 @@ def bench_model(name: str, n_tasks: int, console: Console) -> tuple[dict[str, An
                     | ({"malformed": True} if malformed else {})
                 )
     finally:
-        stop(server)
+        stop_local_server(server)
     row = {
         "model": name,
         "assemble_s": assemble_s,
@@ -151,14 +158,14 @@ def bench_model(name: str, n_tasks: int, console: Console) -> tuple[dict[str, An
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default=",".join(LOCAL_MODELS))
     parser.add_argument("--tasks", type=int, default=10)
     parser.add_argument("--capture", type=Path)
     args = parser.parse_args()
     console = Console()
     rows, captured = [], []
     for name in args.models.split(","):
-        if not available(MODELS[name]):
+        if not local_model_available(LOCAL_MODELS[name]):
             console.print(f"{name}: packages not installed, skipped")
             continue
         row, raw = bench_model(name, args.tasks, console)

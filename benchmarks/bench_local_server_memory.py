@@ -16,13 +16,12 @@ import time
 import httpx
 import psutil
 
-from envforge.harness.local_models import MODELS, assemble
-from envforge.harness.local_server import start, stop
+from envforge.harness import LOCAL_MODELS, assemble, start_local_server, stop_local_server
 
 
 def main(args: argparse.Namespace) -> int:
-    model = MODELS[args.model]
-    server = start(model, assemble(model))
+    model = LOCAL_MODELS[args.model]
+    server = start_local_server(model, assemble(model))
     try:
         proc = psutil.Process(server.process.pid)
         print(f"{model.name}: after start: {proc.memory_info().rss >> 20} MB", flush=True)
@@ -43,13 +42,13 @@ def main(args: argparse.Namespace) -> int:
                 flush=True,
             )
     finally:
-        stop(server)
+        stop_local_server(server)
     return 0
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="smollm2", choices=sorted(MODELS))
+    parser.add_argument("--model", default="smollm2", choices=sorted(LOCAL_MODELS))
     parser.add_argument("--prompts", type=int, default=3)
     parser.add_argument("--words", type=int, default=150)
     sys.exit(main(parser.parse_args()))

@@ -28,31 +28,28 @@ import anyio
 from _util import REPO
 
 from envforge.harness import (
+    DEFAULT_PER_ENV,
+    DEFAULT_SEED,
+    EvalConfig,
+    Evaluation,
     InfraError,
+    LabeledConversation,
     LLMConfig,
     LocalModelError,
     LocalServerError,
     aclose_http_sessions,
-    is_local_spec,
-    running_local_server,
-)
-from envforge.harness.orchestrator import EvalConfig, run_eval
-from envforge.harness.user_error_eval import (
-    Evaluation,
-    evaluate,
-    rules_only,
-    rules_then_judge,
-    table,
-    task_index,
-)
-from envforge.harness.user_error_set import (
-    DEFAULT_PER_ENV,
-    DEFAULT_SEED,
-    LabeledConversation,
     build_set,
     bundled_env_dirs,
     dump_set,
+    evaluate,
+    is_local_spec,
     load_set,
+    rules_only,
+    rules_then_judge,
+    run_eval,
+    running_local_server,
+    task_index,
+    user_error_table,
 )
 
 FIXTURE = REPO / "tests" / "fixtures" / "meu_labeled.jsonl"
@@ -119,7 +116,7 @@ async def main(args: argparse.Namespace) -> int:
         results[f"rules + {args.judge}"] = await evaluate(
             items, tasks, rules_then_judge(judge), concurrency=args.concurrency
         )
-    print(table(results))
+    print(user_error_table(results))
     if args.harness_runs:
         await harness_false_alarms(bundled_env_dirs(envs_root))
     if args.misses:

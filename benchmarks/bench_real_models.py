@@ -29,16 +29,17 @@ import anyio
 from _util import REPO
 
 from envforge.harness import (
+    LOCAL_MODELS,
     EvalConfig,
     Limits,
     LocalModelError,
     LocalServerError,
     TrialRecord,
+    local_model_available,
     run_eval,
     running_local_server,
     summarize,
 )
-from envforge.harness.local_models import MODELS, available
 
 ENVS = REPO / "envs"
 TAU2 = ENVS / "tau2_retail"
@@ -109,14 +110,14 @@ async def run_cell(
 
 
 def main(args: argparse.Namespace) -> int:
-    names = args.models.split(",") if args.models else list(MODELS)
+    names = args.models.split(",") if args.models else list(LOCAL_MODELS)
     envs = env_dirs(args.envs.split(",") if args.envs else None)
     rows: list[Row] = []
     for name in names:
-        if name not in MODELS:
-            print(f"error: no packaged model {name!r} (known: {', '.join(MODELS)})", file=sys.stderr)
+        if name not in LOCAL_MODELS:
+            print(f"error: no packaged model {name!r} (known: {', '.join(LOCAL_MODELS)})", file=sys.stderr)
             return 2
-        if not available(MODELS[name]):
+        if not local_model_available(LOCAL_MODELS[name]):
             print(f"{name}: its packages are not installed; skipped", file=sys.stderr)
             continue
         spec = f"local/{name}"

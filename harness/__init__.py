@@ -15,8 +15,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .agents import BUILTIN_AGENTS, Agent, LLMAgent, OracleAgent, build_agent
     from .llm import InfraError, LLMConfig, aclose_http_sessions, http_sessions, routable_model
+    from .local_models import MODELS as LOCAL_MODELS
     from .local_models import LocalModel, LocalModelError, assemble, cache_dir, is_local_spec, model_for_spec
+    from .local_models import available as local_model_available
     from .local_server import LocalServer, LocalServerError, local_model_ready, running_local_server
+    from .local_server import start as start_local_server
+    from .local_server import stop as stop_local_server
     from .metrics import (
         RunContents,
         RunReadError,
@@ -55,8 +59,10 @@ if TYPE_CHECKING:
     )
     from .tasks import EnvTasks, TaskSelectionError, load_env_tasks, select_tasks
     from .tool_use import tool_call_validity
-    from .toolcalls import MalformedToolCall, parse_tool_calls
+    from .toolcalls import MalformedToolCall, parse_tool_calls, tools_into_prompt
     from .user_error_eval import Evaluation, evaluate, rules_only, rules_then_judge, task_index
+    from .user_error_eval import table as user_error_table
+    from .user_error_play import LabeledConversation
     from .user_error_set import DEFAULT_PER_ENV, DEFAULT_SEED, build_set, bundled_env_dirs, dump_set, load_set
     from .user_errors import (
         ERROR_KINDS,
@@ -124,6 +130,8 @@ _LAZY = {
     "running_local_server": "local_server",
     "tool_call_validity": "tool_use",
     "MalformedToolCall": "toolcalls",
+    "tools_into_prompt": "toolcalls",
+    "LabeledConversation": "user_error_play",
     "parse_tool_calls": "toolcalls",
     "Evaluation": "user_error_eval",
     "evaluate": "user_error_eval",
@@ -196,18 +204,27 @@ _LAZY = {
     "UserName": "vocab",
 }
 
+# surface name -> (module, its name there): names too bare for the package's surface
+_RENAMED = {
+    "LOCAL_MODELS": ("local_models", "MODELS"),
+    "local_model_available": ("local_models", "available"),
+    "start_local_server": ("local_server", "start"),
+    "stop_local_server": ("local_server", "stop"),
+    "user_error_table": ("user_error_eval", "table"),
+}
+
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
+    module, attr = _RENAMED.get(name, (_LAZY.get(name), name))
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    value = getattr(importlib.import_module(f".{module}", __name__), attr)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+    return sorted([*globals(), *_LAZY, *_RENAMED])
 
 
 __all__ = [
@@ -216,6 +233,7 @@ __all__ = [
     "DEFAULT_PER_ENV",
     "DEFAULT_SEED",
     "ERROR_KINDS",
+    "LOCAL_MODELS",
     "REPORT_FILE",
     "STOP",
     "TRANSFER",
@@ -234,6 +252,7 @@ __all__ = [
     "LLMAgent",
     "LLMConfig",
     "LLMUser",
+    "LabeledConversation",
     "Limits",
     "LocalModel",
     "LocalModelError",
@@ -290,6 +309,7 @@ __all__ = [
     "load_env_tasks",
     "load_run_tasks",
     "load_set",
+    "local_model_available",
     "local_model_ready",
     "model_for_spec",
     "parse_tool_calls",
@@ -314,9 +334,13 @@ __all__ = [
     "score_trial",
     "select_tasks",
     "shown_texts",
+    "start_local_server",
+    "stop_local_server",
     "summarize",
     "task_index",
     "tool_call_validity",
+    "tools_into_prompt",
+    "user_error_table",
     "write_comparison",
     "write_report",
 ]

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         ToolOutcome,
         parse_tool_call,
     )
+    from .rollout import rollout as run_rollout
     from .run import HeldOutScore, RunOptions, run_collection, run_training, write_user_errors
     from .tiny import build_tiny_model
     from .trajectory import IM_END, SequenceBuilder, Trajectory
@@ -119,18 +120,21 @@ _LAZY = {
     "Trajectory": "trajectory",
 }
 
+# surface name -> (module, its name there): `rollout` is also the module's name
+_RENAMED = {"run_rollout": ("rollout", "rollout")}
+
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
+    module, attr = _RENAMED.get(name, (_LAZY.get(name), name))
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    value = getattr(importlib.import_module(f".{module}", __name__), attr)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+    return sorted([*globals(), *_LAZY, *_RENAMED])
 
 
 __all__ = [
@@ -185,6 +189,7 @@ __all__ = [
     "release_freed_memory",
     "resolve_model",
     "run_collection",
+    "run_rollout",
     "run_training",
     "select_batch",
     "shutdown",
