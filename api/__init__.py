@@ -62,9 +62,24 @@ if TYPE_CHECKING:
         score_episode,
         write_tasks_to,
     )
-    from envforge.trainer import RolloutConfig, RunOptions, Trajectory
+    from envforge.trainer import (
+        LearnerConfig,
+        RolloutConfig,
+        RunOptions,
+        StepMetrics,
+        TrainConfig,
+        Trajectory,
+    )
 
-    from .collection import collect_trajectories, collect_trajectories_async, read_trajectories
+    from .collection import (
+        check_tasks_per_step,
+        checked_run_options,
+        collect_trajectories,
+        collect_trajectories_async,
+        read_trajectories,
+        train,
+        train_async,
+    )
     from .episode_runs import EnvLike, EpisodeRun, as_environment, run_episode, run_episode_async
     from .evaluation import (
         Evaluation,
@@ -98,7 +113,16 @@ if TYPE_CHECKING:
 # name -> the module that defines it (relative: this package's own), imported on first access
 _LAZY = {
     **dict.fromkeys(
-        ("collect_trajectories", "collect_trajectories_async", "read_trajectories"), ".collection"
+        (
+            "check_tasks_per_step",
+            "checked_run_options",
+            "collect_trajectories",
+            "collect_trajectories_async",
+            "read_trajectories",
+            "train",
+            "train_async",
+        ),
+        ".collection",
     ),
     **dict.fromkeys(
         ("EnvLike", "EpisodeRun", "as_environment", "run_episode", "run_episode_async"), ".episode_runs"
@@ -185,7 +209,10 @@ _LAZY = {
         ),
         "envforge.harness",
     ),
-    **dict.fromkeys(("RolloutConfig", "RunOptions", "Trajectory"), "envforge.trainer"),
+    **dict.fromkeys(
+        ("LearnerConfig", "RolloutConfig", "RunOptions", "StepMetrics", "TrainConfig", "Trajectory"),
+        "envforge.trainer",
+    ),
 }
 
 
@@ -221,6 +248,7 @@ __all__ = [
     "HttpServer",
     "LLMConfig",
     "LLMTransport",
+    "LearnerConfig",
     "Limits",
     "Role",
     "RolloutConfig",
@@ -230,6 +258,7 @@ __all__ = [
     "ServeLimits",
     "SettingError",
     "State",
+    "StepMetrics",
     "SynthConfig",
     "SynthReport",
     "Task",
@@ -237,6 +266,7 @@ __all__ = [
     "ToolError",
     "ToolGraph",
     "ToolResult",
+    "TrainConfig",
     "Trajectory",
     "TrialRecord",
     "User",
@@ -246,6 +276,8 @@ __all__ = [
     "check_agent_name",
     "check_tasks",
     "check_tasks_async",
+    "check_tasks_per_step",
+    "checked_run_options",
     "collect_trajectories",
     "collect_trajectories_async",
     "episode_client",
@@ -273,6 +305,8 @@ __all__ = [
     "synthesize_tasks",
     "synthesize_tasks_async",
     "tool",
+    "train",
+    "train_async",
     "with_models",
     "write_report",
     "write_tasks_to",

@@ -15,15 +15,18 @@ on a local Ray instance or the cluster at `--ray-address`; `--fleet-url` runs th
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, get_args
 
-import anyio
 import typer
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
 from envforge.harness import UserName
 
-from .common import console, fail, load_envs
+from .common import choice, console, fail, fail_setting, load_envs
 from .harness_commands import check_model_keys
 from .preflight import check_model_dir, check_served_envs
 
@@ -108,61 +111,88 @@ def _model_dir(spec: str) -> Path:
         fail(str(exc))
 
 
-def _opts(
+def _run_options(
     model: str,
     envs: list[Path],
+    out: Path,
+    *,
     backend: str,
     vllm_url: str | None,
-    out: Path,
     device: str,
     temperature: float,
     seed: int,
     mcp: bool,
-    **extra: Any,
+    env_kind: str,
+    user: str,
+    user_api_base: str | None,
+    judge: str | None,
+    ray_workers: int,
+    ray_address: str | None,
+    fleet_url: str | None,
+    token: str | None,
+    tasks: str,
+    precision: str,
+    max_batch: int,
+    checkpoint_every: int = 0,
+    save_trajectories: bool = False,
+    eval_every: int = 0,
+    eval_samples: int = 2,
 ) -> RunOptions:
+    """The flags as the trainer's `RunOptions`, each mistake an `error:` line before any model loads:
+    the model folder, each choice (from `RunOptions`' own fields), the options as a whole
+    (`envforge.checked_run_options`), the envs and the user's and judge's API keys; a packaged
+    model is resolved last (dequantized on first use)."""
+    import envforge
     from envforge.harness import is_local_spec
     from envforge.trainer import RunOptions
 
+    def choices(field: str) -> tuple[str, ...]:
+        return get_args(RunOptions.model_fields[field].annotation)
+
     if not is_local_spec(model):
         check_model_dir(Path(model))
-    if backend not in ("hf", "vllm"):
-        fail("--backend must be hf or vllm")
-    if extra.get("env_kind", "harness") not in ("harness", "fleet"):
-        fail("--env-kind must be harness or fleet")
-    if backend == "vllm" and not vllm_url:
-        fail("--backend vllm needs --vllm-url")
-    if extra.get("ray_workers", 0) < 0:
-        fail("--ray-workers must be >= 0")
-    if extra.get("ray_address") and not extra.get("ray_workers"):
-        fail("--ray-address needs --ray-workers N")
-    if extra.get("tasks", "all") not in ("all", "lookup"):
-        fail("--tasks must be all or lookup")
-    if extra.get("precision", "float32") not in ("float32", "bfloat16"):
-        fail("--precision must be float32 or bfloat16")
-    if extra.get("max_batch", 16) < 1:
+    backend = choice("--backend", backend, choices("backend"))
+    env_kind = choice("--env-kind", env_kind, choices("env_kind"))
+    tasks = choice("--tasks", tasks, choices("tasks"))
+    precision = choice("--precision", precision, choices("precision"))
+    if max_batch < 1:
         fail("--max-batch must be at least 1")
-    if extra.get("tasks") == "lookup" and extra.get("env_kind") == "harness":
-        extra["env_kind"] = "fleet"  # a lookup is one question: no simulated user to talk to
-    check_envs(envs, extra.get("fleet_url"), extra.get("fleet_token"))
-    user = extra.get("user")
+    try:
+        options = envforge.checked_run_options(
+            RunOptions(
+                model=Path(model),
+                envs=envs,
+                backend=backend,
+                vllm_url=vllm_url,
+                out=out,
+                device=device,
+                temperature=temperature,
+                seed=seed,
+                use_mcp=mcp,
+                checkpoint_every=checkpoint_every,
+                save_trajectories=save_trajectories,
+                env_kind=env_kind,
+                user=user,
+                user_api_base=user_api_base,
+                judge=judge,
+                fleet_url=fleet_url,
+                fleet_token=token,
+                ray_workers=ray_workers,
+                ray_address=ray_address,
+                tasks=tasks,
+                eval_every=eval_every,
+                eval_samples=eval_samples,
+                precision=precision,
+                max_batch=max_batch,
+            )
+        )
+    except envforge.SettingError as exc:
+        fail_setting(exc)
+    check_envs(envs, fleet_url, token)
     check_model_keys(
-        {
-            "user": (None if user == UserName.SCRIPTED else user, extra.get("user_api_base")),
-            "judge": (extra.get("judge"), None),
-        }
+        {"user": (None if user == UserName.SCRIPTED else user, user_api_base), "judge": (judge, None)}
     )
-    return RunOptions(
-        model=_model_dir(model),
-        envs=envs,
-        backend=backend,
-        vllm_url=vllm_url,
-        out=out,
-        device=device,
-        temperature=temperature,
-        seed=seed,
-        use_mcp=mcp,
-        **extra,
-    )
+    return options.model_copy(update={"model": _model_dir(model)})
 
 
 def check_envs(envs: list[Path], fleet_url: str | None, token: str | None = None) -> None:
@@ -177,25 +207,33 @@ def check_envs(envs: list[Path], fleet_url: str | None, token: str | None = None
         )
 
 
-def check_tasks_per_step(envs: list[Path], tasks_per_step: int) -> None:
-    """ERPO compares two tasks per env each step: checked here, before the model loads."""
-    if tasks_per_step < 2 * len(envs):
-        fail(
-            f"--tasks-per-step {tasks_per_step} is too small: ERPO needs >= 2 per env "
-            f"(>= {2 * len(envs)} for {len(envs)} env(s))"
-        )
-    for d in envs:
-        path = d / "tasks.jsonl"
-        count = (
-            sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
-            if path.exists()
-            else 0
-        )
-        if count < 2:
-            fail(
-                f"{d} has {count} task(s); ERPO needs >= 2 per env "
-                f"(make some with `envforge synth tasks {d}`)"
-            )
+@dataclass
+class TrainBar:
+    """`envforge.train`'s step hook drawn as a bar: each step's mean reward and staleness, and how
+    many updates were dropped for a non-finite gradient so far."""
+
+    progress: Progress
+    bar: TaskID
+    nonfinite: int = 0
+
+    def on_step(self, m: StepMetrics) -> None:
+        self.nonfinite += m.update_nonfinite
+        shown = f" {self.nonfinite} non-finite update(s) not applied" if self.nonfinite else ""
+        info = f"reward {m.reward_mean:.3f} stale<={m.staleness_max}{shown}"
+        self.progress.update(self.bar, advance=1, info=info)
+
+
+@contextmanager
+def train_progress(steps: int) -> Iterator[TrainBar]:
+    """A bar over the steps; under torchrun only rank 0 shows one."""
+    columns = (
+        TextColumn("train"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} {task.fields[info]}"),
+    )
+    hidden = os.environ.get("RANK", "0") != "0"
+    with Progress(*columns, TimeRemainingColumn(), console=console, disable=hidden) as progress:
+        yield TrainBar(progress, progress.add_task("train", total=steps, info=""))
 
 
 def train_cmd(
@@ -248,21 +286,25 @@ def train_cmd(
     max_batch: MaxBatchOption = 16,
 ) -> None:
     """Train a policy with asynchronous ERPO on env tasks; writes metrics, checkpoints and plots."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+    import envforge
+    from envforge.trainer import LearnerConfig, RolloutConfig, TrainConfig
 
-    from envforge.trainer import LearnerConfig, RolloutConfig, TrainConfig, run_training
-
-    check_tasks_per_step(envs, tasks_per_step)
-    opts = _opts(
+    try:
+        envforge.check_tasks_per_step(envs, tasks_per_step)
+    except envforge.SettingError as exc:
+        fail_setting(exc)
+    except ValueError as exc:
+        fail(str(exc))
+    opts = _run_options(
         model,
         envs,
-        backend,
-        vllm_url,
         out,
-        device,
-        temperature,
-        seed,
-        mcp,
+        backend=backend,
+        vllm_url=vllm_url,
+        device=device,
+        temperature=temperature,
+        seed=seed,
+        mcp=mcp,
         checkpoint_every=checkpoint_every,
         save_trajectories=save_trajectories,
         env_kind=env_kind,
@@ -272,15 +314,13 @@ def train_cmd(
         ray_workers=ray_workers,
         ray_address=ray_address,
         fleet_url=fleet_url,
-        fleet_token=token,
+        token=token,
         tasks=tasks,
         eval_every=eval_every,
         eval_samples=eval_samples,
         precision=precision,
         max_batch=max_batch,
     )
-    if eval_every and tasks != "lookup":
-        fail("--eval-every evaluates held-out tasks: use it with --tasks lookup")
     try:
         config = TrainConfig(
             steps=steps,
@@ -295,26 +335,9 @@ def train_cmd(
         learner_config = LearnerConfig(lr=lr, baseline=baseline, advantage=advantage)
     except ValueError as exc:
         fail(str(exc))
-    with Progress(
-        TextColumn("train"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} {task.fields[info]}"),
-        TimeRemainingColumn(),
-        console=console,
-        disable=os.environ.get("RANK", "0") != "0",  # under torchrun only rank 0 shows progress
-    ) as bar:
-        task = bar.add_task("train", total=steps, info="")
-
-        nonfinite = 0
-
-        def progress(m: StepMetrics) -> None:
-            nonlocal nonfinite
-            nonfinite += m.update_nonfinite
-            shown = f" {nonfinite} non-finite update(s) not applied" if nonfinite else ""
-            bar.update(task, advance=1, info=f"reward {m.reward_mean:.3f} stale<={m.staleness_max}{shown}")
-
+    with train_progress(steps) as bar:
         try:
-            metrics = anyio.run(lambda: run_training(opts, config, learner_config, progress=progress))
+            metrics = envforge.train(opts, config, learner_config, on_step=bar.on_step)
         except (ValueError, FileNotFoundError, ImportError, TimeoutError) as exc:
             fail(str(exc))
     if not metrics:  # a torchrun rank other than 0: it only followed rank 0's updates
@@ -357,18 +380,19 @@ def collect_cmd(
     max_batch: MaxBatchOption = 16,
 ) -> None:
     """Collect rollouts only (no updates) and write them to OUT/trajectories.jsonl."""
-    from envforge.trainer import RolloutConfig, run_collection
+    import envforge
+    from envforge.trainer import RolloutConfig
 
-    opts = _opts(
+    opts = _run_options(
         model,
         envs,
-        backend,
-        vllm_url,
         out,
-        device,
-        temperature,
-        seed,
-        mcp,
+        backend=backend,
+        vllm_url=vllm_url,
+        device=device,
+        temperature=temperature,
+        seed=seed,
+        mcp=mcp,
         env_kind=env_kind,
         user=user,
         user_api_base=user_api_base,
@@ -376,32 +400,30 @@ def collect_cmd(
         ray_workers=ray_workers,
         ray_address=ray_address,
         fleet_url=fleet_url,
-        fleet_token=token,
+        token=token,
         tasks=tasks,
         precision=precision,
         max_batch=max_batch,
     )
-    rc = RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens)
-    done = {"n": 0}
+    landed = 0
 
-    def progress(trajs: list[Trajectory]) -> None:
-        done["n"] += 1
+    def on_group(trajs: list[Trajectory]) -> None:
+        nonlocal landed
+        landed += 1
         console.print(
-            f"group {done['n']}/{groups}: {trajs[0].env}/{trajs[0].task_id} "
+            f"group {landed}/{groups}: {trajs[0].env}/{trajs[0].task_id} "
             f"rewards {[round(t.reward, 2) for t in trajs]} "
             f"user errors {sum(t.user_error for t in trajs)}"
         )
 
     try:
-        path = anyio.run(
-            lambda: run_collection(
-                opts,
-                groups=groups,
-                rollouts_per_task=rollouts_per_task,
-                rollout_config=rc,
-                concurrency=concurrency,
-                progress=progress,
-            )
+        path = envforge.collect_trajectories(
+            opts,
+            groups=groups,
+            rollouts_per_task=rollouts_per_task,
+            rollout_config=RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens),
+            concurrency=concurrency,
+            on_group=on_group,
         )
     except (ValueError, FileNotFoundError, ImportError, TimeoutError) as exc:
         fail(str(exc))

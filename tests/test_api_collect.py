@@ -27,6 +27,30 @@ def test_an_empty_collection_is_refused_before_the_model_loads(tmp_path: Path) -
     assert not (tmp_path / "out").exists()  # refused before the run started
 
 
+def test_options_that_cannot_run_together_are_refused_naming_each_setting(tmp_path: Path) -> None:
+    def options(**fields: object) -> envforge.RunOptions:
+        return envforge.RunOptions(model=tmp_path, envs=[tmp_path], out=tmp_path / "out", **fields)
+
+    for fields, names in [
+        ({"backend": "vllm"}, ("backend", "vllm_url")),
+        ({"ray_address": "ray://h:10001"}, ("ray_address", "ray_workers")),
+        ({"eval_every": 2}, ("eval_every", "tasks")),
+    ]:
+        with pytest.raises(envforge.SettingError) as caught:
+            envforge.checked_run_options(options(**fields))
+        assert caught.value.names == names
+    lookup = envforge.checked_run_options(options(tasks="lookup", eval_every=2))
+    assert lookup.env_kind == "fleet"  # a lookup is one question: no simulated user to talk to
+
+
+def test_erpo_needs_two_tasks_per_env_each_step(tmp_path: Path) -> None:
+    with pytest.raises(envforge.SettingError, match="tasks_per_step 3 is too small"):
+        envforge.check_tasks_per_step([tmp_path, tmp_path], 3)
+    (tmp_path / "tasks.jsonl").write_text('{"id": "only-one"}\n')
+    with pytest.raises(ValueError, match="has 1 task"):
+        envforge.check_tasks_per_step([tmp_path], 2)
+
+
 def test_collected_trajectories_read_back_with_their_rewards_and_masks(tmp_path: Path) -> None:
     env_dir = anyio.run(_bandit, tmp_path)
     model = build_tiny_model(tmp_path / "model", bandit_corpus(), base_corpus=False)

@@ -235,6 +235,29 @@ def test_collect_on_a_fleet_lacking_the_env(capsys, monkeypatch, tmp_path, model
     assert_one_line_error(code, err, "--fleet-url", "does not serve library", str(ENVS / "library"))
 
 
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--backend", "tgi"], ["--backend must be hf or vllm, not 'tgi'"]),
+        (["--env-kind", "chat"], ["--env-kind must be harness or fleet, not 'chat'"]),
+        (["--tasks", "some"], ["--tasks must be all or lookup, not 'some'"]),
+        (["--backend", "vllm"], ["--backend vllm needs --vllm-url"]),
+        (["--ray-workers", "-1"], ["--ray-workers must be >= 0"]),
+        (["--ray-address", "ray://h:10001"], ["--ray-address needs --ray-workers N"]),
+        (["--eval-every", "2"], ["--eval-every evaluates held-out tasks: use it with --tasks lookup"]),
+    ],
+)
+def test_train_with_options_that_cannot_run_together(
+    capsys, monkeypatch, tmp_path, model_dir, args, needles
+) -> None:
+    """Each refused before the envs load and the model loads, with the flags the user typed."""
+    base = ["train", "--model", str(model_dir), "--envs", str(ENVS / "gym"), "--out", str(tmp_path / "out")]
+    code, _, err = envforge([*base, *args], capsys, monkeypatch)
+    assert code == 2
+    assert_one_line_error(code, err, *needles)
+    assert not (tmp_path / "out").exists()
+
+
 # ------------------------------------------------------------------------------------------ synth
 
 
