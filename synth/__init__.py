@@ -15,8 +15,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .builder.config import BuildFailed, SynthConfig
     from .builder.pipeline import SynthReport, synthesize
-    from .builder.tasks import BuildFailed, SynthConfig, build_task
+    from .builder.tasks import build_task
     from .checks.adversaries import ADVERSARIES, Adversary, adversary_calls, adversary_message, counts
     from .checks.realism import (
         PERSON_WORDS,
@@ -270,8 +271,8 @@ _LAZY = {
     "state_hashes": "task.statediff",
     "states_match": "task.statediff",
     "matches_up_to_created_ids": "task.statediff",
-    "BuildFailed": "builder.tasks",
-    "SynthConfig": "builder.tasks",
+    "BuildFailed": "builder.config",
+    "SynthConfig": "builder.config",
     "build_task": "builder.tasks",
     "CHECK_REASONS": "tau2.importer",
     "ENV_CODE": "tau2.importer",

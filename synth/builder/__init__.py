@@ -1,5 +1,10 @@
-"""Building tasks: one task from one walk (`tasks`, with the reasoning steps of `reasoning`) and
-synthesis end to end (`pipeline`: attempts, self-checks, deduplication).
+"""Building tasks: one task from one walk and synthesis end to end.
+
+`tasks.build_task` drives a `state.Builder` (the DAG so far and the episode its calls run in)
+through `walking` (the start call and each step along the tool graph), `branching` (reasoning
+nodes and branches, computed by `reasoning`) and `pruning` (dead reads dropped at the end);
+`config` holds `SynthConfig` and `BuildFailed`. `pipeline` runs attempts, self-checks and
+deduplication until a run has its tasks.
 
 Imports every subpackage of synth before it: task, graph, wording, walk, checks.
 """

@@ -29,7 +29,8 @@ from ..task.taskfile import task_keys
 from ..walk.context import SynthContext
 from ..walk.outcomes import Outcomes
 from ..wording.render import rewrite_scenario
-from .tasks import BuildFailed, SynthConfig, build_task
+from .config import BuildFailed, SynthConfig
+from .tasks import build_task
 
 # Attempts in a row that ship nothing before a run concludes the env has no more distinct tasks.
 MIN_STALL = 300
