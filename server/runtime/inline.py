@@ -293,8 +293,8 @@ class ScratchPool:
 
     Connections are set up exactly as the episode store sets up its own (`server.episodes`),
     under the same SQL guard: the pooled connection's authorizer is the episode's `guard`, so
-    `runtime.execute` narrows it to each tool's `writes=`. Calls to a scratch episode go through
-    `runtime.execute`, as `Fleet.call` sends them.
+    `calls.execute` narrows it to each tool's `writes=`. Calls to a scratch episode go through
+    `calls.execute`, as `Fleet.call` sends them.
     """
 
     def __init__(self, env: Environment, size: int = 4) -> None:
