@@ -39,17 +39,20 @@ async def synthesize_tasks_async(
     config: SynthConfig | None = None,
     llm_model: str | None = None,
     adversaries: bool = True,
+    graph: ToolGraph | None = None,
 ) -> SynthReport:
     """Up to `n` distinct tasks that pass every self-check and that no adversary games.
 
     The same env, `n`, `seed` and `config` give the same tasks, byte for byte (`envforge synth
     tasks` is this call plus writing `tasks.jsonl`). `llm_model` rewrites each instruction
     through litellm, keeping every fact; `adversaries=False` only measures what they cost.
+    `graph` is the env's tool graph when the caller built it already (`build_graph`, e.g. to
+    write it beside the tasks); without it one is built: the same graph, the same tasks.
     """
     if n < 1:
         raise ValueError(f"n must be at least 1 (got {n})")
     return await synthesize(
-        as_environment(env), n, seed, config, llm_model=llm_model, adversaries=adversaries
+        as_environment(env), n, seed, config, graph=graph, llm_model=llm_model, adversaries=adversaries
     )
 
 
@@ -61,11 +64,12 @@ def synthesize_tasks(
     config: SynthConfig | None = None,
     llm_model: str | None = None,
     adversaries: bool = True,
+    graph: ToolGraph | None = None,
 ) -> SynthReport:
     """`synthesize_tasks_async` from synchronous code."""
     return anyio.run(
         lambda: synthesize_tasks_async(
-            env, n, seed=seed, config=config, llm_model=llm_model, adversaries=adversaries
+            env, n, seed=seed, config=config, llm_model=llm_model, adversaries=adversaries, graph=graph
         )
     )
 

@@ -6,13 +6,14 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, get_args
 
 import typer
 from rich.console import Console
 from typer._click.globals import get_current_context
 
 from envforge.server import Environment, EnvLoadError, load_env
+from envforge.synth import AnswersMode
 
 from .errors import UsageError, print_error
 
@@ -53,6 +54,9 @@ def fail_setting(exc: SettingError) -> NoReturn:
     """Stop the command on an API setting out of its range, the setting named by its flag."""
     fail(exc.render(option_name))
 
+
+ANSWERS_MODES: tuple[AnswersMode, ...] = get_args(AnswersMode)
+"""`--answers` of `eval` and `score`: how a task's required outputs are matched (docs/scoring.md)."""
 
 Choice = TypeVar("Choice", bound=str)
 

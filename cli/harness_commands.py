@@ -19,9 +19,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from envforge.harness import UserName
-from envforge.synth import AnswersMode
 
-from .common import choice, console, fail, load_envs, print_json, results
+from .common import ANSWERS_MODES, choice, console, fail, load_envs, print_json, results
 from .local_roles import is_local, local_roles
 from .preflight import check_api_key, check_served_envs
 
@@ -202,7 +201,6 @@ def evaluate(
 
 INFRA_REASONS_SHOWN = 3
 
-ANSWERS_MODES: tuple[AnswersMode, ...] = get_args(AnswersMode)
 LOCAL_SERVERS = ("per-role", "shared")
 
 

@@ -7,12 +7,12 @@ import json
 import logging
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import typer
 from rich.table import Table
 
-from envforge import check_tasks
+from envforge import check_tasks, synthesize_tasks
 from envforge.server import Environment, Fleet
 from envforge.synth import (
     ADVERSARIES,
@@ -33,7 +33,6 @@ from envforge.synth import (
     realism_table,
     score_episode,
     shown_results,
-    synthesize,
     to_dot,
     to_mermaid,
     with_answers,
@@ -42,7 +41,7 @@ from envforge.synth import (
     write_tasks_to,
 )
 
-from .common import console, fail, load_envs, print_json, results
+from .common import ANSWERS_MODES, choice, console, fail, load_envs, print_json, results
 from .preflight import check_api_key
 
 synth_app = typer.Typer(no_args_is_help=True, help="Synthesize verified tasks for an env.")
@@ -110,17 +109,11 @@ def synth_tasks(
     if llm_model:
         check_api_key("--llm", llm_model, None, None)
     cfg = SynthConfig(min_calls=min_calls, max_calls=max_calls, steer=steer)
-
-    async def run() -> Any:
-        fleet = Fleet([env])
-        try:
-            graph = await build_graph(env, fleet)
-        finally:
-            await fleet.aclose()
-        write_graph(graph, env_dir)
-        return await synthesize(env, n, seed, cfg, graph=graph, llm_model=llm_model, adversaries=adversaries)
-
-    report = asyncio.run(run())
+    graph = asyncio.run(build_graph(env))
+    write_graph(graph, env_dir)
+    report = synthesize_tasks(
+        env, n, seed=seed, config=cfg, graph=graph, llm_model=llm_model, adversaries=adversaries
+    )
     if report.tasks:
         write_tasks_to(report.tasks, path)
     console.print(
@@ -210,7 +203,20 @@ REALISM_LEGEND = (
 )
 
 
-def _check_env(env: Environment, env_dir: Path, strict_realism: bool = False) -> dict[str, Any]:
+class EnvCheck(TypedDict):
+    """One env's `check` results, as `--json` prints them under `envs`."""
+
+    env: str
+    passed: bool
+    tasks: int
+    checks_failed: dict[str, int]
+    failed_tasks: dict[str, list[str]]
+    realism: dict[str, Any]
+    """`EnvRealism` as JSON."""
+    realism_missed: list[str]
+
+
+def _check_env(env: Environment, env_dir: Path, strict_realism: bool = False) -> EnvCheck:
     """`check` on one env: print its tables; its results (`passed`: every task passed, and with
     `strict_realism` every realism target was met)."""
     tasks = load_tasks(env_dir)
@@ -269,9 +275,9 @@ def adversary_table(env: str, rewards: list[dict[str, float | None]]) -> Table:
     for col in ("adversary", "judged", "best reward", "full reward"):
         table.add_column(col, justify="left" if col == "adversary" else "right")
     for name in ADVERSARIES:
-        got = [r[name] for r in rewards if r.get(name) is not None]
-        best = f"{max(got):.2f}" if got else "-"  # type: ignore[type-var]
-        gamed = sum(1 for g in got if g is not None and g >= 1.0)
+        got = [reward for r in rewards if (reward := r.get(name)) is not None]
+        best = f"{max(got):.2f}" if got else "-"
+        gamed = sum(1 for g in got if g >= 1.0)
         table.add_row(name, str(len(got)), best, f"[red]{gamed}[/]" if gamed else "0")
     return table
 
@@ -289,13 +295,12 @@ def score_cmd(
 ) -> None:
     """Replay ACTIONS in a fresh episode of the task and score the end state."""
     _quiet()
-    if answers not in ("task", "strict"):
-        fail(f"--answers must be task or strict, not {answers!r}")
+    answers_mode = choice("--answers", answers, ANSWERS_MODES)
     (env,) = load_envs([env_dir])
     task = next((t for t in load_tasks(env_dir) if t.id == task_id), None)
     if task is None:
         fail(f"no task {task_id!r} in {env_dir / 'tasks.jsonl'}")
-    (task,) = with_answers([task], answers)  # type: ignore[arg-type]  # checked above
+    (task,) = with_answers([task], answers_mode)
     try:
         items = json.loads(actions.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -305,7 +310,7 @@ def score_cmd(
     calls = [Call(name=a["name"], arguments=a.get("arguments") or {}) for a in items if "name" in a]
     messages = [str(a.get("message", a.get("content", ""))) for a in items if "name" not in a]
 
-    async def run() -> Any:
+    async def run() -> Score:
         fleet = Fleet([env])
         try:
             graph = load_graph(env_dir) or await build_graph(env, fleet)
