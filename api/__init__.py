@@ -106,6 +106,8 @@ if TYPE_CHECKING:
         TaskCheck,
         check_tasks,
         check_tasks_async,
+        score_calls,
+        score_calls_async,
         synthesize_tasks,
         synthesize_tasks_async,
     )
@@ -155,7 +157,15 @@ _LAZY = {
         ".serving",
     ),
     **dict.fromkeys(
-        ("TaskCheck", "check_tasks", "check_tasks_async", "synthesize_tasks", "synthesize_tasks_async"),
+        (
+            "TaskCheck",
+            "check_tasks",
+            "check_tasks_async",
+            "score_calls",
+            "score_calls_async",
+            "synthesize_tasks",
+            "synthesize_tasks_async",
+        ),
         ".synthesis",
     ),
     **dict.fromkeys(
@@ -296,6 +306,8 @@ __all__ = [
     "run_episode",
     "run_episode_async",
     "run_eval",
+    "score_calls",
+    "score_calls_async",
     "score_episode",
     "serve_env_stdio",
     "serve_http",

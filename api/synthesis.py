@@ -1,4 +1,5 @@
-"""Tasks for an env: synthesize them, and check a set of them the way `envforge check` does.
+"""Tasks for an env: synthesize them, check a set of them the way `envforge check` does, and score
+a run of one task the way `envforge score` does.
 
 Synthesis already runs every check on each task it ships; checking again matters for tasks that
 came from elsewhere (a τ² import, a hand edit, an older synthesizer, a changed env), where a
@@ -14,6 +15,8 @@ from pydantic import BaseModel, ConfigDict
 
 from envforge.server import Fleet
 from envforge.synth import (
+    Call,
+    Score,
     SynthConfig,
     SynthContext,
     SynthReport,
@@ -23,7 +26,10 @@ from envforge.synth import (
     build_graph,
     gamed_by,
     golden_results,
+    load_graph,
     load_tasks,
+    score_episode,
+    shown_results,
     synthesize,
     verify_task,
 )
@@ -136,3 +142,45 @@ def check_tasks(
 ) -> list[TaskCheck]:
     """`check_tasks_async` from synchronous code."""
     return anyio.run(lambda: check_tasks_async(env, tasks, graph=graph))
+
+
+async def score_calls_async(
+    env: EnvLike,
+    task: Task,
+    calls: Sequence[Call],
+    messages: Sequence[str] = (),
+    *,
+    graph: ToolGraph | None = None,
+) -> Score:
+    """Replay `calls` in a fresh episode of `task` (from its own initial state) and score the end
+    state, with `messages` as what the agent said: the reward an agent that made these calls and
+    said these things would earn, minus the policy part, which needs the conversation.
+
+    `graph` defaults to the env folder's `graph.json`, else one is built."""
+    environment = as_environment(env)
+    async with Fleet([environment]) as fleet:
+        graph = graph or load_graph(environment.root) or await build_graph(environment, fleet)
+        ctx = SynthContext.create(environment, graph, fleet)
+        try:
+            database, _, _ = ctx.states.task_initial(task)
+            state, shown = await ctx.replayer.run_all(database, list(calls))
+            if state is None:
+                raise RuntimeError(f"the episode of {task.id} exported no end state")
+            results = [(call.name, call.arguments, text) for call, text in zip(calls, shown, strict=True)]
+            return score_episode(
+                task, state, list(messages), shown_messages=shown_results(task, results), keys=ctx.pks
+            )
+        finally:
+            ctx.close()
+
+
+def score_calls(
+    env: EnvLike,
+    task: Task,
+    calls: Sequence[Call],
+    messages: Sequence[str] = (),
+    *,
+    graph: ToolGraph | None = None,
+) -> Score:
+    """`score_calls_async` from synchronous code."""
+    return anyio.run(lambda: score_calls_async(env, task, calls, messages, graph=graph))

@@ -12,8 +12,8 @@ from typing import Any, TypedDict
 import typer
 from rich.table import Table
 
-from envforge import check_tasks, synthesize_tasks
-from envforge.server import Environment, Fleet
+from envforge import check_tasks, score_calls, synthesize_tasks
+from envforge.server import Environment
 from envforge.synth import (
     ADVERSARIES,
     CHECKS,
@@ -23,7 +23,6 @@ from envforge.synth import (
     PhraseError,
     Score,
     SynthConfig,
-    SynthContext,
     build_graph,
     graph_json,
     load_graph,
@@ -31,8 +30,6 @@ from envforge.synth import (
     load_tasks,
     measure_realism,
     realism_table,
-    score_episode,
-    shown_results,
     to_dot,
     to_mermaid,
     with_answers,
@@ -310,21 +307,7 @@ def score_cmd(
     calls = [Call(name=a["name"], arguments=a.get("arguments") or {}) for a in items if "name" in a]
     messages = [str(a.get("message", a.get("content", ""))) for a in items if "name" not in a]
 
-    async def run() -> Score:
-        fleet = Fleet([env])
-        try:
-            graph = load_graph(env_dir) or await build_graph(env, fleet)
-            ctx = SynthContext.create(env, graph, fleet)
-            database, _, _ = ctx.states.task_initial(task)
-            state, shown = await ctx.replayer.run_all(database, calls)
-            assert state is not None  # exported
-            results = [(call.name, call.arguments, text) for call, text in zip(calls, shown, strict=True)]
-            shown = shown_results(task, results)
-            return score_episode(task, state, messages, shown_messages=shown, keys=ctx.pks)
-        finally:
-            await fleet.aclose()
-
-    score = asyncio.run(run())
+    score = score_calls(env, task, calls, messages)
     if as_json:
         print_json(score.model_dump(mode="json"))
     else:

@@ -124,3 +124,14 @@ def test_a_kept_run_is_readable_and_never_silently_overwritten(tmp_path: Path) -
     assert resumed.summary == first.summary
     with pytest.raises(ValueError, match="out="):
         envforge.evaluate([RETAIL], config, resume=True)
+
+
+def test_score_calls_rewards_the_golden_calls_and_not_a_run_that_stops_before_the_writes(
+    retail: envforge.Environment,
+) -> None:
+    """What `envforge score` computes, from Python: each task from its own initial state."""
+    task = _seed_write_task(retail)
+    golden = envforge.score_calls(retail, task, task.golden_calls, [])
+    reads_only = [c for c in task.golden_calls if retail.tools[c.name].read_only]
+    partial = envforge.score_calls(RETAIL, task, reads_only, [])
+    assert golden.state_match and not partial.state_match and partial.reward < 1.0
