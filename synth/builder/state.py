@@ -1,11 +1,11 @@
 """The DAG a walk is building, and the episode its calls run in.
 
 `Builder` holds one task's build: the nodes and edges so far, the facts the user is given, each
-call's result and diff, and what the walk's writes did (so that a later write never undoes an
-earlier one). Its methods fill a call's arguments (earlier results first, then values from the
-principal's view), run a call (from the call memo where it has run before) and record it. How a
-walk grows is `walking.py`; its reasoning steps and branches `branching.py`; the reads pruned at
-the end `pruning.py`.
+call's result and diff, and what the walk's writes did (`writelog.py`: so that a later write
+never undoes an earlier one). Its methods fill a call's arguments (earlier results first, then
+values from the principal's view), run a call (from the call memo where it has run before) and
+record it. How a walk grows is `walking.py`; its reasoning steps and branches `branching.py`;
+the reads pruned at the end `pruning.py`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ..walk.mirror import Mirror
 from ..walk.replayer import call_key
 from ..walk.setup import Fresh
 from .config import BuildFailed, SynthConfig
+from .writelog import WriteLog
 
 
 def _json_key(v: Any) -> str:
@@ -93,13 +94,10 @@ class Builder:
     fresh: Fresh | None = None  # the entity a setup added, for the walk to act on
     # Whose story the task is (`principal.py`): every call stays on its rows and public ones.
     principal: Principal | None = None
-    # What the walk's writes did so far, to keep a later write from undoing an earlier one: the
-    # keys of the rows they inserted (per table), and each changed column's value before the walk.
-    inserted: dict[str, set[Any]] = field(default_factory=dict)
+    # What the walk's writes did so far, to keep a later write from undoing an earlier one.
+    write_log: WriteLog = field(default_factory=WriteLog)
     written_tools: list[str] = field(default_factory=list)  # the tools of those writes, each once
     fed: set[str] = field(default_factory=set)  # nodes whose result feeds a later node
-    inserted_keys: set[Any] = field(default_factory=set)
-    before_walk: dict[tuple[str, str, str], Any] = field(default_factory=dict)
     _last_key: tuple[Call, str] | None = None
     by_id: dict[str, CallNode] = field(default_factory=dict)
     edge_keys: set[tuple[str, str, str]] = field(default_factory=set)  # (source, target, kind) of `edges`
@@ -362,58 +360,23 @@ class Builder:
         if diff:
             self.write_diffs[node.id] = diff
             self.writes += 1
-            self._note_write(diff)
+            self.write_log.note(diff, self.ctx.pks)
             if call.name not in self.written_tools:
                 self.written_tools.append(call.name)
         if refused:
             self.refusals += 1
         return node
 
-    def _note_write(self, diff: StateDiff) -> None:
-        for table, d in diff.items():
-            pk = self.ctx.pks[table]
-            if len(pk) == 1:
-                keys = {r.get(pk[0]) for r in d.inserted}
-                self.inserted.setdefault(table, set()).update(keys)
-                self.inserted_keys |= keys
-            for u in d.updated:
-                key = json_key(u.key)
-                for col, value in u.before.items():
-                    self.before_walk.setdefault((table, key, col), value)
-
     def undoes(self, diff: StateDiff) -> bool:
-        """Whether a write's diff undoes what an earlier write of the walk did: it deletes or changes
-        a row the walk inserted, or sets a column back to its value before the walk changed it."""
-        for table, d in diff.items():
-            pk = self.ctx.pks[table]
-            made = self.inserted.get(table)
-            if made and len(pk) == 1:
-                if any(r.get(pk[0]) in made for r in d.deleted):
-                    return True
-                if any(u.key.get(pk[0]) in made for u in d.updated):
-                    return True
-            if self.before_walk:
-                for u in d.updated:
-                    key = json_key(u.key)
-                    for col, value in u.after.items():
-                        old = self.before_walk.get((table, key, col), _UNSET)
-                        if old is not _UNSET and old == value:
-                            return True
-        return False
+        """Whether a write's diff undoes what an earlier write of the walk did (`WriteLog.undoes`)."""
+        return self.write_log.undoes(diff, self.ctx.pks)
 
     def acts_on_own_insert(self, call: Call) -> bool:
         """Whether a write call names a row an earlier write of the walk inserted (it would undo or
         rework it: cancel the booking just made)."""
-        if not self.inserted_keys or self.ctx.index.tool(call.name).read_only:
+        if not self.write_log.inserted_keys or self.ctx.index.tool(call.name).read_only:
             return False
-        for v in call.arguments.values():
-            for item in v if isinstance(v, list) else [v]:
-                try:
-                    if item in self.inserted_keys:
-                        return True
-                except TypeError:
-                    continue
-        return False
+        return self.write_log.names_own_insert(call)
 
     def edge(self, a: str, b: str, kind: str, label: str) -> None:
         if (a, b, kind) not in self.edge_keys:
@@ -460,9 +423,6 @@ class Builder:
                     if v == value or (isinstance(v, list) and value in v):
                         return True
         return False
-
-
-_UNSET = object()
 
 
 _USER: dict[str, ArgSource] = {}
