@@ -18,10 +18,10 @@ import difflib
 import gc
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 import anyio
 
@@ -32,6 +32,7 @@ from envforge.harness import (
     Fault,
     LLMConfig,
     LocalModelError,
+    LocalServer,
     RunManifest,
     TrialRecord,
     User,
@@ -40,6 +41,7 @@ from envforge.harness import (
     model_for_spec,
     routable_model,
     run_eval,
+    running_local_server,
     summarize,
 )
 from envforge.synth import Task
@@ -120,6 +122,63 @@ def with_models(
     return config.model_copy(
         update={"agent_llm": llms.get("agent"), "user_llm": llms.get("user"), "judge_llm": llms.get("judge")}
     )
+
+
+R = TypeVar("R", bound=str)
+
+
+class LocalServerWatch(Protocol):
+    """What `local_model_servers` reports about one server while it starts: assembling and
+    hash-checking the weights (`progress`, in bytes), each step (`notice`), and the server once it
+    answers (`ready`)."""
+
+    def progress(self, done: int, total: int) -> None: ...
+
+    def notice(self, message: str) -> None: ...
+
+    def ready(self, server: LocalServer) -> None: ...
+
+
+@contextmanager
+def local_model_servers(
+    specs: Mapping[R, str | None],
+    temperatures: Mapping[R, float | None] | None = None,
+    *,
+    shared: bool = False,
+    watch: Callable[[Sequence[R], str], LocalServerWatch] | None = None,
+) -> Iterator[dict[R, LLMConfig]]:
+    """role -> how to reach its server, for every role whose spec names a packaged local model
+    (`local`, `local/NAME`): pass it to `with_models(local=...)`. The servers stop when the block
+    ends, normally, on an error or on Ctrl-C.
+
+    Each role gets its own server by default, so the agent's long policy-and-tools prefix stays in
+    its server's prompt cache; `shared=True` starts one server per model for the roles naming it
+    (less loading and memory, but the roles evict each other's cached prefix). `watch(roles,
+    spec)` is called as each server starts and reports on it. Raises `LocalModelError` (an unknown
+    model, missing packages, weights that do not match) or `LocalServerError` (the runtime)."""
+    temperatures = temperatures or {}
+    wanted = {role: spec for role, spec in specs.items() if spec is not None and is_local_spec(spec)}
+    models = {role: model_for_spec(spec).name for role, spec in wanted.items()}  # all known before any starts
+    groups: dict[str, list[R]] = {}  # server key -> the roles it serves
+    for role in wanted:
+        groups.setdefault(models[role] if shared else role, []).append(role)
+    configs: dict[R, LLMConfig] = {}
+    with ExitStack() as servers:
+        for roles in groups.values():
+            spec = wanted[roles[0]]
+            seen = watch(roles, spec) if watch is not None else None
+            server = servers.enter_context(
+                running_local_server(
+                    spec,
+                    on_progress=seen.progress if seen is not None else None,
+                    on_notice=seen.notice if seen is not None else None,
+                )
+            )
+            for role in roles:
+                configs[role] = server.llm_config(temperatures.get(role))
+            if seen is not None:
+                seen.ready(server)
+        yield configs
 
 
 @contextmanager

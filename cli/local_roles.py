@@ -1,18 +1,16 @@
 """`local` / `local/<name>` as agent, user or judge: a packaged model served for the command's run.
 
-Each local role gets its own server (harness/local_server.py) by default, so the agent's long
-policy-and-tools prefix stays in its server's prompt cache; with `shared=True` (`eval
---local-servers shared`) roles that name the same model share one server, which saves loading and
-memory but lets the roles evict each other's cached prefix (both measured in docs/benchmarks.md).
-The command then reaches a server like any OpenAI-compatible endpoint. Assembling and
-hash-checking the weights and loading them can take a while on first use, so both show progress.
-Servers stop when the block ends: normally, on an error, on Ctrl-C.
+`envforge.local_model_servers` starts the servers (one per role, or with `eval --local-servers
+shared` one per model: both measured in docs/benchmarks.md) and stops them when the block ends;
+this draws their start. Assembling and hash-checking the weights and loading them can take a while
+on first use, so both show progress, and a model or runtime that cannot be used is one error line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -20,7 +18,8 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColum
 from .common import console, fail
 
 if TYPE_CHECKING:
-    from envforge.harness import LLMConfig
+    from envforge import LocalServerWatch
+    from envforge.harness import LLMConfig, LocalServer
 
 
 def is_local(spec: str | None) -> bool:
@@ -32,6 +31,25 @@ def is_local(spec: str | None) -> bool:
 R = TypeVar("R", bound=str)
 
 
+@dataclass(frozen=True)
+class ServerBar:
+    """One local server's start, drawn as a bar (weights checked in bytes, then each step)."""
+
+    display: Progress
+    bar: TaskID
+    names: str
+
+    def progress(self, done: int, total: int) -> None:
+        self.display.update(self.bar, completed=done, total=total)
+
+    def notice(self, message: str) -> None:
+        self.display.update(self.bar, description=f"{self.names}: {message}")
+
+    def ready(self, server: LocalServer) -> None:
+        where = f"(pid {server.process.pid}) at {server.base_url}"
+        console.print(f"local {self.names}: {server.model.name} {where}")
+
+
 @contextmanager
 def local_roles(
     specs: Mapping[R, str | None],
@@ -39,49 +57,28 @@ def local_roles(
     *,
     shared: bool = False,
 ) -> Iterator[dict[R, LLMConfig]]:
-    """role -> how to reach its local server, for every role whose spec is local; exits 2 with a
-    one-line error when a model or the runtime cannot be used."""
-    from envforge.harness import LocalModelError, LocalServerError, model_for_spec, running_local_server
+    """role -> how to reach its local server (`envforge.local_model_servers`), for every role whose
+    spec is local; exits 2 with a one-line error when a model or the runtime cannot be used."""
+    import envforge
+    from envforge.harness import LocalModelError, LocalServerError
 
-    temperatures = temperatures or {}
-    configs: dict[R, LLMConfig] = {}
-    with ExitStack() as servers:
-        wanted = {role: spec for role, spec in specs.items() if spec is not None and is_local(spec)}
-        groups: dict[str, list[R]] = {}  # server key -> the roles it serves
-        for role, spec in wanted.items():
-            try:
-                key = model_for_spec(spec).name if shared else role
-            except LocalModelError as exc:
-                fail(str(exc))
-            groups.setdefault(key, []).append(role)
-        if wanted:
-            with Progress(
-                TextColumn("[bold]local[/] {task.description}"),
-                BarColumn(),
-                DownloadColumn(),
-                TimeElapsedColumn(),
-                console=console,
-                transient=True,
-            ) as progress:
-                for roles in groups.values():
-                    names, spec = ", ".join(roles), wanted[roles[0]]
-                    bar = progress.add_task(f"{names}: {spec}: checking weights", total=None)
+    if not any(spec is not None and is_local(spec) for spec in specs.values()):
+        yield {}
+        return
+    servers = ExitStack()
+    columns = (TextColumn("[bold]local[/] {task.description}"), BarColumn(), DownloadColumn())
+    with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as progress:
 
-                    def on_progress(done: int, total: int, bar: TaskID = bar) -> None:
-                        progress.update(bar, completed=done, total=total)
+        def watch(roles: Sequence[R], spec: str) -> LocalServerWatch:
+            names = ", ".join(roles)
+            bar = progress.add_task(f"{names}: {spec}: checking weights", total=None)
+            return ServerBar(progress, bar, names)
 
-                    def on_notice(message: str, bar: TaskID = bar, names: str = names) -> None:
-                        progress.update(bar, description=f"{names}: {message}")
-
-                    try:
-                        server = servers.enter_context(
-                            running_local_server(spec, on_progress=on_progress, on_notice=on_notice)
-                        )
-                    except (LocalModelError, LocalServerError) as exc:
-                        fail(str(exc))
-                    for role in roles:
-                        configs[role] = server.llm_config(temperatures.get(role))
-                    console.print(
-                        f"local {names}: {server.model.name} (pid {server.process.pid}) at {server.base_url}"
-                    )
+        try:
+            configs = servers.enter_context(
+                envforge.local_model_servers(specs, temperatures, shared=shared, watch=watch)
+            )
+        except (LocalModelError, LocalServerError) as exc:
+            fail(str(exc))
+    with servers:  # the bar is gone (one live display at a time: the command may draw its own)
         yield configs

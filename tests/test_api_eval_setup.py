@@ -5,13 +5,14 @@ own `EvalConfig` gets the CLI's checks and errors, before any trial, not an infr
 from __future__ import annotations
 
 import gc
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 import envforge
 
-from conftest import REPO
+from support.paths import REPO
 
 RETAIL = REPO / "envs" / "retail_orders"
 
@@ -74,3 +75,26 @@ def test_the_progress_hooks_see_the_run_start_and_each_trial_land(tmp_path: Path
     with envforge.frozen_heap():
         assert gc.get_freeze_count() > frozen_before
     assert gc.get_freeze_count() == frozen_before
+
+
+def test_local_model_servers_start_nothing_without_a_local_role_and_refuse_an_unknown_model() -> None:
+    """Roles played by hosted models or built-ins need no server; a misspelt packaged model is
+    refused before anything starts (the CLI shows it as one error line)."""
+    from envforge.harness import LocalModelError
+
+    started: list[tuple[list[str], str]] = []
+
+    def watch(roles: Sequence[str], spec: str) -> envforge.LocalServerWatch:
+        started.append((list(roles), spec))
+        raise AssertionError("no server should start")
+
+    with envforge.local_model_servers(
+        {"agent": "oracle", "user": "openai/gpt-4o", "judge": None}, watch=watch
+    ) as got:
+        assert got == {}
+    with (
+        pytest.raises(LocalModelError, match="no-such-model"),
+        envforge.local_model_servers({"user": "local", "agent": "local/no-such-model"}, watch=watch),
+    ):
+        pass
+    assert started == []
