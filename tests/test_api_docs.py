@@ -9,8 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DOC = ROOT / "docs" / "api.md"
+from support.paths import REPO
+
+DOC = REPO / "docs" / "api.md"
 
 
 def example(doc: str) -> str:
@@ -30,7 +31,7 @@ def test_the_api_doc_example_runs_and_prints_what_it_says(tmp_path: Path) -> Non
     script = tmp_path / "api_example.py"
     script.write_text(code, encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line.strip() for line in done.stdout.splitlines()]
@@ -44,5 +45,5 @@ def test_the_api_doc_example_runs_and_prints_what_it_says(tmp_path: Path) -> Non
 
 
 def test_the_readme_points_to_the_api_doc() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert "## Python API" in readme and "docs/api.md" in readme

@@ -13,7 +13,7 @@ import pytest
 import envforge
 from envforge.harness import RunExists
 
-from conftest import REPO
+from support.paths import REPO
 
 RETAIL = REPO / "envs" / "retail_orders"
 

@@ -10,7 +10,7 @@ import pytest
 
 import envforge
 
-from conftest import REPO
+from support.paths import REPO
 
 GYM = REPO / "envs" / "gym"
 

@@ -10,10 +10,10 @@ tests/test_doc_links.py checks that each such section exists.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DOC = ROOT / "docs" / "benchmarks.md"
+from support.paths import REPO
+
+DOC = REPO / "docs" / "benchmarks.md"
 TARGET_LINK = re.compile(r"^\[.+\]\(([\w./-]+\.md)#[^)\s]+\)$")
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 SCRIPT = re.compile(r"(?:benchmarks/)?\b(bench_\w+\.py|ab_synth\.py|load_http\.py|erpo_vs_control\.py)")
@@ -62,7 +62,7 @@ def test_every_row_has_target_current_command_and_date() -> None:
 def test_every_script_a_command_names_exists() -> None:
     named = set(SCRIPT.findall(dashboard()))
     assert named, "the dashboard names no benchmark script"
-    missing = sorted(name for name in named if not (ROOT / "benchmarks" / name).is_file())
+    missing = sorted(name for name in named if not (REPO / "benchmarks" / name).is_file())
     assert not missing, f"the dashboard names scripts that do not exist: {missing}"
 
 

@@ -16,7 +16,8 @@ import pytest
 from envforge.server import load_env
 from envforge.synth import import_tau2_env, load_tasks, tau2_tasks_to_envforge, write_tasks_to
 
-from conftest import REPO, TAU2_NO_DATA, TAU2_RETAIL, tau2_data_missing
+from support.paths import REPO, TAU2_RETAIL
+from support.skips import TAU2_NO_DATA, tau2_data_missing
 
 REALISM_KEYS = {
     "env",

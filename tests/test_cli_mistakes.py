@@ -20,9 +20,9 @@ import pytest
 
 from envforge.cli.main import main
 
-from conftest import envforge_serve
+from support.paths import REPO
+from support.serving import envforge_serve
 
-REPO = Path(__file__).resolve().parents[1]
 ENVS = REPO / "envs"
 KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 
@@ -125,7 +125,7 @@ def test_eval_against_a_server_lacking_the_env(capsys, monkeypatch, tmp_path, gy
 
 
 def test_eval_against_no_server_at_all(capsys, monkeypatch, tmp_path) -> None:
-    from conftest import free_port
+    from support.serving import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
     args = ["eval", str(ENVS / "gym"), "--agent", "oracle", "--server", url, "--out", str(tmp_path / "run")]

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[1]
+from support.paths import REPO
+
 ENVS = REPO / "envs"
 WIDTH = 80
 

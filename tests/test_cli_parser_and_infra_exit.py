@@ -14,11 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_harness_llm import FakeOpenAI
 
-from conftest import run_envforge
+from support.fake_llm import FakeOpenAI
+from support.serving import run_envforge
 
-REPO = Path(__file__).resolve().parents[1]
 BOX = set("╭╮╰╯│─")
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import envforge
 from envforge.cli.main import main
 
-from conftest import REPO
+from support.paths import REPO
 
 CLI = REPO / "cli"
 

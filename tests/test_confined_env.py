@@ -16,7 +16,7 @@ import pytest
 
 from envforge.server import Environment, Fleet, load_env, run_inline
 
-from conftest import REPO
+from support.paths import REPO
 
 CALLS = [
     ("get_member", {"member_id": "M-1001"}),

@@ -17,7 +17,7 @@ import anyio
 
 from envforge.server import Fleet, load_env, on_db_thread
 
-from conftest import REPO
+from support.paths import REPO
 
 
 def test_a_job_left_behind_by_a_closed_loop_does_not_kill_the_db_thread() -> None:

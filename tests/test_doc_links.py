@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from support.paths import REPO
+
 LINK = re.compile(r"(?<!!)\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)\)")
 IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -20,7 +21,7 @@ FENCE = re.compile(r"^\s*(```|~~~)")
 
 
 def documents() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 
 
 def prose(text: str) -> list[str]:
@@ -57,7 +58,7 @@ def anchors(path: Path) -> set[str]:
     return found
 
 
-def broken_links(path: Path, root: Path = ROOT) -> list[str]:
+def broken_links(path: Path, root: Path = REPO) -> list[str]:
     problems = []
     for line in prose(path.read_text(encoding="utf-8")):
         line = re.sub(r"`[^`]*`", "", line)  # code spans hold examples, not links

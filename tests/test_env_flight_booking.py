@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from envforge.server import Environment, Fleet, State, load_env
 
-ENV_DIR = Path(__file__).resolve().parents[1] / "envs" / "flight_booking"
+from support.paths import ENVS
+
+ENV_DIR = ENVS / "flight_booking"
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,15 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from envforge.server import Environment, Fleet, ToolResult, load_env
 
-ENV_DIR = Path(__file__).resolve().parents[1] / "envs" / "it_tickets"
+from support.paths import ENVS
+
+ENV_DIR = ENVS / "it_tickets"
 NOW = "2025-03-14T09:00:00"
 
 

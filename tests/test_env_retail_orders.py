@@ -10,14 +10,15 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from envforge.server import Environment, Fleet, State, load_env
 
-ENV_DIR = Path(__file__).resolve().parent.parent / "envs" / "retail_orders"
+from support.paths import ENVS
+
+ENV_DIR = ENVS / "retail_orders"
 
 
 @pytest.fixture(scope="module")

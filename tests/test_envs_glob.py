@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 from envforge.cli.main import app
 from envforge.server import load_env
 
-from conftest import REPO, envforge_serve
+from support.paths import REPO
+from support.serving import envforge_serve
 
 ENV = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 

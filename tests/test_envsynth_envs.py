@@ -27,9 +27,8 @@ from envforge.synth.envsynth import (
     synthesize_env,
 )
 
-from conftest import REPO
+from support.paths import ENVSYNTH_FIXTURES, REPO
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "envsynth"
 FORMATS = {
     "library": "tools.openai.json",
     "pharmacy": "tools_list.mcp.json",
@@ -66,7 +65,7 @@ async def test_shipped_env_passed_every_gate_and_serves_its_docs(name: str) -> N
 @pytest.mark.parametrize("name", sorted(FORMATS))
 async def test_shipped_env_is_what_the_pipeline_builds(name: str, tmp_path: Path) -> None:
     root = REPO / "envs" / name
-    responder = ReplayResponder.from_path(FIXTURES / name)
+    responder = ReplayResponder.from_path(ENVSYNTH_FIXTURES / name)
     report = await synthesize_env(load_docs(root / "docs"), tmp_path, responder, SynthSettings(name=name))
     assert report.status == "accepted"
     for f in ("env.toml", "schema.sql", "tools.py", "seed.json", "policy.md", "policy_rules.toml"):

@@ -9,7 +9,7 @@ import pytest
 from envforge.server import SEED_IMPORTS, check_python, check_sql
 from envforge.synth.envsynth import SeedRunError, run_seed_generator
 
-REPO = Path(__file__).resolve().parents[1]
+from support.paths import REPO
 
 
 def rules(source: str, **kw: object) -> set[str]:

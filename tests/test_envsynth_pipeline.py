@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import typer
-from envsynth_fake_llm import build_fake_openai
 from typer.testing import CliRunner
 
 from envforge.cli import envsynth_commands, synth_commands
@@ -31,14 +30,15 @@ from envforge.synth.envsynth import (
     synthesize_env,
 )
 
-from conftest import REPO, ServerThread
+from support.envsynth_llm import build_fake_openai
+from support.paths import ENVSYNTH_FIXTURES, REPO
+from support.serving import ServerThread
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "envsynth"
 LIBRARY_DOCS = REPO / "envs" / "library" / "docs"
 
 
 async def run_fixture(fixture: str, out: Path, **settings: object) -> SynthesisReport:
-    responder = ReplayResponder.from_path(FIXTURES / fixture)
+    responder = ReplayResponder.from_path(ENVSYNTH_FIXTURES / fixture)
     cfg = SynthSettings(name="library", **settings)  # type: ignore[arg-type]
     return await synthesize_env(load_docs(LIBRARY_DOCS), out, responder, cfg)
 
@@ -85,7 +85,7 @@ async def test_broken_first_answer_is_caught_and_repaired(
 
 async def test_repair_prompt_carries_the_evidence(tmp_path: Path) -> None:
     seen: list[tuple[str, int, str]] = []
-    inner = ReplayResponder.from_path(FIXTURES / "wrong_name")
+    inner = ReplayResponder.from_path(ENVSYNTH_FIXTURES / "wrong_name")
 
     class Spy:
         model = "spy"
@@ -109,7 +109,7 @@ async def test_persistent_failure_is_rejected_with_reason(tmp_path: Path) -> Non
     assert json.loads((out / "synthesis.json").read_text())["status"] == "rejected"
 
 
-MALICIOUS = FIXTURES / "malicious"
+MALICIOUS = ENVSYNTH_FIXTURES / "malicious"
 
 
 def test_malicious_code_would_create_the_marker_if_run(tmp_path: Path) -> None:
@@ -145,7 +145,7 @@ async def test_malicious_fixture_is_never_imported(tmp_path: Path, monkeypatch: 
 
 
 async def test_http_path_through_litellm_and_a_fake_openai_server(tmp_path: Path) -> None:
-    app, requests = build_fake_openai(load_recordings(FIXTURES / "bad_seed"))
+    app, requests = build_fake_openai(load_recordings(ENVSYNTH_FIXTURES / "bad_seed"))
     with ServerThread(app) as server:
         responder = LiteLLMResponder("openai/fake", api_base=f"{server.url}/v1")
         report = await synthesize_env(
@@ -180,7 +180,7 @@ def test_cli_env_and_envs_resume(tmp_path: Path) -> None:
             "-o",
             str(out / "library"),
             "--replay",
-            str(FIXTURES / "library"),
+            str(ENVSYNTH_FIXTURES / "library"),
         ],
     )
     assert r.exit_code == 0, r.output
@@ -201,7 +201,7 @@ def test_cli_env_and_envs_resume(tmp_path: Path) -> None:
         "--out",
         str(out),
         "--replay-dir",
-        str(FIXTURES),
+        str(ENVSYNTH_FIXTURES),
         "--max-rounds",
         "1",
     ]

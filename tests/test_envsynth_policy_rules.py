@@ -32,9 +32,8 @@ from envforge.synth.envsynth import (
     synthesize_env,
 )
 
-from conftest import REPO
+from support.paths import ENVSYNTH_FIXTURES, REPO
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "envsynth"
 LIBRARY_DOCS = REPO / "envs" / "library" / "docs"
 GOOD = (REPO / "envs" / "library" / "policy_rules.toml").read_text(encoding="utf-8")
 
@@ -54,7 +53,7 @@ class Spy:
 
 
 async def synth(out: Path, *rules: str, max_rounds: int = 3) -> tuple[SynthesisReport, Spy]:
-    answers = load_recordings(FIXTURES / "library")
+    answers = load_recordings(ENVSYNTH_FIXTURES / "library")
     for round_, text in enumerate(rules):
         answers[f"policy_rules:{round_}"] = f"```toml\n{text}```\n"
     spy = Spy(answers)

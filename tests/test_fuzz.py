@@ -18,7 +18,7 @@ from mcp import Client
 
 from envforge.server import EPISODE_META_KEY, MAX_STRING_CHARS, Fleet, load_env
 
-from conftest import BANK_DIR, bundled_env_dirs
+from support.paths import BANK_DIR, bundled_env_dirs
 
 SQL_NASTIES = ["' OR '1'='1", '"; DROP TABLE x; --', "%_\\", "NULL", "0x00", "\x00", "'); DELETE FROM t; --"]
 MUST_FAIL = ("wrong_type", "missing", "extra", "huge")

@@ -31,7 +31,7 @@ from envforge.harness import (
 )
 from envforge.synth import ActionCheck, load_tasks
 
-from conftest import REPO
+from support.paths import REPO
 
 ENV_DIRS = sorted(p for p in (REPO / "envs").iterdir() if (p / "tasks.jsonl").exists())
 RETAIL = REPO / "envs" / "retail_orders"

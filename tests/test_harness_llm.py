@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
-import threading
 import time
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -19,139 +15,15 @@ from envforge.harness import (
     LLMAgent,
     LLMConfig,
     RunDir,
-    confirmation_request,
     run_eval,
     summarize,
 )
-from envforge.server import load_env
-from envforge.synth import Call, Task, identity_call, load_policy_rules, load_tasks
+from envforge.synth import Task, load_tasks
 
-from conftest import REPO
+from support.fake_llm import FakeOpenAI, agent_script, completion, confirmations, scripted_brain
+from support.paths import REPO
 
 RETAIL = REPO / "envs" / "retail_orders"
-Brain = Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]
-
-
-def completion(content: str | None = None, tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if tool_calls:
-        message["tool_calls"] = tool_calls
-    return {
-        "id": "chatcmpl-fake",
-        "object": "chat.completion",
-        "created": 0,
-        "model": "fake",
-        "choices": [
-            {"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}
-        ],
-        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
-    }
-
-
-class FakeOpenAI:
-    """`POST /v1/chat/completions` answered by `brain(body) -> (status, json)`; every request is kept."""
-
-    def __init__(self, brain: Brain) -> None:
-        self.brain = brain
-        self.requests: list[dict[str, Any]] = []
-        self.user_agents: list[str] = []
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def setup(self) -> None:
-                super().setup()
-                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
-                fake.requests.append(body)
-                fake.user_agents.append(self.headers.get("user-agent", ""))
-                status, payload = fake.brain(body)
-                data = json.dumps(payload).encode()
-                head = (
-                    f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {len(data)}\r\n\r\n"
-                ).encode()
-                self.wfile.write(head + data)  # one write: no Nagle stall between headers and body
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self) -> FakeOpenAI:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def agent_script(task: Task) -> list[Call | str]:
-    """What an agent keeping the env's declared policy sends, one item per turn: the identity call
-    the user's facts fill (`identity_call`), then the golden calls, each write the rules want
-    confirmed after `confirmation_request(call)` (the user's yes comes between)."""
-    env = load_env(REPO / "envs" / task.env)
-    rules = load_policy_rules(env)
-    if rules is None:
-        return list(task.golden_calls)
-    script: list[Call | str] = []
-    if any(rules.needs_identity(c.name) for c in task.golden_calls):
-        schemas = {name: spec.input_schema for name, spec in env.tools.items()}
-        identity = identity_call(rules, schemas, {f.name: f.value for f in task.scenario.known_facts})
-        assert identity is not None, task.id
-        script.append(identity)
-    for call in task.golden_calls:
-        if rules.needs_confirmation(call.name):
-            script.append(confirmation_request(call))
-        script.append(call)
-    return script
-
-
-def confirmations(task: Task) -> int:
-    """How many times the agent of `agent_script` asks the user's yes."""
-    return sum(isinstance(step, str) for step in agent_script(task))
-
-
-def scripted_brain(task: Task) -> Brain:
-    """A model that plays both roles: the agent keeps the policy on its way through the golden
-    calls (`agent_script`), then reports; the user asks, says yes to each confirmation request,
-    then stops."""
-    script = agent_script(task)
-
-    def brain(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        messages = body["messages"]
-        if body["model"] == "fake-user":
-            if len(messages) <= 2:
-                return 200, completion("Please help me with my order.")
-            asked = "(yes/no)" in (messages[-1].get("content") or "")
-            return 200, completion("Yes, please go ahead." if asked else "###STOP###")
-        done = sum(1 for m in messages if m["role"] == "assistant")
-        if done < len(script):
-            step = script[done]
-            if isinstance(step, str):
-                return 200, completion(step)
-            return 200, completion(
-                tool_calls=[
-                    {
-                        "id": f"call_{done}",
-                        "type": "function",
-                        "function": {"name": step.name, "arguments": json.dumps(step.arguments)},
-                    }
-                ]
-            )
-        return 200, completion("Done: " + "; ".join(task.required_outputs))
-
-    return brain
 
 
 def llm_config(

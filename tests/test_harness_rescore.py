@@ -9,12 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_harness_llm import FakeOpenAI, scripted_brain
-
 from envforge.harness import EvalConfig, LLMConfig, run_eval
 from envforge.synth import load_tasks
 
-from conftest import REPO
+from support.fake_llm import FakeOpenAI, scripted_brain
+from support.paths import REPO
 
 RETAIL = REPO / "envs" / "retail_orders"
 

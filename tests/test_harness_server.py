@@ -19,7 +19,8 @@ from envforge.harness import EvalConfig, Limits, OracleAgent, RunDir, run_eval
 from envforge.server import load_env
 from envforge.synth import load_policy_rules, load_tasks
 
-from conftest import REPO, free_port
+from support.paths import REPO
+from support.serving import free_port
 
 RETAIL = REPO / "envs" / "retail_orders"
 ENV = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}

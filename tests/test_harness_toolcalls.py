@@ -24,7 +24,7 @@ from envforge.harness.toolcalls import (
     tools_into_prompt,
 )
 
-from conftest import FIXTURES
+from support.paths import FIXTURES
 
 CAPTURED = json.loads((FIXTURES / "local_model_outputs.json").read_text())
 

@@ -33,11 +33,10 @@ from envforge.synth import (
 )
 from envforge.synth.envsynth import ReplayResponder, SynthSettings, load_docs, synthesize_env
 
-from conftest import REPO, bundled_env_dirs
+from support.paths import ENVSYNTH_FIXTURES, REPO, bundled_env_dirs
 
 NUMBERED = re.compile(r"^\s*\d+[.)]", re.MULTILINE)
 SYNTHESIZED = ("car_rental", "gym", "helpdesk_lite", "library", "pharmacy")
-ENVSYNTH_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "envsynth"
 
 ENVS_WITH_TASKS = [d for d in bundled_env_dirs() if (d / "tasks.jsonl").exists()]
 runner = CliRunner()

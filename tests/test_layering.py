@@ -22,14 +22,15 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from support.paths import REPO
+
 FOLDERS = {
-    "envforge": ROOT / "api",
-    "envforge.server": ROOT / "server",
-    "envforge.synth": ROOT / "synth",
-    "envforge.harness": ROOT / "harness",
-    "envforge.trainer": ROOT / "trainer",
-    "envforge.cli": ROOT / "cli",
+    "envforge": REPO / "api",
+    "envforge.server": REPO / "server",
+    "envforge.synth": REPO / "synth",
+    "envforge.harness": REPO / "harness",
+    "envforge.trainer": REPO / "trainer",
+    "envforge.cli": REPO / "cli",
 }
 """Where each package's files live (pyproject's package-dir); subpackages are folders below."""
 
@@ -158,7 +159,7 @@ def wrong_way_imports(package: str, graph: dict[str, list[Import]]) -> list[str]
         for imp in imports:
             if (there := home(imp.target)) is not None and rank[there] > rank[here]:
                 wrong.append(
-                    f"{MODULES[name].path.relative_to(ROOT)}:{imp.line} imports {imp.target}: "
+                    f"{MODULES[name].path.relative_to(REPO)}:{imp.line} imports {imp.target}: "
                     f"{there.rpartition('.')[2]} sits right of {here.rpartition('.')[2]}"
                 )
     return wrong
@@ -238,8 +239,8 @@ def test_no_import_cycle_anywhere_in_envforge() -> None:
 
 def _white_box_tests() -> set[Path]:
     """The test files `tests/ruff.toml` lets past the surfaces (TID251), each with its reason there."""
-    lint = tomllib.loads((ROOT / "tests" / "ruff.toml").read_text(encoding="utf-8"))["lint"]
-    return {ROOT / "tests" / f for f, rules in lint.get("per-file-ignores", {}).items() if "TID251" in rules}
+    lint = tomllib.loads((REPO / "tests" / "ruff.toml").read_text(encoding="utf-8"))["lint"]
+    return {REPO / "tests" / f for f, rules in lint.get("per-file-ignores", {}).items() if "TID251" in rules}
 
 
 def _within(name: str, package: str) -> bool:
@@ -260,9 +261,9 @@ def past_the_surfaces(importers: dict[Path, tuple[str | None, list[Import]]]) ->
             surface = max((s for s in SURFACES if _within(imp.target, s)), key=len, default=None)
             if surface is not None and imp.target != surface and not (name and _within(name, surface)):
                 if not any(name and _within(name, a) and _within(imp.target, b) for a, b in REACH_IN):
-                    wrong.append(f"{path.relative_to(ROOT)}:{imp.line} imports {imp.target} past {surface}")
+                    wrong.append(f"{path.relative_to(REPO)}:{imp.line} imports {imp.target} past {surface}")
             elif _api_module(imp.target) and imp.target != "envforge" and not _api_module(name):
-                wrong.append(f"{path.relative_to(ROOT)}:{imp.line} imports {imp.target} past envforge")
+                wrong.append(f"{path.relative_to(REPO)}:{imp.line} imports {imp.target} past envforge")
     return list(dict.fromkeys(wrong))
 
 
@@ -272,7 +273,7 @@ def _importers() -> dict[Path, tuple[str | None, list[Import]]]:
     }
     exempt = _white_box_tests()
     for folder in ("tests", "benchmarks"):
-        for path in sorted((ROOT / folder).rglob("*.py")):
+        for path in sorted((REPO / folder).rglob("*.py")):
             if path not in exempt:
                 found[path] = (None, list(_imports(path, None)))
     return found
@@ -308,7 +309,7 @@ def test_the_package_surfaces_import_no_ml_stack_and_no_model_client() -> None:
         "heavy = [m for m in ('torch', 'transformers', 'litellm', 'ray', 'vllm') if m in sys.modules]\n"
         "print(','.join(heavy))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == ""
 
 
@@ -317,7 +318,7 @@ LEFT_OF_THE_API = ("server", "synth", "harness", "trainer")
 
 def _top_level_imports(path: Path) -> list[str]:
     """Imports of the top-level `envforge` (api/) itself or of its modules, by absolute name."""
-    own = {p.stem for p in (ROOT / "api").glob("*.py")} - {"__init__"}
+    own = {p.stem for p in (REPO / "api").glob("*.py")} - {"__init__"}
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         names = (
@@ -336,8 +337,8 @@ def test_the_packages_left_of_the_api_never_import_it(package: str) -> None:
     """ruff's banned-api bans a name with everything under it, so `envforge` cannot be banned
     without banning `envforge.server`: the one-way rule for the top level is checked here."""
     offenders = {
-        str(p.relative_to(ROOT)): found
-        for p in (ROOT / package).rglob("*.py")
+        str(p.relative_to(REPO)): found
+        for p in (REPO / package).rglob("*.py")
         if (found := _top_level_imports(p))
     }
     assert offenders == {}
@@ -345,8 +346,8 @@ def test_the_packages_left_of_the_api_never_import_it(package: str) -> None:
 
 def test_the_api_imports_no_cli() -> None:
     offenders = [
-        str(p.relative_to(ROOT))
-        for p in (ROOT / "api").glob("*.py")
+        str(p.relative_to(REPO))
+        for p in (REPO / "api").glob("*.py")
         if "envforge.cli" in p.read_text(encoding="utf-8")
     ]
     assert offenders == []
@@ -362,5 +363,5 @@ def test_importing_envforge_loads_nothing_and_its_names_load_only_their_own_stac
         "heavy = [m for m in ('torch', 'transformers', 'trl', 'ray', 'vllm') if m in sys.modules]\n"
         "print(','.join(bare) + '|' + ','.join(heavy))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "|"

@@ -11,7 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from support.paths import REPO
+
 TRAINING_STACK = ("torch", "transformers", "trl", "ray", "vllm")
 
 
@@ -19,7 +20,7 @@ def _dry_run(target: str, venv: Path) -> str:
     """The commands `make TARGET` would run for a venv at `venv` (recursive makes included)."""
     done = subprocess.run(
         ["make", "-n", "--no-print-directory", target, f"VENV={venv}"],
-        cwd=ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,
@@ -47,7 +48,7 @@ def test_make_demo_reuses_a_venv_set_up_for_everything(tmp_path: Path) -> None:
     venv = tmp_path / ".venv"
     venv.mkdir()
     (venv / ".stamp").touch()  # `make setup` / `make test` made it, after pyproject.toml changed
-    os.utime(venv / ".stamp", (os.path.getmtime(ROOT / "pyproject.toml") + 10,) * 2)
+    os.utime(venv / ".stamp", (os.path.getmtime(REPO / "pyproject.toml") + 10,) * 2)
     assert _installs(_dry_run("demo", venv)) == []
 
 
@@ -78,7 +79,7 @@ def test_the_demo_runs_with_the_training_stack_unimportable(tmp_path: Path) -> N
     )
     done = subprocess.run(
         [sys.executable, "-c", code, str(tmp_path)],
-        cwd=ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=300,

@@ -9,7 +9,7 @@ import pytest
 
 from envforge.server import EnvLoadError, load_env
 
-from conftest import BANK_DIR
+from support.paths import BANK_DIR
 
 
 def _copy(tmp_path: Path) -> Path:

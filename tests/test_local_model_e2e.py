@@ -21,7 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import LOCAL_MODEL_MISSING, REPO, local_model_missing
+from support.paths import REPO
+from support.skips import LOCAL_MODEL_MISSING, local_model_missing
 
 pytestmark = pytest.mark.skipif(local_model_missing(), reason=LOCAL_MODEL_MISSING)
 

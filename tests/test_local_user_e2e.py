@@ -22,7 +22,8 @@ import pytest
 from envforge.harness import request_text
 from envforge.synth import load_tasks
 
-from conftest import LOCAL_MODEL_MISSING, REPO, local_model_missing
+from support.paths import REPO
+from support.skips import LOCAL_MODEL_MISSING, local_model_missing
 
 pytestmark = pytest.mark.skipif(local_model_missing(), reason=LOCAL_MODEL_MISSING)
 

@@ -17,12 +17,13 @@ from typing import Any
 
 import psutil
 import pytest
-from test_harness_llm import FakeOpenAI, completion
 
 from envforge.harness import LLMConfig, Message, ToolCall, detect_user_error, judge_transcript
 from envforge.synth import Task
 
-from conftest import FIXTURES, LOCAL_MODEL_MISSING, REPO, local_model_missing
+from support.fake_llm import FakeOpenAI, completion
+from support.paths import FIXTURES, REPO
+from support.skips import LOCAL_MODEL_MISSING, local_model_missing
 
 ID = re.compile(r"\b[A-Z]{1,3}-\d{3,}\b")
 

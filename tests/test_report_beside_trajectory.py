@@ -39,7 +39,8 @@ from envforge.harness import (
 )
 from envforge.synth import TableDiff, Task, diff_states, load_tasks
 
-from conftest import FIXTURES, REPO, free_port
+from support.paths import FIXTURES, REPO
+from support.serving import free_port
 
 
 def _frozen_flights() -> Path:

@@ -28,7 +28,7 @@ from envforge.synth import (
     render_scenario,
 )
 
-from conftest import REPO, bundled_env_dirs
+from support.paths import REPO, bundled_env_dirs
 
 ENVS_WITH_TASKS = [d for d in bundled_env_dirs() if (d / "tasks.jsonl").exists()]
 CODE_WORD = re.compile(r"\b[a-z]+(?:_[a-z0-9]+)+\b")

@@ -32,7 +32,7 @@ from envforge.synth import (
     score_episode,
 )
 
-from conftest import REPO
+from support.paths import REPO
 
 GYM = REPO / "envs" / "gym"
 RETAIL = REPO / "envs" / "retail_orders"

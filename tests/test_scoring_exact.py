@@ -36,9 +36,8 @@ from envforge.synth import (
     with_answers,
 )
 
-from conftest import TAU2_NO_DATA, TAU2_RETAIL, bundled_env_dirs, tau2_data_missing
-
-REPO = Path(__file__).resolve().parents[1]
+from support.paths import REPO, TAU2_RETAIL, bundled_env_dirs
+from support.skips import TAU2_NO_DATA, tau2_data_missing
 
 
 def found(required: str, *said: str, known: str = "", shown: tuple[str, ...] = ()) -> bool:

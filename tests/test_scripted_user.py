@@ -31,7 +31,7 @@ from envforge.harness import (
 )
 from envforge.synth import Call, Task, load_tasks
 
-from conftest import REPO
+from support.paths import REPO
 
 GYM = REPO / "envs" / "gym"
 BUNDLED = sorted(p.parent for p in (REPO / "envs").glob("*/tasks.jsonl"))

@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from test_synth_graph import write_shop_env
 from typer.testing import CliRunner
 
 from envforge.cli.main import app
@@ -30,7 +29,8 @@ from envforge.synth import (
 from envforge.synth.checks.adversaries import counts, write_positions
 from envforge.synth.task.statediff import entity_ids
 
-from conftest import REPO, bundled_env_dirs
+from support.paths import REPO, bundled_env_dirs
+from support.shop import write_shop_env
 
 IT = REPO / "envs" / "it_tickets"
 

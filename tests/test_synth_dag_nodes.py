@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from envforge.synth import CallNode, Dag, ReasonNode, Task
 
-ENVS = Path(__file__).resolve().parents[1] / "envs"
+from support.paths import ENVS
 
 
 def test_every_shipped_task_reads_back_and_writes_the_same_bytes() -> None:

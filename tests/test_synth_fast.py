@@ -40,7 +40,7 @@ from envforge.synth.checks.verify import adversary_rewards
 from envforge.synth.task.hashing import StateHasher, loose_columns, same_row
 from envforge.synth.task.statediff import _table_json, json_key
 
-REPO = Path(__file__).resolve().parents[1]
+from support.paths import REPO
 
 
 async def _export(env: Environment, episode) -> dict:  # type: ignore[no-untyped-def]

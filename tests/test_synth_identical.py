@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from envforge.cli.synth_commands import register
 
-ENVS = Path(__file__).resolve().parents[1] / "envs"
+from support.paths import ENVS
+
 SHIPPING = sorted(p.parent.name for p in ENVS.glob("*/tasks.jsonl") if p.stat().st_size)
 
 

@@ -20,7 +20,7 @@ import pytest
 from envforge.server import Environment, Fleet, load_env, open_database
 from envforge.synth import Task, apply_diff, diff_states, load_tasks, primary_keys, synthesize, tasks_jsonl
 
-from conftest import REPO, bundled_env_dirs
+from support.paths import REPO, bundled_env_dirs
 
 STOCKED = [p for p in bundled_env_dirs() if (p / "tasks.jsonl").exists()]
 

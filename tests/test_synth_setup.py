@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
@@ -24,7 +23,7 @@ from envforge.synth import (
     verify_task,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+from support.paths import REPO
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import random
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,7 +32,7 @@ from envforge.synth.graph.domains import accepts, weighted_choice
 from envforge.synth.walk.outcomes import COVERAGE_SPAN, FLOOR, Outcomes, Tally
 from envforge.synth.walk.replayer import Replayer
 
-REPO = Path(__file__).resolve().parents[1]
+from support.paths import REPO
 
 
 @pytest.fixture(autouse=True)

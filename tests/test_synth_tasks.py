@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import typer
-from test_synth_graph import write_shop_env
 from typer.testing import CliRunner
 
 from envforge.cli.synth_commands import register
@@ -29,7 +28,9 @@ from envforge.synth import (
     verify_task,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+from support.paths import REPO
+from support.shop import write_shop_env
+
 BUNDLED = ("retail_orders", "flight_booking", "it_tickets")
 
 

@@ -25,7 +25,9 @@ from envforge.cli.main import app
 from envforge.harness import RunDir
 from envforge.synth import load_tasks
 
-from conftest import REPO, TAU2_NO_DATA, TAU2_RETAIL, envforge_serve, tau2_data_missing
+from support.paths import REPO, TAU2_RETAIL
+from support.serving import envforge_serve
+from support.skips import TAU2_NO_DATA, tau2_data_missing
 
 pytestmark = pytest.mark.skipif(tau2_data_missing("split_tasks.json"), reason=TAU2_NO_DATA)
 

@@ -18,7 +18,8 @@ import pytest
 from envforge.harness import EvalConfig, Message, ToolCall, run_eval
 from envforge.synth import Task, import_tau2_env
 
-from conftest import TAU2_NO_DATA, TAU2_RETAIL, tau2_data_missing
+from support.paths import TAU2_RETAIL
+from support.skips import TAU2_NO_DATA, tau2_data_missing
 
 pytestmark = pytest.mark.skipif(tau2_data_missing("tasks.json"), reason=TAU2_NO_DATA)
 

@@ -30,9 +30,9 @@ from envforge.synth import (
     tools_json_mismatches,
 )
 
-from conftest import TAU2_NO_DATA, TAU2_RETAIL, tau2_data_missing
+from support.paths import TAU2_RETAIL
+from support.skips import TAU2_NO_DATA, tau2_data_missing
 
-REPO = Path(__file__).resolve().parents[1]
 PORT_CODE = ("env.toml", "schema.sql", "tools.py")
 RETAIL = TAU2_RETAIL
 

@@ -36,9 +36,9 @@ from envforge.synth import (
     verify_report,
 )
 
-from conftest import TAU2_NO_DATA, TAU2_RETAIL, tau2_data_missing
+from support.paths import TAU2_RETAIL
+from support.skips import TAU2_NO_DATA, tau2_data_missing
 
-REPO = Path(__file__).resolve().parents[1]
 RETAIL = TAU2_RETAIL
 #: τ²-bench's retail folder as published (no tools.json).
 DATA_FILES = ("db.json", "policy.md", "tasks.json", "split_tasks.json")

@@ -14,7 +14,7 @@ import pytest
 
 from envforge.harness import parse_tool_calls
 
-from conftest import FIXTURES
+from support.paths import FIXTURES
 
 CALL = {"name": "get_member", "arguments": {"member_id": "G-114"}}
 

@@ -13,7 +13,6 @@ import anyio
 import pytest
 import torch
 import torch.multiprocessing as mp
-from test_trainer_tokens import ROWS, _trajs_on_policy
 from transformers import AutoModelForCausalLM
 
 from envforge.server import Fleet, load_env
@@ -30,7 +29,8 @@ from envforge.trainer import (
     write_bandit_env,
 )
 
-from conftest import free_port
+from support.serving import free_port
+from support.trajectories import ROWS, on_policy_rows
 
 CONFIG = LearnerConfig(lr=1e-2, micro_batch=2, weight_decay=0.01)
 STEPS = 2  # the second step runs off-policy (ratio != 1), so clipping is exercised too
@@ -71,7 +71,7 @@ def test_two_ranks_update_exactly_like_one_process(model_dir: Path, tmp_path: Pa
 
     tok = PreTrainedTokenizerFast.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    trajs = _trajs_on_policy(model, tok, ROWS)  # two envs, one masked trajectory, uneven shards
+    trajs = on_policy_rows(model, tok, ROWS)  # two envs, one masked trajectory, uneven shards
     batch = tmp_path / "batch.jsonl"
     batch.write_text("".join(t.model_dump_json() + "\n" for t in trajs))
 

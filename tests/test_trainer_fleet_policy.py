@@ -7,8 +7,6 @@ hands the user to a human where the policy forbids it, paid in full.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import anyio
 import pytest
 
@@ -16,7 +14,7 @@ from envforge.server import Fleet, load_env
 from envforge.synth import Task, ToolShape, adversary_calls, load_policy_rules, load_tasks
 from envforge.trainer import FleetRolloutEnv, NeedsUser, lookup_tasks
 
-ENVS = Path(__file__).resolve().parents[1] / "envs"
+from support.paths import ENVS
 
 
 def test_write_tasks_under_a_confirmation_rule_are_refused_without_a_user() -> None:

@@ -22,7 +22,8 @@ from envforge.harness import InfraError
 from envforge.trainer import RunOptions, WorkerSpec
 from envforge.trainer.run import _fleet
 
-from conftest import REPO, envforge_serve
+from support.paths import REPO
+from support.serving import envforge_serve
 
 RETAIL = REPO / "envs" / "retail_orders"
 TOKEN = secrets.token_urlsafe(16)

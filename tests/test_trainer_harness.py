@@ -36,7 +36,9 @@ from envforge.trainer import (
     unbatched_session,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+from support.paths import REPO
+from support.tokenizer import EOS, ChunkTokenizer
+
 RETAIL = REPO / "envs" / "retail_orders"
 ID_VALUE = re.compile(r"[A-Z]+-\d+")
 # Two tasks whose first fact, the one the scripted agent asks for, is a record id (a liar states
@@ -46,39 +48,8 @@ TASK_IDS = [
     for t in load_tasks(RETAIL)
     if t.scenario.known_facts and ID_VALUE.fullmatch(str(t.scenario.known_facts[0].value))
 ][:2]
-EOS = 0
 SOLVER_ASK = "What is your {fact}?"
 LAZY_ASK = "Could you tell me your {fact}?"
-
-
-class ChunkTokenizer:
-    """Words, single spaces/newlines and punctuation get ids as first seen (0 is EOS).
-
-    Decoding concatenates, so tool-call JSON survives exactly (a word-level HF tokenizer would put
-    spaces inside it), and sequences stay a few times shorter than bytes, which keeps the learner's
-    forward passes cheap.
-    """
-
-    CHUNK = re.compile(r"\w+|\s|[^\w\s]")
-
-    def __init__(self) -> None:
-        self.vocab: dict[str, int] = {}
-        self.words: list[str] = ["<eos>"]
-
-    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        ids = []
-        for piece in self.CHUNK.findall(text):
-            if piece not in self.vocab:
-                self.vocab[piece] = len(self.words)
-                self.words.append(piece)
-            ids.append(self.vocab[piece])
-        return ids
-
-    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        return "".join(self.words[i] for i in ids if i != EOS)
-
-    def convert_tokens_to_ids(self, token: str) -> int:
-        return EOS
 
 
 def first_fact(task: Task) -> str:

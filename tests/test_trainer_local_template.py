@@ -17,7 +17,7 @@ import pytest
 from envforge.harness import assemble, cache_dir, model_for_spec
 from envforge.trainer import SequenceBuilder, load_tokenizer
 
-from conftest import LOCAL_MODEL_MISSING, local_model_missing
+from support.skips import LOCAL_MODEL_MISSING, local_model_missing
 
 
 def trainer_tokenizer(name: str, scratch: Path) -> Any:

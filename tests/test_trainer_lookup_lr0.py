@@ -12,7 +12,6 @@ import anyio
 import pytest
 import torch
 import typer
-from trainer_trajectories import on_policy_trajectories
 from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
@@ -31,7 +30,8 @@ from envforge.trainer import (
     split_tasks,
 )
 
-ENVS = Path(__file__).resolve().parents[1] / "envs"
+from support.paths import ENVS
+from support.trajectories import on_policy_trajectories
 
 
 @pytest.fixture(scope="module")

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_trajectories import on_policy_trajectories
 from transformers import AutoModelForCausalLM
 
 from envforge.trainer import Learner, LearnerConfig, Trajectory, bandit_corpus, build_tiny_model
+
+from support.trajectories import on_policy_trajectories
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ import pytest
 import ray
 import torch
 import typer
-from test_trainer_vllm import FakeVLLM
 from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
@@ -53,7 +52,8 @@ from envforge.trainer import (
     write_bandit_env,
 )
 
-from conftest import ServerThread
+from support.fake_llm import FakeVLLM
+from support.serving import ServerThread
 
 ONE_PRESS = RolloutConfig(max_turns=1, max_new_tokens=1)
 

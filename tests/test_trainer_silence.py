@@ -12,11 +12,9 @@ to anything (as the model users of the issue did).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
-from test_trainer_harness import EOS, ChunkTokenizer
 
 from envforge.harness import STOP, Message, UserReply, load_env_tasks, request_text
 from envforge.server import Fleet
@@ -30,7 +28,9 @@ from envforge.trainer import (
     unbatched_session,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+from support.paths import REPO
+from support.tokenizer import EOS, ChunkTokenizer
+
 GYM = REPO / "envs" / "gym"
 TASK_IDS = ["gym-0-00000", "gym-0-00001"]  # requests that differ: the backend tells them apart
 REFUSER_ID, SILENT_ID = "G-102", "G-103"

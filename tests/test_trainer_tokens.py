@@ -20,7 +20,6 @@ from envforge.trainer import (
     LearnerConfig,
     RolloutConfig,
     SequenceBuilder,
-    Trajectory,
     bandit_corpus,
     bandit_tasks,
     build_tiny_model,
@@ -33,6 +32,8 @@ from envforge.trainer import (
     write_bandit_env,
 )
 from envforge.trainer.rollout import rollout
+
+from support.trajectories import ROWS, on_policy_rows
 
 
 @pytest.fixture(scope="module")
@@ -142,47 +143,9 @@ def test_parse_tool_call() -> None:
     assert parse_tool_call("hello", names) is None
 
 
-def _trajs_on_policy(model, tok, rows: list[tuple[str, str, float, bool]]) -> list[Trajectory]:
-    """Trajectories whose stored logprobs equal the model's current ones (ratio == 1)."""
-    out = []
-    g = torch.Generator().manual_seed(0)
-    for env, task, reward, user_error in rows:
-        ids = torch.randint(4, len(tok), (10,), generator=g).tolist()
-        mask = [0] * 5 + [1] * 5
-        t = torch.tensor([ids])
-        with torch.no_grad():
-            lp = [0.0, *token_logprobs(model, t, torch.ones_like(t), 1.0)[0].tolist()]
-        logprobs = [x if m else 0.0 for x, m in zip(lp, mask, strict=True)]
-        out.append(
-            Trajectory(
-                env=env,
-                task_id=task,
-                token_ids=ids,
-                logprobs=logprobs,
-                loss_mask=mask,
-                reward=reward,
-                user_error=user_error,
-                policy_version=0,
-            )
-        )
-    return out
-
-
-ROWS = [
-    ("a", "t1", 1.0, False),
-    ("a", "t1", 0.0, False),
-    ("a", "t2", 1.0, False),
-    ("a", "t2", 0.0, True),
-    ("a", "t2", 0.5, False),
-    ("b", "u1", 0.2, False),
-    ("b", "u1", 0.0, False),
-    ("b", "u2", 1.0, False),
-]
-
-
 def test_loss_applies_exactly_the_erpo_advantages(model_dir: Path, tok) -> None:
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    trajs = _trajs_on_policy(model, tok, ROWS)
+    trajs = on_policy_rows(model, tok, ROWS)
     want = erpo_advantages(
         [r[2] for r in ROWS], [r[0] for r in ROWS], [r[1] for r in ROWS], [r[3] for r in ROWS]
     )
@@ -207,7 +170,7 @@ def test_loss_applies_exactly_the_erpo_advantages(model_dir: Path, tok) -> None:
 
 def test_masked_trajectory_does_not_change_the_update(model_dir: Path, tok) -> None:
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    trajs = _trajs_on_policy(model, tok, ROWS)
+    trajs = on_policy_rows(model, tok, ROWS)
     kept = [t for t in trajs if not t.user_error]
     weird = trajs[3].model_copy(update={"reward": 100.0})
     a = Learner(copy.deepcopy(model), LearnerConfig(lr=0.05), pad_id=tok.pad_token_id)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_trajectories import on_policy_trajectories
 from transformers import AutoModelForCausalLM
 
 from envforge.trainer import (
@@ -22,6 +21,8 @@ from envforge.trainer import (
     load_tokenizer,
     token_logprobs,
 )
+
+from support.trajectories import on_policy_trajectories
 
 
 @pytest.fixture(scope="module")

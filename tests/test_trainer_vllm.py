@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 from transformers import AutoModelForCausalLM
 
 from envforge.server import Fleet, load_env
@@ -25,56 +20,8 @@ from envforge.trainer import (
 )
 from envforge.trainer.rollout import rollout
 
-from conftest import ServerThread
-
-
-class FakeVLLM:
-    """Answers /v1/completions with scripted token ids as `token_id:<n>` and records requests."""
-
-    def __init__(self, script: list[list[int]]) -> None:
-        self.script = script
-        self.requests: list[dict[str, Any]] = []
-        self.syncs: list[dict[str, Any]] = []
-
-    async def completions(self, request: Request) -> JSONResponse:
-        body = await request.json()
-        self.requests.append(body)
-        if not all(isinstance(t, int) for t in body["prompt"]) or not body.get("return_tokens_as_token_ids"):
-            return JSONResponse({"error": "expected token ids"}, status_code=400)
-        ids = self.script[(len(self.requests) - 1) % len(self.script)][: body["max_tokens"]]
-        return JSONResponse(
-            {
-                "id": "cmpl-1",
-                "object": "text_completion",
-                "model": body["model"],
-                "choices": [
-                    {
-                        "index": 0,
-                        "text": "",
-                        "finish_reason": "stop",
-                        "logprobs": {
-                            "tokens": [f"token_id:{t}" for t in ids],
-                            "token_logprobs": [-0.25 * (k + 1) for k in range(len(ids))],
-                            "top_logprobs": [{f"token_id:{t}": -0.25 * (k + 1)} for k, t in enumerate(ids)],
-                            "text_offset": [0] * len(ids),
-                        },
-                    }
-                ],
-                "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(ids)},
-            }
-        )
-
-    async def update(self, request: Request) -> JSONResponse:
-        self.syncs.append(await request.json())
-        return JSONResponse({"ok": True})
-
-    def app(self) -> Starlette:
-        return Starlette(
-            routes=[
-                Route("/v1/completions", self.completions, methods=["POST"]),
-                Route("/update_weights", self.update, methods=["POST"]),
-            ]
-        )
+from support.fake_llm import FakeVLLM
+from support.serving import ServerThread
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from mcp import Client, StdioServerParameters
 
 from envforge.server import EPISODE_META_KEY, EnvClients, Fleet, build_app, episode_client
 
-from conftest import BANK_DIR
+from support.paths import BANK_DIR
 
 
 def _text(result: types.CallToolResult) -> str:
@@ -137,7 +137,7 @@ async def test_http_legacy_sessions_get_private_episodes_and_stateless_writes_ar
 
 
 async def test_control_plane_requires_token_off_loopback(bank_env):
-    from conftest import ServerThread
+    from support.serving import ServerThread
 
     with pytest.raises(ValueError, match="bearer token"):
         build_app(Fleet([bank_env]), host="0.0.0.0")

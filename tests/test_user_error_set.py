@@ -17,7 +17,6 @@ from typing import Any
 
 import anyio
 import pytest
-from test_harness_llm import FakeOpenAI, completion
 
 from envforge.harness import (
     DEFAULT_PER_ENV,
@@ -36,7 +35,8 @@ from envforge.harness import (
 )
 from envforge.synth import Task
 
-from conftest import FIXTURES, REPO
+from support.fake_llm import FakeOpenAI, completion
+from support.paths import FIXTURES, REPO
 
 LABELED = FIXTURES / "meu_labeled.jsonl"
 # Two tasks frozen for the hand-written conversations below (each names its task's values); the

@@ -13,12 +13,12 @@ from typing import Any
 
 import anyio
 import pytest
-from test_harness_llm import FakeOpenAI, completion
 
 from envforge.harness import LLMConfig, LLMUser, Message
 from envforge.synth import Task, load_tasks
 
-from conftest import REPO
+from support.fake_llm import FakeOpenAI, completion
+from support.paths import REPO
 
 REQUEST = "Hi, I'd like to cancel one of my orders."
 

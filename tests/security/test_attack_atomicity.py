@@ -16,7 +16,8 @@ from mcp import Client, StdioServerParameters
 
 from envforge.server import EnvLoadError, Fleet, build_app, load_env
 
-from conftest import FIXTURES, ServerThread
+from support.paths import FIXTURES
+from support.serving import ServerThread
 
 ATTACK_SHOP = FIXTURES / "attack_shop"
 ITEMS = 12

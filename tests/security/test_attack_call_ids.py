@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_harness_llm import FakeOpenAI, completion
 
 from envforge.harness import EvalConfig, Limits, LLMConfig, Message, ToolCall, run_eval, shown_texts
 from envforge.server import Fleet, load_env
@@ -30,7 +29,8 @@ from envforge.synth import (
     score_episode,
 )
 
-from conftest import REPO, bundled_env_dirs
+from support.fake_llm import FakeOpenAI, completion
+from support.paths import REPO, bundled_env_dirs
 
 ECHO = " ".join(str(v) for v in range(10))
 HEDGES = ("It is 1 or 2.", "It is 0, 1 or 2.", "It is 1, 2 or 3.")

@@ -19,7 +19,7 @@ import pytest
 
 from envforge.server import ERROR_META_KEY, Fleet, build_app, load_env
 
-from conftest import ServerThread
+from support.serving import ServerThread
 
 TOOLS = textwrap.dedent(
     '''

@@ -19,9 +19,10 @@ from typing import Any
 
 import anyio
 import pytest
-from test_attack_confinement import make_confined_env
 
 from envforge.server import Environment, Fleet, load_env
+
+from support.confined import make_confined_env
 
 FORGING_TOOLS = textwrap.dedent(
     '''

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gc
-import re
 import sqlite3
 import textwrap
 import threading
@@ -23,11 +21,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from test_attack_confinement import make_confined_env
 
 from envforge.server import Environment, Fleet, ScratchPool, execute, load_env, run_inline
 from envforge.server.core.dbthreads import WorkerPool
 from envforge.server.sandbox import confined_tools as confined_tools_module
+
+from support.confined import make_confined_env
+from support.probes import peak_growth_mb_since_reset, reset_peak
 
 CALL_LIMIT_S = 1.5
 """The call time limit in these tests (30 s when serving)."""
@@ -269,28 +269,6 @@ async def test_an_endless_statement_in_a_scratch_episode_stops_at_the_call_limit
     finally:
         pool.close(ep)
         pool.close_all()
-
-
-def _status_mb(field: str) -> float:
-    status = Path("/proc/self/status").read_text()
-    found = re.search(rf"^{field}:\s+(\d+) kB", status, re.MULTILINE)
-    assert found is not None, status
-    return int(found.group(1)) / 1024
-
-
-def peak_growth_mb_since_reset() -> float:
-    """How far this process's peak RSS rose above its RSS at the last `reset_peak()`."""
-    return _status_mb("VmHWM") - _reset_at[0]
-
-
-_reset_at = [0.0]
-
-
-def reset_peak() -> None:
-    """Start this process's peak RSS (VmHWM) afresh, so a test sees its own peak, not an earlier one."""
-    gc.collect()
-    Path("/proc/self/clear_refs").write_text("5")
-    _reset_at[0] = _status_mb("VmRSS")
 
 
 @pytest.mark.parametrize("inline", [False, True], ids=["serving", "synthesis"])

@@ -23,6 +23,8 @@ from envforge.server import EnvLoadError, Fleet, load_env
 from envforge.server.sandbox import confined_tools as confined_tools_module
 from envforge.server.sandbox import confinement
 
+from support.confined import make_confined_env
+
 PAYLOAD_TOOLS = textwrap.dedent(
     '''
     """Payloads: each tool tries to reach the host from inside a confined worker."""
@@ -230,18 +232,6 @@ PAYLOAD_TOOLS = textwrap.dedent(
 )
 
 
-def make_confined_env(root: Path, tools: str = PAYLOAD_TOOLS) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "env.toml").write_text(
-        'name = "payloads"\ndescription = "payloads"\nseed = "seed.json"\ntrust = "confined"\n'
-    )
-    (root / "policy.md").write_text("Payloads.\n")
-    (root / "schema.sql").write_text("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);\n")
-    (root / "seed.json").write_text(json.dumps({"notes": [{"id": 1, "body": "seed"}]}))
-    (root / "tools.py").write_text(tools)
-    return root
-
-
 @pytest.fixture
 def payload_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-parent-secret-123")
@@ -249,7 +239,7 @@ def payload_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         confined_tools_module.DEFAULT_LIMITS, call_timeout_s=8.0, cpu_seconds_per_call=3
     )
     monkeypatch.setattr(confined_tools_module, "DEFAULT_LIMITS", limits)
-    return load_env(make_confined_env(tmp_path / "payloads"), static_gate=False)
+    return load_env(make_confined_env(tmp_path / "payloads", PAYLOAD_TOOLS), static_gate=False)
 
 
 async def _bystander_still_works(fleet: Fleet) -> None:
@@ -459,7 +449,7 @@ async def test_the_hard_cpu_limit_bounds_a_worker_that_lifts_its_budget(
         cpu_seconds_per_worker=8,
     )
     monkeypatch.setattr(confined_tools_module, "DEFAULT_LIMITS", limits)
-    env = load_env(make_confined_env(tmp_path / "payloads"), static_gate=False)
+    env = load_env(make_confined_env(tmp_path / "payloads", PAYLOAD_TOOLS), static_gate=False)
     fleet = Fleet([env])
     try:
         ep = await fleet.create_episode("payloads")
@@ -535,7 +525,7 @@ async def test_cancelling_a_call_mid_way_leaves_no_partial_write(payload_env) ->
 def test_without_confinement_a_confined_env_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Fail closed: with bubblewrap missing from PATH the env does not load, and says why in one line."""
 
-    root = make_confined_env(tmp_path / "payloads")
+    root = make_confined_env(tmp_path / "payloads", PAYLOAD_TOOLS)
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     monkeypatch.delenv(confinement.ALLOW_UNCONFINED_ENV, raising=False)
     confinement.confinement_problem.cache_clear()
@@ -553,7 +543,7 @@ async def test_the_operator_opt_out_runs_unconfined_with_a_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """`ENVFORGE_ALLOW_UNCONFINED=1` is explicit, logged, and still clears the environment."""
-    root = make_confined_env(tmp_path / "payloads")
+    root = make_confined_env(tmp_path / "payloads", PAYLOAD_TOOLS)
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     monkeypatch.setenv(confinement.ALLOW_UNCONFINED_ENV, "1")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-parent-secret-123")

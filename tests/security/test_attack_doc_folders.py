@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from support.paths import REPO
 
 SECRET = "HOST-SECRET-9d2e7"
 DOC = f"## leak_{SECRET.replace('-', '_').lower()}\n\n{SECRET}: the operator's credentials.\n"

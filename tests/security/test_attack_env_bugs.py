@@ -9,7 +9,6 @@ from pathlib import Path
 import httpx
 import mcp_types as types
 from mcp import Client
-from test_synth_graph import write_shop_env
 from typer.testing import CliRunner
 
 from envforge.cli.main import app
@@ -17,7 +16,9 @@ from envforge.harness import EvalConfig, run_eval
 from envforge.server import ERROR_META_KEY, Fleet, build_app, load_env
 from envforge.synth import SynthConfig, synthesize, tasks_jsonl
 
-from conftest import FIXTURES, ServerThread
+from support.paths import FIXTURES
+from support.serving import ServerThread
+from support.shop import write_shop_env
 
 ATTACK_SHOP = FIXTURES / "attack_shop"
 REFUSAL = 'raise ToolError("only pending orders can be cancelled")'

@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_attack_confinement import make_confined_env
 
 from envforge.server import EnvLoadError, load_env
 
-from conftest import REPO
+from support.confined import make_confined_env
+from support.paths import REPO
 
 SECRET = "HOST-SECRET-4f1c9 the operator's private key"
 

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_harness_llm import FakeOpenAI, completion, scripted_brain
 
 from envforge.harness import EvalConfig, Limits, LLMConfig, run_eval, summarize
 from envforge.synth import Task, load_tasks
 
-from conftest import REPO
+from support.fake_llm import FakeOpenAI, completion, scripted_brain
+from support.paths import REPO
 
 RETAIL = REPO / "envs" / "retail_orders"
 

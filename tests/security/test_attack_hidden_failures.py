@@ -25,7 +25,7 @@ from envforge.harness import EvalConfig, Message, ToolCall, build_agent, run_eva
 from envforge.server import Fleet, load_env
 from envforge.synth import Task, load_tasks
 
-from conftest import REPO
+from support.paths import REPO
 
 RETAIL = REPO / "envs" / "retail_orders"
 POKES = {

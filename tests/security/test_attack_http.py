@@ -8,69 +8,28 @@ that exhausts file descriptors. Socket counts and waits are bounded so the suite
 from __future__ import annotations
 
 import os
-import resource
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import httpx
 import pytest
 
 from envforge.server import Fleet, build_app
 
-from conftest import BANK_DIR, MCP_INITIALIZE, free_port
+from support.bank_server import TOKEN, serve_bank
+from support.paths import BANK_DIR
+from support.serving import MCP_INITIALIZE, free_port
 
-TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-@contextmanager
-def envforge_serve(
-    *options: str, log: Path, nofile: int | None = None, token: str | None = TOKEN
-) -> Iterator[str]:
-    """`envforge serve` on an ephemeral loopback port; yields its base URL. stderr goes to `log`."""
-    port = free_port()
-    args = [sys.executable, "-m", "envforge.cli", "serve", str(BANK_DIR), "--port", str(port), *options]
-    if token:
-        args += ["--token", token]
-
-    def limit_descriptors() -> None:
-        if nofile is not None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(args, stdout=sink, stderr=sink, env=env, preexec_fn=limit_descriptors)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"envforge serve did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`envforge serve` as an operator starts it: default limits, a token."""
-    with envforge_serve(log=tmp_path_factory.mktemp("serve") / "serve.log") as url:
+    with serve_bank(log=tmp_path_factory.mktemp("serve") / "serve.log") as url:
         yield url
 
 
@@ -78,7 +37,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def impatient(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`envforge serve` with one-second header and body timeouts, so stalls are cut off quickly."""
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with envforge_serve("--header-timeout", "1", "--body-timeout", "1", log=log) as url:
+    with serve_bank("--header-timeout", "1", "--body-timeout", "1", log=log) as url:
         yield url
 
 
@@ -185,7 +144,7 @@ BAD_STATES = [
 
 def test_malformed_state_is_a_one_line_400_naming_the_fault(tmp_path):
     log = tmp_path / "serve.log"
-    with envforge_serve(log=log) as url:
+    with serve_bank(log=log) as url:
         for state, names in BAD_STATES:
             body = f'{{"env": "bank", "state": {state}}}'
             answer = httpx.post(
@@ -231,7 +190,7 @@ def test_wildcard_bind_without_token_is_refused(bank_env):
 
 def test_idle_socket_flood_leaves_healthz_answering_and_the_log_small(tmp_path):
     log = tmp_path / "serve.log"
-    with envforge_serve(log=log, nofile=256) as url:
+    with serve_bank(log=log, nofile=256) as url:
         host, port = url.removeprefix("http://").split(":")
         idle = []
         try:
@@ -325,7 +284,7 @@ def _busy_sockets(url: str, count: int, kind: str) -> list[socket.socket]:
 def test_busy_connections_of_one_client_cannot_fill_the_connection_cap(tmp_path, kind):
     log = tmp_path / "serve.log"
     options = ("--max-connections", "20", "--body-timeout", "2", "--body-deadline", "4")
-    with envforge_serve(*options, log=log) as url:
+    with serve_bank(*options, log=log) as url:
         socks = _busy_sockets(url, 25, kind)
         try:
             started = time.monotonic()
@@ -359,7 +318,7 @@ def test_a_forwarded_for_header_does_not_make_a_new_client(tmp_path):
     X-Forwarded-For on each request (uvicorn's default trusts it from loopback). The client is
     the peer address however the header varies: the cap still answers 429."""
     log = tmp_path / "serve.log"
-    with envforge_serve("--max-episodes-per-client", "3", log=log, token=None) as url:
+    with serve_bank("--max-episodes-per-client", "3", log=log, token=None) as url:
         codes = [
             httpx.post(
                 url + "/control/episodes", json={"env": "bank"}, headers={"X-Forwarded-For": f"10.0.0.{i}"}
@@ -376,7 +335,7 @@ def test_a_response_in_pieces_is_not_held_back_by_nagle(tmp_path):
     Nagle's algorithm on: a response written in pieces then waited for the client's delayed ACK,
     ~40 ms a call (22 calls a second on one episode, where a bare server did 800). Forty calls on
     one connection must take well under that."""
-    with envforge_serve(log=tmp_path / "serve.log", token=None) as url:
+    with serve_bank(log=tmp_path / "serve.log", token=None) as url:
         with httpx.Client(base_url=url, timeout=30) as client:
             episode = client.post("/control/episodes", json={"env": "bank"}).json()["episode_id"]
             call = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}

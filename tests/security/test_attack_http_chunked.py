@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from test_attack_http import TOKEN, envforge_serve
+
+from support.bank_server import TOKEN, serve_bank
 
 LIMIT = 1024 * 1024
 STREAM = 64 * LIMIT  # what the attacker is ready to send: far more than the limit
@@ -24,7 +25,7 @@ CHUNK = 64 * 1024
 def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`envforge serve` with a 1 MiB body limit."""
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with envforge_serve("--max-body-bytes", str(LIMIT), log=log) as url:
+    with serve_bank("--max-body-bytes", str(LIMIT), log=log) as url:
         yield url
 
 

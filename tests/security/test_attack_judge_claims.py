@@ -15,12 +15,13 @@ import json
 from typing import Any
 
 import pytest
-from test_harness_llm import FakeOpenAI, completion
 
 from envforge.harness import LLMConfig, Message, ToolCall, detect_user_error, judge_transcript
 from envforge.synth import Task, load_tasks
 
-from conftest import LOCAL_MODEL_MISSING, REPO, local_model_missing
+from support.fake_llm import FakeOpenAI, completion
+from support.paths import REPO
+from support.skips import LOCAL_MODEL_MISSING, local_model_missing
 
 RETAIL = REPO / "envs" / "retail_orders"
 CLAIMS = (

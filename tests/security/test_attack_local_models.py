@@ -31,7 +31,8 @@ from envforge.harness.local_models import (
 )
 from envforge.harness.local_server import server_command, start, stop
 
-from conftest import LOCAL_MODEL_MISSING, REPO, local_model_missing
+from support.paths import REPO
+from support.skips import LOCAL_MODEL_MISSING, local_model_missing
 
 
 def _install_fake_distribution(site: Path, name: str, files: dict[str, bytes]) -> None:

@@ -15,12 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from test_harness_llm import FakeOpenAI, completion
-
 from envforge.harness import STOP, EvalConfig, Limits, LLMConfig, LLMUser, Message, run_eval
 from envforge.synth import load_tasks
 
-from conftest import REPO
+from support.fake_llm import FakeOpenAI, completion
+from support.paths import REPO
 
 RETAIL = REPO / "envs" / "retail_orders"
 

@@ -12,11 +12,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_attack_confined_sql import peak_growth_mb_since_reset, reset_peak
-from test_attack_confinement import make_confined_env
 
 from envforge.server import EnvLoadError, load_env
 from envforge.synth.envsynth import SeedRunError, run_seed_generator
+
+from support.confined import make_confined_env
+from support.probes import peak_growth_mb_since_reset, reset_peak
 
 FLOOD_AT_IMPORT = textwrap.dedent(
     '''

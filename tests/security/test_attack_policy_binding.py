@@ -24,7 +24,7 @@ from envforge.harness import (
 )
 from envforge.synth import Call, PolicyRules, Task
 
-from conftest import REPO
+from support.paths import REPO
 
 ENV_DIRS = sorted(p for p in (REPO / "envs").iterdir() if (p / "tasks.jsonl").exists())
 CONFIRMING = [d for d in ENV_DIRS if (rules := load_env_tasks(d).policy_rules) is not None and rules.confirms]

@@ -20,14 +20,12 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from test_attack_confinement import make_confined_env
-from test_attack_posted_states import TOOLS
-from test_attack_sql_bounds import _call
-from test_attack_sql_memory import Health
 
 from envforge.server import Fleet, build_app, load_env
 
-from conftest import ServerThread
+from support.confined import COUNT_NOTES_TOOLS, call_tool, make_confined_env
+from support.probes import Health
+from support.serving import ServerThread
 
 ROWS = 180
 PADDED = (
@@ -70,7 +68,7 @@ class PeakRss:
 
 @pytest.fixture
 def padded_env(tmp_path: Path) -> Path:
-    root = make_confined_env(tmp_path / "padded", TOOLS)
+    root = make_confined_env(tmp_path / "padded", COUNT_NOTES_TOOLS)
     (root / "schema.sql").write_text(PADDED)
     return root
 
@@ -90,7 +88,7 @@ def test_a_small_state_that_builds_a_huge_database_is_refused_at_the_cap(padded_
         answer = http.post("/control/episodes", json=SMALL)
         assert answer.status_code == 201, answer.text
         episode = answer.json()["episode_id"]
-        assert _call(http, "payloads", episode, "count_notes", {}) == (None, "2")
+        assert call_tool(http, "payloads", episode, "count_notes", {}) == (None, "2")
 
 
 def test_a_state_past_the_clients_remaining_budget_is_refused_before_it_is_sent(padded_env: Path) -> None:

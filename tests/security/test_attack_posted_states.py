@@ -23,13 +23,12 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from test_attack_confinement import make_confined_env
-from test_attack_sql_bounds import _alive, _call, _server_pid
-from test_attack_sql_memory import Health
 
 from envforge.server import EnvLoadError, Fleet, build_app, load_env
 
-from conftest import ServerThread, envforge_serve
+from support.confined import COUNT_NOTES_TOOLS, call_tool, make_confined_env
+from support.probes import Health, pid_alive, server_pid
+from support.serving import ServerThread, envforge_serve
 
 SCHEMA_TIMEOUT_S = 4.0
 
@@ -42,21 +41,6 @@ PLANTED = textwrap.dedent(
         INSERT INTO notes (body) SELECT max(x) FROM forever;
     END;
     """
-)
-TOOLS = textwrap.dedent(
-    '''
-    """Counts notes."""
-
-    from __future__ import annotations
-
-    from envforge.server import Db, tool
-
-
-    @tool
-    async def count_notes(db: Db) -> int:
-        """How many notes there are."""
-        return await db.fetch_value("SELECT COUNT(*) FROM notes")
-    '''
 )
 BOOM = {"env": "payloads", "state": {"notes": [{"id": 1, "body": "boom"}]}}
 FINE = {"env": "payloads", "state": {"notes": [{"id": 1, "body": "fine"}, {"id": 2, "body": "too"}]}}
@@ -81,7 +65,7 @@ LONG = {"env": "payloads", "state": {"notes": [{"id": 1, "body": "[" + "0," * EL
 @pytest.fixture
 def planted_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("ENVFORGE_SCHEMA_TIMEOUT_S", str(SCHEMA_TIMEOUT_S))  # the server inherits it
-    root = make_confined_env(tmp_path / "planted", TOOLS)
+    root = make_confined_env(tmp_path / "planted", COUNT_NOTES_TOOLS)
     (root / "schema.sql").write_text(PLANTED)
     return root
 
@@ -121,13 +105,13 @@ def test_a_planted_trigger_set_off_by_a_posted_state_is_stopped_at_the_build_dea
         answer = http.post("/control/episodes", json=FINE)
         assert answer.status_code == 201, answer.text
         episode = answer.json()["episode_id"]
-        assert _call(http, "payloads", episode, "count_notes", {}) == (None, "2")
+        assert call_tool(http, "payloads", episode, "count_notes", {}) == (None, "2")
 
 
 @pytest.fixture
 def long_check_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("ENVFORGE_SCHEMA_TIMEOUT_S", str(SCHEMA_TIMEOUT_S))
-    root = make_confined_env(tmp_path / "long_check", TOOLS)
+    root = make_confined_env(tmp_path / "long_check", COUNT_NOTES_TOOLS)
     (root / "schema.sql").write_text(LONG_CHECK)
     return root
 
@@ -143,7 +127,7 @@ def test_a_posted_state_the_schema_takes_long_to_check_is_stopped_and_sigterm_en
         took = time.monotonic() - start
         assert answer.status_code == 400 and "took longer than" in answer.text, answer.text[:300]
         assert took <= SCHEMA_TIMEOUT_S + 3, f"the post took {took:.1f}s"
-        server = _server_pid(url)
+        server = server_pid(url)
 
         def post() -> None:
             try:
@@ -157,7 +141,7 @@ def test_a_posted_state_the_schema_takes_long_to_check_is_stopped_and_sigterm_en
         assert builders, "no child was building the state"
         start = time.monotonic()
         os.kill(server, signal.SIGTERM)
-        while _alive(server) and time.monotonic() - start < 20:
+        while pid_alive(server) and time.monotonic() - start < 20:
             time.sleep(0.05)
         took = time.monotonic() - start
         assert took <= 5.0, f"the server was still running {took:.1f}s after SIGTERM"

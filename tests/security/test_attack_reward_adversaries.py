@@ -20,7 +20,7 @@ from envforge.cli.main import app
 from envforge.server import Fleet, load_env
 from envforge.synth import SynthContext, Task, build_graph, load_tasks, score_episode, synthesize, write_tasks
 
-from conftest import REPO
+from support.paths import REPO
 
 IT = REPO / "envs" / "it_tickets"
 NUMBERS = " ".join(str(i) for i in range(1000))

@@ -32,9 +32,8 @@ from envforge.synth import (
     shown_results,
 )
 
-from conftest import bundled_env_dirs
+from support.paths import REPO, bundled_env_dirs
 
-REPO = Path(__file__).resolve().parents[2]
 SPRAY = " ".join(str(v) for v in range(1000))
 
 

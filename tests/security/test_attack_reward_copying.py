@@ -36,9 +36,8 @@ from envforge.synth import (
 )
 from envforge.trainer import FleetRolloutEnv, lookup_tasks
 
-from conftest import bundled_env_dirs
+from support.paths import REPO, bundled_env_dirs
 
-REPO = Path(__file__).resolve().parents[2]
 LOOKUP_ENVS = ["car_rental", "library", "gym", "pharmacy"]
 
 

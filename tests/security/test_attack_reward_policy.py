@@ -38,7 +38,7 @@ from envforge.synth import (
 )
 from envforge.synth import Evidence as Ev
 
-from conftest import REPO
+from support.paths import REPO
 
 RETAIL = REPO / "envs" / "retail_orders"
 ENV_DIRS = sorted(p for p in (REPO / "envs").iterdir() if (p / "tasks.jsonl").exists())

@@ -24,7 +24,8 @@ import pytest
 
 from envforge.synth import load_tasks
 
-from conftest import REPO, run_envforge
+from support.paths import REPO
+from support.serving import run_envforge
 
 RETAIL = REPO / "envs" / "retail_orders"
 ENV = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "NO_COLOR": "1", "COLUMNS": "300"}

@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 import pytest
-from test_attack_confinement import make_confined_env
 
 from envforge.server import EnvLoadError, load_env, schema_violations
 
-from conftest import REPO
+from support.confined import make_confined_env
+from support.paths import REPO
 
 CLEAN_TOOLS = '''
 from envforge.server import Db, tool

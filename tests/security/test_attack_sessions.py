@@ -30,7 +30,7 @@ from envforge.server import (
     build_app,
 )
 
-from conftest import MCP_INITIALIZE, ServerThread
+from support.serving import MCP_INITIALIZE, ServerThread
 
 TRANSFER = {"src": "A-1", "dst": "A-2", "amount": 7}
 STATELESS = "2026-07-28"

@@ -11,7 +11,7 @@ import pytest
 
 from envforge.server import Db, EnvLoadError, Fleet, load_env
 
-from conftest import BANK_DIR, FIXTURES
+from support.paths import BANK_DIR, FIXTURES
 
 ATTACK_SHOP = FIXTURES / "attack_shop"
 

@@ -13,22 +13,21 @@ it is kept, and the episode it wedged is given up with a reason).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-from test_attack_confinement import make_confined_env
 
-from envforge.server import ERROR_META_KEY, Environment, Fleet, build_app, load_env
+from envforge.server import Environment, Fleet, build_app, load_env
 from envforge.server.sandbox import confined_tools as confined_tools_module
 
-from conftest import ServerThread
+from support.confined import call_tool, make_confined_env, open_episode
+from support.probes import pid_alive, server_pid
+from support.serving import ServerThread
 
 CALL_LIMIT_S = 1.5
 """The call time limit in these tests (30 s when serving)."""
@@ -83,39 +82,6 @@ def json_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Environment:
     return load_env(make_confined_env(tmp_path / "json", JSON_TOOLS), static_gate=False)
 
 
-def _episode(http: httpx.Client, env: str) -> str:
-    answer = http.post("/control/episodes", json={"env": env})
-    assert answer.status_code == 201, answer.text
-    return str(answer.json()["episode_id"])
-
-
-def _call(
-    http: httpx.Client, env: str, episode: str, tool: str, arguments: dict[str, Any]
-) -> tuple[str | None, str]:
-    """One stateless MCP `tools/call` on the episode's own URL: (error kind or None, text)."""
-    meta = {
-        "io.modelcontextprotocol/protocolVersion": STATELESS,
-        "io.modelcontextprotocol/clientCapabilities": {},
-    }
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {"name": tool, "arguments": arguments, "_meta": meta},
-    }
-    headers = {
-        "Accept": "application/json, text/event-stream",
-        "Content-Type": "application/json",
-        "Mcp-Protocol-Version": STATELESS,
-        "Mcp-Method": "tools/call",
-        "Mcp-Name": tool,
-    }
-    answer = http.post(f"/envs/{env}/episodes/{episode}/mcp", content=json.dumps(body), headers=headers)
-    assert answer.status_code == 200, answer.text[:300]
-    result: dict[str, Any] = answer.json()["result"]
-    return (result.get("_meta") or {}).get(ERROR_META_KEY), result["content"][0]["text"]
-
-
 class Probe:
     """Times `/healthz` and another env's read, back to back, while an attack runs."""
 
@@ -132,7 +98,7 @@ class Probe:
                 assert http.get("/healthz").status_code == 200
                 self.health.append(time.monotonic() - start)
                 start = time.monotonic()
-                kind, text = _call(http, "bank", self.bank_episode, "get_account", {"account_id": "A-1"})
+                kind, text = call_tool(http, "bank", self.bank_episode, "get_account", {"account_id": "A-1"})
                 assert kind is None and "A-1" in text, text
                 self.reads.append(time.monotonic() - start)
                 time.sleep(0.05)
@@ -146,15 +112,15 @@ def test_one_long_sqlite_step_holds_neither_the_server_nor_another_env_nor_its_c
     when its step ended, past its limit."""
     fleet = Fleet([json_env, bank_env])
     with ServerThread(build_app(fleet)) as server, httpx.Client(base_url=server.url, timeout=120) as http:
-        attacker = _episode(http, "payloads")
-        assert _call(http, "payloads", attacker, "count_notes", {}) == (None, "1")  # the worker is up
-        probe = Probe(server.url, _episode(http, "bank"))
+        attacker = open_episode(http, "payloads")
+        assert call_tool(http, "payloads", attacker, "count_notes", {}) == (None, "1")  # the worker is up
+        probe = Probe(server.url, open_episode(http, "bank"))
         prober = threading.Thread(target=probe.run, daemon=True)
         prober.start()
         try:
             time.sleep(0.3)
             start = time.monotonic()
-            kind, text = _call(http, "payloads", attacker, "deep_paths", {"times": 3})
+            kind, text = call_tool(http, "payloads", attacker, "deep_paths", {"times": 3})
             took = time.monotonic() - start
             time.sleep(0.5)  # the probe keeps going while the abandoned step may still run
         finally:
@@ -169,11 +135,11 @@ def test_one_long_sqlite_step_holds_neither_the_server_nor_another_env_nor_its_c
         assert health[-1] <= 0.3, f"/healthz took up to {health[-1]:.2f}s during the attack"
         assert max(probe.reads) <= 0.5, f"another env's read took up to {max(probe.reads):.2f}s"
         # the wedged episode is given up with its reason; a new one serves at once
-        kind, text = _call(http, "payloads", attacker, "count_notes", {})
+        kind, text = call_tool(http, "payloads", attacker, "count_notes", {})
         assert kind is not None and "ran past the call's time limit" in text, text
-        fresh = _episode(http, "payloads")
+        fresh = open_episode(http, "payloads")
         start = time.monotonic()
-        assert _call(http, "payloads", fresh, "count_notes", {}) == (None, "1")
+        assert call_tool(http, "payloads", fresh, "count_notes", {}) == (None, "1")
         assert time.monotonic() - start < 1.0
 
 
@@ -230,22 +196,22 @@ def test_sigterm_stops_the_server_within_5s_mid_attack(tmp_path: Path) -> None:
     before, the graceful shutdown waited for that call, and SIGTERM was honoured only once it ended."""
     import signal
 
-    from conftest import envforge_serve
+    from support.serving import envforge_serve
 
     root = make_confined_env(tmp_path / "json", JSON_TOOLS)
     with envforge_serve([str(root)]) as url, httpx.Client(base_url=url, timeout=120) as http:
-        episode = _episode(http, "payloads")
-        assert _call(http, "payloads", episode, "count_notes", {}) == (None, "1")
+        episode = open_episode(http, "payloads")
+        assert call_tool(http, "payloads", episode, "count_notes", {}) == (None, "1")
         attack = threading.Thread(
             target=lambda: _call_quietly(url, episode),
             daemon=True,
         )
         attack.start()
         time.sleep(1.5)  # the call is in its statements
-        server = _server_pid(url)
+        server = server_pid(url)
         start = time.monotonic()
         os.kill(server, signal.SIGTERM)
-        while _alive(server) and time.monotonic() - start < 20:
+        while pid_alive(server) and time.monotonic() - start < 20:
             time.sleep(0.05)
         took = time.monotonic() - start
     assert took <= 5.0, f"the server was still running {took:.1f}s after SIGTERM"
@@ -254,26 +220,6 @@ def test_sigterm_stops_the_server_within_5s_mid_attack(tmp_path: Path) -> None:
 def _call_quietly(url: str, episode: str) -> None:
     try:
         with httpx.Client(base_url=url, timeout=60) as http:
-            _call(http, "payloads", episode, "deep_paths", {"times": 40})
+            call_tool(http, "payloads", episode, "deep_paths", {"times": 40})
     except (httpx.HTTPError, AssertionError):
         pass  # the server went away mid-call, as it should
-
-
-def _server_pid(url: str) -> int:
-    """The pid of the process listening on `url`'s port (the test's `envforge serve` child)."""
-    import psutil
-
-    port = int(url.rsplit(":", 1)[1])
-    for conn in psutil.net_connections("tcp"):
-        if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
-            return int(conn.pid)
-    raise AssertionError(f"nothing listens on {port}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as stat:  # a zombie has exited
-        return stat.read().split()[2] != "Z"

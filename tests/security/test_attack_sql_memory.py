@@ -12,16 +12,16 @@ the episode and another env keep answering. Run against a real `envforge serve`.
 from __future__ import annotations
 
 import textwrap
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import psutil
-from test_attack_confinement import make_confined_env
-from test_attack_sql_bounds import _call, _episode, _server_pid
 
-from conftest import FIXTURES, envforge_serve
+from support.confined import call_tool, make_confined_env, open_episode
+from support.paths import FIXTURES
+from support.probes import Health, server_pid
+from support.serving import envforge_serve
 
 WORK_MIB = 128
 """The statements' working memory the server is started with (`--sqlite-work-mib`)."""
@@ -83,39 +83,6 @@ def _reset_peak(pid: int) -> None:
         clear.write("5")
 
 
-class Health:
-    """Asks `/healthz` over and over while an attack runs; every answer must be 200."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.times: list[float] = []
-        self.failures: list[str] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=10) as http:
-            while not self.stop.is_set():
-                start = time.monotonic()
-                try:
-                    status = http.get("/healthz").status_code
-                except httpx.HTTPError as exc:
-                    self.failures.append(repr(exc))
-                    continue
-                self.times.append(time.monotonic() - start)
-                if status != 200:
-                    self.failures.append(str(status))
-                time.sleep(0.05)
-
-    def __enter__(self) -> Health:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop.set()
-        self.thread.join(30)
-
-
 def test_one_statement_cannot_take_the_server_past_its_sqlite_heap_limit(tmp_path: Path) -> None:
     """Before, the eight documents took the server from 80 to 1,458 MiB and the call answered with
     all eight parsed; the GROUP BY peaked at 3.9 GB (its sort spilling to temporary files first)."""
@@ -125,16 +92,16 @@ def test_one_statement_cannot_take_the_server_past_its_sqlite_heap_limit(tmp_pat
         envforge_serve(serving, args=["--sqlite-work-mib", str(WORK_MIB)]) as url,
         httpx.Client(base_url=url, timeout=120) as http,
     ):
-        server = _server_pid(url)
-        attacker = _episode(http, "payloads")
-        bank = _episode(http, "bank")
-        assert _call(http, "payloads", attacker, "count_notes", {}) == (None, "1")  # the worker is up
+        server = server_pid(url)
+        attacker = open_episode(http, "payloads")
+        bank = open_episode(http, "bank")
+        assert call_tool(http, "payloads", attacker, "count_notes", {}) == (None, "1")  # the worker is up
         for attack in ("eight_documents", "group_huge_values"):
             before = _mib(server, "VmRSS")
             _reset_peak(server)
             with Health(url) as health:
                 start = time.monotonic()
-                kind, text = _call(http, "payloads", attacker, attack, {})
+                kind, text = call_tool(http, "payloads", attacker, attack, {})
                 took = time.monotonic() - start
                 time.sleep(0.3)
             growth = _mib(server, "VmHWM") - before
@@ -149,7 +116,7 @@ def test_one_statement_cannot_take_the_server_past_its_sqlite_heap_limit(tmp_pat
             assert took <= 30, f"{attack}: the call took {took:.1f}s"
             assert not health.failures and len(health.times) >= 3, (attack, health.failures, health.times)
             # nothing of the call was kept, and the episode and another env still serve
-            assert _call(http, "payloads", attacker, "count_notes", {}) == (None, "1"), attack
-            kind, text = _call(http, "bank", bank, "get_account", {"account_id": "A-1"})
+            assert call_tool(http, "payloads", attacker, "count_notes", {}) == (None, "1"), attack
+            kind, text = call_tool(http, "bank", bank, "get_account", {"account_id": "A-1"})
             assert kind is None and "A-1" in text, text
         assert psutil.Process(server).is_running()

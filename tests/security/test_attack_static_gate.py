@@ -14,11 +14,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_attack_confinement import make_confined_env
 
 from envforge.server import SEED_IMPORTS, EnvLoadError, check_python, load_env
 
-REPO = Path(__file__).resolve().parents[2]
+from support.confined import make_confined_env
+from support.paths import REPO
 
 HEADER = "from __future__ import annotations\n\nfrom envforge.server import tool\n"
 

@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 from envforge.cli import envsynth_commands, synth_commands
 from envforge.synth.envsynth import SeedRunError, run_seed_generator
 
-REPO = Path(__file__).resolve().parents[2]
+from support.paths import REPO
+
 FIXTURES = REPO / "tests" / "fixtures" / "envsynth"
 LIBRARY_DOCS = REPO / "envs" / "library" / "docs"
 

@@ -24,7 +24,8 @@ from typer.testing import CliRunner
 
 from envforge.cli import envsynth_commands, synth_commands
 
-REPO = Path(__file__).resolve().parents[2]
+from support.paths import REPO
+
 FIXTURES = REPO / "tests" / "fixtures" / "envsynth"
 LIBRARY_DOCS = REPO / "envs" / "library" / "docs"
 SCHEMA_TIMEOUT_S = 4.0

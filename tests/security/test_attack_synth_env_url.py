@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from support.paths import REPO
 
 DOCUMENT_TIMEOUT_S = 60  # the bound `synth env` states for a whole tool list
 

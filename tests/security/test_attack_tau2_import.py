@@ -20,7 +20,8 @@ from envforge.cli.main import app
 from envforge.server import load_env
 from envforge.synth import Tau2ImportError, import_tau2_env, port_tools
 
-from conftest import REPO, TAU2_NO_DATA, TAU2_RETAIL, tau2_data_missing
+from support.paths import REPO, TAU2_RETAIL
+from support.skips import TAU2_NO_DATA, tau2_data_missing
 
 pytestmark = pytest.mark.skipif(tau2_data_missing("tools.json"), reason=TAU2_NO_DATA)
 

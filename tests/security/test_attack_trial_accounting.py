@@ -19,7 +19,7 @@ from envforge.harness import EvalConfig, Message, OracleAgent, load_env_tasks, r
 from envforge.server import Fleet, load_env
 from envforge.synth import Task
 
-from conftest import REPO
+from support.paths import REPO
 
 ENV_DIRS = sorted(p for p in (REPO / "envs").iterdir() if (p / "tasks.jsonl").exists())
 RETAIL = REPO / "envs" / "retail_orders"

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_harness_llm import FakeOpenAI, completion
 
 from envforge.harness import EvalConfig, Limits, LLMConfig, Message, ToolCall, read_trials, run_eval
 from envforge.synth import Task, load_tasks
 
-from conftest import REPO
+from support.fake_llm import FakeOpenAI, completion
+from support.paths import REPO
 
 RETAIL = REPO / "envs" / "retail_orders"
 

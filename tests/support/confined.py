@@ -1,0 +1,79 @@
+"""Confined envs written from a tools.py text, and the raw MCP calls the attack tests send them."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from envforge.server import ERROR_META_KEY
+
+STATELESS = "2026-07-28"
+"""The MCP protocol version whose requests carry no session (each call stands alone)."""
+
+COUNT_NOTES_TOOLS = textwrap.dedent(
+    '''
+    """Counts notes."""
+
+    from __future__ import annotations
+
+    from envforge.server import Db, tool
+
+
+    @tool
+    async def count_notes(db: Db) -> int:
+        """How many notes there are."""
+        return await db.fetch_value("SELECT COUNT(*) FROM notes")
+    '''
+)
+"""A confined env's tools.py with one read: what tests whose attack is the state, not the code, serve."""
+
+
+def make_confined_env(root: Path, tools: str) -> Path:
+    """A confined env named `payloads` at `root`: one `notes` table seeded with one note, `tools` as
+    its tools.py."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "env.toml").write_text(
+        'name = "payloads"\ndescription = "payloads"\nseed = "seed.json"\ntrust = "confined"\n'
+    )
+    (root / "policy.md").write_text("Payloads.\n")
+    (root / "schema.sql").write_text("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);\n")
+    (root / "seed.json").write_text(json.dumps({"notes": [{"id": 1, "body": "seed"}]}))
+    (root / "tools.py").write_text(tools)
+    return root
+
+
+def open_episode(http: httpx.Client, env: str) -> str:
+    answer = http.post("/control/episodes", json={"env": env})
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["episode_id"])
+
+
+def call_tool(
+    http: httpx.Client, env: str, episode: str, tool: str, arguments: dict[str, Any]
+) -> tuple[str | None, str]:
+    """One stateless MCP `tools/call` on the episode's own URL: (error kind or None, text)."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": STATELESS,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments, "_meta": meta},
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "Mcp-Protocol-Version": STATELESS,
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": tool,
+    }
+    answer = http.post(f"/envs/{env}/episodes/{episode}/mcp", content=json.dumps(body), headers=headers)
+    assert answer.status_code == 200, answer.text[:300]
+    result: dict[str, Any] = answer.json()["result"]
+    return (result.get("_meta") or {}).get(ERROR_META_KEY), result["content"][0]["text"]
