@@ -81,29 +81,31 @@ if TYPE_CHECKING:
         train_async,
     )
     from .episode_runs import EnvLike, EpisodeRun, as_environment, run_episode, run_episode_async
-    from .evaluation import (
-        Evaluation,
+    from .eval_setup import (
         LLMTransport,
         LocalServerWatch,
         Role,
         check_agent_name,
-        evaluate,
-        evaluate_async,
-        frozen_heap,
         llm_config,
         local_model_servers,
         model_roles,
         with_models,
     )
+    from .evaluation import (
+        Evaluation,
+        evaluate,
+        evaluate_async,
+        frozen_heap,
+    )
     from .serving import (
         HttpServer,
         ServeLimits,
-        SettingError,
         http_server,
         listening_socket,
         serve_env_stdio,
         sqlite_work_bytes,
     )
+    from .settings import SettingError
     from .synthesis import (
         TaskCheck,
         check_tasks,
@@ -133,18 +135,24 @@ _LAZY = {
     ),
     **dict.fromkeys(
         (
-            "Evaluation",
             "LLMTransport",
             "LocalServerWatch",
             "Role",
             "check_agent_name",
-            "evaluate",
-            "evaluate_async",
-            "frozen_heap",
             "llm_config",
             "local_model_servers",
             "model_roles",
             "with_models",
+        ),
+        ".eval_setup",
+    ),
+    "SettingError": ".settings",
+    **dict.fromkeys(
+        (
+            "Evaluation",
+            "evaluate",
+            "evaluate_async",
+            "frozen_heap",
         ),
         ".evaluation",
     ),
@@ -152,7 +160,6 @@ _LAZY = {
         (
             "HttpServer",
             "ServeLimits",
-            "SettingError",
             "http_server",
             "listening_socket",
             "serve_env_stdio",

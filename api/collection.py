@@ -29,7 +29,7 @@ from envforge.trainer import (
     run_training,
 )
 
-from .serving import SettingError
+from .settings import SettingError
 
 
 def checked_run_options(options: RunOptions) -> RunOptions:

@@ -20,24 +20,9 @@ from starlette.applications import Starlette
 
 from envforge.server import Environment, Fleet, HTTPLimits, build_app, serve_http, serve_stdio
 
+from .settings import SettingError
+
 MIB = 1024 * 1024
-
-
-class SettingError(ValueError):
-    """A setting out of its range, stated once and named in the caller's own terms.
-
-    `template` names each setting as `{name}`: `str()` shows the names as a script passed them
-    (`max_episodes`), `render(name_of)` as another caller spells them (the CLI: its flags,
-    `--max-episodes`), so a front end shows the API's rule instead of repeating it."""
-
-    def __init__(self, template: str, *names: str) -> None:
-        self.template = template
-        self.names = names
-        super().__init__(self.render(str))
-
-    def render(self, name_of: Callable[[str], str]) -> str:
-        """The message with each setting's name as `name_of` spells it."""
-        return self.template.format_map({name: name_of(name) for name in self.names})
 
 
 def sqlite_work_bytes(sqlite_work_mib: int) -> int:
