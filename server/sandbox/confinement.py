@@ -34,7 +34,7 @@ ALLOW_UNCONFINED_ENV = "ENVFORGE_ALLOW_UNCONFINED"
 SERVER_DIR = Path(__file__).resolve().parents[1]
 SANDBOX_VIEW = tuple(str(SERVER_DIR / part) for part in ("core", "sandbox"))
 """The envforge folders a worker sees: the core and the sandbox, which import nothing else of
-envforge (tests/test_layering.py); the runtime, the transports and the other packages stay out."""
+envforge (tests/project/test_layering.py); the runtime, the transports and the other packages stay out."""
 SCRATCH = "/tmp"
 PYTHON = os.path.normpath(os.path.abspath(sys.executable))  # no `..` through folders the sandbox hides
 SANDBOX_UID = 65534  # "nobody" inside the user namespace

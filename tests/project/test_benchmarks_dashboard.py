@@ -4,7 +4,7 @@ Every row of its tables names a target, the current figure, the command that mea
 date it was measured; every benchmark script a command names exists, so renaming a script cannot
 leave the dashboard pointing at nothing. Every target links to the section that says how its
 figure was taken (a method page under docs/benchmarks/, or the doc that owns the mechanism);
-tests/test_doc_links.py checks that each such section exists.
+tests/project/test_doc_links.py checks that each such section exists.
 """
 
 from __future__ import annotations
