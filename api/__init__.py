@@ -80,6 +80,7 @@ if TYPE_CHECKING:
         train,
         train_async,
     )
+    from .env_synthesis import EnvBatch, doc_sets, synthesize_envs, synthesize_envs_async
     from .episode_runs import EnvLike, EpisodeRun, as_environment, run_episode, run_episode_async
     from .eval_setup import (
         LLMTransport,
@@ -130,6 +131,7 @@ _LAZY = {
         ),
         ".collection",
     ),
+    **dict.fromkeys(("EnvBatch", "doc_sets", "synthesize_envs", "synthesize_envs_async"), ".env_synthesis"),
     **dict.fromkeys(
         ("EnvLike", "EpisodeRun", "as_environment", "run_episode", "run_episode_async"), ".episode_runs"
     ),
@@ -258,6 +260,7 @@ __all__ = [
     "Agent",
     "Call",
     "Db",
+    "EnvBatch",
     "EnvLike",
     "Environment",
     "Episode",
@@ -302,6 +305,7 @@ __all__ = [
     "checked_run_options",
     "collect_trajectories",
     "collect_trajectories_async",
+    "doc_sets",
     "episode_client",
     "evaluate",
     "evaluate_async",
@@ -327,6 +331,8 @@ __all__ = [
     "sqlite_work_bytes",
     "state_hash",
     "summarize",
+    "synthesize_envs",
+    "synthesize_envs_async",
     "synthesize_tasks",
     "synthesize_tasks_async",
     "tool",

@@ -16,7 +16,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from envforge.synth.envsynth import (
-    DOC_SUFFIXES,
     GATES,
     DocsError,
     LiteLLMResponder,
@@ -26,9 +25,7 @@ from envforge.synth.envsynth import (
     SynthSettings,
     ToolDoc,
     introspect_mcp,
-    load_doc_set,
     load_docs,
-    read_report,
     synthesize_env,
 )
 
@@ -104,21 +101,6 @@ def synth_env(
         raise typer.Exit(1)
 
 
-def _doc_sets(docs_dir: Path) -> list[tuple[str, Path]]:
-    """(env name, docs path) per child of DOCS_DIR: a file, a folder of docs, or a folder with docs/."""
-    out = []
-    for child in sorted(docs_dir.iterdir()):
-        if child.is_dir():
-            if (child / "env.toml").exists() and not (child / "docs").is_dir():
-                continue  # an env folder without docs (hand-written): nothing to synthesize from
-            src = child / "docs" if (child / "docs").is_dir() else child
-            if any(p.suffix.lower() in DOC_SUFFIXES for p in src.iterdir()):
-                out.append((child.name, src))
-        elif child.suffix.lower() in DOC_SUFFIXES:
-            out.append((child.stem.split(".")[0], child))
-    return out
-
-
 def synth_envs(
     docs_dir: Path = typer.Argument(..., help="One doc set per child: a file or a folder (or folder/docs)."),
     out: Path = typer.Option(Path("envs"), "--out", help="Parent folder of the env folders."),
@@ -131,56 +113,45 @@ def synth_envs(
     force: bool = typer.Option(False, "--force", help="Redo envs already accepted."),
 ) -> None:
     """Synthesize an env per doc set, N at a time; resumable: envs already accepted are skipped."""
-    if not docs_dir.is_dir():
-        fail(f"{docs_dir} is not a folder")
+    import envforge
+
+    try:
+        sets = envforge.doc_sets(docs_dir)
+    except NotADirectoryError as exc:
+        fail(str(exc))
     if replay_dir is None:
         _responder(model, api_base, None)  # no model, or its key missing: say so before any work
-    sets = _doc_sets(docs_dir)
     if not sets:
         fail(f"no doc sets under {docs_dir}")
-    reports: dict[str, SynthesisReport] = {}
-    skipped: list[str] = []
-    todo = []
-    for name, src in sets:
-        done = read_report(out / name)
-        if done is not None and done.status == "accepted" and not force:
-            reports[name] = done
-            skipped.append(name)
-        else:
-            todo.append((name, src))
-
-    async def run_all(progress: Progress) -> None:
-        task = progress.add_task("synthesizing", total=len(todo))
-        gate = asyncio.Semaphore(concurrency)
-
-        async def one(name: str, src: Path) -> None:
-            async with gate:
-                try:
-                    docs = load_doc_set(docs_dir, src)
-                    responder = _responder(model, api_base, replay_dir / name if replay_dir else None)
-                except (DocsError, OSError, ValueError) as exc:
-                    console.print(f"[red]{name}: cannot start: {exc}[/]")
-                    progress.advance(task)
-                    return
-                settings = SynthSettings(
-                    name=name, max_rounds=max_rounds, min_tasks=min_tasks, api_base=api_base
-                )
-                reports[name] = await synthesize_env(docs, out / name, responder, settings)
-                progress.update(task, description=f"{name}: {reports[name].status}")
-                progress.advance(task)
-
-        await asyncio.gather(*(one(n, s) for n, s in todo))
-
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
-        asyncio.run(run_all(progress))
-    table = _table(f"{len(sets)} doc sets ({len(skipped)} already accepted, skipped)")
-    for name, _ in sets:
-        if name in reports:
-            table.add_row(*_row(reports[name]))
+        bar = progress.add_task("synthesizing", total=None)
+
+        def on_done(name: str, report: SynthesisReport | str) -> None:
+            if isinstance(report, str):
+                console.print(f"[red]{name}: cannot start: {report}[/]")
+            else:
+                progress.update(bar, description=f"{name}: {report.status}")
+            progress.advance(bar)
+
+        batch = envforge.synthesize_envs(
+            docs_dir,
+            out,
+            lambda name: _responder(model, api_base, replay_dir / name if replay_dir else None),
+            settings=lambda name: SynthSettings(
+                name=name, max_rounds=max_rounds, min_tasks=min_tasks, api_base=api_base
+            ),
+            concurrency=concurrency,
+            force=force,
+            on_start=lambda todo: progress.update(bar, total=todo),
+            on_done=on_done,
+        )
+    table = _table(f"{len(batch.sets)} doc sets ({len(batch.skipped)} already accepted, skipped)")
+    for name, _ in batch.sets:
+        if name in batch.reports:
+            table.add_row(*_row(batch.reports[name]))
     console.print(table)
-    rejected = [n for n, r in reports.items() if r.status != "accepted"]
-    if rejected or len(reports) < len(sets):
+    if not batch.all_accepted:
         raise typer.Exit(1)
 
 
