@@ -22,13 +22,14 @@ import_app = typer.Typer(no_args_is_help=True, help="Import environments and tas
 def import_tau2(
     src_dir: Path = typer.Argument(
         ...,
-        help="τ²-bench's retail data folder as published (db.json, tasks.json, policy.md, split_tasks.json).",
+        help="τ²-bench's retail or airline data folder as published (db.json, tasks.json, policy.md, "
+        "split_tasks.json); the domain is recognised from db.json.",
     ),
     env_dir: Path = typer.Option(
         ...,
         "-o",
         "--out",
-        help="The env folder to write (created if needed; never another env's), e.g. envs/tau2_retail.",
+        help="The env folder to write (created if needed; never another env's), e.g. envs/tau2_airline.",
     ),
     strict_tools: bool = typer.Option(
         False,
@@ -43,7 +44,7 @@ def import_tau2(
         "Default: τ²'s own reward.",
     ),
 ) -> None:
-    """Write the tau2_retail env into ENV_DIR from τ²'s data, then self-check the tasks.
+    """Write the tau2_retail or tau2_airline env into ENV_DIR from τ²'s data, then self-check the tasks.
 
     ENV_DIR gets the port's code (env.toml, schema.sql, tools.py, shipped with envforge), and
     seed.json, policy.md and tasks.jsonl generated from SRC_DIR. The port's tools define the tool

@@ -241,7 +241,7 @@ def replay_command(
             payload["tau2_db"] = state_to_tau2_db(result.final_state)
         except KeyError as exc:
             fail(
-                f"--export tau2 needs a τ² retail env (made by `envforge import tau2`); "
+                f"--export tau2 needs a τ² retail or airline env (made by `envforge import tau2`); "
                 f"{env.name} has no {exc.args[0]!r} table"
             )
     if json_out:

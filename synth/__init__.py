@@ -124,6 +124,7 @@ if TYPE_CHECKING:
         states_match,
     )
     from .task.taskfile import load_tasks, task_keys, tasks_jsonl, write_tasks, write_tasks_to
+    from .tau2.airline import AIRLINE_INITIAL_DB_HASH, airline_db_to_seed
     from .tau2.importer import (
         CHECK_REASONS,
         ENV_CODE,
@@ -274,6 +275,8 @@ _LAZY = {
     "BuildFailed": "builder.config",
     "SynthConfig": "builder.config",
     "build_task": "builder.tasks",
+    "AIRLINE_INITIAL_DB_HASH": "tau2.airline",
+    "airline_db_to_seed": "tau2.airline",
     "CHECK_REASONS": "tau2.importer",
     "ENV_CODE": "tau2.importer",
     "GENERATED": "tau2.importer",
@@ -316,6 +319,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "ADVERSARIES",
+    "AIRLINE_INITIAL_DB_HASH",
     "ANSWERS_LINE",
     "CHECKS",
     "CHECK_REASONS",
@@ -376,6 +380,7 @@ __all__ = [
     "adversary_calls",
     "adversary_message",
     "adversary_rewards",
+    "airline_db_to_seed",
     "apply_diff",
     "build_graph",
     "build_task",

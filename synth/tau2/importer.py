@@ -28,7 +28,7 @@ import tempfile
 import tomllib
 import unicodedata
 from collections import Counter, defaultdict
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -58,6 +58,7 @@ from ..task.models import (
 from ..task.rewards import OFFLINE_PARTS
 from ..task.statediff import apply_diff, cents_hash, diff_states, primary_keys, to_cents
 from ..walk.context import SynthContext
+from .airline import AIRLINE_INITIAL_DB_HASH, airline_db_to_seed, airline_state_to_tau2_db
 
 #: τ²'s DB hash of the unmodified retail `db.json` (`RetailDB.model_dump()`, hashed).
 INITIAL_DB_HASH = "b25c9cb211f5efcaee5dd646054a73c4a9f43f4f5acc32c10713cd9f9ac20e9c"
@@ -237,6 +238,14 @@ def payment_method_dump(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def state_to_tau2_db(state: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """A τ² port's canonical state export as τ²'s own DB dump (the object τ² hashes): airline's
+    `FlightDB.model_dump()` for a `tau2_airline` state (it has `reservations`), else retail's."""
+    if "reservations" in state:
+        return airline_state_to_tau2_db(state)
+    return retail_state_to_tau2_db(state)
+
+
+def retail_state_to_tau2_db(state: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """The env's canonical state export as τ²'s `RetailDB.model_dump()`: the object τ² hashes.
 
     Every order carries all 14 `Order` fields (the optional ones as null), dict-valued fields and
@@ -336,7 +345,7 @@ def seed_json_text(seed: dict[str, list[dict[str, Any]]]) -> str:
 def _source_file(src_dir: Path, name: str) -> Path:
     path = src_dir / name
     if not path.is_file():
-        raise Tau2ImportError(f"{path}: missing; expected τ²-bench's retail {name} in {src_dir}")
+        raise Tau2ImportError(f"{path}: missing; expected τ²-bench's {name} in {src_dir}")
     return path
 
 
@@ -347,17 +356,18 @@ def _load_json(path: Path) -> Any:
         raise Tau2ImportError(f"{path}: invalid JSON ({exc})") from exc
 
 
-def port_tools() -> dict[str, ToolSpec]:
+def port_tools(domain: str = "retail") -> dict[str, ToolSpec]:
     """The port's tools as the loader builds them: the schema τ²'s data is imported against.
 
     Loaded from a scratch copy of the port's code with an empty seed, so that tools.json and the
     gold actions of tasks.json are checked before anything is written into the env folder.
     """
+    port = DOMAINS[domain]
     with tempfile.TemporaryDirectory(prefix="envforge-tau2-port-") as tmp:
-        root = Path(tmp) / ENV_NAME
+        root = Path(tmp) / port.env_name
         root.mkdir()
         for name in ENV_CODE:
-            (root / name).write_bytes((PORT_DIR / name).read_bytes())
+            (root / name).write_bytes((port.port_dir / name).read_bytes())
         (root / "seed.json").write_text("{}\n", encoding="utf-8")
         (root / "policy.md").write_text("The port's tools, loaded without τ²'s data.\n", encoding="utf-8")
         return load_env(root).tools
@@ -464,8 +474,44 @@ PORT_DIR = Path(__file__).resolve().parent / ENV_NAME
 ENV_CODE = ("env.toml", "schema.sql", "tools.py")
 #: Files generated from τ²'s data, in the order `import_tau2_env` writes them (after `ENV_CODE`).
 GENERATED = ("seed.json", "policy.md", "tasks.jsonl")
-#: τ²-bench's retail folder as published; `tools.json` (not in a checkout) is an optional cross-check.
+#: τ²-bench's domain folder as published; `tools.json` (not in a checkout) is an optional cross-check.
 CHECKOUT_FILES = ("db.json", "policy.md", "tasks.json", "split_tasks.json")
+
+
+@dataclass(frozen=True)
+class Tau2Domain:
+    """One τ² domain the importer knows: its port's code, and how its db.json maps to seed rows."""
+
+    name: str
+    env_name: str
+    port_dir: Path
+    db_keys: tuple[str, ...]
+    to_seed: Callable[[dict[str, Any]], dict[str, list[dict[str, Any]]]]
+    initial_db_hash: str
+
+    def recognises(self, db: Any) -> bool:
+        return isinstance(db, dict) and all(isinstance(db.get(k), dict) for k in self.db_keys)
+
+
+#: The domains `import tau2` recognises, by the top-level objects of their db.json.
+DOMAINS = {
+    "retail": Tau2Domain(
+        "retail",
+        ENV_NAME,
+        PORT_DIR,
+        ("products", "users", "orders"),
+        lambda db: tau2_db_to_seed(db),
+        INITIAL_DB_HASH,
+    ),
+    "airline": Tau2Domain(
+        "airline",
+        "tau2_airline",
+        PORT_DIR.parent / "tau2_airline",
+        ("flights", "users", "reservations"),
+        airline_db_to_seed,
+        AIRLINE_INITIAL_DB_HASH,
+    ),
+}
 
 _T = TypeVar("_T")
 
@@ -499,7 +545,7 @@ def _load_tasks_json(tasks_json: Path | list[dict[str, Any]]) -> tuple[str, list
     if isinstance(tasks_json, Path | str):
         path = Path(tasks_json)
         if not path.is_file():
-            raise Tau2ImportError(f"{path}: missing; expected τ²-bench's retail tasks.json")
+            raise Tau2ImportError(f"{path}: missing; expected τ²-bench's tasks.json")
         where, data = str(path), _load_json(path)
     else:
         where, data = "tasks.json", tasks_json
@@ -512,7 +558,7 @@ def _load_split_json(split_json: Path | dict[str, list[str]]) -> tuple[str, dict
     if isinstance(split_json, Path | str):
         path = Path(split_json)
         if not path.is_file():
-            raise Tau2ImportError(f"{path}: missing; expected τ²-bench's retail split_tasks.json")
+            raise Tau2ImportError(f"{path}: missing; expected τ²-bench's split_tasks.json")
         where, data = str(path), _load_json(path)
     else:
         where, data = "split_tasks.json", split_json
@@ -609,7 +655,7 @@ def _parse_task(where: str, raw: dict[str, Any], splits: dict[str, list[str]]) -
         raise Tau2ImportError(f"{where}: a task has no string id: {json.dumps(raw)[:120]}")
     task_id = str(task_id)
     if raw.get("initial_state") is not None:
-        # No retail task has one; a task-specific initial state would need `Task.setup` built from it.
+        # No retail or airline task has one; a task-specific initial state would need `Task.setup`.
         raise Tau2ImportError(f"{where}: task {task_id}: initial_state is not supported by this importer")
     criteria = raw.get("evaluation_criteria")
     if not isinstance(criteria, dict):
@@ -915,7 +961,7 @@ class Tau2Import:
     tool_mismatches: list[str] = field(default_factory=list)  # one line per difference from the port
 
 
-def _check_target(env_dir: Path) -> None:
+def _check_target(env_dir: Path, env_name: str = ENV_NAME) -> None:
     """The env folder may be new, empty, or an earlier import (also one whose code was removed,
     leaving generated files): never a file, nor a folder holding another env."""
     if env_dir.exists() and not env_dir.is_dir():
@@ -927,22 +973,49 @@ def _check_target(env_dir: Path) -> None:
         name = tomllib.loads(manifest.read_text(encoding="utf-8")).get("name")
     except (UnicodeDecodeError, tomllib.TOMLDecodeError):
         name = None
-    if name != ENV_NAME:
+    if name != env_name:
         raise Tau2ImportError(
             f"{env_dir}: holds another env ({manifest} names {name!r}); import into a new folder "
-            f"or an earlier {ENV_NAME} import"
+            f"or an earlier {env_name} import"
         )
 
 
-def _check_gold_tools(where: str, parsed: list[_Parsed], tools: dict[str, ToolSpec]) -> None:
-    """Gold actions must name the port's tools: the sign that this is τ²'s retail domain."""
+def _check_gold_tools(
+    where: str, parsed: list[_Parsed], tools: dict[str, ToolSpec], domain: str = "retail"
+) -> None:
+    """Gold actions must name the port's tools: the sign that tasks.json is the same domain's as db.json."""
     for p in parsed:
         for call in p.calls:
             if call.name not in tools:
                 raise Tau2ImportError(
-                    f"{where}: task {p.id}: gold action {call.name!r} is not a tool of the {ENV_NAME} "
-                    "port (is this τ²-bench's retail folder?)"
+                    f"{where}: task {p.id}: gold action {call.name!r} is not a tool of the "
+                    f"{DOMAINS[domain].env_name} port (is this τ²-bench's {domain} folder?)"
                 )
+
+
+def _domain_folder(src_dir: Path, env_dir: Path) -> Path:
+    """`src_dir` itself when it holds a db.json, else its subfolder for one domain: the one the
+    env folder is named after (`tau2_airline` -> `airline/`), else `retail/`, else `airline/`."""
+    if (src_dir / "db.json").exists():
+        return src_dir
+    wanted = env_dir.name.removeprefix("tau2_")
+    for name in (wanted, *DOMAINS):
+        if name in DOMAINS and (src_dir / name / "db.json").exists():
+            return src_dir / name
+    return src_dir
+
+
+def detect_domain(db_path: Path, db: Any) -> Tau2Domain:
+    """The domain whose db.json this is, from its top-level objects; anything else is refused."""
+    for domain in DOMAINS.values():
+        if domain.recognises(db):
+            return domain
+    keys = ", ".join(repr(k) for k in db) if isinstance(db, dict) else f"a JSON {type(db).__name__}"
+    expected = "; ".join(f"{d.name}: {', '.join(repr(k) for k in d.db_keys)}" for d in DOMAINS.values())
+    raise Tau2ImportError(
+        f"{db_path}: not a τ² domain this importer knows (top level: {keys or 'empty'}; expected objects "
+        f"{expected})"
+    )
 
 
 POLICY_RULES = "policy_rules.toml"
@@ -1018,10 +1091,11 @@ def import_tau2_env(
     strict_tools: bool = False,
     policy_rules: bool = False,
 ) -> Tau2Import:
-    """Write the `tau2_retail` env folder `env_dir` from τ²-bench's retail data folder `src_dir`.
+    """Write the `tau2_retail` or `tau2_airline` env folder `env_dir` from τ²-bench's data folder `src_dir`.
 
-    `src_dir` is the retail folder of a τ²-bench checkout as published (`CHECKOUT_FILES`; a folder
-    with a `retail/` subfolder holding them is accepted too). `env_dir` is created if needed; a
+    `src_dir` is the retail or airline folder of a τ²-bench checkout as published
+    (`CHECKOUT_FILES`); the domain is recognised from db.json's top-level objects (`DOMAINS`). A
+    folder with domain subfolders is accepted too (`_domain_folder`). `env_dir` is created if needed; a
     folder holding another env (an env.toml naming another) is refused. The import writes the
     port's code (`ENV_CODE`), `seed.json` from db.json, `policy.md` byte for byte (τ² gives it to
     the agent unchanged), and, with `tasks`, `tasks.jsonl` from tasks.json and split_tasks.json
@@ -1033,22 +1107,21 @@ def import_tau2_env(
     By default the env keeps τ²'s own reward: no policy part (a `policy_rules.toml` an earlier
     opt-in wrote is removed). `policy_rules` opts in to envforge's policy part: it writes the
     port's `policy_rules.toml` (τ²'s retail policy as checkable rules) and gives each task the
-    user it acts for as its principal (`with_principals`), whom the identity rule verifies.
+    user it acts for as its principal (`with_principals`), whom the identity rule verifies; only
+    the retail port declares such rules.
     """
     src_dir, env_dir = Path(src_dir), Path(env_dir)
-    if not (src_dir / "db.json").exists() and (src_dir / "retail" / "db.json").exists():
-        src_dir = src_dir / "retail"
-    _check_target(env_dir)
+    src_dir = _domain_folder(src_dir, env_dir)
     db_path = _source_file(src_dir, "db.json")
     policy_path = _source_file(src_dir, "policy.md")
     db = _load_json(db_path)
-    if not isinstance(db, dict) or not all(
-        isinstance(db.get(k), dict) for k in ("products", "users", "orders")
-    ):
-        raise Tau2ImportError(f"{db_path}: expected an object with 'products', 'users' and 'orders' objects")
+    domain = detect_domain(db_path, db)
+    _check_target(env_dir, domain.env_name)
+    if policy_rules and not (domain.port_dir / POLICY_RULES).is_file():
+        raise Tau2ImportError(f"--policy-rules: the {domain.env_name} port declares no policy rules")
     try:
-        seed = tau2_db_to_seed(db)
-    except (KeyError, TypeError, ValueError) as exc:
+        seed = domain.to_seed(db)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise Tau2ImportError(f"{db_path}: cannot import ({type(exc).__name__}: {exc})") from exc
     policy = policy_path.read_bytes()
     try:
@@ -1056,7 +1129,7 @@ def import_tau2_env(
             raise Tau2ImportError(f"{policy_path}: empty")
     except UnicodeDecodeError as exc:
         raise Tau2ImportError(f"{policy_path}: not UTF-8 text ({exc})") from exc
-    tools = port_tools()
+    tools = port_tools(domain.name)
     tools_path = src_dir / "tools.json"
     mismatches: list[str] = []
     if tools_path.is_file():
@@ -1068,14 +1141,16 @@ def import_tau2_env(
         tasks_where, raw_tasks = _load_tasks_json(_source_file(src_dir, "tasks.json"))
         _, splits = _load_split_json(_source_file(src_dir, "split_tasks.json"))
         # Parse now, so a bad tasks.json fails before any file is written.
-        _check_gold_tools(tasks_where, [_parse_task(tasks_where, raw, splits) for raw in raw_tasks], tools)
+        parsed = [_parse_task(tasks_where, raw, splits) for raw in raw_tasks]
+        _check_gold_tools(tasks_where, parsed, tools, domain.name)
     env_dir.mkdir(parents=True, exist_ok=True)
     for name in ENV_CODE:
-        _write_if_changed(env_dir / name, (PORT_DIR / name).read_bytes())
+        _write_if_changed(env_dir / name, (domain.port_dir / name).read_bytes())
     _write_if_changed(env_dir / "seed.json", seed_json_text(seed).encode("utf-8"))
     _write_if_changed(env_dir / "policy.md", policy)
-    rules_bytes = (PORT_DIR / POLICY_RULES).read_bytes()
-    if policy_rules:
+    rules_file = domain.port_dir / POLICY_RULES
+    rules_bytes = rules_file.read_bytes() if rules_file.is_file() else None
+    if policy_rules and rules_bytes is not None:
         _write_if_changed(env_dir / POLICY_RULES, rules_bytes)
     elif (env_dir / POLICY_RULES).is_file() and (env_dir / POLICY_RULES).read_bytes() == rules_bytes:
         (env_dir / POLICY_RULES).unlink()  # an earlier opt-in's: the default is τ²'s own reward
