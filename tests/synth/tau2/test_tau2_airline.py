@@ -398,3 +398,28 @@ def test_cli_replay_exports_tau2_shape(env: Environment, tmp_path: Path) -> None
     out = json.loads(proc.stdout)
     assert out["outputs"] == gold["outputs"] and out["errors"] == gold["output_is_error"]
     assert tau2_db_hash(out["tau2_db"]) == gold["final_db_hash"]
+
+
+def test_cli_import_of_unknown_input_is_one_line(tmp_path: Path) -> None:
+    """`envforge import tau2` on a folder whose db.json is no known domain: one error line, a
+    non-zero exit, no traceback, and no env folder."""
+    import os
+    import subprocess
+    import sys
+
+    src = tmp_path / "telecom_like"
+    src.mkdir()
+    (src / "db.json").write_text(json.dumps({"customers": [], "lines": []}), encoding="utf-8")
+    (src / "policy.md").write_text("policy\n", encoding="utf-8")
+    out = tmp_path / "envs" / "tau2_x"
+    proc = subprocess.run(
+        [sys.executable, "-m", "envforge.cli", "import", "tau2", str(src), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "COLUMNS": "400"},
+    )
+    assert proc.returncode != 0
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and "not a τ² domain this importer knows" in lines[0], lines
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
