@@ -23,6 +23,7 @@ from envforge.synth import (
     PhraseError,
     Score,
     SynthConfig,
+    Task,
     build_graph,
     graph_json,
     load_graph,
@@ -161,6 +162,12 @@ def _bucket(calls: int) -> str:
 
 def check_cmd(
     env_dirs: list[Path] = typer.Argument(..., help="Env folders (e.g. envs/*), each with tasks.jsonl."),
+    tasks_file: Path | None = typer.Option(
+        None,
+        "--tasks",
+        help="Check this tasks file (what `synth tasks --out FILE` wrote) against the one ENV_DIR "
+        "instead of ENV_DIR/tasks.jsonl.",
+    ),
     as_json: bool = typer.Option(
         False, "--json", help="Also print each env's results, realism included, as one JSON object on stdout."
     ),
@@ -173,13 +180,28 @@ def check_cmd(
 ) -> None:
     """Run the self-checks and the adversarial agents on every task of each ENV_DIR/tasks.jsonl and
     measure how realistic the tasks are; exit 1 if any check fails or any adversary earns a task's
-    full reward, in any env (with --strict-realism, also if a realism target is missed)."""
+    full reward, in any env (with --strict-realism, also if a realism target is missed).
+
+    Realism columns: proc = instructions naming a tool, copying its description or numbering
+    steps; stiff = machine-like wording; dead = tasks with reads nothing uses / such reads; dup =
+    repeated tasks; who = distinct principals (tasks with several); calls, writes, reason = per-task
+    min/median/max mean."""
     _quiet()
     envs = load_envs(env_dirs)
+    if tasks_file is not None:
+        if len(env_dirs) != 1:
+            fail("--tasks checks one tasks file against one ENV_DIR; give exactly one env folder")
+        if not tasks_file.is_file():
+            what = "is a directory" if tasks_file.is_dir() else "does not exist"
+            fail(f"{tasks_file} {what}; --tasks takes the file `envforge synth tasks --out` wrote")
     for env_dir in env_dirs:
-        if not (env_dir / "tasks.jsonl").exists():
+        if tasks_file is None and not (env_dir / "tasks.jsonl").exists():
             fail(f"{env_dir / 'tasks.jsonl'} does not exist (run `envforge synth tasks` first)")
-    reports = [_check_env(env, env_dir, strict_realism) for env, env_dir in zip(envs, env_dirs, strict=True)]
+    task_lists = [_read_tasks(env, env_dir, tasks_file) for env, env_dir in zip(envs, env_dirs, strict=True)]
+    reports = [
+        _check_env(env, env_dir, tasks, strict_realism, legend=len(env_dirs) == 1)
+        for env, env_dir, tasks in zip(envs, env_dirs, task_lists, strict=True)
+    ]
     failed = [r["env"] for r in reports if not r["passed"]]
     if len(env_dirs) > 1:
         console.print(realism_table([EnvRealism.model_validate(r["realism"]) for r in reports]))
@@ -213,10 +235,25 @@ class EnvCheck(TypedDict):
     realism_missed: list[str]
 
 
-def _check_env(env: Environment, env_dir: Path, strict_realism: bool = False) -> EnvCheck:
-    """`check` on one env: print its tables; its results (`passed`: every task passed, and with
-    `strict_realism` every realism target was met)."""
-    tasks = load_tasks(env_dir)
+def _read_tasks(env: Environment, env_dir: Path, tasks_file: Path | None) -> list[Task]:
+    """The tasks to check: ENV_DIR's own, or `--tasks`' file, which must hold this env's tasks."""
+    try:
+        tasks = load_tasks(env_dir, tasks_file)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        fail(str(exc))
+    others = sorted({t.env for t in tasks} - {env.name})
+    if others:
+        where = tasks_file or env_dir / "tasks.jsonl"
+        fail(f"{where} holds tasks of {', '.join(others)}, not only {env.name}")
+    return tasks
+
+
+def _check_env(
+    env: Environment, env_dir: Path, tasks: list[Task], strict_realism: bool = False, *, legend: bool = True
+) -> EnvCheck:
+    """`check` on one env's `tasks`: print its tables (`legend`: the realism columns explained; a
+    run over several envs explains them once, under their joint table); its results (`passed`:
+    every task passed, and with `strict_realism` every realism target was met)."""
     verdicts = check_tasks(env, tasks, graph=load_graph(env_dir))
     checks = [v.failed_checks for v in verdicts]
     rewards = [v.adversary_rewards for v in verdicts]
@@ -247,6 +284,8 @@ def _check_env(env: Environment, env_dir: Path, strict_realism: bool = False) ->
     realism = measure_realism(env.name, tasks, env.tools, results, descriptions)
     console.print(f"{env.name}: realism", highlight=False)
     console.print(realism_table([realism]), highlight=False, markup=False)
+    if legend:
+        console.print(REALISM_LEGEND, highlight=False, markup=False)
     missed = realism.strict_failures()
     if missed:
         colour = "red" if strict_realism else "yellow"

@@ -39,6 +39,22 @@ def write_tasks_to(tasks: list[Task], path: Path) -> Path:
     return replace_file(path, tasks_jsonl(tasks))
 
 
-def load_tasks(root: Path) -> list[Task]:
-    text = read_env_text(root, "tasks.jsonl")  # never through a link out of the env folder
-    return [Task.model_validate_json(line) for line in text.splitlines() if line.strip()]
+def load_tasks(root: Path, tasks_file: Path | None = None) -> list[Task]:
+    """The tasks of the env at `root`: its own `tasks.jsonl`, or `tasks_file` (a file `synth tasks
+    --out` wrote elsewhere). A line that is not a task raises `ValueError` naming file and line."""
+    if tasks_file is None:
+        text = read_env_text(root, "tasks.jsonl")  # never through a link out of the env folder
+        where = Path(root) / "tasks.jsonl"
+    else:
+        text = Path(tasks_file).read_text(encoding="utf-8")
+        where = Path(tasks_file)
+    tasks = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            tasks.append(Task.model_validate_json(line))
+        except ValueError as exc:
+            first = str(exc).splitlines()[0]
+            raise ValueError(f"{where}:{number}: not a task ({first})") from None
+    return tasks
