@@ -1,4 +1,8 @@
-"""Import τ²-bench's retail domain into a `tau2_retail` env folder, and convert its state back.
+"""Import τ²-bench's retail (or airline) domain into a `tau2_retail` (`tau2_airline`) env folder,
+and convert its state back.
+
+Airline's own converter is `airline.py`; `DOMAINS` says how each domain is recognised and
+written, and everything else here (tasks, self-checks, the folder rules) serves both.
 
 τ²'s retail DB is one nested JSON document (`db.json`: products, users and orders keyed by id);
 the env stores it relationally (`tau2_retail/schema.sql` beside this module). The two directions
