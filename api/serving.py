@@ -11,7 +11,9 @@ report before anything is announced, not a log line inside uvicorn.
 from __future__ import annotations
 
 import functools
+import os
 import socket
+import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -166,6 +168,20 @@ def http_server(
     )
     sock = listening_socket(host, port)
     return HttpServer(app, fleet, sock, host, sock.getsockname()[1], limits)
+
+
+def launched_over_pipes(fd: int = 0) -> bool:
+    """Whether `fd` (stdin) is a pipe or a socket: how an MCP client launches a stdio server.
+
+    Launchers differ in what they pass on: the MCP Inspector takes `--transport` as its own option,
+    so `serve ENV --transport stdio` reaches envforge as `serve ENV`. A terminal, `/dev/null` (a
+    server started in the background or by a service manager) or a file is not a client talking,
+    so those keep the HTTP default."""
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 def serve_env_stdio(env: Environment, *, sqlite_work_mib: int = 256) -> None:

@@ -36,11 +36,17 @@ ANNOUNCED_ENVS = 10
 
 def serve(
     env_dirs: Annotated[list[Path], typer.Argument(help="Env folders to serve.")],
-    transport: Annotated[Transport, typer.Option(help="stdio: one env, one episode; http: a fleet.")] = (
-        Transport.http
-    ),
-    host: Annotated[str, typer.Option(help="HTTP bind address.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="HTTP port (0 picks a free one).")] = 8000,
+    transport: Annotated[
+        Transport | None,
+        typer.Option(
+            help="stdio: one env, one episode; http: a fleet. Default: stdio when stdin is a pipe (an "
+            "MCP client launched the server, whatever flags its launcher passed on), one env is given "
+            "and neither --host nor --port; otherwise http.",
+            show_default=False,
+        ),
+    ] = None,
+    host: Annotated[str | None, typer.Option(help="HTTP bind address [default: 127.0.0.1].")] = None,
+    port: Annotated[int | None, typer.Option(help="HTTP port (0 picks a free one) [default: 8000].")] = None,
     token: Annotated[
         str | None,
         typer.Option(envvar="ENVFORGE_TOKEN", help="Control-plane bearer token (required off loopback)."),
@@ -101,11 +107,22 @@ def serve(
     except envforge.SettingError as exc:
         fail_setting(exc)
     envs = load_envs(env_dirs)
+    if transport is None:
+        launched = len(envs) == 1 and host is None and port is None and envforge.launched_over_pipes()
+        transport = Transport.stdio if launched else Transport.http
+        if launched:
+            console.print(
+                f"serving {envs[0].name} over stdio (stdin is a pipe: an MCP client launched it; "
+                "--transport http or --port to serve over HTTP)",
+                highlight=False,
+            )
     if transport is Transport.stdio:
         if len(envs) != 1:
             fail("stdio serves exactly one env")
         envforge.serve_env_stdio(envs[0], sqlite_work_mib=sqlite_work_mib)
         return
+    host = "127.0.0.1" if host is None else host
+    port = 8000 if port is None else port
     try:
         limits = envforge.ServeLimits(
             max_episodes=max_episodes,
@@ -132,6 +149,28 @@ def serve(
     except (ValueError, RuntimeError) as exc:  # off loopback without a token; SQLite without a heap limit
         fail(str(exc))
     server.run(on_listening=lambda: announce(server, [env.name for env in envs]))
+
+
+def mcp(
+    env_dir: Annotated[Path, typer.Argument(help="Env folder.")],
+    sqlite_work_mib: Annotated[
+        int,
+        typer.Option(
+            envvar="ENVFORGE_SQLITE_WORK_MIB",
+            help="MiB of memory SQL statements may use beyond the episode's database.",
+        ),
+    ] = 256,
+) -> None:
+    """Serve one env over stdio, one episode for the life of the process: the command to give an MCP
+    client that launches servers (no transport flag for a launcher to take as its own)."""
+    import envforge
+
+    try:
+        envforge.sqlite_work_bytes(sqlite_work_mib)
+    except envforge.SettingError as exc:
+        fail_setting(exc)
+    (env,) = load_envs([env_dir])
+    envforge.serve_env_stdio(env, sqlite_work_mib=sqlite_work_mib)
 
 
 def announce(server: HttpServer, names: list[str]) -> None:
@@ -256,6 +295,7 @@ def replay_command(
 
 def register(app: typer.Typer) -> None:
     app.command("serve")(serve)
+    app.command("mcp")(mcp)
     app.command("inspect")(inspect)
     app.command("replay")(replay_command)
 
