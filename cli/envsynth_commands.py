@@ -26,6 +26,7 @@ from envforge.synth.envsynth import (
     ToolDoc,
     introspect_mcp,
     load_docs,
+    rejected_dir,
     synthesize_env,
 )
 
@@ -96,8 +97,15 @@ def synth_env(
     table.add_row(*_row(report))
     console.print(table)
     if report.status != "accepted":
-        for reason in report.reasons:
-            console.print(f"  [red]{reason}[/]")
+        for reason in report.reasons[1:]:
+            console.print(f"  [red]{reason}[/]", highlight=False)
+        why = report.reasons[0] if report.reasons else "a gate failed"
+        console.print(
+            f"[red]error:[/] {env_name} rejected ({why}); nothing written to {out}; report and last "
+            f"candidate in {rejected_dir(out)}",
+            highlight=False,
+            soft_wrap=True,
+        )
         raise typer.Exit(1)
 
 
@@ -151,6 +159,9 @@ def synth_envs(
         if name in batch.reports:
             table.add_row(*_row(batch.reports[name]))
     console.print(table)
+    if batch.rejected:
+        kept = ", ".join(str(rejected_dir(out / name)) for name in batch.rejected)
+        console.print(f"rejected envs are not written; reports in {kept}", highlight=False, soft_wrap=True)
     if not batch.all_accepted:
         raise typer.Exit(1)
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
         parse_openapi,
     )
     from .llm import LiteLLMResponder, ReplayResponder, Responder, load_recordings
-    from .pipeline import SynthSettings, synthesize_env
+    from .pipeline import SynthSettings, rejected_dir, synthesize_env
     from .probes import schema_problems
     from .report import GATES, SynthesisReport, read_report
     from .rules import gate_kept, gate_rules
@@ -49,6 +49,7 @@ _LAZY = {
     "Responder": "llm",
     "load_recordings": "llm",
     "SynthSettings": "pipeline",
+    "rejected_dir": "pipeline",
     "synthesize_env": "pipeline",
     "schema_problems": "probes",
     "GATES": "report",
@@ -90,6 +91,7 @@ __all__ = [
     "parse_markdown",
     "parse_openapi",
     "read_report",
+    "rejected_dir",
     "run_seed_generator",
     "schema_problems",
     "synthesize_env",

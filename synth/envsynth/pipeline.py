@@ -34,7 +34,7 @@ from . import prompts
 from .docs_input import ToolDoc, docs_json
 from .llm import LLMError, Responder, Usage, strip_fences
 from .probes import execute_proposals, probe_env
-from .report import GateResult, RoundRecord, SynthesisReport, write_report
+from .report import REPORT_FILE, GateResult, RoundRecord, SynthesisReport, write_report
 from .rules import gate_kept, gate_rules
 from .sandbox import SeedRunError, run_seed_generator
 
@@ -383,24 +383,55 @@ async def synthesize_env(
         report.completion_tokens = usage.completion_tokens
         report.cost_usd = round(usage.cost, 6)
         report.seconds = round(time.perf_counter() - started, 3)
-        out_dir.mkdir(parents=True, exist_ok=True)
         if report.status == "accepted":
             env = load_env(staging)
             report.seed_rows = sum(len(v) for v in env.seed_state().values())
             report.tasks = sum(1 for _ in (staging / "tasks.jsonl").open(encoding="utf-8"))
-            shutil.rmtree(out_dir / REJECTED_DIR, ignore_errors=True)
-            for name in ENV_FILES:
-                if (staging / name).exists():
-                    shutil.copyfile(staging / name, out_dir / name)
+            _move_into_place(staging, report, out_dir)
         else:
-            _keep_rejected(cand, out_dir)
-        write_report(report, out_dir)
+            kept = rejected_dir(out_dir)
+            _keep_rejected(cand, kept)
+            write_report(report, kept)
     return report
 
 
-def _keep_rejected(cand: Candidate, out_dir: Path) -> None:
+def rejected_dir(out_dir: str | Path) -> Path:
+    """Where a rejected run of `out_dir` keeps its report and last candidate: `.rejected/<name>`
+    beside it, hidden, so that `envs/*` still names only envs and `out_dir` stays as it was."""
+    out_dir = Path(out_dir)
+    return out_dir.parent / ".rejected" / out_dir.name
+
+
+def _move_into_place(staging: Path, report: SynthesisReport, out_dir: Path) -> None:
+    """Write the accepted env and its report into a temporary folder beside `out_dir`, then move it
+    into place: a new `out_dir` appears whole by one rename; an existing one (it may hold the
+    `docs/` it was made from) gets each env file replaced by a rename, and nothing else touched.
+    A run that fails on the way leaves no half-written env."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    ready = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
+    try:
+        for name in ENV_FILES:
+            if (staging / name).exists():
+                shutil.copyfile(staging / name, ready / name)
+        write_report(report, ready)
+        ready.chmod(0o755)
+        if not out_dir.exists():
+            ready.rename(out_dir)
+            return
+        for name in (*ENV_FILES, REPORT_FILE):
+            if (ready / name).exists():
+                (ready / name).replace(out_dir / name)
+            else:
+                (out_dir / name).unlink(missing_ok=True)
+        shutil.rmtree(out_dir / REJECTED_DIR, ignore_errors=True)  # left by an older version
+    finally:
+        shutil.rmtree(ready, ignore_errors=True)
+    shutil.rmtree(rejected_dir(out_dir), ignore_errors=True)
+
+
+def _keep_rejected(cand: Candidate, kept: Path) -> None:
     """Keep the last candidate as inert text for a person to read: never as an env that could load."""
-    target = out_dir / REJECTED_DIR
+    target = kept / REJECTED_DIR
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
     names = {

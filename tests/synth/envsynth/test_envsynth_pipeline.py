@@ -105,8 +105,9 @@ async def test_persistent_failure_is_rejected_with_reason(tmp_path: Path) -> Non
     assert report.status == "rejected"
     assert report.reasons[0] == "gate 'probes' still fails after 1 repair rounds"
     assert any("checkout_book" in r for r in report.reasons)
-    assert not (out / "env.toml").exists() and (out / "rejected_candidate" / "tools.py.txt").exists()
-    assert json.loads((out / "synthesis.json").read_text())["status"] == "rejected"
+    kept = tmp_path / ".rejected" / "library"  # beside the env folder, which is never made
+    assert not out.exists() and (kept / "rejected_candidate" / "tools.py.txt").exists()
+    assert json.loads((kept / "synthesis.json").read_text())["status"] == "rejected"
 
 
 MALICIOUS = ENVSYNTH_FIXTURES / "malicious"
@@ -209,4 +210,5 @@ def test_cli_env_and_envs_resume(tmp_path: Path) -> None:
     assert r.exit_code == 1, r.output
     assert "1 already accepted" in r.output
     assert (out / "library" / "synthesis.json").stat().st_mtime_ns == stamp
-    assert json.loads((out / "wrong_name_rejected" / "synthesis.json").read_text())["status"] == "rejected"
+    kept = out / ".rejected" / "wrong_name_rejected" / "synthesis.json"
+    assert json.loads(kept.read_text())["status"] == "rejected" and not (out / "wrong_name_rejected").exists()

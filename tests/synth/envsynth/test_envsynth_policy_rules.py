@@ -149,8 +149,9 @@ async def test_rules_never_repaired_reject_the_env(tmp_path: Path) -> None:
     report, _ = await synth(out, bad, bad, max_rounds=1)
     assert report.status == "rejected"
     assert report.reasons[0] == "gate 'policy_rules' still fails after 1 repair rounds"
-    assert not (out / "env.toml").exists() and not (out / "policy_rules.toml").exists()
-    assert (out / "rejected_candidate" / "policy_rules.toml.txt").read_text(encoding="utf-8") == bad
+    assert not out.exists()
+    kept = tmp_path / ".rejected" / "library" / "rejected_candidate"
+    assert (kept / "policy_rules.toml.txt").read_text(encoding="utf-8") == bad
 
 
 @pytest.mark.parametrize(
