@@ -6,6 +6,13 @@ a worker that misbehaves produces a protocol error, not a surprise. Calls carry 
 concurrent episodes can share one worker; a tool's SQL travels back to the parent under its
 call's id. SQLite values are JSON scalars, except blobs, which travel as `{"$bytes": "<base64>"}`.
 
+A call on a served episode names the episode (`Call.episode`) and the version of its committed
+state the serving process holds; the worker runs the tool on its own copy of that state
+(`sqlhost`), and the state travels, as SQLite's serialised bytes in base64, only when one side
+lacks the other's: with the call when the worker does not hold that version (`Call.state`), and
+with the result when the tool committed a change (`Result.state`). Such lines are bounded by
+`MAX_LINE_BYTES`; every other field keeps its own bound.
+
 The start-up messages (`Init`, `Ready`, `LoadFailed`) are pydantic models: they travel once per
 worker. The per-call messages (`Call`, `Cancel`, `SqlRequest`, `SqlReply`, `Result`) travel
 several times per tool call, so they are slotted classes checked by hand (`decode_from_worker`,
@@ -23,6 +30,12 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 MAX_SQL_CHARS = 1_000_000
+MAX_STATE_BYTES = 80 * 1024 * 1024
+"""The largest episode database a line may carry: a posted state's cap (64 MiB,
+`schema_host.STATE_DATABASE_MAX_BYTES`) and room to grow. The serving process checks each state a
+worker sends against its episode's own page cap, far below this for most."""
+MAX_LINE_BYTES = MAX_MESSAGE_BYTES + (MAX_STATE_BYTES + 2) // 3 * 4
+"""The longest per-call line: a message and a state in base64."""
 BYTES_KEY = "$bytes"
 
 
@@ -79,21 +92,43 @@ STARTED: TypeAdapter[Ready | LoadFailed] = TypeAdapter(Ready | LoadFailed)
 
 SqlOp = Literal["execute", "executemany", "execute_fetchall", "fetch_all", "fetch_one", "fetch_value"]
 SQL_OPS: frozenset[str] = frozenset(get_args(SqlOp))
-Outcome = Literal["ok", "refused", "invalid", "crashed"]
+Outcome = Literal["ok", "refused", "invalid", "crashed", "stale"]
+"""`stale`: the worker does not hold the episode's version the call named (it was evicted, or
+the worker restarted); the serving process sends the call again with the state."""
 OUTCOMES: frozenset[str] = frozenset(get_args(Outcome))
 
 
 class Call:
-    """Parent -> worker: run `tool` with `arguments` (JSON values) as call `id`."""
+    """Parent -> worker: run `tool` with `arguments` (JSON values) as call `id`.
 
-    __slots__ = ("arguments", "id", "tool")
+    With `episode` (a served episode's key), on the worker's copy of that episode's `version`;
+    `state` (base64) carries that version's bytes when the worker may not hold it, and
+    `max_pages` the episode's page cap. Without it, every statement comes back as a `SqlRequest`.
+    """
+
+    __slots__ = ("arguments", "episode", "id", "max_pages", "state", "tool", "version")
     type = "call"
 
-    def __init__(self, id: int, tool: str, arguments: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        id: int,
+        tool: str,
+        arguments: dict[str, Any],
+        episode: int | None = None,
+        version: int = 0,
+        state: str | None = None,
+        max_pages: int = 0,
+    ) -> None:
         self.id, self.tool, self.arguments = id, tool, arguments
+        self.episode, self.version, self.state, self.max_pages = episode, version, state, max_pages
 
     def wire(self) -> dict[str, Any]:
-        return {"type": "call", "id": self.id, "tool": self.tool, "arguments": self.arguments}
+        out: dict[str, Any] = {"type": "call", "id": self.id, "tool": self.tool, "arguments": self.arguments}
+        if self.episode is not None:
+            out["episode"], out["version"], out["max_pages"] = self.episode, self.version, self.max_pages
+            if self.state is not None:
+                out["state"] = self.state
+        return out
 
 
 class Cancel:
@@ -166,23 +201,38 @@ class SqlRequest:
 
 class Result:
     """Worker -> parent: call `id` ended: returned (`ok`), raised `ToolError` (`refused`), was
-    given arguments its signature rejects (`invalid`), or crashed."""
+    given arguments its signature rejects (`invalid`), crashed, or named a version of its episode
+    the worker does not hold (`stale`).
 
-    __slots__ = ("id", "outcome", "text")
+    A call on a hosted episode that committed a change returns the new database (`state`, base64)
+    and the tables it wrote (`written`)."""
+
+    __slots__ = ("id", "outcome", "state", "text", "written")
     type = "result"
 
-    def __init__(self, id: int, outcome: Outcome, text: str) -> None:
-        self.id, self.outcome, self.text = id, outcome, text
+    def __init__(
+        self,
+        id: int,
+        outcome: Outcome,
+        text: str,
+        state: str | None = None,
+        written: list[str] | None = None,
+    ) -> None:
+        self.id, self.outcome, self.text, self.state, self.written = id, outcome, text, state, written
 
     def wire(self) -> dict[str, Any]:
-        return {"type": "result", "id": self.id, "outcome": self.outcome, "text": self.text}
+        out: dict[str, Any] = {"type": "result", "id": self.id, "outcome": self.outcome, "text": self.text}
+        if self.state is not None:
+            out["state"], out["written"] = self.state, self.written or []
+        return out
 
 
 PerCall = Call | Cancel | SqlReply | SqlRequest | Result
 
 
 def encode(message: _Msg | PerCall) -> bytes:
-    """One protocol line (the newline included), refused when over `MAX_MESSAGE_BYTES`."""
+    """One protocol line (the newline included), refused when over `MAX_MESSAGE_BYTES` (a line
+    that carries a state: `MAX_LINE_BYTES`)."""
     if isinstance(message, BaseModel):
         line = message.model_dump_json().encode() + b"\n"
     else:
@@ -190,14 +240,15 @@ def encode(message: _Msg | PerCall) -> bytes:
             line = json.dumps(message.wire(), separators=(",", ":")).encode() + b"\n"
         except (TypeError, ValueError) as exc:  # a value JSON cannot carry
             raise ProtocolError(f"cannot encode {message.type!r}: {exc}") from exc
-    if len(line) > MAX_MESSAGE_BYTES:
-        raise ProtocolError(f"message of {len(line)} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit")
+    limit = MAX_LINE_BYTES if getattr(message, "state", None) is not None else MAX_MESSAGE_BYTES
+    if len(line) > limit:
+        raise ProtocolError(f"message of {len(line)} bytes exceeds the {limit}-byte limit")
     return line
 
 
 def _load(line: bytes) -> dict[str, Any]:
-    if len(line) > MAX_MESSAGE_BYTES:
-        raise ProtocolError(f"message of {len(line)} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit")
+    if len(line) > MAX_LINE_BYTES:
+        raise ProtocolError(f"message of {len(line)} bytes exceeds the {MAX_LINE_BYTES}-byte limit")
     try:
         obj = json.loads(line)
     except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, or nested past the C stack's care
@@ -235,7 +286,23 @@ def _text(obj: dict[str, Any], key: str, limit: int = MAX_MESSAGE_BYTES) -> str:
 
 _SQL_FIELDS = frozenset({"type", "id", "req", "op", "sql"})
 _RESULT_FIELDS = frozenset({"type", "id", "outcome", "text"})
+_RESULT_STATE = frozenset({"state", "written"})
 _PARAMS = frozenset({"params"})
+_STATE_CHARS = (MAX_STATE_BYTES + 2) // 3 * 4
+
+
+def decode_state(text: str) -> bytes:
+    """A state's bytes from its base64 (checked: only the alphabet, at most `MAX_STATE_BYTES`)."""
+    if len(text) > _STATE_CHARS:
+        raise ProtocolError(f"a state of more than {MAX_STATE_BYTES} bytes")
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        raise ProtocolError("a state that is not base64") from None
+
+
+def encode_state(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
 
 
 def decode_from_worker(line: bytes) -> SqlRequest | Result:
@@ -251,11 +318,20 @@ def decode_from_worker(line: bytes) -> SqlRequest | Result:
             _int(obj, "id"), _int(obj, "req"), op, _text(obj, "sql", MAX_SQL_CHARS), obj.get("params")
         )
     if kind == "result":
-        _fields(obj, _RESULT_FIELDS)
+        _fields(obj, _RESULT_FIELDS, _RESULT_STATE)
         outcome = obj["outcome"]
         if outcome not in OUTCOMES:
             raise ProtocolError("invalid 'result' message: unknown outcome")
-        return Result(_int(obj, "id"), outcome, _text(obj, "text"))
+        result = Result(_int(obj, "id"), outcome, _text(obj, "text", MAX_MESSAGE_BYTES))
+        if "state" in obj:
+            if outcome != "ok" or set(obj) != _RESULT_FIELDS | _RESULT_STATE:
+                raise ProtocolError("invalid 'result' message: a state without its tables, or not ok")
+            result.state = _text(obj, "state", _STATE_CHARS)
+            written = obj["written"]
+            if type(written) is not list or not all(type(t) is str and len(t) <= 256 for t in written):
+                raise ProtocolError("invalid 'result' message: written is not a list of table names")
+            result.written = written
+        return result
     raise ProtocolError(f"unexpected message type {str(kind)[:40]!r}")
 
 
@@ -265,7 +341,13 @@ def decode_to_worker(line: bytes) -> Call | Cancel | SqlReply:
     kind = obj.get("type")
     try:
         if kind == "call" and type(obj["arguments"]) is dict:
-            return Call(_int(obj, "id"), _text(obj, "tool"), obj["arguments"])
+            call = Call(_int(obj, "id"), _text(obj, "tool"), obj["arguments"])
+            if "episode" in obj:
+                call.episode, call.version = _int(obj, "episode"), _int(obj, "version")
+                call.max_pages = _int(obj, "max_pages")
+                if "state" in obj:
+                    call.state = _text(obj, "state", _STATE_CHARS)
+            return call
         if kind == "cancel":
             return Cancel(_int(obj, "id"))
         if kind == "sql_reply":
