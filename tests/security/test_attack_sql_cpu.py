@@ -1,0 +1,253 @@
+"""Attacks by model-written SQL on the serving process's CPU and memory that outlive their call.
+
+SQLite consults its progress handler only where a program jumps, so a straight run of
+`json_extract` calls, each with 126 paths over a JSON array of 8M elements built in the statement
+(`STEPS` of them, ~14 s here with no check between them), cannot be stopped by any deadline.
+When a served episode's statements ran in the serving process, such a call was answered at its
+limit but its thread went on burning a core for the rest of the run, and the episode was given
+up. They now run in the env's sandboxed worker, which is killed at the call's limit: within 2 s
+of the answer nothing burns CPU for the call, the worker is gone, `/healthz` and another env
+answer throughout, and the episode goes on from its committed state. The same holds for memory:
+a statement that asks for gigabytes meets the worker's limits, never the server's RSS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from test_attack_confinement import make_confined_env
+from test_attack_sql_bounds import Probe, _call, _episode, _server_pid
+from test_attack_sql_memory import MEMORY_TOOLS, Health, _mib, _reset_peak
+
+from envforge.server import Environment, Fleet, build_app, load_env
+from envforge.server import confined_tools as confined_tools_module
+
+from conftest import FIXTURES, ServerThread, envforge_serve
+
+CALL_LIMIT_S = 1.5
+STEPS = 6
+"""`json_extract` calls in one straight run: 14.1 s with no progress-handler call between them
+(measured here on a plain connection with the server's SQL functions; one is 1.5-2.9 s)."""
+PATHS = 126
+ELEMENTS = 8_000_000
+IDLE_CPU_S = 0.3
+"""CPU the serving process may use in a 2-s window once the call was answered and 2 s passed:
+its own idle work (the episode reaper, the HTTP server's loop). A step still running uses ~2 s."""
+
+LONG_STEP_TOOLS = textwrap.dedent(
+    f'''
+    """A write, then one statement whose single uninterruptible run lasts ~14 s."""
+
+    from __future__ import annotations
+
+    from envforge.server import Db, tool
+
+
+    @tool(writes=["notes"])
+    async def long_step(db: Db) -> int:
+        """Write a note, then look far into a long array, many times over, in one run."""
+        await db.execute("INSERT INTO notes (body) VALUES ('kept only if the call is')")
+        paths = tuple("$[#-%d]" % (i + 1) for i in range({PATHS}))
+        one = (
+            "length(json_extract('[' || replace(hex(zeroblob({ELEMENTS})), '00', '0,') || '0]', "
+            + ", ".join("?" for _ in paths)
+            + "))"
+        )
+        return await db.fetch_value("SELECT " + " + ".join([one] * {STEPS}), paths * {STEPS})
+
+
+    @tool
+    async def count_notes(db: Db) -> int:
+        """How many notes there are."""
+        return await db.fetch_value("SELECT COUNT(*) FROM notes")
+    '''
+)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid`, all its threads (`/proc/PID/stat`)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _worker_tree(env: str) -> list[int]:
+    """The pids of `env`'s confined worker: bubblewrap and everything under it."""
+    for worker in list(confined_tools_module._WORKERS):
+        if worker.init.env == env and worker.pid is not None and worker.alive():
+            root = psutil.Process(worker.pid)
+            return [worker.pid, *(p.pid for p in root.children(recursive=True))]
+    raise AssertionError(f"no live worker for {env}")
+
+
+@pytest.fixture
+def long_step_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Environment:
+    limits = dataclasses.replace(confined_tools_module.DEFAULT_LIMITS, call_timeout_s=CALL_LIMIT_S)
+    monkeypatch.setattr(confined_tools_module, "DEFAULT_LIMITS", limits)
+    return load_env(make_confined_env(tmp_path / "long", LONG_STEP_TOOLS), static_gate=False)
+
+
+def test_a_step_past_the_call_limit_burns_no_cpu_after_the_answer(
+    long_step_env: Environment, bank_env: Environment
+) -> None:
+    """Before, the call was answered at its limit + 0.5 s, and the serving process's SQLite thread
+    then ran the rest of the ~14 s step (a core's worth of CPU in every window after the answer);
+    the episode was given up."""
+    fleet = Fleet([long_step_env, bank_env])
+    with ServerThread(build_app(fleet)) as server, httpx.Client(base_url=server.url, timeout=120) as http:
+        attacker = _episode(http, "payloads")
+        assert _call(http, "payloads", attacker, "count_notes", {}) == (None, "1")  # the worker is up
+        worker = _worker_tree("payloads")
+        probe = Probe(server.url, _episode(http, "bank"))
+        prober = threading.Thread(target=probe.run, daemon=True)
+        prober.start()
+        try:
+            time.sleep(0.3)
+            start = time.monotonic()
+            kind, text = _call(http, "payloads", attacker, "long_step", {})
+            answered = time.monotonic()
+            time.sleep(0.5)
+        finally:
+            probe.stop.set()
+            prober.join(30)
+        took = answered - start
+        assert kind == "env_error" and f"time limit of {CALL_LIMIT_S:g}s" in text, text
+        assert took <= CALL_LIMIT_S + 1.0, f"the call took {took:.2f}s against a {CALL_LIMIT_S:g}s limit"
+        health = sorted(probe.health)
+        assert len(health) >= 5, health
+        assert health[len(health) // 2] <= 0.1, f"/healthz took a median {health[len(health) // 2]:.2f}s"
+        assert health[-1] <= 0.3, f"/healthz took up to {health[-1]:.2f}s during the attack"
+        assert max(probe.reads) <= 0.5, f"another env's read took up to {max(probe.reads):.2f}s"
+        # 2 s after the answer, nothing runs for the call: not the worker, not a thread here
+        time.sleep(max(0.0, answered + 2.0 - time.monotonic()))
+        alive = [pid for pid in worker if _running(pid)]
+        assert not alive, f"the worker's processes {alive} still run after the answer"
+        before = _cpu_seconds(os.getpid())
+        time.sleep(2.0)
+        used = _cpu_seconds(os.getpid()) - before
+        assert used <= IDLE_CPU_S, f"the serving process used {used:.2f} CPU-s in 2 s after the call"
+        # nothing of the call was kept, and the episode goes on at once (a fresh worker)
+        start = time.monotonic()
+        assert _call(http, "payloads", attacker, "count_notes", {}) == (None, "1")
+        assert time.monotonic() - start < 5.0
+
+
+SERVER_SLACK_MIB = 32
+"""What `envforge serve`'s RSS may grow by while a statement of a served episode asks SQLite for
+gigabytes: nothing of the statement runs in it (1-3 MiB measured: the call's own messages)."""
+
+
+def test_a_statement_that_asks_for_gigabytes_does_not_grow_the_server(tmp_path: Path) -> None:
+    """Before, the server's own SQLite heap took the statement's working memory (256 MiB by
+    default, the bound `--sqlite-work-mib` sets): its RSS grew by up to that much."""
+    root = make_confined_env(tmp_path / "memory", MEMORY_TOOLS)
+    with (
+        envforge_serve([str(root), str(FIXTURES / "bank")]) as url,
+        httpx.Client(base_url=url, timeout=120) as http,
+    ):
+        server = _server_pid(url)
+        attacker = _episode(http, "payloads")
+        bank = _episode(http, "bank")
+        assert _call(http, "payloads", attacker, "count_notes", {}) == (None, "1")  # the worker is up
+        for attack in ("eight_documents", "group_huge_values"):
+            before = _mib(server, "VmRSS")
+            _reset_peak(server)
+            with Health(url) as health:
+                kind, text = _call(http, "payloads", attacker, attack, {})
+                time.sleep(0.3)
+            growth = _mib(server, "VmHWM") - before
+            assert kind == "refused" and "more memory than the server lets SQL use" in text, (attack, text)
+            assert growth <= SERVER_SLACK_MIB, f"{attack}: the server's RSS grew by {growth:.0f} MiB"
+            assert not health.failures and len(health.times) >= 3, (attack, health.failures)
+            assert max(health.times) <= 0.3, f"{attack}: /healthz took up to {max(health.times):.2f}s"
+            assert _call(http, "payloads", attacker, "count_notes", {}) == (None, "1"), attack
+            kind, text = _call(http, "bank", bank, "get_account", {"account_id": "A-1"})
+            assert kind is None and "A-1" in text, text
+        assert psutil.Process(server).is_running()
+
+
+TAMPERING_TOOLS = textwrap.dedent(
+    '''
+    """Tools that reach past their handle to the worker's copy of the episode."""
+
+    from __future__ import annotations
+
+    from envforge.server import Db, tool
+
+
+    def raw(db: Db):
+        conn = db._conn  # the worker's own sqlite3 connection, in its sandbox
+        conn.set_authorizer(None)
+        return conn
+
+
+    @tool(writes=["notes"])
+    async def plant_view(db: Db) -> str:
+        """Write a note, and plant a view the serving process would run."""
+        conn = raw(db)
+        conn.execute("INSERT INTO notes (body) VALUES ('planted')")
+        conn.execute(
+            "CREATE VIEW spin AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+            "SELECT max(x) FROM c"
+        )
+        return "planted"
+
+
+    @tool(writes=["notes"])
+    async def outgrow(db: Db) -> str:
+        """Lift the episode's page cap, then write far past it."""
+        conn = raw(db)
+        conn.execute("PRAGMA max_page_count = 1000000")
+        conn.execute("INSERT INTO notes (body) VALUES (hex(zeroblob(4000000)))")
+        return "grown"
+
+
+    @tool(writes=["notes"])
+    async def add_note(db: Db, body: str) -> str:
+        """Add a note."""
+        await db.execute("INSERT INTO notes (body) VALUES (?)", (body,))
+        return "added"
+
+
+    @tool
+    async def count_notes(db: Db) -> int:
+        """How many notes there are."""
+        return await db.fetch_value("SELECT COUNT(*) FROM notes")
+    '''
+)
+
+
+@pytest.mark.parametrize("attack", ["plant_view", "outgrow"])
+async def test_a_worker_that_tampers_with_its_copy_changes_nothing_here(tmp_path: Path, attack: str) -> None:
+    """The worker runs model-written code beside its copy of the episode, so the state it sends
+    back is checked like any untrusted input: a schema change (a view or trigger would run in the
+    serving process) or a database past the episode's page cap is refused, nothing of the call is
+    kept, and the episode goes on."""
+    env = load_env(make_confined_env(tmp_path / "tamper", TAMPERING_TOOLS), static_gate=False)
+    fleet = Fleet([env])
+    try:
+        episode = await fleet.create_episode(env.name)
+        assert (await fleet.call(episode.id, "count_notes", {})).text == "1"
+        result = await fleet.call(episode.id, attack, {})
+        assert result.kind == "env_error", result.text
+        state, _ = await fleet.export(episode.id)
+        assert [r["body"] for r in state["notes"]] == ["seed"]
+        assert (await fleet.call(episode.id, "add_note", {"body": "after"})).text == "added"
+        assert (await fleet.call(episode.id, "count_notes", {})).text == "2"
+    finally:
+        await fleet.aclose()
