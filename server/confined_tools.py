@@ -330,8 +330,8 @@ class _HostedCopy:
 
     __slots__ = (
         "__weakref__",
+        "_conn",
         "changes",
-        "conn",
         "guard",
         "key",
         "max_pages",
@@ -341,13 +341,22 @@ class _HostedCopy:
     )
 
     def __init__(self, conn: PooledConnection, guard: Any) -> None:
-        self.conn, self.guard = conn, guard
+        # weakly: `_COPIES` maps the connection to this, and a value that held its key would keep
+        # every closed episode's connection for good
+        self._conn, self.guard = weakref.ref(conn), guard
         self.key = next(_HOSTED_KEYS)
         self.version = 0
         self.changes = conn.total_changes
         self.max_pages = 0  # learnt with the first snapshot (`_snapshot`)
         self.page_size = 0
         self.schema: list[tuple[Any, ...]] = []
+
+    @property
+    def conn(self) -> PooledConnection:
+        conn = self._conn()
+        if conn is None:  # only while a call holds it, which keeps it alive
+            raise ValueError("the episode's connection is gone")
+        return conn
 
     def refresh(self) -> None:
         changes = self.conn.total_changes

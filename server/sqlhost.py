@@ -93,7 +93,7 @@ _WRITES = frozenset({sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLIT
 class Hosted:
     """One episode's database in this worker, at `version` of the serving process's copy."""
 
-    __slots__ = ("conn", "guard", "held", "version")
+    __slots__ = ("busy", "conn", "guard", "held", "version")
 
     def __init__(self, data: bytes, version: int, max_pages: int) -> None:
         conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level="DEFERRED")
@@ -109,6 +109,7 @@ class Hosted:
         protect(conn, self.guard)
         self.conn, self.version = conn, version
         self.held = 2 * max(len(data), max_pages * page_size) + sqlheap.CONNECTION_BYTES
+        self.busy = False  # a call runs on it: never let go under it
 
     def close(self) -> None:
         self.conn.close()
@@ -134,10 +135,9 @@ class Host:
         if hosted is not None:
             self._drop(key)
         hosted = Hosted(state, version, max_pages)
-        while self.episodes and (
-            len(self.episodes) >= MAX_HOSTED or self.bytes + hosted.held > MAX_HOSTED_BYTES
-        ):
-            self._drop(next(iter(self.episodes)))
+        idle = [k for k, h in self.episodes.items() if not h.busy]  # least recently used first
+        while idle and (len(self.episodes) >= MAX_HOSTED or self.bytes + hosted.held > MAX_HOSTED_BYTES):
+            self._drop(idle.pop(0))
         self.episodes[key] = hosted
         self.bytes += hosted.held
         sqlheap.hold(hosted.held)
@@ -320,6 +320,7 @@ def begin(hosted: Hosted, writes: frozenset[str], deadline: float) -> tuple[Loca
     """Arm `hosted` for one call of a tool that may write `writes`: its handle, its state, and the
     connection's change count before it."""
     state = CallState(deadline)
+    hosted.busy = True
     guard = hosted.guard
     if guard.allow_writes(writes):
         guard.install(hosted.conn)
@@ -332,6 +333,7 @@ def finish(hosted: Hosted, commit: bool) -> str | None:
     """End the call's transaction: commit (when asked and something changed) or roll back. The
     error of a COMMIT that failed (rolled back then), else None."""
     conn = hosted.conn
+    hosted.busy = False
     conn.set_progress_handler(None, 0)
     if commit:
         try:
