@@ -13,12 +13,14 @@ a statement that asks for gigabytes meets the worker's limits, never the server'
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -249,5 +251,62 @@ async def test_a_worker_that_tampers_with_its_copy_changes_nothing_here(tmp_path
         assert [r["body"] for r in state["notes"]] == ["seed"]
         assert (await fleet.call(episode.id, "add_note", {"body": "after"})).text == "added"
         assert (await fleet.call(episode.id, "count_notes", {})).text == "2"
+    finally:
+        await fleet.aclose()
+
+
+SHARED_LIMIT_S = 6.0
+
+SHARING_TOOLS = LONG_STEP_TOOLS + textwrap.dedent(
+    '''
+
+    import asyncio
+
+
+    @tool
+    async def spin(db: Db) -> int:
+        """Count for ever."""
+        return await db.fetch_value(
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT max(x) FROM c"
+        )
+
+
+    @tool(writes=["notes"])
+    async def slow_add(db: Db, body: str) -> str:
+        """Add a note, then take a while to answer."""
+        await db.execute("INSERT INTO notes (body) VALUES (?)", (body,))
+        await asyncio.sleep(1.5)
+        return "added"
+    '''
+)
+
+
+async def test_a_call_whose_worker_is_killed_for_another_runs_again_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Episodes of one env share its worker, so killing it for one call's time limit ends the
+    others it is running. Nothing of those was kept (their state is the serving process's), so
+    each is sent again, once, to the new worker: it succeeds, and its write is kept exactly once.
+    Before, it failed with the worker's death."""
+    limits = dataclasses.replace(confined_tools_module.DEFAULT_LIMITS, call_timeout_s=SHARED_LIMIT_S)
+    monkeypatch.setattr(confined_tools_module, "DEFAULT_LIMITS", limits)
+    env = load_env(make_confined_env(tmp_path / "shared", SHARING_TOOLS), static_gate=False)
+    fleet = Fleet([env])
+    try:
+        attacker = await fleet.create_episode(env.name)
+        bystander = await fleet.create_episode(env.name)
+        assert (await fleet.call(attacker.id, "count_notes", {})).text == "1"
+        assert (await fleet.call(bystander.id, "count_notes", {})).text == "1"
+
+        async def late_add() -> Any:
+            await asyncio.sleep(SHARED_LIMIT_S - 1.0)  # in flight when the attacker's limit comes
+            return await fleet.call(bystander.id, "slow_add", {"body": "once"})
+
+        attack, added = await asyncio.gather(fleet.call(attacker.id, "spin", {}), late_add())
+        assert attack.kind == "env_error" and "time limit" in attack.text, attack.text
+        assert added.kind == "ok" and added.text == "added", added.text
+        state, _ = await fleet.export(bystander.id)
+        assert [r["body"] for r in state["notes"]] == ["seed", "once"]
+        assert (await fleet.call(attacker.id, "count_notes", {})).text == "1"
     finally:
         await fleet.aclose()
