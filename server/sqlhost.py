@@ -27,8 +27,8 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from . import sqlheap
 from .confined_protocol import MAX_MESSAGE_BYTES
@@ -172,6 +172,7 @@ class CallState:
 
 
 Params = Sequence[Any] | Mapping[str, Any]
+_T = TypeVar("_T")
 
 
 ROW_COST = 64
@@ -266,7 +267,7 @@ class LocalDb:
     def __init__(self, conn: sqlite3.Connection, state: CallState) -> None:
         self._conn, self._state = conn, state
 
-    def _run(self, work: Any) -> Any:
+    def _run(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         try:
             return work(self._conn)
         except MemoryError:
@@ -296,7 +297,7 @@ class LocalDb:
             finally:
                 cur.close()
 
-        return self._run(first)  # type: ignore[no-any-return]
+        return self._run(first)
 
     async def fetch_value(self, sql: str, params: Params = ()) -> Any:
         def value(conn: sqlite3.Connection) -> Any:
