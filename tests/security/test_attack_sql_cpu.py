@@ -310,3 +310,101 @@ async def test_a_call_whose_worker_is_killed_for_another_runs_again_once(
         assert (await fleet.call(attacker.id, "count_notes", {})).text == "1"
     finally:
         await fleet.aclose()
+
+
+HOSTING_TOOLS = textwrap.dedent(
+    '''
+    """Tools that close their episode's call mid-way, or make the worker let other copies go."""
+
+    from __future__ import annotations
+
+    import asyncio
+    import gc
+
+    from envforge.server import Db, tool
+
+
+    @tool(writes=["notes"])
+    async def add_slowly(db: Db, body: str, seconds: float) -> str:
+        """Add a note, then take a while to answer."""
+        await db.execute("INSERT INTO notes (body) VALUES (?)", (body,))
+        await asyncio.sleep(seconds)
+        return "added"
+
+
+    @tool
+    async def let_go_of_others(db: Db) -> int:
+        """Make the worker let go of every idle episode it holds (as it does when it holds too many)."""
+        dropped = 0
+        for host in [o for o in gc.get_objects() if type(o).__name__ == "Host"]:
+            for key in [k for k, copy in host.episodes.items() if not copy.busy]:
+                host.forget(key)
+                dropped += 1
+        return dropped
+
+
+    @tool(writes=["notes"])
+    async def add_note(db: Db, body: str) -> str:
+        """Add a note."""
+        await db.execute("INSERT INTO notes (body) VALUES (?)", (body,))
+        return "added"
+
+
+    @tool
+    async def count_notes(db: Db) -> int:
+        """How many notes there are."""
+        return await db.fetch_value("SELECT COUNT(*) FROM notes")
+    '''
+)
+
+
+@pytest.fixture
+def hosting_env(tmp_path: Path) -> Environment:
+    return load_env(make_confined_env(tmp_path / "hosting", HOSTING_TOOLS), static_gate=False)
+
+
+async def test_an_episode_closed_mid_call_keeps_nothing_and_the_worker_serves_on(
+    hosting_env: Environment,
+) -> None:
+    """The call's write was committed in the worker's copy; the episode closed before the call
+    ended, so the serving process keeps nothing of it, and the worker is not stopped for it."""
+    fleet = Fleet([hosting_env])
+    try:
+        episode = await fleet.create_episode(hosting_env.name)
+        assert (await fleet.call(episode.id, "count_notes", {})).text == "1"
+        starts = _worker_starts(hosting_env)
+
+        async def close_soon() -> None:
+            await asyncio.sleep(0.5)
+            await fleet.close_episode(episode.id)
+
+        result, _ = await asyncio.gather(
+            fleet.call(episode.id, "add_slowly", {"body": "late", "seconds": 1.5}), close_soon()
+        )
+        assert result.is_error and "closed during the call; nothing was kept" in result.text, result.text
+        other = await fleet.create_episode(hosting_env.name)
+        assert (await fleet.call(other.id, "count_notes", {})).text == "1"
+        assert _worker_starts(hosting_env) == starts
+    finally:
+        await fleet.aclose()
+
+
+async def test_a_worker_that_let_an_episode_go_gets_its_state_again(hosting_env: Environment) -> None:
+    """A worker holds a bounded number of episodes; one it let go answers `stale`, and the call is
+    sent again with the episode's committed state: the caller sees nothing of it."""
+    fleet = Fleet([hosting_env])
+    try:
+        first = await fleet.create_episode(hosting_env.name)
+        second = await fleet.create_episode(hosting_env.name)
+        assert (await fleet.call(first.id, "add_note", {"body": "kept"})).text == "added"
+        assert (await fleet.call(second.id, "let_go_of_others", {})).text == "1"
+        assert (await fleet.call(first.id, "count_notes", {})).text == "2"
+        assert (await fleet.call(first.id, "add_note", {"body": "again"})).text == "added"
+        state, _ = await fleet.export(first.id)
+        assert [r["body"] for r in state["notes"]] == ["seed", "kept", "again"]
+    finally:
+        await fleet.aclose()
+
+
+def _worker_starts(env: Environment) -> int:
+    return sum(w.starts for w in list(confined_tools_module._WORKERS) if w.init.env == env.name)
