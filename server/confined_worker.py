@@ -481,6 +481,7 @@ class _Serving:
         self.hosting = _Hosting(sqlhost.Host(work_bytes), float(init.limits["call_timeout_s"]))
         self.running: dict[int, _DrivenCall] = {}
         self.buffer = bytearray()
+        self.scanned = 0  # how much of `buffer` holds no newline
         self.finishing = False
 
     def readable(self) -> None:
@@ -491,14 +492,16 @@ class _Serving:
         buffer = self.buffer
         buffer += data
         start = 0
-        while (end := buffer.find(b"\n", start)) >= 0:
+        # from where the last read left off: a line that carries a state spans hundreds of reads
+        while (end := buffer.find(b"\n", self.scanned)) >= 0:
             try:
                 msg = decode_to_worker(bytes(buffer[start : end + 1]))
             except ProtocolError as exc:  # the parent is trusted: a bug, and nothing to go on with
                 raise SystemExit(f"confined worker: {exc}") from None
+            start = self.scanned = end + 1
             self.handle(msg)
-            start = end + 1
         del buffer[:start]
+        self.scanned = len(buffer)
         if len(buffer) > MAX_LINE_BYTES:
             raise SystemExit("confined worker: a message from the parent exceeds the size limit")
 
