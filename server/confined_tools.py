@@ -46,11 +46,10 @@ from .confined_protocol import (
     SqlReply,
     SqlRequest,
     ToolDescription,
+    awaited_state,
     decode,
     decode_from_worker,
-    decode_state,
     encode,
-    encode_state,
     from_wire,
     rows_to_wire,
     to_wire,
@@ -198,6 +197,7 @@ class _WorkerOutput(asyncio.Protocol):
         self.first: asyncio.Future[bytes] | None = first
         self.buffer = bytearray()
         self.scanned = 0  # how much of `buffer` holds no newline
+        self.awaiting: Result | None = None  # a result whose state's bytes are still to come
 
     def current(self) -> bool:
         return self.worker._proc is self.proc and self.worker._attachment == self.attachment
@@ -207,15 +207,32 @@ class _WorkerOutput(asyncio.Protocol):
         buffer += data
         start = 0
         try:
-            while (end := buffer.find(b"\n", self.scanned)) >= 0:
+            while True:
+                if self.awaiting is not None:  # the state's raw bytes, after the result's line
+                    result, need = self.awaiting, awaited_state(self.awaiting)
+                    if len(buffer) - start < need:
+                        break
+                    result.state, start = bytes(buffer[start : start + need]), start + need
+                    self.scanned, self.awaiting = start, None
+                    if self.current():
+                        self.worker._route(result)
+                    continue
+                end = buffer.find(b"\n", self.scanned)
+                if end < 0:
+                    break
                 line, start = bytes(buffer[start : end + 1]), end + 1
                 self.scanned = start
                 if self.first is not None:
                     first, self.first = self.first, None
                     if not first.done():
                         first.set_result(line)
+                    continue
+                msg = decode_from_worker(line)
+                if awaited_state(msg):
+                    assert type(msg) is Result
+                    self.awaiting = msg
                 elif self.current():
-                    self.worker._route(decode_from_worker(line))
+                    self.worker._route(msg)
             if len(buffer) - start > MAX_LINE_BYTES:
                 raise ProtocolError(f"a message exceeds the {MAX_LINE_BYTES}-byte limit")
         except ProtocolError as exc:
@@ -784,7 +801,7 @@ class ToolWorker:
             message.episode, message.version = hosted.key, hosted.version
             if with_state or self._held.get(hosted.key) != hosted.version:
                 data, max_pages = await on_db_thread(hosted.conn, _snapshot, hosted)
-                message.state, message.max_pages = encode_state(data), max_pages
+                message.state, message.max_pages = data, max_pages
                 transport = await self._ensure()  # the worker may have been replaced meanwhile
                 self._held[hosted.key] = hosted.version
             else:
@@ -861,7 +878,7 @@ class ToolWorker:
         (cancelled) before the job runs; the worker then holds a version the episode does not, and
         gets the episode's own state with its next call."""
         assert msg.state is not None
-        data = decode_state(msg.state)
+        data = msg.state
         ticket = _Ticket()
         self._held.pop(hosted.key, None)
         try:

@@ -72,11 +72,10 @@ from envforge.server.confined_protocol import (  # noqa: E402
     SqlReply,
     SqlRequest,
     ToolDescription,
+    awaited_state,
     decode,
-    decode_state,
     decode_to_worker,
     encode,
-    encode_state,
     from_wire,
     row_from_wire,
     to_wire,
@@ -309,8 +308,7 @@ async def _run_call(
         if msg.episode is None:
             db = RemoteDb(channel, msg.id)
         else:
-            data = None if msg.state is None else decode_state(msg.state)
-            hosted = hosting.host.open(msg.episode, msg.version, data, msg.max_pages)
+            hosted = hosting.host.open(msg.episode, msg.version, msg.state, msg.max_pages)
             if hosted is None:
                 channel.send(Result(id=msg.id, outcome="stale", text=""))
                 return
@@ -396,7 +394,7 @@ def _answer_hosted(
         channel.send(Result(id=msg.id, outcome="crashed", text=why))
         return
     hosted.version = msg.version + 1
-    data = encode_state(hosted.conn.serialize())
+    data = hosted.conn.serialize()
     written = sorted(hosted.guard.written)
     channel.send(Result(id=msg.id, outcome="ok", text=text, state=data, written=written))
 
@@ -482,6 +480,7 @@ class _Serving:
         self.running: dict[int, _DrivenCall] = {}
         self.buffer = bytearray()
         self.scanned = 0  # how much of `buffer` holds no newline
+        self.awaiting: Call | None = None  # a call whose state's bytes are still to come
         self.finishing = False
 
     def readable(self) -> None:
@@ -492,16 +491,32 @@ class _Serving:
         buffer = self.buffer
         buffer += data
         start = 0
-        # from where the last read left off: a line that carries a state spans hundreds of reads
-        while (end := buffer.find(b"\n", self.scanned)) >= 0:
+        while True:
+            if self.awaiting is not None:  # the state's raw bytes, after the call's line
+                call, need = self.awaiting, awaited_state(self.awaiting)
+                if len(buffer) - start < need:
+                    break
+                call.state, start = bytes(buffer[start : start + need]), start + need
+                self.scanned, self.awaiting = start, None
+                self.handle(call)
+                continue
+            # from where the last read left off: a state spans hundreds of reads
+            end = buffer.find(b"\n", self.scanned)
+            if end < 0:
+                break
             try:
                 msg = decode_to_worker(bytes(buffer[start : end + 1]))
             except ProtocolError as exc:  # the parent is trusted: a bug, and nothing to go on with
                 raise SystemExit(f"confined worker: {exc}") from None
             start = self.scanned = end + 1
-            self.handle(msg)
+            if awaited_state(msg):
+                assert type(msg) is Call
+                self.awaiting = msg
+            else:
+                self.handle(msg)
         del buffer[:start]
-        self.scanned = len(buffer)
+        if self.awaiting is None:
+            self.scanned = len(buffer)
         if len(buffer) > MAX_LINE_BYTES:
             raise SystemExit("confined worker: a message from the parent exceeds the size limit")
 
