@@ -4,10 +4,14 @@ The serving process never imports a confined env's tools.py. `load_confined_tool
 worker once to learn the tool specs (name, description, JSON schema, parameters, writes, line),
 and returns `ToolSpec`s whose `fn(db, **kwargs)` forwards the call to a long-lived worker
 (`ToolWorker`: started lazily, one per env, restarted when it dies or the event loop changes).
-While a call runs, the worker's `SqlRequest`s are served here with the `Db` the runtime passed
-in, so the episode's transaction, SQLite authorizer and rollback apply exactly as for trusted
-envs. A `ToolError` in the worker becomes a `ToolError` here; anything else, a worker that dies
-mid-call or a call over its time limit becomes `ConfinedToolCrash`.
+A call on a served episode (`_hosted`) runs its SQL in the worker, on the worker's copy of the
+episode's committed state (`sqlhost`): a runaway statement ends with the worker, which is killed
+at the call's limit, and a change comes back whole, to be checked and taken into the episode
+here (`_accept`) or dropped. Any other call (synthesis's connections) has the worker's
+`SqlRequest`s served here with the `Db` the runtime passed in, so the episode's transaction,
+SQLite authorizer and rollback apply exactly as for trusted envs. A `ToolError` in the worker
+becomes a `ToolError` here; anything else, a worker that dies mid-call or a call over its time
+limit becomes `ConfinedToolCrash`.
 """
 
 from __future__ import annotations
