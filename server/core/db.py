@@ -7,8 +7,9 @@ transaction, so every call is atomic whatever ends it. SQLite's authorizer (see
 attach a file or write a table it did not declare, whatever text it sends.
 
 Hand-written (trusted) envs get a `Db` over the episode's connection in-process; confined envs
-get a proxy with the same methods whose statements travel to the serving process (the worker
-holds no database at all). Tools should type their first parameter as `Db`.
+get a handle with the same methods in their sandboxed worker: over the worker's own copy of a
+served episode (`sqlhost.LocalDb`), or a proxy whose statements travel to the serving process
+(synthesis). Tools should type their first parameter as `Db`.
 """
 
 from __future__ import annotations

@@ -193,6 +193,14 @@ class PooledConnection(aiosqlite.Connection):
         self._tx = worker.queue
         self._thread = worker.thread
         self._dedicated = dedicated
+        self.guard: Any = None
+        """The authorizer an episode installed on the connection (`EpisodeStore`), for whoever
+        must lift it for the project's own work, such as replacing the whole database."""
+
+    @property
+    def dedicated(self) -> bool:
+        """Whether it has a thread of its own (`DedicatedPool`: an episode of a confined env)."""
+        return self._dedicated
 
     def __await__(self) -> Generator[Any, None, aiosqlite.Connection]:
         return self._connect().__await__()

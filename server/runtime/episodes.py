@@ -24,7 +24,7 @@ import aiosqlite
 import anyio
 
 from ..core import sqlheap
-from ..core.dbthreads import WorkerPool, dedicated_pool, default_pool, on_db_thread
+from ..core.dbthreads import PooledConnection, WorkerPool, dedicated_pool, default_pool, on_db_thread
 from ..core.errors import ClientEpisodeLimitReached, EpisodeLimitReached, EpisodeNotFound
 from ..core.sqlguard import Authorizer, SqlGuard, protect
 from ..core.state import State, export_state, freeze, state_hash
@@ -333,6 +333,8 @@ class EpisodeStore:
             raise
         finally:
             self._pending -= 1
+        if isinstance(conn, PooledConnection):
+            conn.guard = tracker
         now = time.monotonic()
         base = freeze(env.seed_state()) if database is None else None
         episode = Episode(
@@ -368,6 +370,8 @@ class EpisodeStore:
         except BaseException:
             sqlheap.let_go(held)
             raise
+        if isinstance(conn, PooledConnection):
+            conn.guard = tracker
         now = time.monotonic()
         return Episode(
             id=f"seed view of {env.name}",

@@ -6,6 +6,15 @@ a worker that misbehaves produces a protocol error, not a surprise. Calls carry 
 concurrent episodes can share one worker; a tool's SQL travels back to the parent under its
 call's id. SQLite values are JSON scalars, except blobs, which travel as `{"$bytes": "<base64>"}`.
 
+A call on a served episode names the episode (`Call.episode`) and the version of its committed
+state the serving process holds; the worker runs the tool on its own copy of that state
+(`sqlhost`), and the state travels, as SQLite's serialised bytes, only when one side lacks the
+other's: with the call when the worker does not hold that version (`Call.state`), and with the
+result when the tool committed a change (`Result.state`). The bytes follow their message's line
+raw, its `state` field giving their count (at most `MAX_STATE_BYTES`), so the line itself keeps
+its bound and no state is encoded as text (base64 and its JSON string cost ~230 µs a write call
+for a 24 KB database).
+
 The start-up messages (`Init`, `Ready`, `LoadFailed`) are pydantic models: they travel once per
 worker. The per-call messages (`Call`, `Cancel`, `SqlRequest`, `SqlReply`, `Result`) travel
 several times per tool call, so they are slotted classes checked by hand (`decode_from_worker`,
@@ -23,6 +32,12 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 MAX_SQL_CHARS = 1_000_000
+MAX_STATE_BYTES = 80 * 1024 * 1024
+"""The largest episode database a line may carry: a posted state's cap (64 MiB,
+`schema_host.STATE_DATABASE_MAX_BYTES`) and room to grow. The serving process checks each state a
+worker sends against its episode's own page cap, far below this for most."""
+MAX_LINE_BYTES = MAX_MESSAGE_BYTES + MAX_STATE_BYTES
+"""The most a reader holds for one message: its line and the state that follows it."""
 BYTES_KEY = "$bytes"
 
 
@@ -79,21 +94,43 @@ STARTED: TypeAdapter[Ready | LoadFailed] = TypeAdapter(Ready | LoadFailed)
 
 SqlOp = Literal["execute", "executemany", "execute_fetchall", "fetch_all", "fetch_one", "fetch_value"]
 SQL_OPS: frozenset[str] = frozenset(get_args(SqlOp))
-Outcome = Literal["ok", "refused", "invalid", "crashed"]
+Outcome = Literal["ok", "refused", "invalid", "crashed", "stale"]
+"""`stale`: the worker does not hold the episode's version the call named (it was evicted, or
+the worker restarted); the serving process sends the call again with the state."""
 OUTCOMES: frozenset[str] = frozenset(get_args(Outcome))
 
 
 class Call:
-    """Parent -> worker: run `tool` with `arguments` (JSON values) as call `id`."""
+    """Parent -> worker: run `tool` with `arguments` (JSON values) as call `id`.
 
-    __slots__ = ("arguments", "id", "tool")
+    With `episode` (a served episode's key), on the worker's copy of that episode's `version`;
+    `state` carries that version's bytes when the worker may not hold it, and
+    `max_pages` the episode's page cap. Without it, every statement comes back as a `SqlRequest`.
+    """
+
+    __slots__ = ("arguments", "episode", "id", "max_pages", "state", "tool", "version")
     type = "call"
 
-    def __init__(self, id: int, tool: str, arguments: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        id: int,
+        tool: str,
+        arguments: dict[str, Any],
+        episode: int | None = None,
+        version: int = 0,
+        state: bytes | None = None,
+        max_pages: int = 0,
+    ) -> None:
         self.id, self.tool, self.arguments = id, tool, arguments
+        self.episode, self.version, self.state, self.max_pages = episode, version, state, max_pages
 
     def wire(self) -> dict[str, Any]:
-        return {"type": "call", "id": self.id, "tool": self.tool, "arguments": self.arguments}
+        out: dict[str, Any] = {"type": "call", "id": self.id, "tool": self.tool, "arguments": self.arguments}
+        if self.episode is not None:
+            out["episode"], out["version"], out["max_pages"] = self.episode, self.version, self.max_pages
+            if self.state is not None:
+                out["state"] = len(self.state)
+        return out
 
 
 class Cancel:
@@ -166,23 +203,38 @@ class SqlRequest:
 
 class Result:
     """Worker -> parent: call `id` ended: returned (`ok`), raised `ToolError` (`refused`), was
-    given arguments its signature rejects (`invalid`), or crashed."""
+    given arguments its signature rejects (`invalid`), crashed, or named a version of its episode
+    the worker does not hold (`stale`).
 
-    __slots__ = ("id", "outcome", "text")
+    A call on a hosted episode that committed a change returns the new database (`state`)
+    and the tables it wrote (`written`)."""
+
+    __slots__ = ("id", "outcome", "state", "text", "written")
     type = "result"
 
-    def __init__(self, id: int, outcome: Outcome, text: str) -> None:
-        self.id, self.outcome, self.text = id, outcome, text
+    def __init__(
+        self,
+        id: int,
+        outcome: Outcome,
+        text: str,
+        state: bytes | None = None,
+        written: list[str] | None = None,
+    ) -> None:
+        self.id, self.outcome, self.text, self.state, self.written = id, outcome, text, state, written
 
     def wire(self) -> dict[str, Any]:
-        return {"type": "result", "id": self.id, "outcome": self.outcome, "text": self.text}
+        out: dict[str, Any] = {"type": "result", "id": self.id, "outcome": self.outcome, "text": self.text}
+        if self.state is not None:
+            out["state"], out["written"] = len(self.state), self.written or []
+        return out
 
 
 PerCall = Call | Cancel | SqlReply | SqlRequest | Result
 
 
 def encode(message: _Msg | PerCall) -> bytes:
-    """One protocol line (the newline included), refused when over `MAX_MESSAGE_BYTES`."""
+    """One protocol line (the newline included), refused when over `MAX_MESSAGE_BYTES`, and the
+    state the message carries, if any, after it."""
     if isinstance(message, BaseModel):
         line = message.model_dump_json().encode() + b"\n"
     else:
@@ -192,6 +244,11 @@ def encode(message: _Msg | PerCall) -> bytes:
             raise ProtocolError(f"cannot encode {message.type!r}: {exc}") from exc
     if len(line) > MAX_MESSAGE_BYTES:
         raise ProtocolError(f"message of {len(line)} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit")
+    state: bytes | None = getattr(message, "state", None)
+    if state is not None:
+        if not 0 < len(state) <= MAX_STATE_BYTES:
+            raise ProtocolError(f"a state of {len(state)} bytes (at most {MAX_STATE_BYTES})")
+        return line + state
     return line
 
 
@@ -235,7 +292,24 @@ def _text(obj: dict[str, Any], key: str, limit: int = MAX_MESSAGE_BYTES) -> str:
 
 _SQL_FIELDS = frozenset({"type", "id", "req", "op", "sql"})
 _RESULT_FIELDS = frozenset({"type", "id", "outcome", "text"})
+_RESULT_STATE = frozenset({"state", "written"})
 _PARAMS = frozenset({"params"})
+
+
+def state_length(obj: dict[str, Any]) -> int:
+    """The byte count of the state that follows a message's line (its `state` field)."""
+    value = obj["state"]
+    if type(value) is not int or not 0 < value <= MAX_STATE_BYTES:
+        raise ProtocolError(
+            f"invalid {obj['type']!r} message: state is not a count of 1 to {MAX_STATE_BYTES} bytes"
+        )
+    return value
+
+
+def awaited_state(message: Any) -> int:
+    """How many bytes of state a decoded message still waits for (its reader then reads them raw
+    and sets `state`), 0 for none."""
+    return message.state if type(getattr(message, "state", None)) is int else 0
 
 
 def decode_from_worker(line: bytes) -> SqlRequest | Result:
@@ -251,11 +325,20 @@ def decode_from_worker(line: bytes) -> SqlRequest | Result:
             _int(obj, "id"), _int(obj, "req"), op, _text(obj, "sql", MAX_SQL_CHARS), obj.get("params")
         )
     if kind == "result":
-        _fields(obj, _RESULT_FIELDS)
+        _fields(obj, _RESULT_FIELDS, _RESULT_STATE)
         outcome = obj["outcome"]
         if outcome not in OUTCOMES:
             raise ProtocolError("invalid 'result' message: unknown outcome")
-        return Result(_int(obj, "id"), outcome, _text(obj, "text"))
+        result = Result(_int(obj, "id"), outcome, _text(obj, "text", MAX_MESSAGE_BYTES))
+        if "state" in obj:
+            if outcome != "ok" or set(obj) != _RESULT_FIELDS | _RESULT_STATE:
+                raise ProtocolError("invalid 'result' message: a state without its tables, or not ok")
+            result.state = state_length(obj)  # type: ignore[assignment]  # the bytes follow the line
+            written = obj["written"]
+            if type(written) is not list or not all(type(t) is str and len(t) <= 256 for t in written):
+                raise ProtocolError("invalid 'result' message: written is not a list of table names")
+            result.written = written
+        return result
     raise ProtocolError(f"unexpected message type {str(kind)[:40]!r}")
 
 
@@ -265,7 +348,13 @@ def decode_to_worker(line: bytes) -> Call | Cancel | SqlReply:
     kind = obj.get("type")
     try:
         if kind == "call" and type(obj["arguments"]) is dict:
-            return Call(_int(obj, "id"), _text(obj, "tool"), obj["arguments"])
+            call = Call(_int(obj, "id"), _text(obj, "tool"), obj["arguments"])
+            if "episode" in obj:
+                call.episode, call.version = _int(obj, "episode"), _int(obj, "version")
+                call.max_pages = _int(obj, "max_pages")
+                if "state" in obj:
+                    call.state = state_length(obj)  # type: ignore[assignment]  # the bytes follow
+            return call
         if kind == "cancel":
             return Cancel(_int(obj, "id"))
         if kind == "sql_reply":

@@ -4,10 +4,14 @@ The serving process never imports a confined env's tools.py. `load_confined_tool
 worker once to learn the tool specs (name, description, JSON schema, parameters, writes, line),
 and returns `ToolSpec`s whose `fn(db, **kwargs)` forwards the call to a long-lived worker
 (`ToolWorker`: started lazily, one per env, restarted when it dies or the event loop changes).
-While a call runs, the worker's `SqlRequest`s are served here with the `Db` the runtime passed
-in, so the episode's transaction, SQLite authorizer and rollback apply exactly as for trusted
-envs. A `ToolError` in the worker becomes a `ToolError` here; anything else, a worker that dies
-mid-call or a call over its time limit becomes `ConfinedToolCrash`.
+A call on a served episode (`_hosted`) runs its SQL in the worker, on the worker's copy of the
+episode's committed state (`sqlhost`): a runaway statement ends with the worker, which is killed
+at the call's limit, and a change comes back whole, to be checked and taken into the episode
+here (`_accept`) or dropped. Any other call (synthesis's connections) has the worker's
+`SqlRequest`s served here with the `Db` the runtime passed in, so the episode's transaction,
+SQLite authorizer and rollback apply exactly as for trusted envs. A `ToolError` in the worker
+becomes a `ToolError` here; anything else, a worker that dies mid-call or a call over its time
+limit becomes `ConfinedToolCrash`.
 """
 
 from __future__ import annotations
@@ -32,12 +36,13 @@ import aiosqlite
 from pydantic import ConfigDict, create_model
 
 from ..core import sqlheap
-from ..core.dbthreads import on_db_thread, post_on_db_thread
+from ..core.dbthreads import PooledConnection, on_db_thread, post_on_db_thread
 from ..core.errors import EnvLoadError, InvalidArguments, LoadProblem, ToolError, ToolTimeout
 from ..core.manifest import EnvManifest
 from ..core.tooldef import ToolSpec
 from . import confinement
 from .confined_protocol import (
+    MAX_LINE_BYTES,
     MAX_MESSAGE_BYTES,
     STARTED,
     Call,
@@ -50,6 +55,7 @@ from .confined_protocol import (
     SqlReply,
     SqlRequest,
     ToolDescription,
+    awaited_state,
     decode,
     decode_from_worker,
     encode,
@@ -57,6 +63,8 @@ from .confined_protocol import (
     rows_to_wire,
     to_wire,
 )
+from .sqlhost import MAX_LIKE_PATTERN, MAX_PROGRAM
+from .sqlhost import PROGRESS_STEPS as _PROGRESS_STEPS
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +145,23 @@ class _Unset:
 
 
 UNSET = _Unset()
-_DIED = object()
+
+
+class _Died:
+    """Queued to each call in flight when its worker ends: which call's time limit ended it, if any."""
+
+    __slots__ = ("killed_for",)
+
+    def __init__(self, killed_for: int | None) -> None:
+        self.killed_for = killed_for
+
+
+class _Again(Exception):
+    """A call on a served episode to send again (see `ToolWorker.call`); `error` if it may not."""
+
+    def __init__(self, error: Exception, *, killed: bool = False) -> None:
+        super().__init__(str(error))
+        self.error, self.killed = error, killed
 
 
 def worker_command(what: str, limits: confinement.Limits) -> list[str]:
@@ -167,7 +191,7 @@ class _WorkerOutput(asyncio.Protocol):
     No pump task and no queue between the pipe and a call: a statement is queued to the
     episode's SQLite thread, and a result handed to its call, straight from `data_received`.
     The first line (`Ready` or `LoadFailed`) goes to `first` instead. A line over
-    `MAX_MESSAGE_BYTES` (complete or not), or one that is not a per-call message, ends the worker.
+    `MAX_LINE_BYTES` (complete or not), or one that is not a per-call message, ends the worker.
     Output of a pipe from an earlier attachment (a detached loop) never touches the worker.
     """
 
@@ -178,6 +202,7 @@ class _WorkerOutput(asyncio.Protocol):
         self.first: asyncio.Future[bytes] | None = first
         self.buffer = bytearray()
         self.scanned = 0  # how much of `buffer` holds no newline
+        self.awaiting: Result | None = None  # a result whose state's bytes are still to come
 
     def current(self) -> bool:
         return self.worker._proc is self.proc and self.worker._attachment == self.attachment
@@ -187,17 +212,34 @@ class _WorkerOutput(asyncio.Protocol):
         buffer += data
         start = 0
         try:
-            while (end := buffer.find(b"\n", self.scanned)) >= 0:
+            while True:
+                if self.awaiting is not None:  # the state's raw bytes, after the result's line
+                    result, need = self.awaiting, awaited_state(self.awaiting)
+                    if len(buffer) - start < need:
+                        break
+                    result.state, start = bytes(buffer[start : start + need]), start + need
+                    self.scanned, self.awaiting = start, None
+                    if self.current():
+                        self.worker._route(result)
+                    continue
+                end = buffer.find(b"\n", self.scanned)
+                if end < 0:
+                    break
                 line, start = bytes(buffer[start : end + 1]), end + 1
                 self.scanned = start
                 if self.first is not None:
                     first, self.first = self.first, None
                     if not first.done():
                         first.set_result(line)
+                    continue
+                msg = decode_from_worker(line)
+                if awaited_state(msg):
+                    assert type(msg) is Result
+                    self.awaiting = msg
                 elif self.current():
-                    self.worker._route(decode_from_worker(line))
-            if len(buffer) - start > MAX_MESSAGE_BYTES:
-                raise ProtocolError(f"a message exceeds the {MAX_MESSAGE_BYTES}-byte limit")
+                    self.worker._route(msg)
+            if len(buffer) - start > MAX_LINE_BYTES:
+                raise ProtocolError(f"a message exceeds the {MAX_LINE_BYTES}-byte limit")
         except ProtocolError as exc:
             self.buffer.clear()
             self.end(f"protocol violation: {exc}")
@@ -303,6 +345,150 @@ def _settle(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
+class _HostedCopy:
+    """A served episode's connection as its env's worker knows it: a key, and the version of the
+    committed state it holds (bumped by every change: one the worker sent and `_accept` took, or
+    a write here, outside the worker, such as a task's setup rows, seen in `total_changes`)."""
+
+    __slots__ = (
+        "__weakref__",
+        "_conn",
+        "changes",
+        "guard",
+        "key",
+        "max_pages",
+        "page_size",
+        "schema",
+        "version",
+    )
+
+    def __init__(self, conn: PooledConnection, guard: Any) -> None:
+        # weakly: `_COPIES` maps the connection to this, and a value that held its key would keep
+        # every closed episode's connection for good
+        self._conn, self.guard = weakref.ref(conn), guard
+        self.key = next(_HOSTED_KEYS)
+        self.version = 0
+        self.changes = conn.total_changes
+        self.max_pages = 0  # learnt with the first snapshot (`_snapshot`)
+        self.page_size = 0
+        self.schema: list[tuple[Any, ...]] = []
+
+    @property
+    def conn(self) -> PooledConnection:
+        conn = self._conn()
+        if conn is None:  # only while a call holds it, which keeps it alive
+            raise ValueError("the episode's connection is gone")
+        return conn
+
+    def refresh(self) -> None:
+        changes = self.conn.total_changes
+        if changes != self.changes:
+            self.version, self.changes = self.version + 1, changes
+
+
+_HOSTED_KEYS = itertools.count(1)
+_COPIES: weakref.WeakKeyDictionary[PooledConnection, _HostedCopy] = weakref.WeakKeyDictionary()
+
+
+def _hosted(db: Any) -> _HostedCopy | None:
+    """The hosted copy of a served episode's connection (one of `DedicatedPool`'s, which an
+    `EpisodeStore` made), whose tool calls run their SQL in the worker; None for any other.
+
+    Synthesis's scratch and inline connections keep the remote path (their statements are tracked
+    here), and so does an episode being probed (`Episode.set_probe`: synthesis measures a tool's
+    footprint through the episode's own authorizer, which must see every statement)."""
+    conn = _plain_connection(db)
+    if not isinstance(conn, PooledConnection) or not conn.dedicated or conn.guard is None:
+        return None
+    if getattr(conn.guard, "probe", None) is not None:
+        return None
+    copy = _COPIES.get(conn)
+    if copy is None:
+        copy = _COPIES[conn] = _HostedCopy(conn, conn.guard)
+    return copy
+
+
+def _schema(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+    return conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_schema ORDER BY type, name").fetchall()
+
+
+def _snapshot(hosted: _HostedCopy) -> tuple[bytes, int]:
+    """On the episode's thread: its committed database and its page cap (learnt once, with its
+    schema and page size, which every state the worker sends back must keep)."""
+    conn = hosted.conn._conn
+    conn.set_authorizer(None)  # the project's own reads, not a tool's
+    try:
+        if not hosted.max_pages:
+            (hosted.max_pages,) = conn.execute("PRAGMA max_page_count").fetchone()
+            (hosted.page_size,) = conn.execute("PRAGMA page_size").fetchone()
+            hosted.schema = _schema(conn)
+        data = conn.serialize()
+    finally:
+        hosted.guard.install(conn)
+    return data, hosted.max_pages
+
+
+class _Ticket:
+    """Whether a state a call committed in its worker is still wanted when its job runs."""
+
+    __slots__ = ("wanted",)
+
+    def __init__(self) -> None:
+        self.wanted = True
+
+
+def _state_problem(hosted: _HostedCopy, data: bytes) -> str | None:
+    """What is wrong with a database a worker sent, for its episode, else None.
+
+    The worker runs model-written code beside its copy, so what it sends is checked as untrusted:
+    a SQLite file of the episode's page size, within the episode's page cap (its room to grow),
+    with exactly the episode's schema (no table, view, index or trigger added, dropped or
+    changed: a view or trigger planted here would run in this process). Its rows are the env's
+    own business, as they are when its tools write them.
+    """
+    if len(data) < 100 or data[:16] != b"SQLite format 3\x00":
+        return "is not a SQLite database"
+    page_size = int.from_bytes(data[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size != hosted.page_size or len(data) % page_size or data[18:20] != b"\x01\x01":
+        return "is not in the episode's page format"
+    if len(data) // page_size > hosted.max_pages:
+        return "is larger than the episode may grow"
+    scratch = sqlite3.connect(":memory:")
+    try:
+        scratch.deserialize(data)
+        if _schema(scratch) != hosted.schema:
+            return "changes the episode's schema"
+    except sqlite3.Error as exc:
+        return f"cannot be read ({type(exc).__name__})"
+    finally:
+        scratch.close()
+    return None
+
+
+def _accept(hosted: _HostedCopy, data: bytes, written: list[str], ticket: _Ticket) -> bool:
+    """On the episode's thread: make `data` the episode's committed state, if the call still wants
+    it and it passes `_state_problem` (else `ConfinedToolCrash`). Whether it was taken."""
+    conn = hosted.conn._connection
+    if not ticket.wanted or conn is None:
+        return False
+    problem = _state_problem(hosted, data)
+    if problem is not None:
+        raise ConfinedToolCrash(f"its confined worker sent a database that {problem}; nothing was kept")
+    conn.set_authorizer(None)  # `deserialize` re-attaches main; the page cap is the pager's, set again
+    try:
+        conn.deserialize(data)
+        conn.execute(f"PRAGMA max_page_count = {hosted.max_pages}")
+    finally:
+        hosted.guard.install(conn)
+    hosted.version, hosted.changes = hosted.version + 1, conn.total_changes
+    tables = getattr(hosted.guard, "tables", None)
+    record = getattr(hosted.guard, "written", None)
+    if isinstance(record, set):  # the episode's `WriteTracker`: export re-reads just these
+        record.update(t if tables is not None and t in tables else "*" for t in written)
+    return True
+
+
 class _PendingCall:
     """One call in flight: what the worker sent it and the call has not yet read, and its statements."""
 
@@ -353,6 +539,8 @@ class ToolWorker:
         """Held for every write to the worker's stdin, on the loop (`_write`) or a SQLite thread
         (`_write_now`), so that the two never interleave within a message."""
         self._stdin_fd: int | None = None  # the worker's stdin (ours, not a transport's) while it lives
+        self._held: dict[int, int] = {}
+        """The version of each served episode the live worker holds, as far as this side knows."""
         _WORKERS.add(self)
 
     @property
@@ -431,6 +619,7 @@ class ToolWorker:
         )
         weakref.finalize(self, _kill, proc)
         self._proc = proc
+        self._held = {}
         self._attachment += 1
         self.starts += 1
         first: asyncio.Future[bytes] = loop.create_future()
@@ -549,8 +738,9 @@ class ToolWorker:
         elif reply is not None and not pending.transport.is_closing():
             self._write(pending.transport, reply)
 
-    def stop(self, reason: str) -> None:
-        """Kill the worker (if any) and fail the calls it was running."""
+    def stop(self, reason: str, killed_for: int | None = None) -> None:
+        """Kill the worker (if any) and fail the calls it was running (`killed_for`: the call whose
+        time limit ended it)."""
         proc, self._proc = self._proc, None
         with self._write_lock:  # no SQLite thread writes to a pipe being closed
             transport, self._transport, self._stdin_fd = self._transport, None, None
@@ -568,25 +758,74 @@ class ToolWorker:
                     pipe.close()
             self._death = f"{reason}; exit status {proc.returncode}"
             for pending in self._calls.values():
-                pending.put(_DIED)
+                pending.put(_Died(killed_for))
 
-    async def call(self, db: Any, tool: str, arguments: dict[str, Any]) -> str:
-        """Run `tool` in the worker, serving its SQL with `db`; the rendered result text."""
+    async def call(self, db: Any, tool: str, arguments: dict[str, Any], read_only: bool = False) -> str:
+        """Run `tool` in the worker; the rendered result text.
+
+        On a served episode (`_hosted`) the tool runs on the worker's copy of the episode's
+        committed state, and a change it commits is taken into the episode here (`_accept`);
+        otherwise the worker's statements are served with `db`. A call on a served episode is
+        sent again, once, when the worker no longer held the episode's version (`stale`: the
+        state goes with it), or when the worker was killed for another call's time limit while
+        this one ran: nothing of it was kept, so it runs again on the new worker, within what
+        is left of its own time limit.
+        """
+        hosted = _hosted(db)
+        deadline = _Deadline(time.monotonic() + self.limits.call_timeout_s)
+        if hosted is None:
+            return await self._call(db, tool, arguments, deadline, None, read_only, False)
+        with_state = retried = False
+        while True:
+            try:
+                return await self._call(db, tool, arguments, deadline, hosted, read_only, with_state)
+            except _Again as again:
+                if (retried if again.killed else with_state) or time.monotonic() >= deadline.at:
+                    raise again.error from None
+                if again.killed:
+                    retried = True
+                else:
+                    with_state = True
+
+    async def _call(
+        self,
+        db: Any,
+        tool: str,
+        arguments: dict[str, Any],
+        deadline: _Deadline,
+        hosted: _HostedCopy | None,
+        read_only: bool,
+        with_state: bool,
+    ) -> str:
         transport = await self._ensure()
         call_id = next(self._ids)
         limit = self.limits.call_timeout_s
-        deadline = _Deadline(time.monotonic() + limit)
+        message = Call(id=call_id, tool=tool, arguments=to_wire(arguments))
+        if hosted is not None:
+            hosted.refresh()
+            message.episode, message.version = hosted.key, hosted.version
+            if with_state or self._held.get(hosted.key) != hosted.version:
+                data, max_pages = await on_db_thread(hosted.conn, _snapshot, hosted)
+                message.state, message.max_pages = data, max_pages
+                transport = await self._ensure()  # the worker may have been replaced meanwhile
+                self._held[hosted.key] = hosted.version
+            else:
+                message.max_pages = hosted.max_pages
         pending = _PendingCall(db, transport, deadline)
         self._calls[call_id] = pending
         proc = self._proc
-        returned = False
+        returned = again = answered = False
         try:
-            self._write(transport, encode(Call(id=call_id, tool=tool, arguments=to_wire(arguments))))
-            async with asyncio.timeout(limit):
+            self._write(transport, encode(message))
+            async with asyncio.timeout(max(0.0, deadline.at - time.monotonic())):
                 while True:
                     msg = await pending.get()
-                    if msg is _DIED:
-                        raise ConfinedToolCrash(f"tool '{tool}': its confined worker died ({self._death})")
+                    if type(msg) is _Died:
+                        error = ConfinedToolCrash(f"tool '{tool}': its confined worker died ({self._death})")
+                        if hosted is not None and msg.killed_for not in (None, call_id):
+                            again = True
+                            raise _Again(error, killed=True)
+                        raise error
                     if type(msg) is _Raise:
                         raise msg.exc
                     if type(msg) is SqlRequest:
@@ -594,14 +833,22 @@ class ToolWorker:
                             self._write(transport, await serve_sql(db, msg, deadline))
                         continue
                     assert type(msg) is Result
+                    answered = msg.outcome != "stale"
                     last = pending.last_statement
                     if last is not None and not last.done():
                         # a result sent before a statement's answer (a tool that did not await it):
                         # that statement still runs before the runtime commits or rolls back
                         await last.wait()
+                    if msg.state is not None:
+                        if hosted is None or read_only:
+                            raise ConfinedToolCrash(f"tool '{tool}': its worker sent a state it may not")
+                        await self._accept(hosted, msg)
                     if msg.outcome == "ok":
                         returned = True
                         return msg.text
+                    if msg.outcome == "stale" and hosted is not None:
+                        again = True
+                        raise _Again(ConfinedToolCrash(f"tool '{tool}': its worker lost the episode"))
                     if msg.outcome == "refused":
                         raise ToolError(msg.text)
                     if msg.outcome == "invalid":
@@ -609,7 +856,7 @@ class ToolWorker:
                     raise ConfinedToolCrash(msg.text)
         except (TimeoutError, _StatementStopped):
             if self._proc is proc:
-                self.stop(f"a call to '{tool}' ran past {limit:g}s")
+                self.stop(f"a call to '{tool}' ran past {limit:g}s", killed_for=call_id)
             deadline.expire()
             why = f"it ran past its time limit of {limit:g}s and was stopped"
             if not await _statement_ends(pending):
@@ -625,9 +872,27 @@ class ToolWorker:
             _interrupt(pending)
             raise
         finally:
-            if not returned:  # whatever of it still runs or waits on the SQLite thread stops now
+            if not returned and not again:  # what of it still runs or waits on the SQLite thread stops
                 deadline.expire()
+            if hosted is not None and not answered:  # the worker's copy may be ahead of the episode's
+                self._held.pop(hosted.key, None)
             self._calls.pop(call_id, None)
+
+    async def _accept(self, hosted: _HostedCopy, msg: Result) -> None:
+        """Take the state a call committed in the worker into the episode, unless the call is over
+        (cancelled) before the job runs; the worker then holds a version the episode does not, and
+        gets the episode's own state with its next call."""
+        assert msg.state is not None
+        data = msg.state
+        ticket = _Ticket()
+        self._held.pop(hosted.key, None)
+        try:
+            accepted = await on_db_thread(hosted.conn, _accept, hosted, data, msg.written or [], ticket)
+        except BaseException:
+            ticket.wanted = False
+            raise
+        if accepted:
+            self._held[hosted.key] = hosted.version
 
 
 _ATOMIC_WRITE = select.PIPE_BUF
@@ -636,21 +901,6 @@ STUCK_GRACE_S = 0.5
 """How long a call over its time limit waits for its statement to stop before it is answered
 without it (`ConfinedStatementStuck`): SQLite checks the deadline between program steps, which
 come every few microseconds unless one step is a whole JSON document or sort of huge values."""
-_PROGRESS_STEPS = 16
-"""SQLite VM instructions between two looks at the clock, counted where the program jumps (a
-loop's step). A loop step can hold 16 MiB operations (`hex(zeroblob(8e6))`), so looking every
-sixteen rather than every thousand stops such a loop within a few of them; a straight run with
-no jump is bounded by `MAX_PROGRAM` instead."""
-MAX_LIKE_PATTERN = 64
-"""The longest LIKE or GLOB pattern a model-written statement may use. Matching runs inside one VM
-step, out of the progress handler's reach, in time that grows with text x pattern: at 64, a
-16 MiB text takes ~0.8 s at worst (256: 3.3 s). Real patterns ('%smith%') are short."""
-
-
-MAX_PROGRAM = 2000
-"""The most VM instructions a model-written statement may compile to (`SQLITE_LIMIT_VDBE_OP`):
-a tool's statements take a few hundred, and a straight run of 16 MiB operations, which no
-deadline reaches, is bounded by it."""
 
 
 def _interrupt(pending: _PendingCall) -> None:
@@ -848,9 +1098,10 @@ def _spec(worker: ToolWorker, d: ToolDescription) -> ToolSpec:
     fields: dict[str, Any] = {p: (Any, ... if p in d.required else UNSET) for p in d.parameters}
     arguments_model = create_model(f"{d.name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
     name = d.name
+    read_only = not d.writes
 
     async def forward(db: Any, **kwargs: Any) -> str:
-        return await worker.call(db, name, {k: v for k, v in kwargs.items() if v is not UNSET})
+        return await worker.call(db, name, {k: v for k, v in kwargs.items() if v is not UNSET}, read_only)
 
     forward.__name__ = name
     return ToolSpec(

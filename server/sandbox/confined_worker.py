@@ -7,10 +7,12 @@ tools source travels over the pipe: the worker cannot even read the env folder),
 (`confinement_inner`), and only then executes tools.py. It answers `Ready` with the tool specs,
 then serves `Call`s concurrently: each call's coroutine is stepped by hand from the pipe's
 reader callback (`_DrivenCall`), not by an asyncio task, since a call is mostly waits for its
-statements and a task step per message is most of a message's cost. A tool gets a `RemoteDb`:
-every statement is a `SqlRequest` the parent runs on the episode's connection; the worker holds
-no database. Protocol output goes to a private duplicate of stdout; fd 1 is pointed at stderr so a
-tool's `print` cannot forge protocol lines.
+statements and a task step per message is most of a message's cost. A call on a served episode
+(`Call.episode`) runs on the worker's own copy of that episode (`sqlhost`: its SQL runs here,
+under this process's limits, and a committed change goes back with the result); any other call
+gets a `RemoteDb`, whose every statement is a `SqlRequest` the parent runs on its connection
+(synthesis's scratch and inline databases). Protocol output goes to a private duplicate of
+stdout; fd 1 is pointed at stderr so a tool's `print` cannot forge protocol lines.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import datetime as dt
 import os
 import sqlite3
 import sys
+import time
 import traceback
 import types
 from collections.abc import Callable, Coroutine, Generator, Iterable
@@ -52,12 +55,13 @@ def _light_package() -> types.ModuleType:
 
 _light_package()
 
-from envforge.server.core import arguments, results, tooldef  # noqa: E402
+from envforge.server.core import arguments, results, sqlheap, tooldef  # noqa: E402
 from envforge.server.core.errors import EnvLoadError, ToolError  # noqa: E402
 from envforge.server.core.tooldef import ToolSpec  # noqa: E402
-from envforge.server.sandbox import confinement_inner  # noqa: E402
+from envforge.server.sandbox import confinement_inner, sqlhost  # noqa: E402
 from envforge.server.sandbox.confined_protocol import (  # noqa: E402
     INIT,
+    MAX_LINE_BYTES,
     MAX_MESSAGE_BYTES,
     Call,
     Cancel,
@@ -71,6 +75,7 @@ from envforge.server.sandbox.confined_protocol import (  # noqa: E402
     SqlReply,
     SqlRequest,
     ToolDescription,
+    awaited_state,
     decode,
     decode_to_worker,
     encode,
@@ -277,8 +282,20 @@ class _EnvShim:
         self.manifest = _Manifest(argument_errors)
 
 
-async def _run_call(channel: Channel, tools: dict[str, ToolSpec], env: _EnvShim, msg: Call) -> None:
+class _Hosting:
+    """What a call on a hosted episode needs: the episodes held here and the call's deadline."""
+
+    def __init__(self, host: sqlhost.Host, call_timeout_s: float) -> None:
+        self.host, self.call_timeout_s = host, call_timeout_s
+
+
+async def _run_call(
+    channel: Channel, tools: dict[str, ToolSpec], env: _EnvShim, msg: Call, hosting: _Hosting
+) -> None:
     spec = tools.get(msg.tool)
+    hosted: sqlhost.Hosted | None = None
+    state: sqlhost.CallState | None = None
+    changes = 0
     try:
         if spec is None:
             channel.send(Result(id=msg.id, outcome="invalid", text=f"Tool '{msg.tool}' not found."))
@@ -288,26 +305,99 @@ async def _run_call(channel: Channel, tools: dict[str, ToolSpec], env: _EnvShim,
             channel.send(Result(id=msg.id, outcome="invalid", text=problem))
             return
         assert kwargs is not None
-        value = await spec.fn(RemoteDb(channel, msg.id), **kwargs)
+        db: Any
+        if msg.episode is None:
+            db = RemoteDb(channel, msg.id)
+        else:
+            hosted = hosting.host.open(msg.episode, msg.version, msg.state, msg.max_pages)
+            if hosted is None:
+                channel.send(Result(id=msg.id, outcome="stale", text=""))
+                return
+            # the parent kills this worker at the call's limit; this deadline is the worker's own
+            deadline = time.monotonic() + hosting.call_timeout_s + 1.0
+            db, state, changes = sqlhost.begin(hosted, spec.write_set, deadline)
+        value = await spec.fn(db, **kwargs)
         try:
             text = results.render_result(value)
         except Exception as exc:
             raise ToolError(f"tool '{msg.tool}' returned a value that cannot be shown: {exc}") from exc
-        channel.send(Result(id=msg.id, outcome="ok", text=text))
+        if hosted is None:
+            channel.send(Result(id=msg.id, outcome="ok", text=text))
+        else:
+            assert state is not None
+            _answer_hosted(channel, hosting, msg, spec, hosted, state, changes, text)
+            hosted = None
     except ToolError as exc:
-        channel.send(Result(id=msg.id, outcome="refused", text=str(exc)))
+        _refuse(channel, hosting, msg.id, state, "refused", str(exc))
     except (sqlite3.IntegrityError, OverflowError) as exc:  # the data refused the agent's values
         rejected = arguments.values_rejected(exc, msg.arguments if isinstance(msg.arguments, dict) else {})
         if rejected is None:
             traceback.print_exc(file=sys.stderr)
-            channel.send(Result(id=msg.id, outcome="crashed", text=str(exc) or type(exc).__name__))
+            _refuse(channel, hosting, msg.id, state, "crashed", str(exc) or type(exc).__name__)
         else:
-            channel.send(Result(id=msg.id, outcome="invalid", text=rejected))
+            _refuse(channel, hosting, msg.id, state, "invalid", rejected)
     except asyncio.CancelledError:
         raise  # the parent gave up on this call; it expects no answer
     except BaseException as exc:  # MemoryError, RecursionError, SystemExit: env bugs
         traceback.print_exc(file=sys.stderr)
-        channel.send(Result(id=msg.id, outcome="crashed", text=str(exc) or type(exc).__name__))
+        _refuse(channel, hosting, msg.id, state, "crashed", str(exc) or type(exc).__name__)
+    finally:
+        if hosted is not None:  # refused, crashed or cancelled: nothing of the call is kept
+            try:
+                sqlhost.finish(hosted, commit=False)
+            except BaseException:  # a copy that cannot be rolled back is let go; the parent resends
+                hosting.host.forget(msg.episode or 0)
+
+
+def _refuse(
+    channel: Channel,
+    hosting: _Hosting,
+    call_id: int,
+    state: sqlhost.CallState | None,
+    outcome: Any,
+    text: str,
+) -> None:
+    """Answer a call that failed; a statement that met the heap limit or the deadline decides how,
+    whatever the tool made of its error."""
+    if state is not None and state.out_of_memory:
+        outcome, text = "refused", sqlhost.out_of_memory_text(hosting.host.work_bytes)
+    elif state is not None and state.stopped:
+        outcome, text = "crashed", "its statements ran past the call's time limit"
+    channel.send(Result(id=call_id, outcome=outcome, text=text))
+
+
+def _answer_hosted(
+    channel: Channel,
+    hosting: _Hosting,
+    msg: Call,
+    spec: ToolSpec,
+    hosted: sqlhost.Hosted,
+    state: sqlhost.CallState,
+    changes: int,
+    text: str,
+) -> None:
+    """A hosted call returned: keep what it changed (committed, sent whole) or explain why not."""
+    changed = hosted.conn.total_changes != changes
+    if state.out_of_memory or state.stopped or (changed and spec.read_only):
+        sqlhost.finish(hosted, commit=False)
+        if changed and spec.read_only and not (state.out_of_memory or state.stopped):
+            channel.send(Result(id=msg.id, outcome="crashed", text="a read tool changed the database"))
+        else:
+            _refuse(channel, hosting, msg.id, state, "crashed", "")
+        return
+    if not changed:
+        sqlhost.finish(hosted, commit=False)  # an open transaction that wrote nothing
+        channel.send(Result(id=msg.id, outcome="ok", text=text))
+        return
+    failure = sqlhost.finish(hosted, commit=True)
+    if failure is not None:  # a deferred constraint the tool's writes broke surfaces at COMMIT
+        why = f"its writes broke a constraint at commit: {failure}"
+        channel.send(Result(id=msg.id, outcome="crashed", text=why))
+        return
+    hosted.version = msg.version + 1
+    data = hosted.conn.serialize()
+    written = sorted(hosted.guard.written)
+    channel.send(Result(id=msg.id, outcome="ok", text=text, state=data, written=written))
 
 
 class _DrivenCall:
@@ -382,8 +472,16 @@ class _Serving:
         self.tools, self.channel, self.done = tools, channel, done
         self.env = _EnvShim(init.argument_errors)
         self.cpu_budget = int(init.limits["cpu_seconds_per_call"])
+        work_bytes = int(init.limits.get("sql_work_mb", sqlhost.DEFAULT_WORK_MIB)) * 2**20
+        try:
+            sqlheap.install(work_bytes)
+        except sqlheap.HeapLimitUnavailable:  # the address-space limit still ends a runaway here
+            pass
+        self.hosting = _Hosting(sqlhost.Host(work_bytes), float(init.limits["call_timeout_s"]))
         self.running: dict[int, _DrivenCall] = {}
         self.buffer = bytearray()
+        self.scanned = 0  # how much of `buffer` holds no newline
+        self.awaiting: Call | None = None  # a call whose state's bytes are still to come
         self.finishing = False
 
     def readable(self) -> None:
@@ -394,15 +492,33 @@ class _Serving:
         buffer = self.buffer
         buffer += data
         start = 0
-        while (end := buffer.find(b"\n", start)) >= 0:
+        while True:
+            if self.awaiting is not None:  # the state's raw bytes, after the call's line
+                call, need = self.awaiting, awaited_state(self.awaiting)
+                if len(buffer) - start < need:
+                    break
+                call.state, start = bytes(buffer[start : start + need]), start + need
+                self.scanned, self.awaiting = start, None
+                self.handle(call)
+                continue
+            # from where the last read left off: a state spans hundreds of reads
+            end = buffer.find(b"\n", self.scanned)
+            if end < 0:
+                break
             try:
                 msg = decode_to_worker(bytes(buffer[start : end + 1]))
             except ProtocolError as exc:  # the parent is trusted: a bug, and nothing to go on with
                 raise SystemExit(f"confined worker: {exc}") from None
-            self.handle(msg)
-            start = end + 1
+            start = self.scanned = end + 1
+            if awaited_state(msg):
+                assert type(msg) is Call
+                self.awaiting = msg
+            else:
+                self.handle(msg)
         del buffer[:start]
-        if len(buffer) > MAX_MESSAGE_BYTES:
+        if self.awaiting is None:
+            self.scanned = len(buffer)
+        if len(buffer) > MAX_LINE_BYTES:
             raise SystemExit("confined worker: a message from the parent exceeds the size limit")
 
     def handle(self, msg: Call | Cancel | SqlReply) -> None:
@@ -410,7 +526,7 @@ class _Serving:
             self.channel.deliver(msg)
         elif type(msg) is Call:
             confinement_inner.arm_cpu_budget(self.cpu_budget)
-            coro = _run_call(self.channel, self.tools, self.env, msg)
+            coro = _run_call(self.channel, self.tools, self.env, msg, self.hosting)
             call = _DrivenCall(self.channel, msg.id, coro, self.running, self.idle)
             self.running[msg.id] = call
             call.step()

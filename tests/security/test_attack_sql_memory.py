@@ -11,16 +11,15 @@ the episode and another env keep answering. Run against a real `envforge serve`.
 
 from __future__ import annotations
 
-import textwrap
 import time
 from pathlib import Path
 
 import httpx
 import psutil
 
-from support.confined import call_tool, make_confined_env, open_episode
+from support.confined import MEMORY_TOOLS, call_tool, make_confined_env, open_episode
 from support.paths import FIXTURES
-from support.probes import Health, server_pid
+from support.probes import Health, proc_mib, reset_proc_peak, server_pid
 from support.serving import envforge_serve
 
 WORK_MIB = 128
@@ -28,59 +27,6 @@ WORK_MIB = 128
 SLACK_MIB = 64
 """RSS the server may grow by besides it: the interpreter's and the allocator's own (the
 attack's rows, answers and log lines): 1-7 MiB measured."""
-
-MEMORY_TOOLS = textwrap.dedent(
-    '''
-    """Statements that ask SQLite for gigabytes inside one step, bound to short SQL."""
-
-    from __future__ import annotations
-
-    from envforge.server import Db, tool
-
-    # a distinct 16 MB JSON array of 8M elements (its last element differs), parsed whole
-    DOCUMENT = "json_extract('[' || replace(hex(zeroblob(8000000)), '00', '0,') || '%d]', '$[0]')"
-
-
-    @tool(writes=["notes"])
-    async def eight_documents(db: Db) -> int:
-        """Write a note, then parse eight distinct 16 MB JSON documents in one statement."""
-        await db.execute("INSERT INTO notes (body) VALUES ('kept only if the call is')")
-        columns = ", ".join(DOCUMENT % i for i in range(8))
-        row = await db.fetch_one("SELECT " + columns)
-        return len(row)
-
-
-    @tool(writes=["notes"])
-    async def group_huge_values(db: Db) -> int:
-        """Write a note, then group 1,000 distinct values of 4 MB each."""
-        await db.execute("INSERT INTO notes (body) VALUES ('kept only if the call is')")
-        return await db.fetch_value(
-            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1000) "
-            "SELECT count(*) FROM (SELECT zeroblob(4000000) || x AS b FROM c GROUP BY b)"
-        )
-
-
-    @tool
-    async def count_notes(db: Db) -> int:
-        """How many notes there are."""
-        return await db.fetch_value("SELECT COUNT(*) FROM notes")
-    '''
-)
-
-
-def _mib(pid: int, field: str) -> float:
-    """A `/proc/PID/status` figure (`VmRSS`, `VmHWM`: the peak since the last reset), in MiB."""
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError(f"no {field} for {pid}")
-
-
-def _reset_peak(pid: int) -> None:
-    """Make `VmHWM` start again from the current RSS (`clear_refs` 5)."""
-    with open(f"/proc/{pid}/clear_refs", "w") as clear:
-        clear.write("5")
 
 
 def test_one_statement_cannot_take_the_server_past_its_sqlite_heap_limit(tmp_path: Path) -> None:
@@ -97,14 +43,14 @@ def test_one_statement_cannot_take_the_server_past_its_sqlite_heap_limit(tmp_pat
         bank = open_episode(http, "bank")
         assert call_tool(http, "payloads", attacker, "count_notes", {}) == (None, "1")  # the worker is up
         for attack in ("eight_documents", "group_huge_values"):
-            before = _mib(server, "VmRSS")
-            _reset_peak(server)
+            before = proc_mib(server, "VmRSS")
+            reset_proc_peak(server)
             with Health(url) as health:
                 start = time.monotonic()
                 kind, text = call_tool(http, "payloads", attacker, attack, {})
                 took = time.monotonic() - start
                 time.sleep(0.3)
-            growth = _mib(server, "VmHWM") - before
+            growth = proc_mib(server, "VmHWM") - before
             assert kind == "refused" and "more memory than the server lets SQL use" in text, (
                 attack,
                 kind,

@@ -77,3 +77,42 @@ def call_tool(
     assert answer.status_code == 200, answer.text[:300]
     result: dict[str, Any] = answer.json()["result"]
     return (result.get("_meta") or {}).get(ERROR_META_KEY), result["content"][0]["text"]
+
+
+MEMORY_TOOLS = textwrap.dedent(
+    '''
+    """Statements that ask SQLite for gigabytes inside one step, bound to short SQL."""
+
+    from __future__ import annotations
+
+    from envforge.server import Db, tool
+
+    # a distinct 16 MB JSON array of 8M elements (its last element differs), parsed whole
+    DOCUMENT = "json_extract('[' || replace(hex(zeroblob(8000000)), '00', '0,') || '%d]', '$[0]')"
+
+
+    @tool(writes=["notes"])
+    async def eight_documents(db: Db) -> int:
+        """Write a note, then parse eight distinct 16 MB JSON documents in one statement."""
+        await db.execute("INSERT INTO notes (body) VALUES ('kept only if the call is')")
+        columns = ", ".join(DOCUMENT % i for i in range(8))
+        row = await db.fetch_one("SELECT " + columns)
+        return len(row)
+
+
+    @tool(writes=["notes"])
+    async def group_huge_values(db: Db) -> int:
+        """Write a note, then group 1,000 distinct values of 4 MB each."""
+        await db.execute("INSERT INTO notes (body) VALUES ('kept only if the call is')")
+        return await db.fetch_value(
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1000) "
+            "SELECT count(*) FROM (SELECT zeroblob(4000000) || x AS b FROM c GROUP BY b)"
+        )
+
+
+    @tool
+    async def count_notes(db: Db) -> int:
+        """How many notes there are."""
+        return await db.fetch_value("SELECT COUNT(*) FROM notes")
+    '''
+)

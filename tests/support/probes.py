@@ -12,6 +12,8 @@ from pathlib import Path
 
 import httpx
 
+from support.confined import call_tool
+
 
 class Health:
     """Asks `/healthz` over and over while an attack runs; every answer must be 200."""
@@ -86,3 +88,40 @@ def reset_peak() -> None:
     gc.collect()
     Path("/proc/self/clear_refs").write_text("5")
     _reset_at[0] = _status_mb("VmRSS")
+
+
+class Probe:
+    """Times `/healthz` and another env's read, back to back, while an attack runs."""
+
+    def __init__(self, url: str, bank_episode: str) -> None:
+        self.url, self.bank_episode = url, bank_episode
+        self.health: list[float] = []
+        self.reads: list[float] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=60) as http:
+            while not self.stop.is_set():
+                start = time.monotonic()
+                assert http.get("/healthz").status_code == 200
+                self.health.append(time.monotonic() - start)
+                start = time.monotonic()
+                kind, text = call_tool(http, "bank", self.bank_episode, "get_account", {"account_id": "A-1"})
+                assert kind is None and "A-1" in text, text
+                self.reads.append(time.monotonic() - start)
+                time.sleep(0.05)
+
+
+def proc_mib(pid: int, field: str) -> float:
+    """A `/proc/PID/status` figure (`VmRSS`, `VmHWM`: the peak since the last reset), in MiB."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def reset_proc_peak(pid: int) -> None:
+    """Make `VmHWM` start again from the current RSS (`clear_refs` 5)."""
+    with open(f"/proc/{pid}/clear_refs", "w") as clear:
+        clear.write("5")
