@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-from envforge.harness import AgentName, UserName
+from envforge.harness import AgentName, TrialClock, UserName
 from envforge.synth import load_tasks
 
 from .local_roles import local_roles
+from .progress import work_progress
 
 if TYPE_CHECKING:
     from envforge.harness import LLMConfig
@@ -52,7 +53,8 @@ def local_model_ready() -> bool:
 
 async def _run(
     console: Console, runs_root: Path, agent: str, dirs: list[Path], config_extra: dict[str, Any]
-) -> None:
+) -> float:
+    """Evaluate `agent`, print its table and report; its wall seconds per trial."""
     from envforge.harness import (  # litellm: imported only when needed
         EvalConfig,
         print_summary,
@@ -64,12 +66,13 @@ async def _run(
     shutil.rmtree(out, ignore_errors=True)
     started = time.perf_counter()
     config = EvalConfig(agent=agent, user=UserName.SCRIPTED, trials=1, **config_extra)
-    with Progress(
+    with work_progress(
         TextColumn("[bold]demo[/] {task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=console,
+        label="demo",
         transient=True,
     ) as progress:
         bar = progress.add_task(agent, total=None)
@@ -80,7 +83,8 @@ async def _run(
             on_start=lambda total, done: progress.update(bar, total=total, completed=done),
             on_record=lambda record: progress.advance(bar),
         )
-    console.rule(f"agent [bold]{agent}[/] ({time.perf_counter() - started:.1f} s)")
+    took = time.perf_counter() - started
+    console.rule(f"agent [bold]{agent}[/] ({took:.1f} s)")
     print_summary(summarize(records, manifest.trials), console)
     try:
         from envforge.harness import write_report
@@ -88,6 +92,7 @@ async def _run(
         console.print(f"run: {out}")
     else:
         console.print(f"run: {out}  report: {write_report(out)}")
+    return took / max(len(records), 1)
 
 
 async def _demo(console: Console, runs_root: Path, tasks_per_env: int, local: LLMConfig | None) -> None:
@@ -99,10 +104,11 @@ async def _demo(console: Console, runs_root: Path, tasks_per_env: int, local: LL
     console.print(f"[bold]envforge demo[/]: {describe_selection(chosen)}")
     for agent in AGENTS:
         await _run(console, runs_root, agent, dirs, {"concurrency": 4, "task_ids": task_ids})
+    per_trial: float | None = None
     if local is not None:
         local_dirs = [d for d in dirs if d.name in LOCAL_TASKS]
         local_ids = [t.id for d in local_dirs for t in load_tasks(d)[: LOCAL_TASKS[d.name]]]
-        await _run(
+        per_trial = await _run(
             console,
             runs_root,
             LOCAL_AGENT,
@@ -116,7 +122,7 @@ async def _demo(console: Console, runs_root: Path, tasks_per_env: int, local: LL
         )
     else:
         console.print("\nThe local model is not installed (pip install -e '.[local]'; make setup does).")
-    print_next_steps(console, dirs)
+    print_next_steps(console, dirs, per_trial, sum(len(ids) for ids in chosen.values()))
 
 
 def describe_selection(chosen: dict[str, list[str]]) -> str:
@@ -130,14 +136,39 @@ def describe_selection(chosen: dict[str, list[str]]) -> str:
     return f"{sum(counts.values())} tasks: {per_env}"
 
 
-def print_next_steps(console: Console, dirs: list[Path]) -> None:
+ADVICE_MINUTES = 10
+"""The local-model command the demo suggests is sized to fit this many minutes on this machine."""
+
+
+def local_advice(per_trial: float | None, all_trials: int) -> str:
+    """The local-model eval to try next, sized from the demo's own trial time so that it takes
+    minutes, with what it and the whole demo set would cost; unmeasured, a small one and a warning."""
+    if per_trial is None:
+        return (
+            f"  envforge eval envs/retail_orders --agent local --user scripted --limit 2 --max-turns "
+            f"{LOCAL_MAX_TURNS} --out runs/local   # a local trial takes minutes on a CPU"
+        )
+    n = max(1, min(TASKS_PER_ENV, int(ADVICE_MINUTES * 60 // max(per_trial, 1.0))))
+    cost = TrialClock.estimate(n, per_trial, measured="measured here just now")
+    return (
+        f"  envforge eval envs/retail_orders --agent local --user scripted --limit {n} --max-turns "
+        f"{LOCAL_MAX_TURNS} --out runs/local\n"
+        f"    # {cost}; all {all_trials} demo tasks would take about "
+        f"{TrialClock.duration(all_trials * per_trial)}"
+    )
+
+
+def print_next_steps(
+    console: Console, dirs: list[Path], per_trial: float | None = None, all_trials: int = 0
+) -> None:
     env_args = " ".join(str(d.relative_to(REPO)) for d in dirs)
     console.print(
         "\nEvaluate a real model instead (local\\[/<name>]: a packaged model run offline; or any litellm "
         "model string, vLLM: hosted_vllm/<model> with --agent-api-base):\n"
-        f"  envforge eval {env_args} --agent local --user scripted --out runs/local\n"
+        f"{local_advice(per_trial, all_trials)}\n"
         f"  envforge eval {env_args} --agent openai/gpt-4o-mini --user openai/gpt-4o-mini "
-        "--trials 4 --concurrency 8 --out runs/gpt-4o-mini"
+        "--trials 4 --concurrency 8 --out runs/gpt-4o-mini",
+        highlight=False,
     )
 
 

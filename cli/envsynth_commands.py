@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from envforge.synth.envsynth import (
@@ -31,18 +33,34 @@ from envforge.synth.envsynth import (
 )
 
 from .common import console, fail
+from .envsynth_model import synth_model
+from .local_roles import is_local
 from .preflight import check_api_key
+from .progress import work_progress
 from .synth_commands import synth_app
 
 
-def _responder(model: str | None, api_base: str | None, replay: Path | None) -> Responder:
-    """Recorded responses with `--replay`, else the `--model` (whose key is checked now)."""
+JSON_SCHEMA_HELP = (
+    "Constrain the probe agents' JSON answers to their schema: auto (on for local models), "
+    "llama.cpp, openai (vLLM and hosted), off."
+)
+
+
+@contextmanager
+def _responder(
+    model: str | None, api_base: str | None, replay: Path | None, json_schema: str = "auto"
+) -> Iterator[Responder]:
+    """Recorded responses with `--replay`, else the `--model` (whose key is checked now; a local
+    one is served for the block)."""
     if replay:
-        return ReplayResponder.from_path(replay)
+        yield ReplayResponder.from_path(replay)
+        return
     if not model:
-        fail("give --model MODEL (a litellm model, e.g. openai/gpt-4o) or --replay responses.json")
-    check_api_key("--model", model, api_base, "--api-base")
-    return LiteLLMResponder(model, api_base)
+        fail("give --model MODEL (a litellm model, e.g. openai/gpt-4o, or local) or --replay responses.json")
+    if not is_local(model):
+        check_api_key("--model", model, api_base, "--api-base")
+    with synth_model(model, api_base, json_schema) as responder:
+        yield responder
 
 
 async def _read_docs(source: str) -> list[ToolDoc]:
@@ -75,8 +93,11 @@ def _table(title: str) -> Table:
 def synth_env(
     docs: str = typer.Argument(..., help="Tool docs: a file, a folder of files, or an MCP server URL."),
     out: Path = typer.Option(..., "-o", "--out", help="The env folder to write, e.g. envs/library."),
-    model: str | None = typer.Option(None, "--model", help="litellm model name, e.g. openai/gpt-4o."),
+    model: str | None = typer.Option(
+        None, "--model", help="litellm model (e.g. openai/gpt-4o), or local / local/NAME (packaged)."
+    ),
     api_base: str | None = typer.Option(None, "--api-base", help="OpenAI-compatible endpoint."),
+    json_schema: str = typer.Option("auto", "--json-schema", help=JSON_SCHEMA_HELP),
     name: str | None = typer.Option(None, "--name", help="Env name (default: the folder's name)."),
     max_rounds: int = typer.Option(3, "--max-rounds", help="Repair rounds after the first attempt."),
     min_tasks: int = typer.Option(3, "--min-tasks", help="Verified tasks the tasks gate requires."),
@@ -84,15 +105,15 @@ def synth_env(
 ) -> None:
     """Synthesize one env from tool documents; writes it and synthesis.json if every gate passes."""
     env_name = _env_name(out, name)
-    responder = _responder(model, api_base, replay)
     try:
         tool_docs = asyncio.run(_read_docs(docs))
     except (DocsError, OSError, ValueError) as exc:
         fail(f"cannot read docs: {exc}")
     settings = SynthSettings(name=env_name, max_rounds=max_rounds, min_tasks=min_tasks, api_base=api_base)
-    report = asyncio.run(
-        synthesize_env(tool_docs, out, responder, settings, progress=lambda m: console.print(m))
-    )
+    with _responder(model, api_base, replay, json_schema) as responder:
+        report = asyncio.run(
+            synthesize_env(tool_docs, out, responder, settings, progress=lambda m: console.print(m))
+        )
     table = _table(f"{env_name}: {len(tool_docs)} documented tools")
     table.add_row(*_row(report))
     console.print(table)
@@ -112,8 +133,11 @@ def synth_env(
 def synth_envs(
     docs_dir: Path = typer.Argument(..., help="One doc set per child: a file or a folder (or folder/docs)."),
     out: Path = typer.Option(Path("envs"), "--out", help="Parent folder of the env folders."),
-    model: str | None = typer.Option(None, "--model", help="litellm model name, e.g. openai/gpt-4o."),
+    model: str | None = typer.Option(
+        None, "--model", help="litellm model (e.g. openai/gpt-4o), or local / local/NAME (packaged)."
+    ),
     api_base: str | None = typer.Option(None, "--api-base"),
+    json_schema: str = typer.Option("auto", "--json-schema", help=JSON_SCHEMA_HELP),
     concurrency: int = typer.Option(4, "--concurrency", min=1),
     max_rounds: int = typer.Option(3, "--max-rounds"),
     min_tasks: int = typer.Option(3, "--min-tasks"),
@@ -132,7 +156,7 @@ def synth_envs(
     if not sets:
         fail(f"no doc sets under {docs_dir}")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console) as progress:
+    with work_progress(*columns, console=console, label="synth envs") as progress:
         bar = progress.add_task("synthesizing", total=None)
 
         def on_done(name: str, report: SynthesisReport | str) -> None:

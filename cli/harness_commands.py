@@ -23,10 +23,11 @@ from envforge.harness import UserName
 from .common import ANSWERS_MODES, choice, console, fail, load_envs, print_json, results
 from .local_roles import is_local, local_roles
 from .preflight import check_api_key, check_served_envs
+from .progress import work_progress
 
 if TYPE_CHECKING:
     from envforge import LLMTransport, Role
-    from envforge.harness import TrialRecord
+    from envforge.harness import TrialClock, TrialRecord
 
 
 def evaluate(
@@ -111,6 +112,7 @@ def evaluate(
         RunExists,
         RunLocked,
         TaskSelectionError,
+        TrialClock,
         print_summary,
         write_report,
     )
@@ -167,7 +169,9 @@ def evaluate(
             )
         except ValueError as exc:
             fail(str(exc))
-        with eval_progress(agent) as bar:
+        local_specs = [f"{role}={spec}" for role, spec in roles.items() if spec and is_local(spec)]
+        clock = TrialClock(",".join(local_specs), concurrency) if local_specs else None
+        with eval_progress(agent, clock) as bar:
             try:
                 evaluation = envforge.evaluate(
                     env_dirs,
@@ -218,24 +222,35 @@ class EvalBar:
 
     progress: Progress
     bar: TaskID
+    clock: TrialClock | None = None
+    """With local models: the run's cost in time, said before it is paid."""
 
     def on_start(self, total: int, done: int) -> None:
         self.progress.update(self.bar, total=total, completed=done)
+        said = self.clock.on_start(total, done) if self.clock is not None else None
+        if said:
+            self.progress.console.print(said, highlight=False)
 
     def on_record(self, record: TrialRecord) -> None:
         self.progress.advance(self.bar)
+        said = self.clock.on_trial() if self.clock is not None else None
+        if said:
+            self.progress.console.print(said, highlight=False)
 
     def on_notice(self, message: str) -> None:
         console.print(f"[yellow]warning:[/] {message}")
 
 
 @contextmanager
-def eval_progress(agent: str) -> Iterator[EvalBar]:
+def eval_progress(agent: str, clock: TrialClock | None = None) -> Iterator[EvalBar]:
     """A bar for the run, gone when it ends: one left on stderr would sit beside an error line or
-    the results."""
+    the results (off a terminal, a line per few trials); `clock` remembers the seconds per trial."""
     columns = (TextColumn("[bold]eval[/] {task.description}"), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as progress:
-        yield EvalBar(progress, progress.add_task(agent, total=None))
+    bar = work_progress(*columns, TimeElapsedColumn(), console=console, label="eval", transient=True)
+    with bar as progress:
+        yield EvalBar(progress, progress.add_task(agent, total=None), clock)
+    if clock is not None:
+        clock.finish()
 
 
 def register(app: typer.Typer) -> None:

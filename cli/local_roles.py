@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from .common import console, fail
+from .progress import work_progress
 
 if TYPE_CHECKING:
     from envforge import LocalServerWatch
@@ -67,7 +68,8 @@ def local_roles(
         return
     servers = ExitStack()
     columns = (TextColumn("[bold]local[/] {task.description}"), BarColumn(), DownloadColumn())
-    with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as progress:
+    bars = work_progress(*columns, TimeElapsedColumn(), console=console, label="local", transient=True)
+    with bars as progress:
 
         def watch(roles: Sequence[R], spec: str) -> LocalServerWatch:
             names = ", ".join(roles)

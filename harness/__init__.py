@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .local_server import LocalServer, LocalServerError, local_model_ready, running_local_server
     from .local_server import start as start_local_server
     from .local_server import stop as stop_local_server
+    from .local_timing import TrialClock
     from .metrics import (
         RunContents,
         RunReadError,
@@ -119,6 +120,7 @@ _LAZY = {
     "UnknownTasks": "orchestrator",
     "TaskSelectionError": "tasks",
     "LocalModel": "local_models",
+    "TrialClock": "local_timing",
     "LocalModelError": "local_models",
     "assemble": "local_models",
     "cache_dir": "local_models",
@@ -276,6 +278,7 @@ __all__ = [
     "TaskSelectionError",
     "Termination",
     "ToolCall",
+    "TrialClock",
     "TrialRecord",
     "TrialScore",
     "TrialStatus",
