@@ -29,13 +29,19 @@ from envforge.harness import UserName
 from .common import choice, console, fail, fail_setting, load_envs
 from .harness_commands import check_model_keys
 from .preflight import check_model_dir, check_served_envs
+from .progress import work_progress
 
 if TYPE_CHECKING:
     from envforge.trainer import RunOptions, StepMetrics, Trajectory
 
 # Options shared by `train` and `collect` (one definition, one help text).
 EnvKindOption = Annotated[
-    str, typer.Option("--env-kind", help="harness (simulated user + harness scorer) or fleet (single turn).")
+    str,
+    typer.Option(
+        "--env-kind",
+        help="harness (simulated user + harness scorer) or fleet (single turn; what --tasks lookup "
+        "always plays). run.json's `ran` records the kind that ran and why.",
+    ),
 ]
 UserOption = Annotated[str, typer.Option("--user", help="Simulated user: scripted, or a litellm model.")]
 UserApiBaseOption = Annotated[str | None, typer.Option("--user-api-base", help="API base of the user model.")]
@@ -209,16 +215,20 @@ def check_envs(envs: list[Path], fleet_url: str | None, token: str | None = None
 
 @dataclass
 class TrainBar:
-    """`envforge.train`'s step hook drawn as a bar: each step's mean reward and staleness, and how
-    many updates were dropped for a non-finite gradient so far."""
+    """`envforge.train`'s step hook drawn as a bar (off a terminal, a line per step): each step's
+    mean reward and staleness, and how many updates so far were skipped (zero reward variance in
+    every group: nothing to learn from) or dropped for a non-finite gradient."""
 
     progress: Progress
     bar: TaskID
     nonfinite: int = 0
+    skipped: int = 0
 
     def on_step(self, m: StepMetrics) -> None:
         self.nonfinite += m.update_nonfinite
-        shown = f" {self.nonfinite} non-finite update(s) not applied" if self.nonfinite else ""
+        self.skipped += m.update_skipped
+        shown = f" {self.skipped} update(s) skipped (zero variance)" if self.skipped else ""
+        shown += f" {self.nonfinite} non-finite update(s) not applied" if self.nonfinite else ""
         info = f"reward {m.reward_mean:.3f} stale<={m.staleness_max}{shown}"
         self.progress.update(self.bar, advance=1, info=info)
 
@@ -232,7 +242,8 @@ def train_progress(steps: int) -> Iterator[TrainBar]:
         TextColumn("{task.completed}/{task.total} {task.fields[info]}"),
     )
     hidden = os.environ.get("RANK", "0") != "0"
-    with Progress(*columns, TimeRemainingColumn(), console=console, disable=hidden) as progress:
+    bar = work_progress(*columns, TimeRemainingColumn(), console=console, label="train", disable=hidden)
+    with bar as progress:
         yield TrainBar(progress, progress.add_task("train", total=steps, info=""))
 
 
@@ -260,7 +271,11 @@ def train_cmd(
     collectors: int = typer.Option(
         2, "--collectors", help="Task groups collected concurrently (per worker with --ray-workers)."
     ),
-    checkpoint_every: int = typer.Option(0, "--checkpoint-every", help="0: only the last step."),
+    checkpoint_every: int = typer.Option(
+        0,
+        "--checkpoint-every",
+        help="Save every N steps; 0: only at the end, and only if an update was applied.",
+    ),
     device: str = typer.Option("cpu", "--device"),
     temperature: float = typer.Option(1.0, "--temperature"),
     seed: int = typer.Option(0, "--seed"),
@@ -342,12 +357,22 @@ def train_cmd(
             fail(str(exc))
     if not metrics:  # a torchrun rank other than 0: it only followed rank 0's updates
         return
-    dropped = sum(m.update_nonfinite for m in metrics)
-    note = f"; {dropped} update(s) had a non-finite gradient and were not applied" if dropped else ""
+    from envforge.trainer import summarize
+
+    summary = summarize(metrics, out)
+    updates = f"{summary.updates_applied} of {summary.steps} updates applied"
+    if summary.updates_skipped:
+        updates += f", {summary.updates_skipped} skipped (zero reward variance in every group)"
+    if summary.updates_nonfinite:
+        updates += f", {summary.updates_nonfinite} with a non-finite gradient not applied"
     console.print(
-        f"done: {len(metrics)} steps, reward {metrics[0].reward_mean:.3f} -> {metrics[-1].reward_mean:.3f}"
-        f"{note}; outputs in {out}"
+        f"done: {len(metrics)} steps, reward {metrics[0].reward_mean:.3f} -> {metrics[-1].reward_mean:.3f}; "
+        f"{updates}; outputs in {out}",
+        highlight=False,
     )
+    for kind, line in summary.lines(metrics):
+        label = f"[yellow]{kind}:[/]" if kind == "warning" else f"{kind}:"
+        console.print(f"{label} {line}", highlight=False)
 
 
 def collect_cmd(

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     )
     from .rollout import rollout as run_rollout
     from .run import HeldOutScore, RunOptions, run_collection, run_training, write_user_errors
+    from .summary import RunSummary, summarize
     from .tiny import build_tiny_model
     from .trajectory import IM_END, SequenceBuilder, Trajectory
 
@@ -106,6 +107,8 @@ _LAZY = {
     "run_collection": "run",
     "run_training": "run",
     "write_user_errors": "run",
+    "RunSummary": "summary",
+    "summarize": "summary",
     "build_tiny_model": "tiny",
     "resolve_model": "local_weights",
     "lookup_tasks": "lookup",
@@ -164,6 +167,7 @@ __all__ = [
     "RolloutEpisode",
     "RolloutWorker",
     "RunOptions",
+    "RunSummary",
     "SequenceBuilder",
     "StepMetrics",
     "ToolOutcome",
@@ -195,6 +199,7 @@ __all__ = [
     "shutdown",
     "split_tasks",
     "state_checksum",
+    "summarize",
     "svg_line_chart",
     "token_logprobs",
     "train",

@@ -85,6 +85,8 @@ class StepMetrics(BaseModel):
     update_finished: float
     step_time_s: float
     collect_windows: list[tuple[float, float]] = Field(description="(start, end) of each group used")
+    peak_memory_mib: float = Field(0.0, description="peak resident MiB of the training process so far")
+    peak_gpu_mib: float | None = Field(None, description="peak MiB the GPU allocator handed out so far")
 
 
 def job_stream(envs: Sequence[RolloutEnv], seed: int) -> Iterator[tuple[RolloutEnv, str]]:
@@ -348,7 +350,9 @@ async def train(
                 dropped_stale=dropped,
                 dropped_stale_total=dropped_total,
                 tokens=result.tokens,
-                tokens_per_s=result.tokens / max(update_finished - update_started, 1e-9),
+                tokens_per_s=0.0  # no forward or backward ran: a rate would be of nothing
+                if result.skipped
+                else result.tokens / max(update_finished - update_started, 1e-9),
                 clip_fraction=result.clip_fraction,
                 grad_norm=result.grad_norm,
                 update_skipped=result.skipped,

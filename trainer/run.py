@@ -40,10 +40,21 @@ from .loop import StepMetrics, TrainConfig, collect, train
 from .plots import write_plots
 from .remote_fleet import EpisodeFleet, RemoteFleet
 from .rollout import FleetRolloutEnv, RolloutConfig, RolloutEnv, rollout
+from .summary import peak_memory_mib, summarize
 from .trajectory import TokenizerLike, Trajectory
 
 if TYPE_CHECKING:
     from .ray_workers import RayWorkers
+
+
+ENV_KIND_WHY = {
+    ("all", "harness"): "multi-turn episodes with the simulated user and the harness scorer",
+    ("all", "fleet"): "single-turn episodes (--env-kind fleet)",
+    ("lookup", "fleet"): "--tasks lookup plays single-turn lookups: no user to talk to",
+    ("lookup", "harness"): "multi-turn lookups",
+}
+"""Why a run's episodes took the shape `run.json` records (`--tasks lookup` turns the harness
+default into the single-turn env: `envforge.checked_run_options`)."""
 
 
 class RunOptions(BaseModel):
@@ -350,17 +361,23 @@ async def _train_leader(
     if opts.save_trajectories:
         traj_path.write_text("")
 
+    checkpoints: list[str] = []
+
+    def checkpoint(step: int) -> None:
+        ckpt = opts.out / "checkpoints" / f"step_{step}"
+        model.save_pretrained(ckpt)
+        tok.save_pretrained(ckpt)
+        checkpoints.append(str(ckpt.relative_to(opts.out)))
+
     def on_step(m: StepMetrics, trajs: list[Trajectory]) -> None:
+        m.peak_memory_mib, m.peak_gpu_mib = peak_memory_mib(opts.device)
         with metrics_path.open("a") as f:
             f.write(m.model_dump_json() + "\n")
         if opts.save_trajectories:
             with traj_path.open("a") as f:
                 f.writelines(t.model_dump_json() + "\n" for t in trajs)
-        last = m.step + 1 == config.steps
-        if last or (opts.checkpoint_every and (m.step + 1) % opts.checkpoint_every == 0):
-            ckpt = opts.out / "checkpoints" / f"step_{m.step + 1}"
-            model.save_pretrained(ckpt)
-            tok.save_pretrained(ckpt)
+        if opts.checkpoint_every and (m.step + 1) % opts.checkpoint_every == 0:
+            checkpoint(m.step + 1)  # asked for: written whether or not this stretch updated
         if progress is not None:
             progress(m)
 
@@ -376,6 +393,10 @@ async def _train_leader(
                 await run_eval(len(metrics))  # stopped by --max-minutes: the weights it ended with
             if workers is not None:
                 verdicts = await workers.verdicts()
+            summary = summarize(metrics, opts.out)
+            final = f"checkpoints/step_{len(metrics)}"
+            if summary.updates_applied and final not in checkpoints:
+                checkpoint(len(metrics))  # the end of a run that updated; unchanged weights are not saved
     finally:
         learner.close()  # releases the other torchrun ranks (a no-op in a single process)
         if backend is not None:
@@ -391,6 +412,12 @@ async def _train_leader(
                 "options": opts.model_dump(mode="json"),
                 "train": config.model_dump(),
                 "learner": learner.config.model_dump(),  # as applied: precision, temperature
+                "ran": {
+                    "env_kind": opts.env_kind,
+                    "env_kind_why": ENV_KIND_WHY[opts.tasks, opts.env_kind],
+                    **summary.ran(),
+                    "checkpoints": checkpoints,
+                },
             },
             indent=2,
         )
