@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import typer
@@ -20,7 +20,6 @@ from rich.table import Table
 from envforge.synth.envsynth import (
     GATES,
     DocsError,
-    LiteLLMResponder,
     ReplayResponder,
     Responder,
     SynthesisReport,
@@ -38,7 +37,6 @@ from .local_roles import is_local
 from .preflight import check_api_key
 from .progress import work_progress
 from .synth_commands import synth_app
-
 
 JSON_SCHEMA_HELP = (
     "Constrain the probe agents' JSON answers to their schema: auto (on for local models), "
@@ -151,12 +149,17 @@ def synth_envs(
         sets = envforge.doc_sets(docs_dir)
     except NotADirectoryError as exc:
         fail(str(exc))
-    if replay_dir is None:
-        _responder(model, api_base, None)  # no model, or its key missing: say so before any work
     if not sets:
         fail(f"no doc sets under {docs_dir}")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with work_progress(*columns, console=console, label="synth envs") as progress:
+    with ExitStack() as stack:
+        # one model (a local one: one server) for every env; recordings are per env
+        shared = None if replay_dir else stack.enter_context(_responder(model, api_base, None, json_schema))
+
+        def responder(name: str) -> Responder:
+            return shared or ReplayResponder.from_path(replay_dir / name if replay_dir else Path(name))
+
+        progress = stack.enter_context(work_progress(*columns, console=console, label="synth envs"))
         bar = progress.add_task("synthesizing", total=None)
 
         def on_done(name: str, report: SynthesisReport | str) -> None:
@@ -169,7 +172,7 @@ def synth_envs(
         batch = envforge.synthesize_envs(
             docs_dir,
             out,
-            lambda name: _responder(model, api_base, replay_dir / name if replay_dir else None),
+            responder,
             settings=lambda name: SynthSettings(
                 name=name, max_rounds=max_rounds, min_tasks=min_tasks, api_base=api_base
             ),

@@ -10,10 +10,13 @@ so that a fake OpenAI-compatible server can serve the same recordings over real 
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
+
+from .prompts import JSON_SCHEMAS
 
 STAGE_LINE = re.compile(r"envsynth stage=(?P<stage>\w+) round=(?P<round>\d+)")
 # Stages whose recorded answer carries over to later rounds when none is recorded for that round:
@@ -62,12 +65,53 @@ LLM_TIMEOUT_S = 300.0
 `LLMError`) instead of holding `synth env` and `synth envs` for ever."""
 
 
-class LiteLLMResponder:
-    """Ask a real (or fake OpenAI-compatible) model through litellm."""
+Structured = Literal["llama.cpp", "openai"]
+"""How a server takes a JSON schema to constrain an answer to: llama-cpp-python's server (the
+packaged local models') reads `{"type": "json_object", "schema": S}` and turns it into a grammar;
+OpenAI-style servers (vLLM, hosted) read `{"type": "json_schema", "json_schema": {"schema": S}}`."""
 
-    def __init__(self, model: str, api_base: str | None = None, **kwargs: Any) -> None:
-        self.model = model
+
+def response_format(stage: str, structured: Structured | None) -> dict[str, Any] | None:
+    """The `response_format` that constrains `stage`'s answer to its JSON schema, or None (a stage
+    answered in free text, or a server not known to take schemas)."""
+    schema = JSON_SCHEMAS.get(stage)
+    if schema is None or structured is None:
+        return None
+    if structured == "llama.cpp":
+        return {"type": "json_object", "schema": schema}
+    return {"type": "json_schema", "json_schema": {"name": stage, "schema": schema, "strict": True}}
+
+
+def provider_key_set(model: str) -> bool:
+    """Whether the environment holds an API key for `model`'s provider (`OPENAI_API_KEY` for
+    `openai/...`): litellm sends it, to a given API base too."""
+    provider = model.split("/", 1)[0].upper().replace("-", "_")
+    return bool(os.environ.get(f"{provider}_API_KEY"))
+
+
+class LiteLLMResponder:
+    """Ask a real (or fake OpenAI-compatible) model through litellm.
+
+    The key is `api_key` when given (a local server's own), else the provider's variable from the
+    environment, as `eval` takes it; only an API base with neither gets a placeholder, since the
+    openai client refuses to send a request without one. `label` is the model as the synthesis
+    report names it (`local/<name>` for a packaged model behind an ephemeral server)."""
+
+    def __init__(
+        self,
+        model: str,
+        api_base: str | None = None,
+        *,
+        api_key: str | None = None,
+        label: str | None = None,
+        structured: Structured | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.model = label or model
+        self.litellm_model = model
         self.api_base = api_base
+        self.api_key = api_key
+        self.structured = structured
         self.kwargs = kwargs
 
     async def complete(self, stage: str, round_: int, messages: list[dict[str, str]]) -> Reply:
@@ -77,9 +121,17 @@ class LiteLLMResponder:
         kwargs.setdefault("timeout", LLM_TIMEOUT_S)
         if self.api_base:
             kwargs["api_base"] = self.api_base
-            kwargs.setdefault("api_key", "not-needed")
+        if self.api_key:
+            kwargs["api_key"] = self.api_key
+        elif self.api_base and not provider_key_set(self.litellm_model):
+            kwargs["api_key"] = "not-needed"
+        fmt = response_format(stage, self.structured)
+        if fmt is not None:
+            kwargs["response_format"] = fmt
         try:
-            resp = await litellm.acompletion(model=self.model, messages=messages, temperature=0, **kwargs)
+            resp = await litellm.acompletion(
+                model=self.litellm_model, messages=messages, temperature=0, **kwargs
+            )
         except Exception as exc:
             raise LLMError(f"{stage}:{round_}: model call failed: {type(exc).__name__}: {exc}") from exc
         text = resp.choices[0].message.content or ""

@@ -130,3 +130,43 @@ def messages(
         {"role": "system", "content": system(stage, round_)},
         {"role": "user", "content": "\n\n".join(p for p in parts if p)},
     ]
+
+
+JSON_SCHEMAS: dict[str, dict[str, object]] = {
+    "tester": {
+        "type": "array",
+        "minItems": 1,
+        "items": {
+            "type": "object",
+            "properties": {
+                "tool": {"type": "string"},
+                "arguments": {"type": "object"},
+                "expect": {"type": "string", "enum": ["success", "error"]},
+                "why": {"type": "string"},
+            },
+            "required": ["tool", "arguments", "expect", "why"],
+        },
+    },
+    "checker": {
+        "type": "object",
+        "properties": {
+            "verdicts": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "call": {"type": "integer"},
+                        "ok": {"type": "boolean"},
+                        "reason": {"type": "string"},
+                    },
+                    "required": ["call", "ok", "reason"],
+                },
+            }
+        },
+        "required": ["verdicts"],
+    },
+}
+"""The shape of each stage whose answer is parsed as JSON (the probe agents'), as a JSON schema:
+a server that constrains decoding to it (`LiteLLMResponder(structured=...)`) returns an answer
+that always parses, where a small model left free writes prose, trailing commas or half a list.
+The seed stage is left free: it may answer with a `generate()` function instead of rows."""
