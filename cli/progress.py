@@ -40,7 +40,8 @@ def work_progress(
 
 class PlainProgress(Progress):
     """`Progress` as plain lines: `label description done/total info (elapsed)`, one per unit of
-    work at most every `every_s` seconds and a heartbeat every `heartbeat_s` seconds of silence.
+    work at most every `every_s` seconds (a new description, a new stage, always gets its line)
+    and a heartbeat every `heartbeat_s` seconds of silence.
 
     It is a `Progress` (rich's own bookkeeping of tasks, totals and fields) with the live display
     off, so the commands' hooks drive it exactly as they drive a bar."""
@@ -92,7 +93,10 @@ class PlainProgress(Progress):
             **fields,
         )
         after = self._task(task_id)
-        self._maybe_say(task_id, moved=after[0] > before[0] or after[2] != before[2])
+        if after[2] != before[2] and not self.hidden:  # a new stage of the work: always worth a line
+            self._say(task_id, time.monotonic())
+        else:
+            self._maybe_say(task_id, moved=after[0] > before[0])
 
     def advance(self, task_id: TaskID, advance: float = 1) -> None:
         super().advance(task_id, advance)
@@ -115,6 +119,8 @@ class PlainProgress(Progress):
             self.last_line = now
             task = self._tasks[task_id]
             done = f"{task.completed:g}/{task.total:g}" if task.total is not None else f"{task.completed:g}"
+            if task.total is None and not task.completed:
+                done = ""  # no count yet: a stage, not a tally
             info = task.fields.get("info", "")
             what = "" if task.description == self.label else task.description
             parts = [self.label, what, done, str(info), suffix, f"({now - self.started:.0f}s)"]

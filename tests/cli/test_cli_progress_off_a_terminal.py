@@ -71,3 +71,18 @@ def test_the_demos_closing_advice_fits_minutes_at_the_measured_trial_time() -> N
     assert limit * 161 <= demo.ADVICE_MINUTES * 60  # minutes, not the hours all 40 would take
     assert "x 161 s per trial (measured here just now): about 9 min" in text
     assert "all 40 demo tasks would take about 1 h 48 min" in text
+
+
+def test_off_a_terminal_each_new_stage_gets_its_line_however_soon() -> None:
+    sink = io.StringIO()
+    console = Console(file=sink, force_terminal=False, width=200)
+    with work_progress(TextColumn("x"), console=console, label="synth env", every_s=60.0) as progress:
+        stage = progress.add_task("library: 4 tools", total=None)
+        for message in ("asking for schema", "round 0: gates", "round 0: probes failed, repairing tools"):
+            progress.update(stage, description=message)
+    lines = sink.getvalue().splitlines()
+    assert [line.rsplit(" (", 1)[0] for line in lines] == [
+        "synth env asking for schema",
+        "synth env round 0: gates",
+        "synth env round 0: probes failed, repairing tools",
+    ]
