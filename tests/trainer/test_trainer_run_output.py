@@ -51,7 +51,8 @@ def test_a_run_with_only_skipped_updates_says_so_and_saves_nothing(tmp_path: Pat
     assert done.returncode == 0, done.stderr
     err = done.stderr
     steps = [line for line in err.splitlines() if line.startswith("train ")]
-    assert any("1/2" in line for line in steps) and any("2/2" in line for line in steps), err  # a line per step
+    assert any(line.startswith("train 1/2 ") for line in steps), err  # a line per step, off a terminal
+    assert any(line.startswith("train 2/2 ") for line in steps), err
     assert "2 update(s) skipped (zero variance)" in steps[-1]
     assert "0 of 2 updates applied, 2 skipped (zero reward variance in every group)" in err
     assert "warning: every group had zero reward variance" in err and "weights are unchanged" in err
