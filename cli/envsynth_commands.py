@@ -32,7 +32,7 @@ from envforge.synth.envsynth import (
 )
 
 from .common import console, fail
-from .envsynth_model import synth_model
+from .envsynth_model import check_model, synth_model
 from .local_roles import is_local
 from .preflight import check_api_key
 from .progress import work_progress
@@ -55,6 +55,7 @@ def _responder(
         return
     if not model:
         fail("give --model MODEL (a litellm model, e.g. openai/gpt-4o, or local) or --replay responses.json")
+    check_model("--model", model)
     if not is_local(model):
         check_api_key("--model", model, api_base, "--api-base")
     with synth_model(model, api_base, json_schema) as responder:

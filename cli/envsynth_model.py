@@ -40,8 +40,11 @@ def _structured(mode: str, local: bool) -> Structured | None:
 def check_model(option: str, model: str) -> None:
     """A model string litellm cannot route, and that is not `local[/NAME]`, fails now in one line
     (else every call of the run would fail with litellm's paragraph about providers)."""
+    import litellm
+
     from envforge.harness import routable_model
 
+    litellm.suppress_debug_info = True  # else litellm prints its provider list on a miss
     if not is_local(model) and not routable_model(model):
         fail(
             f"{option} {model!r} is not a model: give provider/model (e.g. openai/gpt-4o, with "

@@ -17,10 +17,16 @@ from starlette.routing import Route
 from envforge.synth.envsynth.llm import STAGE_LINE, LLMError, lookup
 
 
-def build_fake_openai(recordings: dict[str, str]) -> tuple[Starlette, list[dict[str, Any]]]:
+def build_fake_openai(
+    recordings: dict[str, str], api_key: str | None = None
+) -> tuple[Starlette, list[dict[str, Any]]]:
+    """The app and the request bodies it answered; with `api_key`, a request without that bearer
+    key is refused with 401, as envforge's own local server refuses it."""
     requests: list[dict[str, Any]] = []
 
     async def completions(request: Request) -> JSONResponse:
+        if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
+            return JSONResponse({"error": {"message": "invalid api key"}}, status_code=401)
         body = await request.json()
         requests.append(body)
         system = next((m["content"] for m in body["messages"] if m["role"] == "system"), "")
