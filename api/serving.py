@@ -14,8 +14,10 @@ import functools
 import os
 import socket
 import stat
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import IO, Any
 
 import anyio
 from starlette.applications import Starlette
@@ -170,16 +172,17 @@ def http_server(
     return HttpServer(app, fleet, sock, host, sock.getsockname()[1], limits)
 
 
-def launched_over_pipes(fd: int = 0) -> bool:
-    """Whether `fd` (stdin) is a pipe or a socket: how an MCP client launches a stdio server.
+def launched_over_pipes(stream: IO[Any] | None = None) -> bool:
+    """Whether `stream` (default `sys.stdin`) is a pipe or a socket: how an MCP client launches a
+    stdio server. A stream with no file behind it (a test runner's stand-in) is not one.
 
     Launchers differ in what they pass on: the MCP Inspector takes `--transport` as its own option,
     so `serve ENV --transport stdio` reaches envforge as `serve ENV`. A terminal, `/dev/null` (a
     server started in the background or by a service manager) or a file is not a client talking,
     so those keep the HTTP default."""
     try:
-        mode = os.fstat(fd).st_mode
-    except OSError:
+        mode = os.fstat((sys.stdin if stream is None else stream).fileno()).st_mode
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both of the last two
         return False
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 

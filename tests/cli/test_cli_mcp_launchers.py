@@ -95,3 +95,30 @@ def test_the_readmes_desktop_config_launches_and_answers() -> None:
     with port_8000_busy():
         names, _ = talk(command, bare)
     assert "place_order" in names
+
+
+def test_only_a_pipe_or_socket_reads_as_a_launching_client(tmp_path: Path) -> None:
+    import io
+    import subprocess
+
+    from envforge import launched_over_pipes
+
+    read_end, write_end = os.pipe()
+    with os.fdopen(read_end) as pipe, os.fdopen(write_end, "w"), open(os.devnull) as null:
+        assert launched_over_pipes(pipe)
+        assert not launched_over_pipes(null)  # started in the background, or by a service manager
+    (tmp_path / "f").write_text("")
+    with open(tmp_path / "f") as file:
+        assert not launched_over_pipes(file)
+    assert not launched_over_pipes(io.StringIO())  # a test runner's stand-in for stdin
+    # `serve` with stdin from /dev/null (a background job) keeps the HTTP default: on a busy port 8000
+    # it says so, where a stdio server would have read EOF and exited quietly
+    with port_8000_busy():
+        done = subprocess.run(
+            [ENVFORGE, "serve", str(ENVS / "gym")],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 2 and "cannot listen on 127.0.0.1:8000" in done.stderr, done.stderr
