@@ -35,7 +35,7 @@ from .common import console, fail
 from .envsynth_model import check_model, synth_model
 from .local_roles import is_local
 from .preflight import check_api_key
-from .progress import work_progress
+from .progress import PlainProgress, work_progress
 from .synth_commands import synth_app
 
 JSON_SCHEMA_HELP = (
@@ -109,10 +109,19 @@ def synth_env(
     except (DocsError, OSError, ValueError) as exc:
         fail(f"cannot read docs: {exc}")
     settings = SynthSettings(name=env_name, max_rounds=max_rounds, min_tasks=min_tasks, api_base=api_base)
-    with _responder(model, api_base, replay, json_schema) as responder:
-        report = asyncio.run(
-            synthesize_env(tool_docs, out, responder, settings, progress=lambda m: console.print(m))
-        )
+    columns = (TextColumn("[bold]synth env[/] {task.description}"), TimeElapsedColumn())
+    with (
+        _responder(model, api_base, replay, json_schema) as responder,
+        work_progress(*columns, console=console, label="synth env", transient=True) as progress,
+    ):
+        stage = progress.add_task(f"{env_name}: {len(tool_docs)} documented tools", total=None)
+
+        def say(message: str) -> None:
+            if not isinstance(progress, PlainProgress):
+                progress.console.print(message, highlight=False)  # each stage stays above the bar
+            progress.update(stage, description=message)  # off a terminal: a line each, then heartbeats
+
+        report = asyncio.run(synthesize_env(tool_docs, out, responder, settings, progress=say))
     table = _table(f"{env_name}: {len(tool_docs)} documented tools")
     table.add_row(*_row(report))
     console.print(table)
