@@ -68,7 +68,9 @@ def local_roles(
         return
     servers = ExitStack()
     columns = (TextColumn("[bold]local[/] {task.description}"), BarColumn(), DownloadColumn())
-    bars = work_progress(*columns, TimeElapsedColumn(), console=console, label="local", transient=True)
+    bars = work_progress(
+        *columns, TimeElapsedColumn(), console=console, label="local", transient=True, in_bytes=True
+    )
     with bars as progress:
 
         def watch(roles: Sequence[R], spec: str) -> LocalServerWatch:

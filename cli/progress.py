@@ -31,11 +31,15 @@ def work_progress(
     disable: bool = False,
     every_s: float = EVERY_S,
     heartbeat_s: float = HEARTBEAT_S,
+    in_bytes: bool = False,
 ) -> Progress:
-    """A rich bar of `columns` on a terminal; off one, a `PlainProgress` whose lines start `label`."""
+    """A rich bar of `columns` on a terminal; off one, a `PlainProgress` whose lines start `label`
+    (`in_bytes`: its counts are bytes, shown in MiB)."""
     if console.is_terminal:
         return Progress(*columns, console=console, transient=transient, disable=disable)
-    return PlainProgress(console, label, hidden=disable, every_s=every_s, heartbeat_s=heartbeat_s)
+    return PlainProgress(
+        console, label, hidden=disable, every_s=every_s, heartbeat_s=heartbeat_s, in_bytes=in_bytes
+    )
 
 
 class PlainProgress(Progress):
@@ -47,10 +51,17 @@ class PlainProgress(Progress):
     off, so the commands' hooks drive it exactly as they drive a bar."""
 
     def __init__(
-        self, console: Console, label: str, *, hidden: bool = False, every_s: float, heartbeat_s: float
+        self,
+        console: Console,
+        label: str,
+        *,
+        hidden: bool = False,
+        every_s: float,
+        heartbeat_s: float,
+        in_bytes: bool = False,
     ) -> None:
         super().__init__(console=console, disable=True)
-        self.label, self.hidden = label, hidden
+        self.label, self.hidden, self.in_bytes = label, hidden, in_bytes
         self.every_s, self.heartbeat_s = every_s, heartbeat_s
         self.started = self.last_line = time.monotonic()
         self.lock = threading.Lock()
@@ -118,13 +129,18 @@ class PlainProgress(Progress):
         with self.lock:
             self.last_line = now
             task = self._tasks[task_id]
-            done = f"{task.completed:g}/{task.total:g}" if task.total is not None else f"{task.completed:g}"
+            done = self._count(task.completed)
+            if task.total is not None:
+                done += "/" + self._count(task.total)
             if task.total is None and not task.completed:
                 done = ""  # no count yet: a stage, not a tally
             info = task.fields.get("info", "")
             what = "" if task.description == self.label else task.description
             parts = [self.label, what, done, str(info), suffix, f"({now - self.started:.0f}s)"]
             self.console.print(" ".join(p for p in parts if p), markup=False, highlight=False, soft_wrap=True)
+
+    def _count(self, n: float) -> str:
+        return f"{n / (1024 * 1024):.0f} MiB" if self.in_bytes else f"{n:g}"
 
     def _heartbeat(self) -> None:
         while not self.done.wait(1.0):

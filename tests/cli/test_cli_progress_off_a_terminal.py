@@ -86,3 +86,12 @@ def test_off_a_terminal_each_new_stage_gets_its_line_however_soon() -> None:
         "synth env round 0: gates",
         "synth env round 0: probes failed, repairing tools",
     ]
+
+
+def test_off_a_terminal_byte_counts_read_in_mib() -> None:
+    sink = io.StringIO()
+    console = Console(file=sink, force_terminal=False, width=200)
+    with work_progress(console=console, label="local", in_bytes=True) as progress:
+        bar = progress.add_task("agent: local: checking weights", total=491_400_000)
+        progress.update(bar, completed=491_400_000)
+    assert "local agent: local: checking weights 469 MiB/469 MiB" in sink.getvalue()
