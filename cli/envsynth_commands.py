@@ -82,6 +82,27 @@ def _row(report: SynthesisReport) -> list[str]:
     return [report.env, status, str(len(report.rounds)), *cells, str(report.tasks), f"{report.seconds:.1f}s"]
 
 
+def _gate_account(report: SynthesisReport) -> list[str]:
+    """One line per gate of the last round: passed, failed with its first problem, or not reached
+    (the gates run in order and stop at the first that fails); a model call that failed before
+    any gate ran is the one line it said."""
+    if not report.rounds:
+        return [f"no gate ran: {report.reasons[0]}" if report.reasons else "no gate ran"]
+    ran = {g.name: g for g in report.rounds[-1].gates}
+    lines = []
+    for name in GATES:
+        gate = ran.get(name)
+        if gate is None:
+            lines.append(f"{name}: not reached")
+        elif gate.passed:
+            lines.append(f"{name}: passed ({gate.passed_checks}/{gate.checks} checks)")
+        else:
+            first = gate.problems[0] if gate.problems else "failed"
+            more = f" (+{len(gate.problems) - 1} more)" if len(gate.problems) > 1 else ""
+            lines.append(f"{name}: FAILED {gate.passed_checks}/{gate.checks} checks: {first}{more}")
+    return lines
+
+
 def _table(title: str) -> Table:
     table = Table(title=title)
     for col in ("env", "status", "rounds", *GATES, "verified", "time"):
@@ -126,8 +147,8 @@ def synth_env(
     table.add_row(*_row(report))
     console.print(table)
     if report.status != "accepted":
-        for reason in report.reasons[1:]:
-            console.print(f"  [red]{reason}[/]", highlight=False)
+        for line in _gate_account(report):
+            console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
         why = report.reasons[0] if report.reasons else "a gate failed"
         console.print(
             f"[red]error:[/] {env_name} rejected ({why}); nothing written to {out}; report and last "

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from envforge.synth.envsynth import (
+    GATES,
     LiteLLMResponder,
     SynthSettings,
     load_docs,
@@ -118,3 +119,33 @@ async def test_openai_style_schema_for_vllm_and_hosted_servers(tmp_path: Path) -
     tester = next(b for b in requests if "stage=tester" in b["messages"][0]["content"])
     fmt = tester["response_format"]
     assert fmt["type"] == "json_schema" and fmt["json_schema"]["schema"] == JSON_SCHEMAS["tester"]
+
+
+def test_a_rejection_is_one_line_per_gate(tmp_path: Path) -> None:
+    # The account a user gets of why no env was written: every gate of the last round, in order.
+    result = subprocess.run(
+        [
+            *ENVFORGE,
+            "synth",
+            "env",
+            str(LIBRARY_DOCS),
+            "-o",
+            str(tmp_path / "library"),
+            "--replay",
+            str(ENVSYNTH_FIXTURES / "wrong_name_rejected"),
+            "--max-rounds",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=600,
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    lines = [x.strip() for x in (result.stdout + result.stderr).splitlines()]
+    account = [x for x in lines if x.split(":")[0] in GATES]
+    assert [x.split(":")[0] for x in account] == list(GATES), lines
+    assert account[0].startswith("static: passed (")
+    assert account[1].startswith("load: passed (")
+    assert account[2].startswith("probes: FAILED ") and "checks: " in account[2]
+    assert all(x.endswith(": not reached") for x in account[3:])
