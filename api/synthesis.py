@@ -9,6 +9,7 @@ task that doing nothing passes, or that an adversary games, would reward a polic
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 from pydantic import BaseModel, ConfigDict
@@ -46,19 +47,28 @@ async def synthesize_tasks_async(
     llm_model: str | None = None,
     adversaries: bool = True,
     graph: ToolGraph | None = None,
+    completion_kwargs: dict[str, Any] | None = None,
 ) -> SynthReport:
     """Up to `n` distinct tasks that pass every self-check and that no adversary games.
 
     The same env, `n`, `seed` and `config` give the same tasks, byte for byte (`envforge synth
     tasks` is this call plus writing `tasks.jsonl`). `llm_model` rewrites each instruction
-    through litellm, keeping every fact; `adversaries=False` only measures what they cost.
+    through litellm, keeping every fact (`completion_kwargs` go with each call: the API base and
+    key of a local server); `adversaries=False` only measures what they cost.
     `graph` is the env's tool graph when the caller built it already (`build_graph`, e.g. to
     write it beside the tasks); without it one is built: the same graph, the same tasks.
     """
     if n < 1:
         raise ValueError(f"n must be at least 1 (got {n})")
     return await synthesize(
-        as_environment(env), n, seed, config, graph=graph, llm_model=llm_model, adversaries=adversaries
+        as_environment(env),
+        n,
+        seed,
+        config,
+        graph=graph,
+        llm_model=llm_model,
+        adversaries=adversaries,
+        completion_kwargs=completion_kwargs,
     )
 
 
@@ -71,11 +81,19 @@ def synthesize_tasks(
     llm_model: str | None = None,
     adversaries: bool = True,
     graph: ToolGraph | None = None,
+    completion_kwargs: dict[str, Any] | None = None,
 ) -> SynthReport:
     """`synthesize_tasks_async` from synchronous code."""
     return anyio.run(
         lambda: synthesize_tasks_async(
-            env, n, seed=seed, config=config, llm_model=llm_model, adversaries=adversaries, graph=graph
+            env,
+            n,
+            seed=seed,
+            config=config,
+            llm_model=llm_model,
+            adversaries=adversaries,
+            graph=graph,
+            completion_kwargs=completion_kwargs,
         )
     )
 

@@ -47,8 +47,8 @@ def check_model(option: str, model: str) -> None:
     litellm.suppress_debug_info = True  # else litellm prints its provider list on a miss
     if not is_local(model) and not routable_model(model):
         fail(
-            f"{option} {model!r} is not a model: give provider/model (e.g. openai/gpt-4o, with "
-            "--api-base for your own server) or local / local/NAME for a packaged model"
+            f"{option} {model!r} is not a model: give provider/model (e.g. openai/gpt-4o, or "
+            "openai/NAME for your own server) or local / local/NAME for a packaged model"
         )
 
 

@@ -40,6 +40,8 @@ from envforge.synth import (
 )
 
 from .common import ANSWERS_MODES, choice, console, fail, load_envs, print_json, results
+from .envsynth_model import check_model, rewrite_model
+from .local_roles import is_local
 from .preflight import check_api_key
 
 synth_app = typer.Typer(no_args_is_help=True, help="Synthesize verified tasks for an env.")
@@ -73,7 +75,10 @@ def synth_tasks(
     min_calls: int = typer.Option(2, "--min-calls"),
     max_calls: int = typer.Option(7, "--max-calls"),
     llm_model: str | None = typer.Option(
-        None, "--llm", "--llm-model", help="Rewrite instructions through litellm with this model."
+        None,
+        "--llm",
+        "--llm-model",
+        help="Rewrite instructions with this model: a litellm model, or local / local/NAME (packaged).",
     ),
     steer: bool = typer.Option(
         True, "--steer/--no-steer", help="Weigh walks' choices by what worked in earlier attempts."
@@ -104,14 +109,23 @@ def synth_tasks(
         load_phrases(env)  # a vocabulary the gate rejects stops the run before any walk
     except PhraseError as exc:
         fail(str(exc))
-    if llm_model:
+    if llm_model and not is_local(llm_model):
+        check_model("--llm", llm_model)
         check_api_key("--llm", llm_model, None, None)
     cfg = SynthConfig(min_calls=min_calls, max_calls=max_calls, steer=steer)
     graph = asyncio.run(build_graph(env))
     write_graph(graph, env_dir)
-    report = synthesize_tasks(
-        env, n, seed=seed, config=cfg, graph=graph, llm_model=llm_model, adversaries=adversaries
-    )
+    with rewrite_model(llm_model) as (rewriter, completion_kwargs):
+        report = synthesize_tasks(
+            env,
+            n,
+            seed=seed,
+            config=cfg,
+            graph=graph,
+            llm_model=rewriter,
+            adversaries=adversaries,
+            completion_kwargs=completion_kwargs,
+        )
     if report.tasks:
         write_tasks_to(report.tasks, path)
     console.print(

@@ -115,3 +115,33 @@ def test_ctrl_c_during_synthesis_stops_the_local_server(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert _wait_gone(pid)
     assert not (tmp_path / "gym").exists()
+
+
+def test_synth_tasks_rewrites_through_the_packaged_model(tmp_path: Path) -> None:
+    # `--llm local` was handed to litellm as a model name ("LLM Provider NOT provided").
+    out = tmp_path / "tasks.jsonl"
+    result = subprocess.run(
+        [
+            *ENVFORGE,
+            "synth",
+            "tasks",
+            str(REPO / "envs" / "gym"),
+            "--n",
+            "2",
+            "--out",
+            str(out),
+            "--llm",
+            "local",
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=600,
+    )
+    text = result.stdout + result.stderr
+    assert result.returncode == 0, text[-3000:]
+    assert "rewrites rejected (facts missing): " in text
+    assert len(out.read_text().splitlines()) == 2
+    match = re.search(r"local rewrite: qwen2\.5-coder-0\.5b \(pid (\d+)\)", text)
+    assert match is not None, text[-2000:]
+    assert _wait_gone(int(match.group(1)))
