@@ -169,6 +169,7 @@ def print_next_steps(
         f"  envforge eval {env_args} --agent openai/gpt-4o-mini --user openai/gpt-4o-mini "
         "--trials 4 --concurrency 8 --out runs/gpt-4o-mini",
         highlight=False,
+        soft_wrap=True,  # commands to copy: never broken at the console's width (80 off a terminal)
     )
 
 

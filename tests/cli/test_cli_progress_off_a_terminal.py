@@ -95,3 +95,15 @@ def test_off_a_terminal_byte_counts_read_in_mib() -> None:
         bar = progress.add_task("agent: local: checking weights", total=491_400_000)
         progress.update(bar, completed=491_400_000)
     assert "local agent: local: checking weights 469 MiB/469 MiB" in sink.getvalue()
+
+
+def test_the_demos_advice_is_whole_lines_at_80_columns() -> None:
+    from envforge.cli import demo
+
+    console = Console(file=io.StringIO(), record=True, width=80)
+    demo.print_next_steps(console, demo.demo_env_dirs(), per_trial=141.0, all_trials=45)
+    lines = console.export_text().splitlines()
+    local = next(line for line in lines if "--agent local" in line)
+    assert local.strip().endswith("--out runs/local")  # one command, one line: it can be copied
+    hosted = next(line for line in lines if "--agent openai/" in line)
+    assert hosted.strip().startswith("envforge eval") and hosted.endswith("runs/gpt-4o-mini")
