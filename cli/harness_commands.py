@@ -170,7 +170,7 @@ def evaluate(
         except ValueError as exc:
             fail(str(exc))
         local_specs = [f"{role}={spec}" for role, spec in roles.items() if spec and is_local(spec)]
-        clock = TrialClock(",".join(local_specs), concurrency) if local_specs else None
+        clock = TrialClock(TrialClock.key_of(local_specs, max_turns), concurrency) if local_specs else None
         with eval_progress(agent, clock) as bar:
             try:
                 evaluation = envforge.evaluate(

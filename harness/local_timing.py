@@ -79,6 +79,13 @@ class TrialClock:
 
     duration = staticmethod(duration)
     estimate = staticmethod(estimate)
+    remember = staticmethod(remember_seconds)
+
+    @staticmethod
+    def key_of(local_specs: list[str], max_turns: int) -> str:
+        """What a measurement is of: the local models by role, and the turn limit (a trial of 3
+        turns and one of 30 are not the same work)."""
+        return f"{','.join(sorted(local_specs))}|max_turns={max_turns}"
 
     def on_start(self, total: int, done: int) -> str | None:
         self.started, self.todo = self.clock(), total - done

@@ -42,3 +42,15 @@ def test_the_second_local_run_is_estimated_before_it_starts(
     assert second.on_trial() is None  # already said before the work began
     other = TrialClock("agent=local/qwen2.5-1.5b", clock=clock)  # another model: not measured yet
     assert "a figure follows the first trial" in str(other.on_start(total=5, done=0))
+
+
+def test_the_demos_measurement_estimates_the_eval_it_advises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENVFORGE_CACHE", str(tmp_path))
+    TrialClock.remember(TrialClock.key_of(["agent=local"], 3), 141.0)  # what `envforge demo` keeps
+    advised = TrialClock(TrialClock.key_of(["agent=local"], 3))  # --agent local --max-turns 3
+    said = advised.on_start(total=4, done=0)
+    assert said == "estimate: 4 trials x 141 s per trial (measured here on the last run): about 10 min"
+    longer = TrialClock(TrialClock.key_of(["agent=local"], 30))  # 30 turns: other work, not measured
+    assert "a figure follows the first trial" in str(longer.on_start(total=4, done=0))
