@@ -55,8 +55,12 @@ process sends its state again when it is next called)."""
 MAX_HOSTED_BYTES = 512 * 1024 * 1024
 """What the hosted episodes may reserve of the worker's SQLite heap in all (each its database
 twice, its room to grow and a connection's structures, as `episodes.reserved_bytes` counts)."""
-DEFAULT_WORK_MIB = 256
-"""The statements' working memory in the worker's SQLite heap, besides the hosted databases."""
+DEFAULT_WORK_MIB = 768
+"""The statements' working memory in the worker's SQLite heap, besides the hosted databases:
+room for a statement that parses a few 16 MiB JSON documents (~220 MiB each), under the
+worker's 2 GiB address space with the hosted databases (`MAX_HOSTED_BYTES`) and the
+interpreter. With 256 MiB, a statement of two such documents was refused for memory before its
+call's time limit could end it, depending on how fast it ran."""
 
 
 def out_of_memory_text(work_bytes: int) -> str:
