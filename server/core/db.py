@@ -18,9 +18,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
-import aiosqlite
-
-from .dbthreads import on_db_thread
+from .connection import Connection
 from .errors import ToolError
 
 Params = Sequence[Any] | Mapping[str, Any]
@@ -72,36 +70,38 @@ def _value(conn: sqlite3.Connection, sql: str, params: Params) -> Any:
 class Db:
     """An episode's database as a tool sees it. Each fetch helper is one trip to the SQLite thread."""
 
-    __slots__ = ("_conn",)
+    __slots__ = ("_link",)
 
-    def __init__(self, conn: aiosqlite.Connection) -> None:
-        self._conn = conn  # an aiosqlite.Connection (or the synthesiser's inline variant)
+    def __init__(self, conn: Connection) -> None:
+        self._link = conn  # an episode's connection (pooled, or the synthesiser's inline variant)
 
     def execute(self, sql: str, params: Params = ()) -> Any:
         """Run one statement; await it for a cursor, or use it as `async with db.execute(...) as cur`."""
-        return self._conn.execute(sql, params)
+        return self._link.execute(sql, params)
 
     async def executemany(self, sql: str, rows: Iterable[Params]) -> None:
         """Run one statement once per parameter set."""
-        await self._conn.executemany(sql, rows)
+        await self._link.executemany(sql, rows)
 
     async def execute_fetchall(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
         """Run one statement and return its rows as tuples."""
-        rows = await self._conn.execute_fetchall(sql, params)
-        # aiosqlite types them as sqlite3.Row; with no row factory set they are plain tuples
-        return cast("list[tuple[Any, ...]]", list(rows))
+        rows = await self._link.execute_fetchall(sql, params)
+        return cast("list[tuple[Any, ...]]", list(rows))  # no row factory is set: plain tuples
 
     async def fetch_all(self, sql: str, params: Params = ()) -> list[Row]:
         """Run one query and return every row as a dict keyed by column name."""
-        return await on_db_thread(self._conn, _dicts, self._conn._conn, sql, params)
+        conn = self._link
+        return await conn.run(_dicts, conn.raw, sql, params)
 
     async def fetch_one(self, sql: str, params: Params = ()) -> Row | None:
         """The first row of a query as a dict, or None when it has none."""
-        return await on_db_thread(self._conn, _first, self._conn._conn, sql, params)
+        conn = self._link
+        return await conn.run(_first, conn.raw, sql, params)
 
     async def fetch_value(self, sql: str, params: Params = ()) -> Any:
         """The first column of the first row, or None when the query returns no row."""
-        return await on_db_thread(self._conn, _value, self._conn._conn, sql, params)
+        conn = self._link
+        return await conn.run(_value, conn.raw, sql, params)
 
     async def require_one(self, sql: str, params: Params, missing: str) -> Row:
         """The first row as a dict; when there is none, refuse the call with `ToolError(missing)`."""
@@ -109,3 +109,8 @@ class Db:
         if row is None:
             raise ToolError(missing)
         return row
+
+
+def connection_of(db: Db) -> Connection:
+    """The connection behind a tool's `Db`, for the runtime's own use (tools cannot import this)."""
+    return db._link

@@ -1,11 +1,11 @@
 """A small pool of threads that runs every episode's SQLite work.
 
-aiosqlite gives each connection a thread of its own. With thousands of episodes that means
-thousands of threads, and on a 2-core machine the context switches between 32 busy ones cost
-more than the queries. Here each episode's connection is pinned to one of a few shared worker
-threads: its statements still run in order on one thread (SQLite's requirement), episodes on
-different workers still run in parallel, and closing an episode releases its connection without
-a thread to stop. Tools see a plain `aiosqlite.Connection`.
+A thread per connection (aiosqlite's design) would mean thousands of threads for thousands of
+episodes, and on a 2-core machine the context switches between 32 busy ones cost more than the
+queries. Here each episode's connection is pinned to one of a few shared worker threads: its
+statements still run in order on one thread (SQLite's requirement), episodes on different workers
+still run in parallel, and closing an episode releases its connection without a thread to stop.
+Tools see the same connection API wherever it runs (`connection.Connection`).
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ import itertools
 import os
 import sqlite3
 import threading
-from collections.abc import Awaitable, Callable, Generator
+import warnings
+from collections.abc import Callable, Coroutine
 from queue import SimpleQueue
 from typing import Any, ParamSpec, TypeVar, cast
 
-import aiosqlite
+from .connection import Connection
 
 _Job = tuple[asyncio.Future[Any] | None, Callable[[], Any]]
 
@@ -28,24 +29,18 @@ _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
 
-async def on_db_thread(
-    conn: aiosqlite.Connection, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
-) -> _T:
-    """Run `fn(*args, **kwargs)` on the thread that owns `conn`'s SQLite connection.
-
-    aiosqlite's own `_execute` is untyped; this is the one typed door to it, so callers keep the
-    result type of the function they send.
-    """
-    # The type is a string: a subscripted `Callable` evaluated here would build a new alias
-    # object on every call, a tenth of a scratch call's own overhead.
-    execute = cast("Callable[..., Awaitable[_T]]", conn._execute)
-    return await execute(fn, *args, **kwargs)
+def on_db_thread(
+    conn: Connection, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
+) -> Coroutine[Any, Any, _T]:
+    """Await it to run `fn(*args, **kwargs)` on the thread that owns `conn`'s SQLite connection,
+    in order with its other jobs (`conn.run`; the job is queued when the await starts)."""
+    return conn.run(fn, *args, **kwargs)
 
 
 class _Completion:
     """Receives a queued job's outcome in place of a future and hands it straight to a callback.
 
-    Both thread loops (ours and aiosqlite's own) deliver a job's outcome with
+    The thread loop (`_work`) delivers a job's outcome with
     `future.get_loop().call_soon_threadsafe(deliver, future, ...)`, and `deliver` checks `done()`
     then calls `set_result` or `set_exception`; this object offers exactly that, so the callback
     runs in that one loop pass, not in a second one scheduled by a future's done-callbacks.
@@ -72,7 +67,7 @@ class _Completion:
 
 
 def submit_on_db_thread(
-    conn: aiosqlite.Connection,
+    conn: PooledConnection,
     fn: Callable[_P, _T],
     *args: Any,
     then: Callable[[_T | None, BaseException | None], None],
@@ -84,23 +79,23 @@ def submit_on_db_thread(
     queued before this returns, in order with every other job of the connection, so a rollback
     queued after it also comes after it. Raises ValueError when the connection is closed.
     """
-    if not conn._running or conn._connection is None:
+    if not conn.is_open:
         raise ValueError("Connection closed")
     completion = _Completion(asyncio.get_running_loop(), then)
-    # duck-typed as the future both thread loops expect (see `_Completion`)
-    conn._tx.put_nowait((cast("asyncio.Future[Any]", completion), functools.partial(fn, *args)))
+    # duck-typed as the future the thread loop expects (see `_Completion`)
+    conn.queue.put_nowait((cast("asyncio.Future[Any]", completion), functools.partial(fn, *args)))
 
 
-def post_on_db_thread(conn: aiosqlite.Connection, fn: Callable[[], Any]) -> None:
+def post_on_db_thread(conn: PooledConnection, fn: Callable[[], Any]) -> None:
     """Queue `fn()` on `conn`'s thread now, in order with its other jobs; nothing comes back.
 
     For a job that answers for itself from the thread (a confined worker's statement, written
     straight to the worker's pipe) and wakes the event loop only when it must. `fn` must not
     raise. Raises ValueError when the connection is closed.
     """
-    if not conn._running or conn._connection is None:
+    if not conn.is_open:
         raise ValueError("Connection closed")
-    conn._tx.put_nowait((None, fn))
+    conn.queue.put_nowait((None, fn))
 
 
 def _deliver(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
@@ -159,8 +154,8 @@ class WorkerPool:
                 return self._workers[-1]
             return self._workers[next(self._next) % self.size]
 
-    async def connect(self, connector: Callable[[], sqlite3.Connection]) -> aiosqlite.Connection:
-        """An aiosqlite connection whose work runs on one of the pool's threads."""
+    async def connect(self, connector: Callable[[], sqlite3.Connection]) -> PooledConnection:
+        """A connection whose work runs on one of the pool's threads."""
         conn = PooledConnection(connector, self._worker())
         return await conn
 
@@ -178,49 +173,67 @@ class DedicatedPool(WorkerPool):
     def __init__(self) -> None:
         super().__init__(1)
 
-    async def connect(self, connector: Callable[[], sqlite3.Connection]) -> aiosqlite.Connection:
+    async def connect(self, connector: Callable[[], sqlite3.Connection]) -> PooledConnection:
         conn = PooledConnection(connector, _Worker("envforge-sqlite-confined"), dedicated=True)
         return await conn
 
 
-class PooledConnection(aiosqlite.Connection):
-    """An `aiosqlite.Connection` that borrows a shared worker thread instead of owning one."""
+class PooledConnection(Connection):
+    """A `Connection` whose jobs run on a worker thread it borrows (or, dedicated, owns)."""
 
     def __init__(
         self, connector: Callable[[], sqlite3.Connection], worker: _Worker, *, dedicated: bool = False
     ) -> None:
-        super().__init__(connector, 64)
-        self._tx = worker.queue
-        self._thread = worker.thread
+        super().__init__(connector)
+        self.queue = worker.queue
+        self.thread = worker.thread
+        """The thread its jobs run on."""
         self._dedicated = dedicated
         self.guard: Any = None
         """The authorizer an episode installed on the connection (`EpisodeStore`), for whoever
         must lift it for the project's own work, such as replacing the whole database."""
+
+    def __del__(self) -> None:
+        # dropped unclosed: close it and let a thread of its own end (the sqlite3 connection
+        # would close itself when collected, but the thread would wait on its queue for good)
+        if self._raw is None:
+            return
+        warnings.warn(f"{self!r} was deleted before being closed", ResourceWarning, stacklevel=1)
+        self.stop()
 
     @property
     def dedicated(self) -> bool:
         """Whether it has a thread of its own (`DedicatedPool`: an episode of a confined env)."""
         return self._dedicated
 
-    def __await__(self) -> Generator[Any, None, aiosqlite.Connection]:
-        return self._connect().__await__()
+    async def run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        if not self._accepting or self._raw is None:
+            raise ValueError("Connection closed")
+        future: asyncio.Future[_T] = asyncio.get_running_loop().create_future()
+        self.queue.put_nowait((future, functools.partial(fn, *args, **kwargs)))
+        return await future
+
+    async def _open(self) -> sqlite3.Connection:
+        future: asyncio.Future[sqlite3.Connection] = asyncio.get_running_loop().create_future()
+        self.queue.put_nowait((future, self._connector))
+        return await future
 
     def stop(self) -> asyncio.Future[Any] | None:
-        """Close the sqlite connection only; the shared thread keeps serving other episodes."""
-        self._running = False
+        """Close the sqlite connection only; a shared thread keeps serving other episodes."""
+        self._accepting = False
 
         def close_only() -> None:
-            if self._connection is not None:
-                self._connection.close()
-                self._connection = None
+            if self._raw is not None:
+                self._raw.close()
+                self._raw = None
 
         try:
             future: asyncio.Future[Any] | None = asyncio.get_event_loop().create_future()
         except Exception:
             future = None
-        self._tx.put_nowait((future, close_only))
+        self.queue.put_nowait((future, close_only))
         if self._dedicated:
-            self._tx.put_nowait((None, _end_thread))
+            self.queue.put_nowait((None, _end_thread))
         return future
 
 

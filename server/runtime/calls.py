@@ -93,7 +93,7 @@ async def execute(episode: Episode, name: str, arguments: Any) -> ToolResult:
         if guard.allow_writes(spec.write_set):
             # No job of this episode is queued or running here (the lock, and the shielded
             # rollback of a cancelled call), so the connection is free to be touched from here.
-            guard.install(conn._conn)
+            guard.install(conn.raw)
         changes_before = conn.total_changes
         refusal: ToolResult | None = None
         try:
@@ -122,7 +122,7 @@ async def execute(episode: Episode, name: str, arguments: Any) -> ToolResult:
                     return refusal
         except BaseException:  # cancelled (client gone, timeout, shutdown): keep nothing, then go
             with anyio.CancelScope(shield=True):
-                await on_db_thread(conn, end_transaction, conn._conn, guard, False)
+                await on_db_thread(conn, end_transaction, conn.raw, guard, False)
             raise
         if refusal is None and episode.closed:
             refusal = _error(f"episode {episode.id!r} was closed during the call; nothing was kept")
@@ -168,11 +168,11 @@ async def _settle(conn: Any, guard: Any, commit: bool) -> str | None:
             # statement of the call is pending and a read tool costs no trip to the thread.
             return None
         try:
-            await on_db_thread(conn, end_transaction, conn._conn, guard, True)
+            await on_db_thread(conn, end_transaction, conn.raw, guard, True)
             return None
         except sqlite3.Error as exc:
             failure = str(exc)
-        await on_db_thread(conn, end_transaction, conn._conn, guard, False)
+        await on_db_thread(conn, end_transaction, conn.raw, guard, False)
         return failure
-    await on_db_thread(conn, end_transaction, conn._conn, guard, False)
+    await on_db_thread(conn, end_transaction, conn.raw, guard, False)
     return None

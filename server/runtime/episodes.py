@@ -20,10 +20,10 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import aiosqlite
 import anyio
 
 from ..core import sqlheap
+from ..core.connection import Connection
 from ..core.dbthreads import PooledConnection, WorkerPool, dedicated_pool, default_pool, on_db_thread
 from ..core.errors import ClientEpisodeLimitReached, EpisodeLimitReached, EpisodeNotFound
 from ..core.sqlguard import Authorizer, SqlGuard, protect
@@ -130,7 +130,7 @@ class Episode:
 
     id: str
     env: Environment
-    conn: aiosqlite.Connection
+    conn: Connection
     created_at: float
     last_used: float
     # fast_acquire: an uncontended acquire must not yield to the event loop (~20 us per call)
@@ -174,7 +174,7 @@ class Episode:
             fresh = await on_db_thread(
                 self.conn,
                 export_state,
-                self.conn._conn,
+                self.conn.raw,
                 self.env.tables,
                 self.env.manifest.volatile_columns,
                 only,
@@ -192,7 +192,7 @@ class Episode:
         """
         async with self.lock:
             self.guard.probe = probe
-            await on_db_thread(self.conn, self.guard.install, self.conn._conn)
+            await on_db_thread(self.conn, self.guard.install, self.conn.raw)
 
     async def state_hash(self) -> str:
         return state_hash(await self.export())
@@ -209,15 +209,13 @@ class Episode:
         """
         self.closed = True
         self.stopped = reason
-        connection = self.conn._connection
-        if connection is not None:
-            connection.interrupt()
+        self.conn.interrupt()
         self.conn.stop()
 
     async def snapshot(self) -> bytes:
         """The serialised database, to start another episode from exactly this state."""
         async with self.lock:
-            return await on_db_thread(self.conn, lambda: self.conn._conn.serialize())
+            return await on_db_thread(self.conn, lambda: self.conn.raw.serialize())
 
 
 EPISODE_ID_BYTES = 16

@@ -13,56 +13,49 @@ connection the first statement parses the whole schema and every statement is pr
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
-import aiosqlite
-from aiosqlite.context import contextmanager
-
+from ..core.connection import Connection, Cursor, Params, Result, fetch_rows
 from .episodes import Episode, WriteTracker, episode_connector
 from .fleet import Fleet
 from .loader import Environment
 
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
 
-class InlineConnection(aiosqlite.Connection):
-    """An `aiosqlite.Connection` that runs its SQLite work directly on the calling thread.
+
+def _no_connector() -> sqlite3.Connection:
+    raise ValueError("a scratch connection is handed its pooled connection, never opens one")
+
+
+class InlineConnection(Connection):
+    """A `Connection` that runs its SQLite work directly on the calling thread.
 
     Synthesis is one sequential coroutine per env, so handing every statement to a worker thread
     buys no parallelism and costs two thread switches per statement (about half the time of a
-    tool call). Tools still see the `aiosqlite.Connection` API and run the same SQL in the same
-    order, so their results are the same.
+    tool call). Tools still see the same connection API and run the same SQL in the same order,
+    so their results are the same.
     """
 
-    def __init__(self, connector: Callable[[], sqlite3.Connection]) -> None:
-        # aiosqlite's __init__ creates a thread object we never start; set its fields directly.
-        self._running = True
-        self._connection: sqlite3.Connection | None = None
-        self._connector = connector
-        self._iter_chunk_size = 64
-
     def __del__(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
+        if self._raw is not None:
+            self._raw.close()
 
-    def __await__(self) -> Generator[Any, None, aiosqlite.Connection]:
-        return self._connect().__await__()
+    async def _open(self) -> sqlite3.Connection:
+        return self._connector()
 
-    async def _connect(self) -> InlineConnection:
-        if self._connection is None:
-            self._connection = self._connector()
-        return self
-
-    async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if not self._running or not self._connection:
+    async def run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        if not self._accepting or not self._raw:
             raise ValueError("Connection closed")
         return fn(*args, **kwargs)
 
     def stop(self) -> None:
-        self._running = False
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        self._accepting = False
+        if self._raw is not None:
+            self._raw.close()
+            self._raw = None
 
     async def close(self) -> None:
         self.stop()
@@ -71,7 +64,7 @@ class InlineConnection(aiosqlite.Connection):
 class InlinePool:
     """Stands in for the episode store's `WorkerPool`: connections that run on the caller's thread."""
 
-    async def connect(self, connector: Callable[[], sqlite3.Connection]) -> aiosqlite.Connection:
+    async def connect(self, connector: Callable[[], sqlite3.Connection]) -> Connection:
         return await InlineConnection(connector)
 
 
@@ -131,25 +124,27 @@ class _Pooled:
     by_sql: dict[str, _Footprint] = field(default_factory=dict)
 
 
-class _InlineCursor(aiosqlite.Cursor):
-    """An `aiosqlite.Cursor` whose fetches and close call SQLite directly.
+class _InlineCursor(Cursor):
+    """A `Cursor` whose fetches and close call SQLite directly.
 
-    Through `_execute` they would take two more coroutine hops each, to run the same call on the
-    same thread. Statements still go through `_execute` (`Cursor.execute`), where writes are
+    Through `run` they would take two more coroutine hops each, to run the same call on the same
+    thread. Statements still go through `run` (`ScratchConnection.execute`), where writes are
     tracked; fetching steps a prepared statement, which the authorizer is not asked about.
     """
 
+    __slots__ = ()
+
     async def fetchone(self) -> Any:
-        return self._cursor.fetchone()
+        return self._cur.fetchone()
 
-    async def fetchmany(self, size: int | None = None) -> Any:
-        return self._cursor.fetchmany() if size is None else self._cursor.fetchmany(size)
+    async def fetchmany(self, size: int | None = None) -> list[Any]:
+        return self._cur.fetchmany() if size is None else self._cur.fetchmany(size)
 
-    async def fetchall(self) -> Any:
-        return self._cursor.fetchall()
+    async def fetchall(self) -> list[Any]:
+        return self._cur.fetchall()
 
     async def close(self) -> None:
-        self._cursor.close()
+        self._cur.close()
 
 
 class ScratchConnection(InlineConnection):
@@ -166,10 +161,8 @@ class ScratchConnection(InlineConnection):
     """
 
     def __init__(self, pooled: _Pooled, tracker: WriteTracker) -> None:
-        self._running = True
-        self._connection = pooled.raw
-        self._connector = None  # type: ignore[assignment]
-        self._iter_chunk_size = 64
+        super().__init__(_no_connector)
+        self._raw = pooled.raw
         self.pooled = pooled
         self.tracker = tracker
         self.written_since: set[str] = set()
@@ -179,12 +172,12 @@ class ScratchConnection(InlineConnection):
         self.replace_since = False
         self.taken_columns: dict[str, set[str]] | None = None
 
-    async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         return self._run(fn, *args, **kwargs)
 
-    def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """`_execute`'s work, called directly where a coroutine hop would only add overhead."""
-        if not self._running or not self._connection:
+    def _run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """`run`'s work, called directly where a coroutine hop would only add overhead."""
+        if not self._accepting or not self._raw:
             raise ValueError("Connection closed")
         seen = self.pooled.authorizer
         seen.written.clear()
@@ -234,22 +227,20 @@ class ScratchConnection(InlineConnection):
             self.columns_since.setdefault(t, set()).update(cols)
         self.replace_since = self.replace_since or footprint.replace
 
-    @contextmanager
-    async def execute(self, sql: str, parameters: Iterable[Any] | None = None) -> aiosqlite.Cursor:
-        """`aiosqlite.Connection.execute`, with a cursor that fetches without the `_execute` hop."""
-        cursor = self._run(self._conn.execute, sql, [] if parameters is None else parameters)
-        return _InlineCursor(self, cursor)
+    def execute(self, sql: str, parameters: Params | None = None) -> Result[Cursor]:
+        """`Connection.execute`, with a cursor that fetches without the `run` hop."""
+        return Result(self._inline_execute(sql, [] if parameters is None else parameters))
 
-    @contextmanager
-    async def execute_fetchall(
-        self, sql: str, parameters: Iterable[Any] | None = None
-    ) -> Iterable[sqlite3.Row]:
-        """`aiosqlite.Connection.execute_fetchall`, without the `_execute` hop (awaitable, or
-        `async with`, as the method it overrides)."""
-        rows: Iterable[sqlite3.Row] = self._run(
-            self._execute_fetchall, sql, [] if parameters is None else parameters
-        )
-        return rows
+    async def _inline_execute(self, sql: str, parameters: Params) -> Cursor:
+        return _InlineCursor(self, self._run(self.raw.execute, sql, parameters))
+
+    def execute_fetchall(self, sql: str, parameters: Params | None = None) -> Result[list[Any]]:
+        """`Connection.execute_fetchall`, without the `run` hop (awaitable, or `async with`, as
+        the method it overrides)."""
+        return Result(self._inline_fetchall(sql, [] if parameters is None else parameters))
+
+    async def _inline_fetchall(self, sql: str, parameters: Params) -> list[Any]:
+        return self._run(fetch_rows, self.raw, sql, parameters)
 
     def take_written(self) -> set[str]:
         """Tables written (or, for failed calls, about to be) since the last take; resets.
@@ -265,7 +256,7 @@ class ScratchConnection(InlineConnection):
 
     def detach(self) -> sqlite3.Connection | None:
         """Stop serving calls and hand the underlying connection back."""
-        raw, self._connection, self._running = self._connection, None, False
+        raw, self._raw, self._accepting = self._raw, None, False
         return raw
 
     def __del__(self) -> None:  # the pool owns the connection

@@ -32,10 +32,10 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
 from pydantic import ConfigDict, create_model
 
 from ..core import sqlheap
+from ..core.db import Db, connection_of
 from ..core.dbthreads import PooledConnection, on_db_thread, post_on_db_thread
 from ..core.errors import EnvLoadError, InvalidArguments, LoadProblem, ToolError, ToolTimeout
 from ..core.manifest import EnvManifest
@@ -275,23 +275,16 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def _plain_connection(db: Any) -> aiosqlite.Connection | None:
+def _plain_connection(db: Any) -> PooledConnection | None:
     """The episode's connection when its statements can be run by function on its own thread.
 
-    That is a connection with aiosqlite's own `execute` and `_execute` (an episode's pooled
-    connection). A subclass that tracks writes in `execute` (synthesis's scratch connections) must
-    see every statement through its own methods, and one that runs its work on the caller's thread
-    (synthesis's inline connections) has no thread to queue to: those get None, and their
-    statements take `serve_sql`.
+    That is an episode's pooled connection, exactly. A connection that tracks writes in `execute`
+    (synthesis's scratch connections) must see every statement through its own methods, and one
+    that runs its work on the caller's thread (synthesis's inline connections) has no thread to
+    queue to: those get None, and their statements take `serve_sql`.
     """
-    conn = getattr(db, "_conn", None)
-    if (
-        isinstance(conn, aiosqlite.Connection)
-        and type(conn).execute is aiosqlite.Connection.execute
-        and type(conn)._execute is aiosqlite.Connection._execute
-    ):
-        return conn
-    return None
+    conn = connection_of(db) if isinstance(db, Db) else None
+    return conn if type(conn) is PooledConnection else None
 
 
 class _Raise:
@@ -415,7 +408,7 @@ def _schema(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
 def _snapshot(hosted: _HostedCopy) -> tuple[bytes, int]:
     """On the episode's thread: its committed database and its page cap (learnt once, with its
     schema and page size, which every state the worker sends back must keep)."""
-    conn = hosted.conn._conn
+    conn = hosted.conn.raw
     conn.set_authorizer(None)  # the project's own reads, not a tool's
     try:
         if not hosted.max_pages:
@@ -469,8 +462,12 @@ def _state_problem(hosted: _HostedCopy, data: bytes) -> str | None:
 def _accept(hosted: _HostedCopy, data: bytes, written: list[str], ticket: _Ticket) -> bool:
     """On the episode's thread: make `data` the episode's committed state, if the call still wants
     it and it passes `_state_problem` (else `ConfinedToolCrash`). Whether it was taken."""
-    conn = hosted.conn._connection
-    if not ticket.wanted or conn is None:
+    episode_conn = hosted.conn
+    try:
+        conn = episode_conn.raw
+    except ValueError:  # closed on this thread already
+        return False
+    if not ticket.wanted:
         return False
     problem = _state_problem(hosted, data)
     if problem is not None:
@@ -659,7 +656,7 @@ class ToolWorker:
             pending.last_statement = done
             then = functools.partial(self._answer, msg.id, pending, done)
             try:
-                job = functools.partial(self._run_statement, conn._conn, msg, pending, done, loop, then)
+                job = functools.partial(self._run_statement, conn.raw, msg, pending, done, loop, then)
                 post_on_db_thread(conn, job)
             except ValueError as exc:  # the episode's connection is closed
                 reply = encode(
@@ -908,8 +905,8 @@ def _interrupt(pending: _PendingCall) -> None:
     thread; SQLite stops at its next check, as for the deadline)."""
     last = pending.last_statement
     conn = pending.conn
-    if last is not None and not last.done() and conn is not None and conn._connection is not None:
-        conn._connection.interrupt()
+    if last is not None and not last.done() and conn is not None:
+        conn.interrupt()
 
 
 async def _statement_ends(pending: _PendingCall) -> bool:
@@ -1082,9 +1079,9 @@ async def serve_sql(db: Any, msg: SqlRequest, deadline: _Deadline) -> bytes:
     see this one as they see a `Db`'s). On the event loop's thread `asyncio.timeout` cannot fire
     while a statement runs: `_answer_statement`'s deadline is what stops an endless one there.
     """
-    conn = db._conn
+    conn = connection_of(db)
     try:
-        return await on_db_thread(conn, _answer_tracked, conn._conn, msg.sql, msg, deadline)
+        return await on_db_thread(conn, _answer_tracked, conn.raw, msg.sql, msg, deadline)
     except sqlite3.Error as exc:  # a cached statement outside the tool's writes, refused unrun
         reply = SqlReply(id=msg.id, req=msg.req, error=str(exc), error_class=type(exc).__name__)
     except ValueError as exc:  # the connection is closed

@@ -103,11 +103,10 @@ MODULE_ATTRS: dict[str, frozenset[str]] = {
         }
     ),
     "envforge.server": frozenset({"tool", "ToolError", "Db"}),
-    "aiosqlite": frozenset({"Connection"}),
 }  # fmt: skip
 TOOLS_IMPORTS = frozenset(MODULE_ATTRS) - {"random"}
-SEED_IMPORTS = (TOOLS_IMPORTS - {"envforge.server", "aiosqlite"}) | {"random"}
-FROM_ONLY = frozenset({"envforge.server", "aiosqlite"})  # never bound as a module name
+SEED_IMPORTS = (TOOLS_IMPORTS - {"envforge.server"}) | {"random"}
+FROM_ONLY = frozenset({"envforge.server"})  # never bound as a module name
 SAFE_BUILTINS = frozenset(
     {
         "abs", "all", "any", "bool", "bytes", "callable", "chr", "dict", "divmod", "enumerate",

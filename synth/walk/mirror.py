@@ -146,10 +146,10 @@ class Mirror:
             conn = episode.conn
             for t in sorted(tables):
                 cols = updated.get(t) if updated is not None else None
-                if cols is not None and (done := self._take_columns(conn._conn, t, cols)) is not False:
+                if cols is not None and (done := self._take_columns(conn.raw, t, cols)) is not False:
                     d = done
                 else:
-                    d = self._take(t, await on_db_thread(conn, _fetch, conn._conn, self.readers[t].sql))
+                    d = self._take(t, await on_db_thread(conn, _fetch, conn.raw, self.readers[t].sql))
                 if d is not None:
                     out[t] = d
         return out

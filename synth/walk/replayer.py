@@ -74,7 +74,7 @@ class Replayer:
         infos = [t for t in self.env.tables if t.name in tables]
         async with episode.lock:
             return await on_db_thread(
-                episode.conn, export_state, episode.conn._conn, infos, self.env.manifest.volatile_columns
+                episode.conn, export_state, episode.conn.raw, infos, self.env.manifest.volatile_columns
             )
 
     def note_golden_db(self, golden: State, database: bytes, mirror: Mirror | None = None) -> None:
@@ -192,7 +192,7 @@ class Replayer:
         try:
             for call in calls:
                 await execute(episode, call.name, call.arguments)
-            raw = episode.conn._conn
+            raw = episode.conn.raw
             for check in rows:
                 reader = self.states.readers[check.table]
                 if not reader.by_key or set(check.key) != set(reader.pk):
@@ -328,7 +328,7 @@ class Replayer:
 
 async def _read_tuples(episode: Episode, reader: TableReader) -> list[tuple[Any, ...]]:
     async with episode.lock:
-        return await on_db_thread(episode.conn, lambda: episode.conn._conn.execute(reader.sql).fetchall())
+        return await on_db_thread(episode.conn, lambda: episode.conn.raw.execute(reader.sql).fetchall())
 
 
 def _tuples_differ(

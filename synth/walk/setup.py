@@ -236,7 +236,7 @@ def _insert(
     None when a constraint rejects a row, or inserting changed anything besides (a trigger).
     """
     episode = pool.open(env.seed_db)
-    conn = episode.conn._conn
+    conn = episode.conn.raw
     try:
         before = conn.total_changes
         with episode.guard.trusted():

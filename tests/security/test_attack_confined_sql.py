@@ -188,7 +188,7 @@ async def test_an_endless_statement_stops_at_the_call_limit_and_holds_up_no_othe
         attacker = await fleet.create_episode("payloads")
         bystander = await fleet.create_episode("bank")
         assert (await fleet.call(attacker.id, "count_notes", {})).text == "1"  # the worker is up
-        with watchdog(attacker.conn._conn):
+        with watchdog(attacker.conn.raw):
             start = time.monotonic()
             attack = asyncio.create_task(
                 fleet.call(attacker.id, "add_then_count", {"body": "half", "n": ENDLESS})
@@ -236,7 +236,7 @@ async def test_an_endless_statement_during_synthesis_stops_at_the_call_limit(sql
     try:
         ep = await fleet.create_episode("payloads")
         assert (await fleet.call(ep.id, "count_notes", {})).text == "1"  # the worker is up
-        with watchdog(ep.conn._conn):
+        with watchdog(ep.conn.raw):
             start = time.monotonic()
             result = await fleet.call(ep.id, "add_then_count", {"body": "half", "n": ENDLESS})
             took = time.monotonic() - start
@@ -258,7 +258,7 @@ async def test_an_endless_statement_in_a_scratch_episode_stops_at_the_call_limit
     ep = pool.open(sql_env.seed_db)
     try:
         assert (await execute(ep, "count_notes", {})).text == "1"  # the worker is up
-        with watchdog(ep.conn._conn):
+        with watchdog(ep.conn.raw):
             start = time.monotonic()
             result = await execute(ep, "add_then_count", {"body": "half", "n": ENDLESS})
             took = time.monotonic() - start
@@ -304,18 +304,18 @@ async def test_work_inside_one_step_of_sqlite_is_bounded_too(sql_env: Environmen
     try:
         episode = await fleet.create_episode("payloads")
         n = 200_000
-        with watchdog(episode.conn._conn):
+        with watchdog(episode.conn.raw):
             start = time.monotonic()
             tidied = await fleet.call(episode.id, "tidy", {"n": n})
             trimmed_in = time.monotonic() - start
         assert tidied.text == "0" and trimmed_in < 1.0, (tidied.text, trimmed_in)
-        with watchdog(episode.conn._conn):
+        with watchdog(episode.conn.raw):
             start = time.monotonic()
             found = await fleet.call(episode.id, "find", {"n": 2_000_000})
             found_in = time.monotonic() - start
         assert found.text == "0" and found_in < 1.0, (found.text, found_in)
         long_pattern = {"n": 16 * 1024 * 1024, "pattern": "%" + "a" * 200 + "b"}
-        with watchdog(episode.conn._conn):
+        with watchdog(episode.conn.raw):
             start = time.monotonic()
             matched = await fleet.call(episode.id, "matches", long_pattern)  # SQLite refuses the pattern
             matched_in = time.monotonic() - start

@@ -136,7 +136,7 @@ async def test_synthesis_scratch_connections_do_not_reuse_a_write_for_a_read_too
         assert not (await execute(episode, "add_note", {"text": "one"})).is_error
         sneaky = await execute(episode, "read_tool_reusing_a_write", {"text": "two"})
         assert sneaky.kind == "env_error" and "not among this tool's writes" in sneaky.text
-        notes = episode.conn._conn.execute("SELECT text FROM notes ORDER BY note_id").fetchall()
+        notes = episode.conn.raw.execute("SELECT text FROM notes ORDER BY note_id").fetchall()
         assert [n for (n,) in notes] == ["first", "one"]
         pool.close(episode)
     pool.close_all()

@@ -73,7 +73,7 @@ async def test_limit_and_ttl_expiry_free_episodes_and_connections(bank_env):
     assert fleet.store.ids() == [fresh.id] and fleet.store.expired == 5
     with pytest.raises(EpisodeNotFound):
         fleet.store.get(eps[0].id)
-    assert all(ep.closed and ep.conn._connection is None for ep in eps)  # sqlite connections released
+    assert all(ep.closed and ep.conn.closed for ep in eps)  # sqlite connections released
     await fleet.close_episode(fresh.id)
     with pytest.raises(EpisodeNotFound):
         await fleet.close_episode(fresh.id)
@@ -132,7 +132,7 @@ async def test_export_rereads_only_written_tables_and_stays_exact(bank_env):
 
     async def full() -> dict:
         return await on_db_thread(
-            ep.conn, export_state, ep.conn._conn, bank_env.tables, bank_env.manifest.volatile_columns
+            ep.conn, export_state, ep.conn.raw, bank_env.tables, bank_env.manifest.volatile_columns
         )
 
     assert ep.tracker.written == set() and await ep.export() == await full()

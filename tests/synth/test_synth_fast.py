@@ -44,7 +44,7 @@ from support.paths import REPO
 
 
 async def _export(env: Environment, episode) -> dict:  # type: ignore[no-untyped-def]
-    return export_state(episode.conn._conn, env.tables, env.manifest.volatile_columns)
+    return export_state(episode.conn.raw, env.tables, env.manifest.volatile_columns)
 
 
 async def test_reused_connections_start_clean_and_still_track_writes(unlucky_shop: Environment) -> None:
@@ -53,10 +53,10 @@ async def test_reused_connections_start_clean_and_still_track_writes(unlucky_sho
     res = await execute(first, "cancel_order", {"order_id": "O-1"})
     assert not res.is_error
     assert first.conn.take_written() == {"orders", "customers"} <= first.tracker.written
-    raw = first.conn._conn
+    raw = first.conn.raw
     pool.close(first)
     second = pool.open(unlucky_shop.seed_db)
-    assert second.conn._conn is raw  # the same connection, with its statements prepared
+    assert second.conn.raw is raw  # the same connection, with its statements prepared
     # but the seed's rows, not the last ones
     assert await _export(unlucky_shop, second) == unlucky_shop.seed_state()
     # The statement comes from the cache, so SQLite does not authorize it again: its writes are
@@ -74,19 +74,19 @@ async def test_connections_left_altered_are_closed_not_reused(unlucky_shop: Envi
     objects in its temp schema must not serve the next episode."""
     pool = ScratchPool(unlucky_shop, size=2)
     clean = pool.open(unlucky_shop.seed_db)
-    raw = clean.conn._conn
+    raw = clean.conn.raw
     pool.close(clean)
     for leftover in ("PRAGMA foreign_keys = OFF", "CREATE TEMP TABLE left_behind (x)"):
         episode = pool.open(unlucky_shop.seed_db)
-        assert episode.conn._conn is raw  # the clean one, reused
+        assert episode.conn.raw is raw  # the clean one, reused
         raw.set_authorizer(None)  # the SQL guard denies both; the pool must still not trust a leftover
         raw.execute(leftover)
         episode.guard.install(raw)
         pool.close(episode)
         again = pool.open(unlucky_shop.seed_db)
-        assert again.conn._conn is not raw
-        assert again.conn._conn.execute("PRAGMA foreign_keys").fetchone() == (1,)
-        raw = again.conn._conn
+        assert again.conn.raw is not raw
+        assert again.conn.raw.execute("PRAGMA foreign_keys").fetchone() == (1,)
+        raw = again.conn.raw
         pool.close(again)
     pool.close_all()
 
