@@ -4,7 +4,7 @@ The packaged Qwen2.5-Coder-0.5B is served by the real local server for the run. 
 not under test (a 0.5B model is usually rejected at a gate); what the user gets is: an accepted
 env whose synthesis.json names the real model, or exit 1 with one line per gate saying where it
 stopped and why; either way the server is gone afterwards, also when the run is interrupted.
-Slow (about 4 minutes on two busy cores with one repair round; see docs/envsynth.md). Skipped
+Slow (minutes on two busy cores; docs/benchmarks/local-models.md has the timings). Skipped
 only when the `local` extra is not installed (`make setup` installs it).
 """
 
