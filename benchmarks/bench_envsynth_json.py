@@ -98,7 +98,8 @@ def main(args: argparse.Namespace) -> int:
     with envforge.local_model_servers({"probe": args.model}) as configs:
         cfg = configs["probe"]
         for name in args.sets.split(","):
-            for structured in (None, "llama.cpp"):
+            for mode in args.modes.split(","):
+                structured: Structured | None = None if mode == "off" else "llama.cpp"
                 row = asyncio.run(one(name, cfg, structured))
                 print(json.dumps(row), flush=True)
                 rows.append(row)
@@ -112,4 +113,5 @@ if __name__ == "__main__":
     parser.add_argument("--model", default="local")
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--out", default="")
+    parser.add_argument("--modes", default="off,llama.cpp", help="off, llama.cpp, or both")
     raise SystemExit(main(parser.parse_args()))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from .prompts import JSON_SCHEMAS
+from .prompts import JSON_SCHEMAS, json_schema
 
 STAGE_LINE = re.compile(r"envsynth stage=(?P<stage>\w+) round=(?P<round>\d+)")
 # Stages whose recorded answer carries over to later rounds when none is recorded for that round:
@@ -71,14 +71,18 @@ packaged local models') reads `{"type": "json_object", "schema": S}` and turns i
 OpenAI-style servers (vLLM, hosted) read `{"type": "json_schema", "json_schema": {"schema": S}}`."""
 
 
-def response_format(stage: str, structured: Structured | None) -> dict[str, Any] | None:
+def response_format(
+    stage: str, structured: Structured | None, messages: list[dict[str, str]] | None = None
+) -> dict[str, Any] | None:
     """The `response_format` that constrains `stage`'s answer to its JSON schema, or None (a stage
-    answered in free text, or a server not known to take schemas)."""
+    answered in free text, or a server not known to take schemas). llama.cpp gets the schema
+    fitted to the prompt (`prompts.json_schema`: one checker verdict per call, a tuple its
+    grammar enforces); OpenAI-style servers the general one (strict modes refuse tuples)."""
     schema = JSON_SCHEMAS.get(stage)
     if schema is None or structured is None:
         return None
     if structured == "llama.cpp":
-        return {"type": "json_object", "schema": schema}
+        return {"type": "json_object", "schema": json_schema(stage, messages or [])}
     return {"type": "json_schema", "json_schema": {"name": stage, "schema": schema, "strict": True}}
 
 
@@ -125,7 +129,7 @@ class LiteLLMResponder:
             kwargs["api_key"] = self.api_key
         elif self.api_base and not provider_key_set(self.litellm_model):
             kwargs["api_key"] = "not-needed"
-        fmt = response_format(stage, self.structured)
+        fmt = response_format(stage, self.structured, messages)
         if fmt is not None:
             kwargs["response_format"] = fmt
         try:

@@ -6,6 +6,9 @@ so two envs can be compared knowing whether they were asked the same thing.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 PROMPT_VERSIONS: dict[str, str] = {
     "schema": "schema/v1",
     "tools": "tools/v1",
@@ -132,6 +135,12 @@ def messages(
     ]
 
 
+VERDICT: dict[str, Any] = {
+    "type": "object",
+    "properties": {"call": {"type": "integer"}, "ok": {"type": "boolean"}, "reason": {"type": "string"}},
+    "required": ["call", "ok", "reason"],
+}
+
 JSON_SCHEMAS: dict[str, dict[str, object]] = {
     "tester": {
         "type": "array",
@@ -152,15 +161,7 @@ JSON_SCHEMAS: dict[str, dict[str, object]] = {
         "properties": {
             "verdicts": {
                 "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "call": {"type": "integer"},
-                        "ok": {"type": "boolean"},
-                        "reason": {"type": "string"},
-                    },
-                    "required": ["call", "ok", "reason"],
-                },
+                "items": VERDICT,
             }
         },
         "required": ["verdicts"],
@@ -170,3 +171,36 @@ JSON_SCHEMAS: dict[str, dict[str, object]] = {
 a server that constrains decoding to it (`LiteLLMResponder(structured=...)`) returns an answer
 that always parses, where a small model left free writes prose, trailing commas or half a list.
 The seed stage is left free: it may answer with a `generate()` function instead of rows."""
+
+
+def json_schema(stage: str, messages: list[dict[str, str]]) -> dict[str, object] | None:
+    """`stage`'s JSON schema for this prompt: the checker's asks for exactly one verdict per
+    executed call, in order (`call` 0, 1, ...), the count read from the prompt's executed calls;
+    left free in length, a small model judged some calls twice and others not at all ("no verdict")."""
+    schema = JSON_SCHEMAS.get(stage)
+    if stage != "checker" or schema is None:
+        return schema
+    text = messages[-1]["content"] if messages else ""
+    _, found, rest = text.partition("## Executed calls\n")
+    try:
+        calls, _ = json.JSONDecoder().raw_decode(rest)
+    except ValueError:
+        return schema
+    if not found or not isinstance(calls, list):
+        return schema
+    verdict: dict[str, Any] = dict(VERDICT)
+    items = [
+        {**verdict, "properties": {**verdict["properties"], "call": {"const": i}}} for i in range(len(calls))
+    ]
+    return {
+        "type": "object",
+        "properties": {
+            "verdicts": {
+                "type": "array",
+                "prefixItems": items,
+                "minItems": len(items),
+                "maxItems": len(items),
+            }
+        },
+        "required": ["verdicts"],
+    }

@@ -24,6 +24,7 @@ from envforge.synth.envsynth import (
     load_recordings,
     synthesize_env,
 )
+from envforge.synth.envsynth.llm import strip_fences
 from envforge.synth.envsynth.prompts import JSON_SCHEMAS
 
 from support.envsynth_llm import build_fake_openai
@@ -104,7 +105,15 @@ async def test_probe_answers_are_constrained_to_their_schema_on_request(tmp_path
         stage = body["messages"][0]["content"].split()[1].removeprefix("stage=")
         by_stage[stage] = body.get("response_format")
     assert by_stage["tester"] == {"type": "json_object", "schema": JSON_SCHEMAS["tester"]}
-    assert by_stage["checker"] == {"type": "json_object", "schema": JSON_SCHEMAS["checker"]}
+    # the checker: exactly one verdict per executed call, in order (a grammar-enforced tuple)
+    proposals = json.loads(strip_fences(load_recordings(ENVSYNTH_FIXTURES / "library")["tester:0"]))
+    checker = by_stage["checker"]
+    assert checker is not None and checker["type"] == "json_object"
+    verdicts = checker["schema"]["properties"]["verdicts"]
+    assert verdicts["minItems"] == verdicts["maxItems"] == len(proposals) > 1
+    assert [v["properties"]["call"] for v in verdicts["prefixItems"]] == [
+        {"const": i} for i in range(len(proposals))
+    ]
     for stage in ("schema", "tools", "seed", "policy", "policy_rules"):
         assert by_stage[stage] is None  # code and prose stay free
 
