@@ -45,7 +45,7 @@ lint: setup
 	$(BIN)/python -m ruff check . && $(BIN)/python -m ruff format --check .
 	@# the top-level package's files (api/) are envforge's own; the packages are folders under it
 	@mkdir -p $(TYPECHECK) && rm -f $(TYPECHECK)/*.py && for f in api/*.py; do ln -sfn ../../../$$f $(TYPECHECK)/$${f#api/}; done
-	@for p in server synth harness trainer cli; do ln -sfn ../../../$$p $(TYPECHECK)/$$p; done
+	@for p in server synth harness trainer integrations cli; do ln -sfn ../../../$$p $(TYPECHECK)/$$p; done
 	cd build/typecheck && ../../$(BIN)/python -m mypy --config-file ../../pyproject.toml -p envforge
 
 bench: setup

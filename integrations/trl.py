@@ -37,6 +37,7 @@ import inspect
 import json
 import re
 import threading
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, ExitStack
@@ -83,10 +84,14 @@ class _Runtime:
             raise
         self._lock = threading.Lock()
         self.closed = False
+        self.open_episodes: weakref.WeakSet[EnvforgeEpisode] = weakref.WeakSet()
 
     def close(self) -> None:
+        """Close the episodes still open (each waits in the portal for its exit), then the fleet."""
         with self._lock:
             if not self.closed:
+                for instance in list(self.open_episodes):
+                    instance._close()
                 self.closed = True
                 self._stack.close()
 
@@ -115,6 +120,13 @@ class EnvforgeEpisode:
         scope = self._runtime.portal.wrap_async_context_manager(rollout_env.episode(task_id))
         self._episode = scope.__enter__()
         self._scope, self._task_id, self._verdict = scope, task_id, None
+        self._runtime.open_episodes.add(self)
+
+    @property
+    def verdict(self) -> RewardInfo | None:
+        """The episode's score with its parts, once the reward was asked (a property: trl exposes
+        functions only, so the model cannot call it)."""
+        return self._verdict
 
     def _call(self, name: str, arguments: dict[str, Any]) -> str:
         """Run one tool call in this instance's own episode; the text is what an agent over MCP
@@ -144,6 +156,7 @@ class EnvforgeEpisode:
 
     def _close(self) -> None:
         scope, self._scope, self._episode = self._scope, None, None
+        self._runtime.open_episodes.discard(self)
         if scope is not None and not self._runtime.closed:
             scope.__exit__(None, None, None)
 

@@ -30,6 +30,7 @@ FOLDERS = {
     "envforge.synth": REPO / "synth",
     "envforge.harness": REPO / "harness",
     "envforge.trainer": REPO / "trainer",
+    "envforge.integrations": REPO / "integrations",
     "envforge.cli": REPO / "cli",
 }
 """Where each package's files live (pyproject's package-dir); subpackages are folders below."""
@@ -40,6 +41,7 @@ SURFACES = (
     "envforge.synth.envsynth",
     "envforge.harness",
     "envforge.trainer",
+    "envforge.integrations",
 )
 """Packages used from outside only through their `__init__` (the top-level `envforge` too: below)."""
 
@@ -313,7 +315,7 @@ def test_the_package_surfaces_import_no_ml_stack_and_no_model_client() -> None:
     assert out.stdout.strip() == ""
 
 
-LEFT_OF_THE_API = ("server", "synth", "harness", "trainer")
+LEFT_OF_THE_API = ("server", "synth", "harness", "trainer", "integrations")
 
 
 def _top_level_imports(path: Path) -> list[str]:
@@ -361,6 +363,7 @@ def test_importing_envforge_loads_nothing_and_its_names_load_only_their_own_stac
         "bare = sorted(m for m in sys.modules if m.startswith(('envforge.', 'mcp', 'litellm', 'torch')))\n"
         "envforge.run_episode, envforge.check_tasks, envforge.evaluate, envforge.RunOptions\n"
         "heavy = [m for m in ('torch', 'transformers', 'trl', 'ray', 'vllm') if m in sys.modules]\n"
+        "heavy += [m for m in sys.modules if m.startswith('envforge.integrations')]\n"
         "print(','.join(bare) + '|' + ','.join(heavy))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
