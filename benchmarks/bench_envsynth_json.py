@@ -21,15 +21,18 @@ from pathlib import Path
 
 import envforge
 from envforge.synth.envsynth import (
+    JSON_SCHEMAS,
     LiteLLMResponder,
+    LLMError,
     ReplayResponder,
+    Reply,
+    Structured,
     SynthSettings,
     load_docs,
     load_recordings,
+    strip_fences,
     synthesize_env,
 )
-from envforge.synth.envsynth.llm import LLMError, Reply, Structured, strip_fences
-from envforge.synth.envsynth.prompts import JSON_SCHEMAS
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "envsynth"

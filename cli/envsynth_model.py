@@ -18,7 +18,7 @@ from .common import fail
 from .local_roles import is_local, local_roles
 
 if TYPE_CHECKING:
-    from envforge.synth.envsynth.llm import LiteLLMResponder, Structured
+    from envforge.synth.envsynth import LiteLLMResponder, Structured
 
 SYNTH_MAX_TOKENS = 2048
 """Most tokens per synthesis answer from a local model: a tools.py for a dozen tools fits, and the

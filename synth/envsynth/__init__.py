@@ -27,9 +27,19 @@ if TYPE_CHECKING:
         parse_markdown,
         parse_openapi,
     )
-    from .llm import LiteLLMResponder, ReplayResponder, Responder, load_recordings
+    from .llm import (
+        LiteLLMResponder,
+        LLMError,
+        ReplayResponder,
+        Reply,
+        Responder,
+        Structured,
+        load_recordings,
+        strip_fences,
+    )
     from .pipeline import SynthSettings, rejected_dir, synthesize_env
     from .probes import schema_problems
+    from .prompts import JSON_SCHEMAS
     from .report import GATES, SynthesisReport, read_report
     from .rules import gate_kept, gate_rules
     from .sandbox import SeedRunError, run_seed_generator
@@ -48,6 +58,11 @@ _LAZY = {
     "ReplayResponder": "llm",
     "Responder": "llm",
     "load_recordings": "llm",
+    "LLMError": "llm",
+    "Reply": "llm",
+    "Structured": "llm",
+    "strip_fences": "llm",
+    "JSON_SCHEMAS": "prompts",
     "SynthSettings": "pipeline",
     "rejected_dir": "pipeline",
     "synthesize_env": "pipeline",
@@ -74,11 +89,15 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DOC_SUFFIXES",
     "GATES",
+    "JSON_SCHEMAS",
     "DocsError",
+    "LLMError",
     "LiteLLMResponder",
     "ReplayResponder",
+    "Reply",
     "Responder",
     "SeedRunError",
+    "Structured",
     "SynthSettings",
     "SynthesisReport",
     "ToolDoc",
@@ -94,5 +113,6 @@ __all__ = [
     "rejected_dir",
     "run_seed_generator",
     "schema_problems",
+    "strip_fences",
     "synthesize_env",
 ]

@@ -18,14 +18,14 @@ import pytest
 
 from envforge.synth.envsynth import (
     GATES,
+    JSON_SCHEMAS,
     LiteLLMResponder,
     SynthSettings,
     load_docs,
     load_recordings,
+    strip_fences,
     synthesize_env,
 )
-from envforge.synth.envsynth.llm import strip_fences
-from envforge.synth.envsynth.prompts import JSON_SCHEMAS
 
 from support.envsynth_llm import build_fake_openai
 from support.paths import ENVSYNTH_FIXTURES, REPO
