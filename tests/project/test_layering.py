@@ -41,9 +41,9 @@ SURFACES = (
     "envforge.synth.envsynth",
     "envforge.harness",
     "envforge.trainer",
-    "envforge.integrations",
 )
-"""Packages used from outside only through their `__init__` (the top-level `envforge` too: below)."""
+"""Packages used from outside only through their `__init__` (the top-level `envforge` too: below);
+`envforge.integrations` is not one: its modules, one per framework, are its public names."""
 
 REACH_IN = {("envforge.synth", "envforge.server.sandbox")}
 """(importer's package, what it may import past the surface): envsynth's seed-generator runner
