@@ -209,7 +209,7 @@ class RemoteCursor:
 
 
 class _PendingCursor:
-    """`db.execute(...)`: awaitable for a cursor, or `async with` (as aiosqlite allows)."""
+    """`db.execute(...)`: awaitable for a cursor, or `async with` (as `Db.execute` allows)."""
 
     def __init__(self, db: RemoteDb, sql: str, params: Any) -> None:
         self._db, self._sql, self._params = db, sql, params

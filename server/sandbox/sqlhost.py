@@ -241,7 +241,7 @@ class LocalCursor:
 
 
 class _PendingCursor:
-    """`db.execute(...)`: awaitable for a cursor, or `async with` (as aiosqlite allows)."""
+    """`db.execute(...)`: awaitable for a cursor, or `async with` (as `Db.execute` allows)."""
 
     def __init__(self, db: LocalDb, sql: str, params: Params) -> None:
         self._db, self._sql, self._params = db, sql, params
