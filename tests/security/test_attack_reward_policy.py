@@ -38,10 +38,10 @@ from envforge.synth import (
 )
 from envforge.synth import Evidence as Ev
 
-from support.paths import REPO
+from support.paths import REPO, bundled_env_dirs
 
 RETAIL = REPO / "envs" / "retail_orders"
-ENV_DIRS = sorted(p for p in (REPO / "envs").iterdir() if (p / "tasks.jsonl").exists())
+ENV_DIRS = [p for p in bundled_env_dirs() if (p / "tasks.jsonl").exists()]
 
 
 def say(text: str) -> Message:

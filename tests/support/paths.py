@@ -14,9 +14,21 @@ TAU2_RETAIL = SHARED / "tau2" / "retail"
 
 
 def bundled_env_dirs() -> list[Path]:
-    """The hand-written bundled envs (those whose seed ships in the repo)."""
+    """The envs that ship in the repository: every folder of `envs/` with an env.toml and a seed,
+    except those `.gitignore` keeps out of it (what `envforge import tau2` writes there, e.g.
+    `envs/tau2_retail/`: τ²'s data and τ²'s own rules, tested against τ² under tests/synth/tau2)."""
     return sorted(
         p
-        for p in (REPO / "envs").iterdir()
-        if (p / "env.toml").exists() and (p / "seed.json").exists() and p.name != "tau2_retail"
+        for p in ENVS.iterdir()
+        if (p / "env.toml").exists() and (p / "seed.json").exists() and p.name not in _ignored_envs()
     )
+
+
+def _ignored_envs() -> set[str]:
+    """Names of the `envs/NAME/` folders `.gitignore` lists."""
+    ignored = set()
+    for line in (REPO / ".gitignore").read_text().splitlines():
+        line = line.strip()
+        if line.startswith("envs/") and line.count("/") == 2 and line.endswith("/"):
+            ignored.add(line.split("/")[1])
+    return ignored
