@@ -174,7 +174,7 @@ class Channel:
             future.set_result(reply)
 
 
-class RemoteCursor:
+class RemoteCursor(sqlhost.FetchedCursor):
     """The rows of one executed statement, already fetched by the parent."""
 
     def __init__(self, reply: SqlReply) -> None:
@@ -184,28 +184,6 @@ class RemoteCursor:
         self.rowcount = reply.rowcount
         self.lastrowid = reply.lastrowid
         self._rows = [row_from_wire(r) for r in reply.rows]
-
-    async def fetchone(self) -> tuple[Any, ...] | None:
-        return self._rows.pop(0) if self._rows else None
-
-    async def fetchall(self) -> list[tuple[Any, ...]]:
-        rows, self._rows = self._rows, []
-        return rows
-
-    async def fetchmany(self, size: int = 1) -> list[tuple[Any, ...]]:
-        rows, self._rows = self._rows[:size], self._rows[size:]
-        return rows
-
-    async def close(self) -> None:
-        self._rows = []
-
-    def __aiter__(self) -> RemoteCursor:
-        return self
-
-    async def __anext__(self) -> tuple[Any, ...]:
-        if not self._rows:
-            raise StopAsyncIteration
-        return self._rows.pop(0)
 
 
 class _PendingCursor:

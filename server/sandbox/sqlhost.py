@@ -28,7 +28,7 @@ import sqlite3
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from ..core import sqlheap
 from ..core.errors import ToolError
@@ -205,17 +205,14 @@ def fetch_counted(cur: sqlite3.Cursor) -> list[tuple[Any, ...]]:
     return rows
 
 
-class LocalCursor:
-    """The rows of one executed statement, fetched whole (as a remote statement's are)."""
+class FetchedCursor:
+    """A cursor over a statement's rows fetched whole, as a tool's cursor reads them (`fetchone`,
+    `fetchall`, `fetchmany`, `async for`), whether the statement ran here or in the parent."""
 
-    def __init__(self, cur: sqlite3.Cursor) -> None:
-        try:
-            self.description = cur.description
-            self._rows = fetch_counted(cur)
-            self.rowcount = cur.rowcount
-            self.lastrowid = cur.lastrowid
-        finally:
-            cur.close()
+    description: Any
+    rowcount: int
+    lastrowid: int | None
+    _rows: list[tuple[Any, ...]]
 
     async def fetchone(self) -> tuple[Any, ...] | None:
         return self._rows.pop(0) if self._rows else None
@@ -231,13 +228,26 @@ class LocalCursor:
     async def close(self) -> None:
         self._rows = []
 
-    def __aiter__(self) -> LocalCursor:
+    def __aiter__(self) -> Self:
         return self
 
     async def __anext__(self) -> tuple[Any, ...]:
         if not self._rows:
             raise StopAsyncIteration
         return self._rows.pop(0)
+
+
+class LocalCursor(FetchedCursor):
+    """The rows of one statement run on the worker's copy, fetched whole (as a remote statement's are)."""
+
+    def __init__(self, cur: sqlite3.Cursor) -> None:
+        try:
+            self.description = cur.description
+            self._rows = fetch_counted(cur)
+            self.rowcount = cur.rowcount
+            self.lastrowid = cur.lastrowid
+        finally:
+            cur.close()
 
 
 class _PendingCursor:
