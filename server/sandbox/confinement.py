@@ -148,10 +148,17 @@ def bwrap_command(argv: list[str], *, scratch_mb: int = 64) -> list[str]:
     # The scratch tmpfs goes up first: binds made after it land inside it, so an interpreter or a
     # checkout under /tmp stays visible (mounted the other way round, the tmpfs hid them).
     cmd += ["--size", str(scratch_mb * 1024 * 1024), "--tmpfs", SCRATCH]
-    for path in dict.fromkeys((*_SYSTEM_READ_ONLY, *interpreter_paths(), *SANDBOX_VIEW)):
+    for path in dict.fromkeys((*_SYSTEM_READ_ONLY, *interpreter_paths())):
         inside_usr = path.startswith("/usr/")  # already visible through /usr
         if os.path.exists(path) and not inside_usr:
             cmd += ["--ro-bind", path, path]
+    # The envforge folders it may load, in a read-only `server/` of their own: a bare mount point
+    # there would be a folder of the root (or of the scratch, for a checkout under /tmp) that
+    # model code could write into as if it were the package.
+    cmd += ["--tmpfs", str(SERVER_DIR)]
+    for path in SANDBOX_VIEW:
+        cmd += ["--ro-bind", path, path]
+    cmd += ["--remount-ro", str(SERVER_DIR)]
     cmd += ["--chdir", SCRATCH]
     cmd += ["--remount-ro", "/", "--"]  # the sandbox's own root (mount points) is not a second scratch
     return cmd + argv
