@@ -5,6 +5,7 @@ Helpers that tests import by name live in `support/` (conftest is never imported
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 
@@ -17,6 +18,19 @@ from envforge.server import Environment, Fleet, load_env
 from support.paths import BANK_DIR, ENVS, bundled_env_dirs
 from support.serving import ServerThread
 from support.shop import write_shop_env
+
+
+@pytest.fixture(autouse=True)
+def _envforge_log_levels() -> Iterator[None]:
+    """Put back every envforge logger's level after each test: a command run in-process (which
+    quiets the runtime's log for the rest of its process) must not silence the log a later test
+    reads through `caplog`."""
+    loggers = logging.root.manager.loggerDict
+    levels = {name: logging.getLogger(name).level for name in list(loggers) if name.startswith("envforge")}
+    yield
+    for name in list(loggers):
+        if name.startswith("envforge"):
+            logging.getLogger(name).setLevel(levels.get(name, logging.NOTSET))
 
 
 @pytest.fixture(scope="session")

@@ -345,14 +345,24 @@ async def test_a_client_over_its_cap_is_refused_before_its_state_is_built(bank_e
     big = {"env": "bank", "state": {**state, "accounts": state["accounts"] + accounts}}
     with serve(bank_env, max_episodes_per_client=1) as (url, _):
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-            started = time.perf_counter()
-            assert (await http.post("/control/episodes", json=big)).status_code == 201
-            built = time.perf_counter() - started
-            started = time.perf_counter()
-            refused = await http.post("/control/episodes", json=big)
-            refusing = time.perf_counter() - started
-    assert refused.status_code == 429, refused.text[:200]
-    assert refusing < built / 2, (refusing, built)
+            # the fastest of two builds against the fastest of three refusals: one sample of each
+            # was at the mercy of a busy machine's pauses
+            builds: list[float] = []
+            for attempt in range(2):
+                started = time.perf_counter()
+                made = await http.post("/control/episodes", json=big)
+                builds.append(time.perf_counter() - started)
+                assert made.status_code == 201, made.text[:200]
+                if attempt == 0:
+                    ended = await http.delete(f"/control/episodes/{made.json()['episode_id']}")
+                    assert ended.status_code == 200, ended.text[:200]
+            refusals: list[float] = []
+            for _ in range(3):
+                started = time.perf_counter()
+                refused = await http.post("/control/episodes", json=big)
+                refusals.append(time.perf_counter() - started)
+                assert refused.status_code == 429, refused.text[:200]
+    assert min(refusals) < min(builds) / 2, (refusals, builds)
 
 
 async def test_concurrent_big_states_past_the_budget_are_refused_unbuilt(bank_env):
