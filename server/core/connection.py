@@ -16,6 +16,7 @@ cursors fetch asynchronously, and `in_transaction`/`total_changes` read the conn
 from __future__ import annotations
 
 import sqlite3
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterable, Mapping, Sequence
 from typing import Any, Generic, ParamSpec, Self, TypeVar
 
@@ -106,7 +107,7 @@ def fetch_rows(conn: sqlite3.Connection, sql: str, parameters: Params) -> list[A
     return conn.execute(sql, parameters).fetchall()
 
 
-class Connection:
+class Connection(ABC):
     """An asynchronous SQLite connection; subclasses choose where its jobs run (`run`).
 
     `await Connection(...)` opens it: the connector runs as its first job, so the `sqlite3`
@@ -120,18 +121,21 @@ class Connection:
 
     # -- where jobs run: the subclass's part --
 
+    @abstractmethod
     async def run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """Run `fn(*args, **kwargs)` where the connection's jobs run, after every job queued
         before it. Raises ValueError when the connection is closed."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def stop(self) -> Any:
         """Refuse new jobs and close the `sqlite3` connection once the queued ones are done."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     async def _open(self) -> sqlite3.Connection:
         """Run the connector where the jobs will run."""
-        raise NotImplementedError
+        ...
 
     # -- the connection itself --
 
