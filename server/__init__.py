@@ -37,7 +37,7 @@ from .core.state import (
     table_json,
     table_query,
 )
-from .core.tooldef import ToolSpec, tool
+from .core.tooldef import CALL_SIDES, SIDES, CallSide, Side, ToolSpec, on_side, tool
 from .runtime.calls import ToolResult, execute
 from .runtime.episodes import (
     DEFAULT_EPISODE_BYTES_PER_CLIENT,
@@ -105,13 +105,16 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CALL_SIDES",
     "DEFAULT_EPISODE_BYTES_PER_CLIENT",
     "DEFAULT_EPISODE_GROWTH",
     "EPISODE_META_KEY",
     "ERROR_META_KEY",
     "MAX_STRING_CHARS",
     "SEED_IMPORTS",
+    "SIDES",
     "TOOLS_IMPORTS",
+    "CallSide",
     "CheckedArguments",
     "Db",
     "EnvClients",
@@ -131,6 +134,7 @@ __all__ = [
     "SchemaViolation",
     "ScratchConnection",
     "ScratchPool",
+    "Side",
     "State",
     "TableInfo",
     "TableQuery",
@@ -156,6 +160,7 @@ __all__ = [
     "is_frozen",
     "load_env",
     "on_db_thread",
+    "on_side",
     "open_database",
     "prefix_digest",
     "quote_ident",

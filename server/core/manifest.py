@@ -40,6 +40,13 @@ class EnvManifest(BaseModel):
             "serving process (docs/security.md)."
         ),
     )
+    user_tables: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Tables that make up the simulated user's side of the state (dual control: their "
+            "device), changed by the env's side='user' tools; reports hash and diff them apart."
+        ),
+    )
     python_owner: str | None = Field(
         None, description="Class name shown in 'python'-style argument errors, e.g. 'RetailTools'."
     )

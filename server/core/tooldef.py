@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -32,6 +32,24 @@ _ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters)\s*:\s*$")
 _SECTION_HEADER = re.compile(r"^\s*(Returns?|Raises|Yields|Examples?|Notes?)\s*:\s*$")
 _ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
 
+Side = Literal["agent", "user", "setup", "check"]
+"""Whose tool it is. "agent": the agent's (listed and served as ever). "user": the simulated user's,
+on their own side of the state (dual control, τ²-bench telecom's user toolkit), served only on an
+episode's user endpoint. "setup": a task's initialization action, which may write but is never
+listed nor served, only called in-process. "check": an env assertion, read-only, in-process only."""
+SIDES: tuple[Side, ...] = get_args(Side)
+CallSide = Literal["agent", "user", "solo", "setup", "check"]
+"""Whose call it is: a tool's side, or "solo" (τ²-bench's solo mode: the agent drives both the
+agent's and the user's tools). A call reaches only the tools of its side (`on_side`)."""
+CALL_SIDES: tuple[CallSide, ...] = get_args(CallSide)
+
+
+def on_side(tool_side: Side, call_side: CallSide) -> bool:
+    """Whether a call made on `call_side` may reach a tool of `tool_side`."""
+    if call_side == "solo":
+        return tool_side in ("agent", "user")
+    return tool_side == call_side
+
 
 @dataclass(frozen=True)
 class ToolMark:
@@ -40,6 +58,7 @@ class ToolMark:
     writes: tuple[str, ...]
     name: str | None
     description: str | None
+    side: Side = "agent"
 
 
 def tool(
@@ -48,6 +67,7 @@ def tool(
     writes: Sequence[str] = (),
     name: str | None = None,
     description: str | None = None,
+    side: Side = "agent",
 ) -> Any:
     """Mark an async function as an environment tool.
 
@@ -55,13 +75,18 @@ def tool(
     authorizer refuses a write to any other table and the call is rolled back as an env error. A
     tool with no ``writes`` is a read tool (MCP ``readOnlyHint``) and can change nothing. ``name``
     and ``description`` override the function name and docstring when a published tool
-    surface must be matched exactly.
+    surface must be matched exactly. ``side`` says whose tool it is (`Side`): a check is an
+    assertion on the state and may declare no writes.
     """
+    if side not in SIDES:
+        raise TypeError(f"side={side!r}: a tool's side is one of {', '.join(SIDES)}")
+    if side == "check" and writes:
+        raise TypeError("a check tool asserts on the state and may not write (no writes=)")
 
     def mark(f: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         if not inspect.iscoroutinefunction(f):
             raise TypeError(f"tool {f.__name__!r} must be declared with 'async def'")
-        setattr(f, TOOL_MARK, ToolMark(tuple(writes), name, description))
+        setattr(f, TOOL_MARK, ToolMark(tuple(writes), name, description, side))
         return f
 
     return mark(fn) if fn is not None else mark
@@ -118,6 +143,7 @@ class ToolSpec:
     required: frozenset[str]
     writes: tuple[str, ...]
     source_line: int
+    side: Side = "agent"
 
     @property
     def read_only(self) -> bool:
@@ -197,6 +223,7 @@ def build_tool_spec(fn: Callable[..., Awaitable[Any]]) -> ToolSpec:
         required=frozenset(required),
         writes=mark.writes,
         source_line=line,
+        side=mark.side,
     )
 
 
@@ -253,8 +280,10 @@ def tools_of_module(module: Any, path: Path) -> dict[str, ToolSpec]:
             line = def_line(obj)
             problems.append(LoadProblem(path, line, str(exc)))
             continue
-        if spec.name in tools:
-            problems.append(LoadProblem(path, spec.source_line, f"duplicate tool name {spec.name!r}"))
+        if spec.name in tools:  # names are one namespace across sides: a call names its tool alone
+            other = tools[spec.name]
+            where = "" if other.side == spec.side else f" (side {other.side!r} and side {spec.side!r})"
+            problems.append(LoadProblem(path, spec.source_line, f"duplicate tool name {spec.name!r}{where}"))
             continue
         tools[spec.name] = spec
     if not tools and not problems:

@@ -31,6 +31,7 @@ from ..core.dbthreads import on_db_thread
 from ..core.errors import InvalidArguments, ToolError, ToolTimeout
 from ..core.results import render_result
 from ..core.sqlguard import end_transaction
+from ..core.tooldef import CallSide
 from .episodes import Episode
 
 log = logging.getLogger(__name__)
@@ -70,10 +71,13 @@ def _env_error(tool: str, cause: str) -> ToolResult:
     return ToolResult(env_error_text(tool, cause), True, "env_error")
 
 
-async def execute(episode: Episode, name: str, arguments: Any) -> ToolResult:
-    """Run one tool call in `episode` as one transaction and render what the agent sees."""
+async def execute(episode: Episode, name: str, arguments: Any, side: CallSide = "agent") -> ToolResult:
+    """Run one tool call in `episode` as one transaction and render what the agent sees.
+
+    `side` is whose call it is: a tool of another side is refused as if it did not exist (τ²-bench:
+    a user's tool is simply not found by the agent, and the reverse)."""
     env = episode.env
-    spec = env.tools.get(name)
+    spec = env.tools.get(name) if side == "agent" else env.tool_on(name, side)
     if spec is None:
         return _error(f"Tool '{name}' not found.")
     if episode.read_only and not spec.read_only:

@@ -15,6 +15,7 @@ import anyio
 
 from ..core import sqlheap
 from ..core.state import ExportedState, State, state_hash
+from ..core.tooldef import CallSide
 from ..sandbox.schema_host import STATE_DATABASE_MAX_BYTES, DatabaseTooLarge, build_state_bounded
 from .calls import ToolResult, execute
 from .episodes import Episode, EpisodeStore
@@ -157,9 +158,16 @@ class Fleet:
             view.touch()
             return view
 
-    async def call(self, episode_id: str, tool: str, arguments: dict[str, Any] | None = None) -> ToolResult:
-        """Call a tool directly in the runtime (no MCP framing): for synthesis and replay checks."""
-        return await execute(self.store.get(episode_id), tool, arguments or {})
+    async def call(
+        self,
+        episode_id: str,
+        tool: str,
+        arguments: dict[str, Any] | None = None,
+        side: CallSide = "agent",
+    ) -> ToolResult:
+        """Call a tool directly in the runtime (no MCP framing): for synthesis, replay checks, a
+        simulated user's own tools (`side="user"`) and a task's setup and checks."""
+        return await execute(self.store.get(episode_id), tool, arguments or {}, side)
 
     async def export(self, episode_id: str) -> ExportedState:
         state = await self.store.get(episode_id).export()

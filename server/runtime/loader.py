@@ -20,7 +20,7 @@ from ..core.errors import EnvLoadError, LoadProblem
 from ..core.manifest import EnvManifest
 from ..core.seed import MANIFEST, SCHEMA, build_seed, open_database, state_database
 from ..core.state import State, TableInfo, export_state, state_hash
-from ..core.tooldef import ToolSpec, load_tool_module, tools_of_module
+from ..core.tooldef import CALL_SIDES, CallSide, ToolSpec, load_tool_module, on_side, tools_of_module
 from ..sandbox.schema_policy import check_confined_schema
 
 POLICY = "policy.md"
@@ -29,7 +29,11 @@ TOOLS = "tools.py"
 
 @dataclass
 class Environment:
-    """A loaded, validated environment: tools, schema, and the serialised seed database."""
+    """A loaded, validated environment: tools, schema, and the serialised seed database.
+
+    `tools` are the agent's tools, what is listed and served as the env's tools; `all_tools` adds
+    those of the other sides (`Side`: the simulated user's, a task's setup actions, env
+    assertions), reached through `tools_of` and `tool_on`."""
 
     root: Path
     manifest: EnvManifest
@@ -39,10 +43,30 @@ class Environment:
     tables: list[TableInfo]
     seed_db: bytes = field(repr=False)
     _seed_state: State | None = field(default=None, repr=False)
+    all_tools: dict[str, ToolSpec] = field(default_factory=dict, repr=False)
+    _sides: dict[str, dict[str, ToolSpec]] = field(default_factory=dict, repr=False)
 
     @property
     def name(self) -> str:
         return self.manifest.name
+
+    def tools_of(self, side: CallSide) -> dict[str, ToolSpec]:
+        """The tools a call on `side` may reach, in tools.py's order ("agent": `tools`)."""
+        if side == "agent":
+            return self.tools
+        found = self._sides.get(side)
+        if found is None:
+            if side not in CALL_SIDES:
+                raise ValueError(f"side {side!r} is not one of {', '.join(CALL_SIDES)}")
+            every = self.all_tools or self.tools
+            found = self._sides[side] = {n: s for n, s in every.items() if on_side(s.side, side)}
+        return found
+
+    def tool_on(self, name: str, side: CallSide) -> ToolSpec | None:
+        """The tool `name` if a call on `side` may reach it; None otherwise (as if it did not exist)."""
+        if side == "agent":
+            return self.tools.get(name)
+        return self.tools_of(side).get(name)
 
     def seed_state(self) -> State:
         """The canonical export of the seed database (computed once)."""
@@ -163,13 +187,26 @@ def load_env(root: str | Path, *, static_gate: bool = True) -> Environment:
         seed_db, tables = build_seed_bounded(root, manifest, schema_sql)
     else:
         seed_db, tables = build_seed(root, manifest, schema_sql)
-    tools = _load_tools(root, manifest, {t.name for t in tables}, static_gate=static_gate)
+    table_names = {t.name for t in tables}
+    all_tools = _load_tools(root, manifest, table_names, static_gate=static_gate)
+    unknown = [t for t in manifest.user_tables if t not in table_names]
+    if unknown:
+        raise EnvLoadError(
+            [
+                LoadProblem(
+                    root / MANIFEST,
+                    None,
+                    f"user_tables names {', '.join(map(repr, unknown))}, which schema.sql does not define",
+                )
+            ]
+        )
     return Environment(
         root=root,
         manifest=manifest,
         policy=policy,
         schema_sql=schema_sql,
-        tools=tools,
+        tools={n: s for n, s in all_tools.items() if s.side == "agent"},
         tables=tables,
         seed_db=seed_db,
+        all_tools=all_tools,
     )

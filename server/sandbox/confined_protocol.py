@@ -30,6 +30,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
+from ..core.tooldef import Side
+
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 MAX_SQL_CHARS = 1_000_000
 MAX_STATE_BYTES = 80 * 1024 * 1024
@@ -69,6 +71,7 @@ class ToolDescription(_Msg):
     required: list[str]
     writes: list[str]
     source_line: int
+    side: Side = "agent"
 
 
 class Ready(_Msg):

@@ -1111,6 +1111,7 @@ def _spec(worker: ToolWorker, d: ToolDescription) -> ToolSpec:
         required=frozenset(d.required),
         writes=tuple(d.writes),
         source_line=d.source_line,
+        side=d.side,
     )
 
 

@@ -48,6 +48,7 @@ def _light_package() -> types.ModuleType:
     from envforge.server.core import db, errors, tooldef
 
     pkg.tool = tooldef.tool  # type: ignore[attr-defined]
+    pkg.Side = tooldef.Side  # type: ignore[attr-defined]
     pkg.ToolError = errors.ToolError  # type: ignore[attr-defined]
     pkg.Db = db.Db  # type: ignore[attr-defined]
     return pkg
@@ -557,6 +558,7 @@ def _describe(tools: dict[str, ToolSpec]) -> Ready:
                 required=sorted(s.required),
                 writes=list(s.writes),
                 source_line=s.source_line,
+                side=s.side,
             )
             for s in tools.values()
         ]

@@ -8,6 +8,8 @@ REPO = Path(__file__).resolve().parents[2]
 ENVS = REPO / "envs"
 FIXTURES = REPO / "tests" / "fixtures"
 BANK_DIR = FIXTURES / "bank"
+DUAL_PHONE_DIR = FIXTURES / "dual_phone"
+"""A dual-control env: agent tools, the user's phone tools, setup actions and env assertions."""
 ENVSYNTH_FIXTURES = FIXTURES / "envsynth"
 SHARED = REPO.parent / "shared"
 TAU2_RETAIL = SHARED / "tau2" / "retail"
