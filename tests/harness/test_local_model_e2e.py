@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from support.paths import REPO
+from support.signals import interruptible
 from support.skips import LOCAL_MODEL_MISSING, local_model_missing
 
 pytestmark = pytest.mark.skipif(local_model_missing(), reason=LOCAL_MODEL_MISSING)
@@ -110,6 +111,7 @@ def test_ctrl_c_stops_the_local_server(tmp_path: Path) -> None:
         stderr=subprocess.STDOUT,
         text=True,
         env=_env(tmp_path),
+        preexec_fn=interruptible,
     )
     assert proc.stdout is not None
     lines: list[str] = []
@@ -126,7 +128,7 @@ def test_ctrl_c_stops_the_local_server(tmp_path: Path) -> None:
     assert psutil.pid_exists(pid)
     proc.send_signal(signal.SIGINT)
     try:
-        proc.wait(60)
+        proc.communicate(timeout=60)  # read on: a child blocked on a full pipe could not exit
     finally:
         if proc.poll() is None:
             proc.kill()
