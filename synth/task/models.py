@@ -120,9 +120,24 @@ StateDiff = dict[str, TableDiff]
 ReasonOp = Literal["argmax", "argmin", "filter", "count", "sum", "branch"]
 
 
+Requestor = Literal["assistant", "user"]
+"""Who makes a call (τ²-bench's `requestor`): the agent, or the simulated user on their own tools
+(dual control, the env's `side="user"` tools)."""
+
+
 class Call(_Model):
     name: str
     arguments: dict[str, Any]
+    requestor: Requestor = "assistant"
+
+    @model_serializer(mode="wrap")
+    def _agent_by_default(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A call of the agent's is written as it always was (name and arguments), so task files
+        and records of single-control envs keep their bytes; a user's call names its requestor."""
+        data: dict[str, Any] = handler(self)
+        if data.get("requestor") == "assistant":
+            del data["requestor"]
+        return data
 
 
 class ArgSource(_Model):
@@ -321,6 +336,7 @@ class RewardPart(StrEnum):
     ACTIONS = "actions"  # τ²'s action matching on the agent's calls
     NL_ASSERTIONS = "nl_assertions"  # natural-language outcomes, judged by an LLM
     POLICY = "policy"  # the env's declared policy rules kept, judged on the trajectory
+    ENV_ASSERTIONS = "env_assertions"  # the env's check tools hold on the final state (τ² telecom)
 
 
 # the parts a task is scored on when its file names none
@@ -338,6 +354,18 @@ class ActionCheck(_Model):
     name: str
     arguments: dict[str, Any]
     compare_args: list[str] | None = Field(None, description="arguments compared; None: all of them")
+
+
+class EnvAssertion(_Model):
+    """A fact about the final state that a check tool of the env asserts (τ²-bench telecom's
+    `env_assertions`): the env's `side="check"` tool `func_name`, called with `arguments` on the
+    final state, must return `assert_value` (compared as the agent would read both)."""
+
+    env_type: Literal["agent", "user"] = Field(description="whose state it asserts on (τ²'s toolkit)")
+    func_name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    assert_value: Any = True
+    message: str | None = None
 
 
 class Task(_Model):
@@ -362,6 +390,9 @@ class Task(_Model):
     answer_rule: AnswerRule = Field(
         "exact", description="how required outputs are found; unset: 'substring' for τ² imports, else 'exact'"
     )
+    env_assertions: list[EnvAssertion] = Field(
+        default_factory=list, description="check tools the final state must satisfy (omitted when none)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -370,6 +401,19 @@ class Task(_Model):
         if isinstance(data, dict) and "answer_rule" not in data and data.get("source") == "tau2":
             return {**data, "answer_rule": "substring"}
         return data
+
+    @model_serializer(mode="wrap")
+    def _without_empty_assertions(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A task with no env assertions is written as before the field existed (files keep their bytes)."""
+        data: dict[str, Any] = handler(self)
+        if not data.get("env_assertions", True):
+            del data["env_assertions"]
+        return data
+
+    @property
+    def user_calls(self) -> list[Call]:
+        """The golden calls the simulated user makes on their own tools, in golden order."""
+        return [c for c in self.golden_calls if c.requestor == "user"]
 
 
 class Score(_Model):

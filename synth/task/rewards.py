@@ -17,6 +17,12 @@ The `policy` part belongs to the env, not the task: where the caller hands over 
 declared policy rules (`Evidence.policy`, from `policy_rules.toml`), every task of that env is
 scored on it too, so a golden end state reached by skipping the identity check or the user's
 yes earns 0. An env that declares no rules (τ² imports, by default) has no policy part.
+
+The `env_assertions` part (τ²-bench telecom's ENV_ASSERTION) runs the env's check tools, so it
+needs the env and is judged by `judge_env_assertions` (async, on a fresh read-only episode made
+from the final state) and handed over in `Evidence.verdicts`, as the judge's verdict on
+`nl_assertions` is. Unlike that one, a task with env assertions whose verdict was not handed over
+earns 0 for the part, never a pass: the checks are offline, so a caller that skipped them is wrong.
 """
 
 from __future__ import annotations
@@ -25,9 +31,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from envforge.server import State
+from envforge.server import Environment, Fleet, State, render_result
 
-from .models import ActionCheck, Call, RewardPart, Score, Task
+from .models import ActionCheck, Call, EnvAssertion, RewardPart, Score, Task
 from .policy_rules import PolicyRules, Step, policy_violations
 from .scoring import Shown, checkpoint_passed, task_outputs_missing
 from .statediff import cents_hash, matches_up_to_created_ids, states_match
@@ -158,6 +164,73 @@ def score_nl_assertions(task: Task, evidence: Evidence) -> PartScore | None:
     return evidence.verdicts.get(RewardPart.NL_ASSERTIONS)
 
 
+def score_env_assertions(task: Task, evidence: Evidence) -> PartScore:
+    """The verdict of `judge_env_assertions` handed over by the caller; 1 for a task with none,
+    and 0 (never a pass) for a task with assertions whose verdict was not handed over."""
+    verdict = evidence.verdicts.get(RewardPart.ENV_ASSERTIONS)
+    if verdict is not None:
+        return verdict
+    if not task.env_assertions:
+        return PartScore(1.0, "no env assertions")
+    return PartScore(0.0, "the env assertions were not run (the env's check tools are needed)")
+
+
+class EnvAssertionError(ValueError):
+    """An env assertion that cannot be judged: it names no check tool of the env, its arguments
+    are refused, or the check failed (raised, wrote, crashed). A task's error, never a pass."""
+
+
+def env_assertion_problems(env: Environment, task: Task) -> list[str]:
+    """Why `task`'s env assertions cannot run on `env` (no such check tool); empty when they can."""
+    checks = env.tools_of("check")
+    return [
+        f"task {task.id}: env assertion {a.func_name!r} names no check tool of env {env.name!r} "
+        f"(its check tools: {', '.join(checks) or 'none'})"
+        for a in task.env_assertions
+        if a.func_name not in checks
+    ]
+
+
+async def judge_env_assertions(env: Environment, task: Task, final_state: State) -> PartScore:
+    """Run each of `task`'s env assertions, a check tool of `env`, on a fresh read-only episode
+    made from `final_state`; 1 when every one returns its `assert_value`, else 0 (τ²'s
+    ENV_ASSERTION reward is the product of the passes). A fresh episode, so a check sees only
+    the final state and changes nothing a later check or the caller reads; read-only, so a check
+    that would write is refused. Raises `EnvAssertionError` when an assertion cannot be judged."""
+    if not task.env_assertions:
+        return PartScore(1.0, "no env assertions")
+    problems = env_assertion_problems(env, task)
+    if problems:
+        raise EnvAssertionError(problems[0])
+    failed: list[str] = []
+    async with Fleet([env], max_episodes=1) as fleet:
+        episode = await fleet.create_episode(env.name, state=final_state)
+        episode.read_only = True
+        for a in task.env_assertions:
+            result = await fleet.call(episode.id, a.func_name, a.arguments, side="check")
+            if result.is_error:
+                raise EnvAssertionError(
+                    f"task {task.id}: env assertion {a.func_name}({_args(a)}) failed to run: {result.text}"
+                )
+            if result.text != render_result(a.assert_value):
+                failed.append(_describe(a, result.text))
+    total = len(task.env_assertions)
+    if failed:
+        return PartScore(
+            0.0, "env assertion not met: " + "; ".join(failed), total - len(failed), total, tuple(failed)
+        )
+    return PartScore(1.0, f"{total} env assertion(s) met", total, total)
+
+
+def _args(a: EnvAssertion) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in a.arguments.items())
+
+
+def _describe(a: EnvAssertion, got: str) -> str:
+    said = f" ({a.message})" if a.message else ""
+    return f"{a.func_name}({_args(a)}) gave {got}, expected {render_result(a.assert_value)}{said}"
+
+
 SCORERS: Mapping[RewardPart, PartScorer] = {
     RewardPart.STATE: score_state,
     RewardPart.OUTPUTS: score_outputs,
@@ -165,6 +238,7 @@ SCORERS: Mapping[RewardPart, PartScorer] = {
     RewardPart.ACTIONS: score_actions,
     RewardPart.NL_ASSERTIONS: score_nl_assertions,
     RewardPart.POLICY: score_policy,
+    RewardPart.ENV_ASSERTIONS: score_env_assertions,
 }
 
 
