@@ -56,7 +56,13 @@ if TYPE_CHECKING:
     from .runtime.inline import InlineConnection, InlinePool, ScratchConnection, ScratchPool, run_inline
     from .sandbox.schema_policy import SchemaViolation, schema_violations
     from .sandbox.static_gate import SEED_IMPORTS, TOOLS_IMPORTS, Violation, check_python, check_sql
-    from .transports.client import EnvClients, EpisodeClient, episode_client, http_episode_client
+    from .transports.client import (
+        EnvClients,
+        EpisodeClient,
+        episode_client,
+        http_episode_client,
+        user_episode_client,
+    )
     from .transports.http_app import build_app
     from .transports.http_limits import HTTPLimits, install_log_limiter, serve_http
     from .transports.replays import read_actions, replay
@@ -68,6 +74,7 @@ _LAZY = {
     "EpisodeClient": "transports.client",
     "episode_client": "transports.client",
     "http_episode_client": "transports.client",
+    "user_episode_client": "transports.client",
     "build_app": "transports.http_app",
     "InlineConnection": "runtime.inline",
     "InlinePool": "runtime.inline",
@@ -178,4 +185,5 @@ __all__ = [
     "table_json",
     "table_query",
     "tool",
+    "user_episode_client",
 ]

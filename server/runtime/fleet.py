@@ -7,6 +7,9 @@ This is the in-process API that the harness, the synthesiser and the tests use; 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
+import secrets
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,7 @@ from ..sandbox.schema_host import STATE_DATABASE_MAX_BYTES, DatabaseTooLarge, bu
 from .calls import ToolResult, execute
 from .episodes import Episode, EpisodeStore
 from .loader import Environment, load_env
-from .mcp_server import EnvMCPServer
+from .mcp_server import EnvMCPServer, EnvUserMCPServer
 
 STATE_BUILDS_PER_CLIENT = 2
 """How many of one client's states may be built into databases at once (the rest wait their turn)."""
@@ -55,6 +58,8 @@ class Fleet:
             max_bytes_per_owner=max_episode_bytes_per_client,
         )
         self._servers: dict[str, EnvMCPServer] = {}
+        self._user_servers: dict[str, EnvUserMCPServer] = {}
+        self._user_secret = secrets.token_bytes(32)
         self._builds: dict[str | None, anyio.Semaphore] = {}  # per owner: states being built
         self._seed_views: dict[str, Episode] = {}
         self._seed_lock = anyio.Lock()
@@ -77,6 +82,25 @@ class Fleet:
         if env_name not in self._servers:
             self._servers[env_name] = EnvMCPServer(self, env_name)
         return self._servers[env_name]
+
+    def user_mcp(self, env_name: str) -> EnvUserMCPServer:
+        """The MCP server of the env's user side (created once): each episode's user endpoint."""
+        self.env(env_name)
+        if env_name not in self._user_servers:
+            self._user_servers[env_name] = EnvUserMCPServer(self, env_name)
+        return self._user_servers[env_name]
+
+    def user_key(self, episode_id: str) -> str:
+        """The capability that reaches `episode_id`'s user side (dual control), apart from its id.
+
+        The agent holds its episode's id (it is in its URL), so the id alone must not reach the
+        user's tools: the user endpoint also needs this key, an HMAC of the id under a secret of
+        this fleet, given only to whoever created the episode (the control plane's answer).
+        Derived, not stored: nothing to forget when the episode ends."""
+        return hmac.new(self._user_secret, episode_id.encode(), hashlib.sha256).hexdigest()[:32]
+
+    def user_key_matches(self, episode_id: str, key: str) -> bool:
+        return hmac.compare_digest(self.user_key(episode_id), key)
 
     async def create_episode(
         self,

@@ -15,12 +15,18 @@ mcp 2.x hands tools no session, so the episode is found from the request itself:
 A request with none of these (a stateless client on the plain env URL) may read the seed state
 but is refused writes, so two clients can never silently share writes. An episode that expired or
 was closed answers an error saying so; nothing is ever restarted from the seed behind a client.
+
+An env with user tools (dual control: `side="user"`) has a second server, `EnvUserMCPServer`, that
+lists and calls only those, and only in one episode: the one its per-episode user URL names
+(`/envs/<env>/episodes/<id>/user/<key>/mcp`, where `key` is `Fleet.user_key(id)`), or the default
+episode it was made for in process. It has no plain URL, no `_meta` routing and no session
+episodes. Setup and check tools are never listed nor called by either server.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import anyio
 import mcp_types as types
@@ -58,8 +64,10 @@ class EpisodeHost(Protocol):
 
     async def close_episode(self, episode_id: str) -> None: ...
 
+    def user_key_matches(self, episode_id: str, key: str) -> bool: ...
 
-def list_tools_result(env: Environment) -> types.ListToolsResult:
+
+def list_tools_result(env: Environment, side: Literal["agent", "user"] = "agent") -> types.ListToolsResult:
     tools = [
         types.Tool(
             name=spec.name,
@@ -71,7 +79,7 @@ def list_tools_result(env: Environment) -> types.ListToolsResult:
                 open_world_hint=False,
             ),
         )
-        for spec in env.tools.values()
+        for spec in env.tools_of(side).values()
     ]
     return types.ListToolsResult(tools=tools)
 
@@ -219,3 +227,68 @@ def _client_of(request: Any) -> str | None:
     """The client key the HTTP app stored on the request's scope, if any."""
     scope = getattr(request, "scope", None)
     return scope.get(CLIENT_SCOPE_KEY) if isinstance(scope, dict) else None
+
+
+USER_INSTRUCTIONS = (
+    "You are the user of this environment, acting on your own side of it (your device) with these "
+    "tools. The agent you talk to cannot use them; you cannot use the agent's."
+)
+
+
+class EnvUserMCPServer:
+    """The user side of an env's episodes (dual control): lists and calls only its user tools,
+    each call in the one episode the request is bound to."""
+
+    def __init__(self, fleet: EpisodeHost, env_name: str, default_episode_id: str | None = None) -> None:
+        self.fleet = fleet
+        self.env_name = env_name
+        self.default_episode_id = default_episode_id
+        env = fleet.envs[env_name]
+        self._tools = list_tools_result(env, "user")
+        self.server: Server[Any] = Server(
+            f"envforge-{env_name}-user",
+            version=env.manifest.version,
+            description=f"{env.manifest.description} (the user's side)",
+            instructions=USER_INSTRUCTIONS,
+            on_list_tools=self._on_list_tools,
+            on_call_tool=self._on_call_tool,
+        )
+
+    async def _on_list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return self._tools
+
+    def _resolve(self, ctx: ServerRequestContext[Any]) -> Episode | types.CallToolResult:
+        request = ctx.request
+        path = getattr(request, "path_params", {}) if request is not None else {}
+        pinned = path.get("episode_id")
+        if pinned is not None:  # over HTTP: the URL's key must be the episode's user key
+            if not self.fleet.user_key_matches(pinned, str(path.get("user_key", ""))):
+                return _refusal(f"episode {pinned!r}: this is not its user endpoint")
+        else:
+            pinned = self.default_episode_id
+        if pinned is None:
+            return _refusal("this user endpoint is bound to no episode")
+        meta = ctx.meta or {}
+        named = meta.get(EPISODE_META_KEY) if isinstance(meta, dict) else None
+        if named is not None and str(named) != pinned:
+            return _refusal(
+                f"this user endpoint is bound to episode {pinned!r}; _meta[{EPISODE_META_KEY!r}] names "
+                "another episode, which is refused"
+            )
+        try:
+            episode = self.fleet.store.get(pinned)
+        except EpisodeNotFound as exc:
+            return _refusal(str(exc))
+        if episode.env.name != self.env_name:
+            return _refusal(f"episode {pinned!r} belongs to env {episode.env.name!r}, not {self.env_name!r}")
+        return episode
+
+    async def _on_call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        resolved = self._resolve(ctx)
+        if isinstance(resolved, types.CallToolResult):
+            return resolved
+        return _as_call_result(await execute(resolved, params.name, params.arguments, "user"))

@@ -16,7 +16,7 @@ from pydantic import TypeAdapter
 
 from ..runtime.calls import ToolResult
 from ..runtime.fleet import Fleet
-from ..runtime.mcp_server import EPISODE_META_KEY, ERROR_META_KEY
+from ..runtime.mcp_server import EPISODE_META_KEY, ERROR_META_KEY, EnvUserMCPServer
 
 
 class EpisodeClient:
@@ -50,6 +50,15 @@ def result_from_mcp(text: str, is_error: bool, meta: dict[str, Any] | None) -> T
 async def episode_client(fleet: Fleet, env_name: str, episode_id: str) -> AsyncIterator[EpisodeClient]:
     """An in-process MCP client on `env_name`'s server, bound to `episode_id`."""
     async with Client(fleet.mcp(env_name).server) as client:
+        yield EpisodeClient(client, episode_id)
+
+
+@asynccontextmanager
+async def user_episode_client(fleet: Fleet, env_name: str, episode_id: str) -> AsyncIterator[EpisodeClient]:
+    """An in-process MCP client on the user side of `episode_id` (dual control): the user's tools
+    only, in that episode only (over HTTP: `http_episode_client` on its `user_mcp_path`)."""
+    fleet.env(env_name)
+    async with Client(EnvUserMCPServer(fleet, env_name, default_episode_id=episode_id).server) as client:
         yield EpisodeClient(client, episode_id)
 
 

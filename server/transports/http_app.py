@@ -1,6 +1,8 @@
 """The fleet over HTTP: every env's MCP endpoint plus a control plane, in one ASGI app.
 
-Agents see only `/envs/<env>/mcp` and `/envs/<env>/episodes/<id>/mcp`. The harness uses
+Agents see only `/envs/<env>/mcp` and `/envs/<env>/episodes/<id>/mcp`. An env with user tools
+(dual control) also serves each episode's user side at `/envs/<env>/episodes/<id>/user/<key>/mcp`,
+whose path the control plane gives its creator (`user_mcp_path`; `Fleet.user_key`). The harness uses
 `/control/...` to create, list, export and close episodes; agents never see it in their tool list,
 and it demands a bearer token whenever the server listens beyond loopback. Every request first
 passes `http_guard.HTTPGuard` (Host/Origin, body size and read time).
@@ -132,15 +134,19 @@ class _MCPEndpoint:
         *,
         pinned: bool,
         slots: _SessionSlots,
+        user: bool = False,
     ) -> None:
         self.fleet, self.env_name, self.inner, self.pinned = fleet, env_name, inner, pinned
-        self.slots = slots
+        self.slots, self.user = slots, user
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope.get("headers", []))
         if self.pinned:
             episode_id = scope.get("path_params", {}).get("episode_id", "")
             episode = self.fleet.store.find(episode_id)
+            key = scope.get("path_params", {}).get("user_key", "")
+            if self.user and not self.fleet.user_key_matches(episode_id, key):
+                episode = None  # a wrong key answers as an unknown episode: nothing to tell them apart
             if episode is None or episode.env.name != self.env_name:
                 message = str(EpisodeNotFound(episode_id, self.fleet.store.ended(episode_id)))
                 await JSONResponse({"error": f"{message} (env {self.env_name!r})"}, 404)(scope, receive, send)
@@ -171,7 +177,7 @@ class _MCPEndpoint:
             await send(message)
 
         await self.inner(scope, receive, watch)
-        if 200 <= status < 300:
+        if 200 <= status < 300 and not self.user:
             await self.fleet.mcp(self.env_name).end_session(session_id)
 
 
@@ -181,11 +187,19 @@ def _jsonrpc_error(message: str, status: int) -> JSONResponse:
 
 def _episode_json(fleet: Fleet, episode_id: str) -> dict[str, Any]:
     episode = fleet.store.get(episode_id)
-    return {
+    found = {
         "episode_id": episode.id,
         "env": episode.env.name,
         "mcp_path": f"/envs/{episode.env.name}/episodes/{episode.id}/mcp",
     }
+    if episode.env.tools_of("user"):
+        found["user_mcp_path"] = user_mcp_path(fleet, episode.env.name, episode.id)
+    return found
+
+
+def user_mcp_path(fleet: Fleet, env_name: str, episode_id: str) -> str:
+    """The path of an episode's user endpoint (dual control), with the key only its creator gets."""
+    return f"/envs/{env_name}/episodes/{episode_id}/user/{fleet.user_key(episode_id)}/mcp"
 
 
 def _episode_listing(episode: Episode) -> dict[str, Any]:
@@ -249,6 +263,7 @@ def build_app(
                         "tools": list(env.tools),
                         "mcp_path": f"/envs/{env.name}/mcp",
                     }
+                    | ({"user_tools": list(users)} if (users := env.tools_of("user")) else {})
                     for env in fleet.envs.values()
                 ]
             }
@@ -320,6 +335,15 @@ def build_app(
         pinned = _MCPEndpoint(fleet, name, mcp_app, pinned=True, slots=slots)
         routes.append(Route(f"/envs/{name}/mcp", plain))
         routes.append(Route(f"/envs/{name}/episodes/{{episode_id}}/mcp", pinned))
+        if fleet.envs[name].tools_of("user"):
+            user_manager = StreamableHTTPSessionManager(
+                app=fleet.user_mcp(name).server, security_settings=_security(host)
+            )
+            managers.append(user_manager)
+            user_app = _MCPEndpoint(
+                fleet, name, StreamableHTTPASGIApp(user_manager), pinned=True, slots=slots, user=True
+            )
+            routes.append(Route(f"/envs/{name}/episodes/{{episode_id}}/user/{{user_key}}/mcp", user_app))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
