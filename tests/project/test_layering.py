@@ -363,6 +363,7 @@ def test_importing_envforge_loads_nothing_and_its_names_load_only_their_own_stac
         "bare = sorted(m for m in sys.modules if m.startswith(('envforge.', 'mcp', 'litellm', 'torch')))\n"
         "envforge.run_episode, envforge.check_tasks, envforge.evaluate, envforge.RunOptions\n"
         "heavy = [m for m in ('torch', 'transformers', 'trl', 'ray', 'vllm') if m in sys.modules]\n"
+        "heavy += [m for m in ('openenv', 'gradio') if m in sys.modules]\n"
         "heavy += [m for m in sys.modules if m.startswith('envforge.integrations')]\n"
         "print(','.join(bare) + '|' + ','.join(heavy))"
     )
