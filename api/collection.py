@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 
+from envforge.harness import UserName
 from envforge.trainer import (
     LearnerConfig,
     RolloutConfig,
@@ -36,7 +37,8 @@ def checked_run_options(options: RunOptions) -> RunOptions:
     """`options` as a run plays them; `SettingError` for a combination that cannot run.
 
     A lookup task is one question with nothing to ask back, so `tasks="lookup"` plays it in the
-    single-turn env (`env_kind="fleet"`) rather than with a simulated user."""
+    single-turn env (`env_kind="fleet"`) rather than with a simulated user, unless that user is
+    to err (`user_error_rate`), which needs it."""
     if options.backend == "vllm" and not options.vllm_url:
         raise SettingError("{backend} vllm needs {vllm_url}", "backend", "vllm_url")
     if options.ray_workers < 0:
@@ -47,6 +49,20 @@ def checked_run_options(options: RunOptions) -> RunOptions:
         raise SettingError(
             "{eval_every} evaluates held-out tasks: use it with {tasks} lookup", "eval_every", "tasks"
         )
+    if options.user_error_rate:
+        if options.env_kind == "fleet":
+            raise SettingError(
+                "{user_error_rate} needs a simulated user: {env_kind} harness", "user_error_rate", "env_kind"
+            )
+        if options.user != UserName.SCRIPTED:
+            raise SettingError(
+                "{user_error_rate} makes the scripted user err: {user} scripted", "user_error_rate", "user"
+            )
+        if options.ray_workers:
+            raise SettingError(
+                "{user_error_rate} plays in this process (no {ray_workers})", "user_error_rate", "ray_workers"
+            )
+        return options
     if options.tasks == "lookup" and options.env_kind == "harness":
         return options.model_copy(update={"env_kind": "fleet"})
     return options

@@ -143,6 +143,7 @@ def _run_options(
     save_trajectories: bool = False,
     eval_every: int = 0,
     eval_samples: int = 2,
+    user_error_rate: float = 0.0,
 ) -> RunOptions:
     """The flags as the trainer's `RunOptions`, each mistake an `error:` line before any model loads:
     the model folder, each choice (from `RunOptions`' own fields), the options as a whole
@@ -163,6 +164,8 @@ def _run_options(
     precision = choice("--precision", precision, choices("precision"))
     if max_batch < 1:
         fail("--max-batch must be at least 1")
+    if not 0.0 <= user_error_rate <= 1.0:
+        fail("--user-error-rate must be between 0 and 1")
     try:
         options = envforge.checked_run_options(
             RunOptions(
@@ -190,6 +193,7 @@ def _run_options(
                 eval_samples=eval_samples,
                 precision=precision,
                 max_batch=max_batch,
+                user_error_rate=user_error_rate,
             )
         )
     except envforge.SettingError as exc:
@@ -266,6 +270,18 @@ def train_cmd(
     lr: float = typer.Option(1e-5, "--lr"),
     baseline: str = typer.Option("task", "--baseline", help="task or env"),
     advantage: str = typer.Option("erpo", "--advantage", help="erpo or grpo"),
+    mask_user_errors: bool = typer.Option(
+        True,
+        "--mask-user-errors/--no-mask-user-errors",
+        help="ERPO's MEU mask: leave episodes the detector blames on the simulated user out of the update.",
+    ),
+    user_error_rate: float = typer.Option(
+        0.0,
+        "--user-error-rate",
+        help="Share of training episodes whose scripted user makes one user error on purpose (the kind "
+        "is recorded on the trajectory; metrics.jsonl scores the mask against it). With --tasks lookup "
+        "it plays lookups with the scripted user.",
+    ),
     max_turns: int = typer.Option(8, "--max-turns"),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens"),
     collectors: int = typer.Option(
@@ -335,6 +351,7 @@ def train_cmd(
         eval_samples=eval_samples,
         precision=precision,
         max_batch=max_batch,
+        user_error_rate=user_error_rate,
     )
     try:
         config = TrainConfig(
@@ -347,7 +364,9 @@ def train_cmd(
             max_seconds=max_minutes * 60,
             rollout=RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens),
         )
-        learner_config = LearnerConfig(lr=lr, baseline=baseline, advantage=advantage)
+        learner_config = LearnerConfig(
+            lr=lr, baseline=baseline, advantage=advantage, mask_user_errors=mask_user_errors
+        )
     except ValueError as exc:
         fail(str(exc))
     with train_progress(steps) as bar:

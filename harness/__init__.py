@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from .toolcalls import MalformedToolCall, parse_tool_calls, tools_into_prompt
     from .user_error_eval import Evaluation, evaluate, rules_only, rules_then_judge, task_index
     from .user_error_eval import table as user_error_table
+    from .user_error_inject import ErringUser, draw_user_error
     from .user_error_play import LabeledConversation
     from .user_error_set import DEFAULT_PER_ENV, DEFAULT_SEED, build_set, bundled_env_dirs, dump_set, load_set
     from .user_errors import (
@@ -147,6 +148,8 @@ _LAZY = {
     "dump_set": "user_error_set",
     "load_set": "user_error_set",
     "ERROR_KINDS": "user_errors",
+    "ErringUser": "user_error_inject",
+    "draw_user_error": "user_error_inject",
     "ErrorKind": "user_errors",
     "rule_verdict": "user_errors",
     "select_tasks": "tasks",
@@ -245,6 +248,7 @@ __all__ = [
     "ControlToken",
     "Ending",
     "EnvTasks",
+    "ErringUser",
     "ErrorKind",
     "EvalConfig",
     "Evaluation",
@@ -302,6 +306,7 @@ __all__ = [
     "confirmation_request",
     "converse",
     "detect_user_error",
+    "draw_user_error",
     "dump_set",
     "end_state_lines",
     "evaluate",

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .learner import Learner, LearnerConfig, clipped_pg_loss, token_logprobs
     from .local_weights import resolve_model
     from .lookup import held_out, lookup_tasks, split_tasks
-    from .loop import Group, StepMetrics, TrainConfig, collect, job_stream, select_batch, train
+    from .loop import Group, StepMetrics, TrainConfig, collect, job_stream, mask_scores, select_batch, train
     from .memory import release_freed_memory
     from .plots import svg_line_chart, write_comparison, write_plots
     from .ray_workers import (
@@ -82,6 +82,7 @@ _LAZY = {
     "TrainConfig": "loop",
     "collect": "loop",
     "job_stream": "loop",
+    "mask_scores": "loop",
     "select_batch": "loop",
     "train": "loop",
     "BackendSpec": "ray_workers",
@@ -189,6 +190,7 @@ __all__ = [
     "job_stream",
     "load_tokenizer",
     "lookup_tasks",
+    "mask_scores",
     "parse_tool_call",
     "release_freed_memory",
     "resolve_model",

@@ -25,6 +25,8 @@ def build_envs(
     user: str = UserName.SCRIPTED,
     user_api_base: str | None = None,
     judge: str | None = None,
+    user_error_rate: float = 0.0,
+    user_error_seed: int = 0,
 ) -> list[RolloutEnv]:
     envs: list[RolloutEnv] = []
     for d in dirs:
@@ -41,6 +43,8 @@ def build_envs(
                     user_llm=user_llm,
                     judge=LLMConfig(model=judge) if judge else None,
                     use_mcp=use_mcp,
+                    user_error_rate=user_error_rate,
+                    user_error_seed=user_error_seed,
                 )
             )
         else:

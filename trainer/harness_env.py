@@ -24,6 +24,11 @@ rules flag as a user error). A conversation cut by the rollout's turn cap is sco
 gave up on after nudging turns that said nothing (`UserReply.agent_silent`) with status
 `no_response` (reward 0), as in an eval. A user model that fails after retries (`InfraError`) is
 nobody's measurement: the trajectory is masked with reason `infra_failure: ...`.
+
+`user_error_rate` makes the scripted user err on purpose in that share of episodes (an
+`ErringUser`, drawn per episode from the run's seed): the kind it committed, if any, goes on the
+trajectory as `injected_user_error`, beside the detector's verdict, so the mask's precision and
+recall during training are measured rather than assumed.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from typing import Any
 from envforge.harness import (
     ControlToken,
     EnvTasks,
+    ErringUser,
     InfraError,
     LLMConfig,
     LLMUser,
@@ -48,6 +54,7 @@ from envforge.harness import (
     User,
     UserName,
     detect_user_error,
+    draw_user_error,
     score_trial,
 )
 from envforge.server import EpisodeClient
@@ -72,6 +79,8 @@ class EpisodeVerdict:
     user_error: bool
     user_error_reason: str | None
     user_messages: list[str] = field(default_factory=list)
+    injected_user_error: str | None = None
+    """The error kind the erring user committed (`user_error_rate`), else None."""
 
 
 class _HarnessEpisode:
@@ -150,6 +159,7 @@ class _HarnessEpisode:
         status = TrialStatus.COMPLETED if self.termination is not None else TrialStatus.MAX_TURNS
         if self.silent:
             status = TrialStatus.NO_RESPONSE
+        injected = self.user.committed if isinstance(self.user, ErringUser) else None
         if self.infra_error is not None:
             info = RewardInfo(reward=0.0, user_error=True, user_error_reason=self.infra_error)
         else:
@@ -169,6 +179,7 @@ class _HarnessEpisode:
             info = RewardInfo(
                 reward=ts.score.reward, parts=ts.parts, user_error=error, user_error_reason=reason
             )
+        info.injected_user_error = injected
         self.env.verdicts.append(
             EpisodeVerdict(
                 env=self.env.name,
@@ -180,6 +191,7 @@ class _HarnessEpisode:
                 user_error=info.user_error,
                 user_error_reason=info.user_error_reason,
                 user_messages=[m.content or "" for m in self.messages if m.role == "user"],
+                injected_user_error=injected,
             )
         )
         return info
@@ -190,7 +202,8 @@ class HarnessRolloutEnv:
 
     `user` is `"scripted"` or a litellm model string (`user_llm` overrides its `LLMConfig`, e.g. to
     set `api_base`); `make_user` replaces the user entirely (tests use a lying `ScriptedUser`).
-    `judge` enables the nl_assertions part and the LLM user-error judge.
+    `judge` enables the nl_assertions part and the LLM user-error judge. `user_error_rate` (with
+    the scripted user) makes that share of episodes err on purpose, drawn from `user_error_seed`.
     """
 
     def __init__(
@@ -205,7 +218,11 @@ class HarnessRolloutEnv:
         user_max_turns: int = 1000,
         use_mcp: bool = True,
         task_ids: Sequence[str] | None = None,
+        user_error_rate: float = 0.0,
+        user_error_seed: int = 0,
     ) -> None:
+        if user_error_rate and (user != UserName.SCRIPTED or make_user is not None):
+            raise ValueError("--user-error-rate needs the scripted user (--user scripted)")
         self.fleet = fleet
         self.env_tasks = env_tasks
         self.name = env_tasks.env.name
@@ -218,6 +235,9 @@ class HarnessRolloutEnv:
         self.user_max_turns = user_max_turns
         self.use_mcp = use_mcp
         self.verdicts: list[EpisodeVerdict] = []
+        self.user_error_rate = user_error_rate
+        self.user_error_seed = user_error_seed
+        self._played: dict[str, int] = {}
 
     def task_ids(self) -> list[str]:
         return sorted(self.tasks)
@@ -238,6 +258,11 @@ class HarnessRolloutEnv:
         if self.make_user is not None:
             return self.make_user(task)
         if self.user == UserName.SCRIPTED:
+            n = self._played[task.id] = self._played.get(task.id, -1) + 1  # before any await: in start order
+            rate, seed = self.user_error_rate, self.user_error_seed
+            draw = draw_user_error(seed, self.name, task.id, n, rate) if rate else None
+            if draw is not None:
+                return ErringUser(task, draw, max_turns=self.user_max_turns, seed=seed)
             return ScriptedUser(task, max_turns=self.user_max_turns)
         return LLMUser(task, self.user_llm or LLMConfig(model=self.user))
 

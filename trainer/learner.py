@@ -37,6 +37,10 @@ class LearnerConfig(BaseModel):
     eps: float = 1e-6
     baseline: Baseline = "task"
     advantage: AdvantageKind = "erpo"
+    mask_user_errors: bool = True
+    """ERPO's MEU mask: a trajectory the detector blames on the simulated user gets advantage 0 and
+    no loss tokens. False trains on it like any other (the ablation's arm without the mask); an
+    infrastructure failure (`infra_failure: ...`) stays masked either way, being no episode at all."""
     max_grad_norm: float = 1.0
     micro_batch: int = 16
     micro_batch_tokens: int = 1024
@@ -240,13 +244,19 @@ class Learner:
             model.parameters(), lr=self.config.lr, weight_decay=self.config.weight_decay
         )
 
+    def masked(self, t: Trajectory) -> bool:
+        """Whether `t` is left out of this update (see `LearnerConfig.mask_user_errors`)."""
+        if not t.user_error:
+            return False
+        return self.config.mask_user_errors or (t.user_error_reason or "").startswith("infra_failure")
+
     def advantages(self, trajs: Sequence[Trajectory]) -> list[float]:
         c = self.config
         return erpo_advantages(
             [t.reward for t in trajs],
             [t.env for t in trajs],
             [t.task_id for t in trajs],
-            [t.user_error for t in trajs],
+            [self.masked(t) for t in trajs],
             baseline=c.baseline,
             eps=c.eps,
             advantage=c.advantage,
@@ -280,12 +290,12 @@ class Learner:
 
         c = self.config
         adv = self.advantages(trajs)
-        kept = [(t, a) for t, a in zip(trajs, adv, strict=True) if not t.user_error]
+        kept = [(t, a) for t, a in zip(trajs, adv, strict=True) if not self.masked(t)]
         n_tokens = sum(sum(t.loss_mask) for t, _ in kept)  # over the whole batch, on every rank
         # Per token, the advantage the loss applies: read back from the tensors for this rank's rows
         # below; the other ranks' rows (data-parallel) get the same product computed here.
         token_adv = [
-            [a * m * (not t.user_error) for m in t.loss_mask] for t, a in zip(trajs, adv, strict=True)
+            [a * m * (not self.masked(t)) for m in t.loss_mask] for t, a in zip(trajs, adv, strict=True)
         ]
         if all(a == 0.0 for _, a in kept) and self._zero_gradient_moves_nothing():
             return self._skipped(trajs, adv, token_adv, len(kept), n_tokens)

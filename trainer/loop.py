@@ -85,6 +85,13 @@ class StepMetrics(BaseModel):
     update_finished: float
     step_time_s: float
     collect_windows: list[tuple[float, float]] = Field(description="(start, end) of each group used")
+    user_errors_flagged: int = Field(0, description="episodes the detector blamed on the simulated user")
+    user_errors_injected: int = Field(
+        0, description="episodes whose user was made to err (--user-error-rate)"
+    )
+    user_errors_caught: int = Field(0, description="injected episodes the detector flagged")
+    mask_precision: float | None = Field(None, description="caught / flagged; None when none flagged")
+    mask_recall: float | None = Field(None, description="caught / injected; None when none injected")
     peak_memory_mib: float = Field(0.0, description="peak resident MiB of the training process so far")
     peak_gpu_mib: float | None = Field(None, description="peak MiB the GPU allocator handed out so far")
 
@@ -265,6 +272,20 @@ def select_batch(pool: list[Group], env_names: Sequence[str], tasks_per_step: in
     return chosen if len(chosen) >= tasks_per_step else None
 
 
+def mask_scores(trajs: Sequence[Trajectory]) -> dict[str, Any]:
+    """The detector against the errors the user was made to commit: counts, precision, recall."""
+    flagged = sum(t.user_error for t in trajs)
+    injected = sum(t.injected_user_error is not None for t in trajs)
+    caught = sum(t.user_error and t.injected_user_error is not None for t in trajs)
+    return {
+        "user_errors_flagged": flagged,
+        "user_errors_injected": injected,
+        "user_errors_caught": caught,
+        "mask_precision": caught / flagged if flagged else None,
+        "mask_recall": caught / injected if injected else None,
+    }
+
+
 def validate(envs: Sequence[RolloutEnv], config: TrainConfig) -> None:
     if config.tasks_per_step < 2 * len(envs):
         raise ValueError(f"--tasks-per-step must be >= 2 per env ({2 * len(envs)} for {len(envs)} envs)")
@@ -361,6 +382,7 @@ async def train(
                 update_finished=update_finished,
                 step_time_s=now - last_end,
                 collect_windows=[(g.started_at, g.finished_at) for g in batch],
+                **mask_scores(trajs),
             )
             last_end = now
             metrics.append(m)

@@ -52,6 +52,8 @@ class RewardInfo(BaseModel):
     parts: dict[str, float] = Field(default_factory=dict)
     user_error: bool = False
     user_error_reason: str | None = None
+    injected_user_error: str | None = None
+    """The user error the simulated user was made to commit (`--user-error-rate`), else None."""
 
 
 class ToolOutcome(NamedTuple):
@@ -356,6 +358,7 @@ async def rollout(
         parts=info.parts,
         user_error=info.user_error,
         user_error_reason=info.user_error_reason,
+        injected_user_error=info.injected_user_error,
         policy_version=version,
         messages=messages,
         started_at=started,

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 import anyio
 from pydantic import BaseModel, Field, SecretStr
 
-from envforge.harness import UserName, http_sessions
+from envforge.harness import EnvTasks, UserName, http_sessions
 from envforge.server import Fleet, load_env
+from envforge.synth import Task, load_policy_rules
 
 from .backends import GenerationBackend, HFBackend, VLLMBackend, load_tokenizer
 from .distributed import DataParallel, init_from_env, rank_device, shutdown
@@ -51,7 +52,7 @@ ENV_KIND_WHY = {
     ("all", "harness"): "multi-turn episodes with the simulated user and the harness scorer",
     ("all", "fleet"): "single-turn episodes (--env-kind fleet)",
     ("lookup", "fleet"): "--tasks lookup plays single-turn lookups: no user to talk to",
-    ("lookup", "harness"): "multi-turn lookups",
+    ("lookup", "harness"): "multi-turn lookups with a simulated user that errs (--user-error-rate)",
 }
 """Why a run's episodes took the shape `run.json` records (`--tasks lookup` turns the harness
 default into the single-turn env: `envforge.checked_run_options`)."""
@@ -84,6 +85,9 @@ class RunOptions(BaseModel):
     eval_samples: int = 2
     precision: Precision = "float32"
     """`bfloat16`: the sampler's copy of the weights in bf16, the learner under bf16 autocast."""
+    user_error_rate: float = Field(0.0, ge=0.0, le=1.0)
+    """The share of training episodes whose scripted user is made to err (`ErringUser`); held-out
+    evaluations always play the user that does not."""
     max_batch: int = Field(16, ge=1)
     """Most sequences the hf sampler decodes together: a CPU gains little past 16, a GPU wants every
     episode in flight in one batch."""
@@ -102,7 +106,9 @@ def _fleet(opts: RunOptions) -> EpisodeFleet:
 
 
 async def _build_lookup(fleet: EpisodeFleet, opts: RunOptions) -> tuple[list[RolloutEnv], list[RolloutEnv]]:
-    """(train envs, held-out envs) of single-lookup tasks, one pair per env folder."""
+    """(train envs, held-out envs) of single-lookup tasks, one pair per env folder: single-turn, or
+    with the scripted user when the run has one (`env_kind="harness"`, which a user that errs
+    needs); the held-out side's user never errs."""
     if opts.ray_workers or opts.fleet_url:
         raise ValueError("--tasks lookup runs in this process (no --ray-workers, no --fleet-url)")
     train_envs: list[RolloutEnv] = []
@@ -112,9 +118,23 @@ async def _build_lookup(fleet: EpisodeFleet, opts: RunOptions) -> tuple[list[Rol
         train_tasks, held_tasks = split_tasks(await lookup_tasks(fleet, name))
         if len(train_tasks) < 2:
             raise ValueError(f"env {name!r} has {len(train_tasks)} lookup task(s) to train on; 2 are needed")
+        if opts.env_kind == "harness":
+            train_envs.append(_lookup_harness(fleet, d, train_tasks, opts, opts.user_error_rate))
+            held.append(_lookup_harness(fleet, d, held_tasks, opts, 0.0))
+            continue
         train_envs.append(FleetRolloutEnv(fleet, name, train_tasks, use_mcp=opts.use_mcp))
         held.append(FleetRolloutEnv(fleet, name, held_tasks, use_mcp=opts.use_mcp))
     return train_envs, held
+
+
+def _lookup_harness(
+    fleet: EpisodeFleet, env_dir: Path, tasks: list[Task], opts: RunOptions, rate: float
+) -> HarnessRolloutEnv:
+    env = load_env(env_dir)
+    env_tasks = EnvTasks(env_dir=env_dir, env=env, tasks=tasks, policy_rules=load_policy_rules(env))
+    return HarnessRolloutEnv(
+        fleet, env_tasks, use_mcp=opts.use_mcp, user_error_rate=rate, user_error_seed=opts.seed
+    )
 
 
 async def _build_all(fleet: EpisodeFleet, opts: RunOptions) -> tuple[list[RolloutEnv], list[RolloutEnv]]:
@@ -132,6 +152,8 @@ def _build(fleet: EpisodeFleet, opts: RunOptions) -> list[RolloutEnv]:
         user=opts.user,
         user_api_base=opts.user_api_base,
         judge=opts.judge,
+        user_error_rate=opts.user_error_rate,
+        user_error_seed=opts.seed,
     )
 
 

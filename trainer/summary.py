@@ -50,6 +50,19 @@ class RunSummary:
     peak_gpu_mib: float | None
     held_out: list[float] = field(default_factory=list)
     """Held-out mean reward per evaluation, in order (`eval.jsonl`); empty when none ran."""
+    user_errors_flagged: int = 0
+    user_errors_injected: int = 0
+    user_errors_caught: int = 0
+
+    @property
+    def mask_precision(self) -> float | None:
+        """Of the episodes the detector flagged, the share whose user was made to err."""
+        return self.user_errors_caught / self.user_errors_flagged if self.user_errors_flagged else None
+
+    @property
+    def mask_recall(self) -> float | None:
+        """Of the episodes whose user was made to err, the share the detector flagged."""
+        return self.user_errors_caught / self.user_errors_injected if self.user_errors_injected else None
 
     @property
     def all_skipped(self) -> bool:
@@ -66,6 +79,13 @@ class RunSummary:
             "peak_memory_mib": self.peak_memory_mib,
             "peak_gpu_mib": self.peak_gpu_mib,
             "held_out_rewards": self.held_out,
+            "user_errors": {
+                "flagged": self.user_errors_flagged,
+                "injected": self.user_errors_injected,
+                "caught": self.user_errors_caught,
+                "mask_precision": self.mask_precision,
+                "mask_recall": self.mask_recall,
+            },
         }
 
     def lines(self, metrics: list[StepMetrics]) -> list[tuple[str, str]]:
@@ -85,6 +105,16 @@ class RunSummary:
         if self.peak_gpu_mib is not None:
             memory += f", {self.peak_gpu_mib / 1024:.1f} GiB GPU"
         out.append(("note", memory))
+        if self.user_errors_injected or self.user_errors_flagged:
+            p, r = self.mask_precision, self.mask_recall
+            out.append(
+                (
+                    "note",
+                    f"user errors: {self.user_errors_injected} injected, {self.user_errors_flagged} flagged, "
+                    f"{self.user_errors_caught} both: mask precision {'-' if p is None else f'{p:.2f}'}, "
+                    f"recall {'-' if r is None else f'{r:.2f}'}",
+                )
+            )
         if self.steps < NOISY_STEPS and metrics:
             episodes = len(metrics[0].staleness)  # one entry per episode of the step's batch
             held = (
@@ -114,6 +144,9 @@ def summarize(metrics: list[StepMetrics], out: Path) -> RunSummary:
         peak_memory_mib=max(peaks, default=0.0),
         peak_gpu_mib=max(gpus) if gpus else None,
         held_out=read_held_out(out / "eval.jsonl"),
+        user_errors_flagged=sum(m.user_errors_flagged for m in metrics),
+        user_errors_injected=sum(m.user_errors_injected for m in metrics),
+        user_errors_caught=sum(m.user_errors_caught for m in metrics),
     )
 
 

@@ -47,6 +47,9 @@ class Trajectory(BaseModel):
     parts: dict[str, float] = Field(default_factory=dict)
     user_error: bool = False
     user_error_reason: str | None = None
+    injected_user_error: str | None = Field(
+        None, description="the error kind the simulated user was made to commit (--user-error-rate)"
+    )
     policy_version: int = Field(description="the oldest weights version that generated any of its tokens")
     messages: list[dict[str, Any]] = Field(default_factory=list, description="the chat, for reading")
     started_at: float = 0.0

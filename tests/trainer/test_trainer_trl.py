@@ -8,24 +8,21 @@ and forces its advantage to 0), or as carrying its group's kept mean (which leav
 so its advantage is exactly 0); an all-zero loss mask then keeps it out of the token count, which
 trl's advantage path does not see.
 
-How trl is exercised: trl 1.16 computes advantages inline in `GRPOTrainer._generate_and_score_completions`
-(there is no standalone function to call), so the test runs one real `GRPOTrainer` step on a tiny
-local model with a reward function that hands out the prepared rewards, and reads the `advantages`
-tensor that method returns to the loss (what `_compute_loss` multiplies the ratios by). The batch has
-2 envs on different reward scales, 5 tasks x 4 generations, masked trajectories and a zero-variance
-group. Rewards are assigned per row by (task, occurrence within the call), so the order in which
-trl's sampler shuffles prompts does not matter.
+How trl is exercised: one real `GRPOTrainer` step on a tiny local model, its advantages read back
+(`tests/support/trl_grpo.py`). The batch has 2 envs on different reward scales, 5 tasks x 4
+generations, masked trajectories and a zero-variance group.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from envforge.trainer import erpo_advantages, unbiased_std
+
+from support.trl_grpo import trl_advantages
 
 G = 4
 EPS = 1e-6
@@ -70,60 +67,11 @@ def trl_rewards(masked_as: str) -> dict[tuple[str, str, int], float | None]:
 
 def run_trl_step(tmp_path: Path, masked_as: str) -> dict[tuple[str, str, int], float]:
     """One GRPOTrainer step; returns the advantages trl hands to its loss, keyed like `erpo_reference`."""
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM
-    from trl import GRPOConfig, GRPOTrainer
-
-    from envforge.trainer import build_tiny_model, load_tokenizer
-
-    by_prompt = {f"solve {e} {t}": (e, t) for e, t in BATCH}
-    model_dir = build_tiny_model(tmp_path / f"model_{masked_as}", list(by_prompt))
-    rewards = trl_rewards(masked_as)
-    seen: list[list[tuple[str, str, int]]] = []
-    captured: list[Any] = []
-
-    def reward_fn(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float | None]:
-        count: dict[tuple[str, str], int] = defaultdict(int)
-        keys = []
-        for p in prompts:
-            e, t = by_prompt[p]
-            keys.append((e, t, count[(e, t)]))
-            count[(e, t)] += 1
-        seen.append(keys)
-        return [rewards[k] for k in keys]
-
-    class Capturing(GRPOTrainer):
-        def _generate_and_score_completions(self, inputs: Any) -> Any:
-            out = super()._generate_and_score_completions(inputs)
-            captured.append(out["advantages"].detach().cpu().tolist())
-            return out
-
-    args = GRPOConfig(
-        output_dir=str(tmp_path / f"trl_{masked_as}"),
-        per_device_train_batch_size=len(BATCH) * G,
-        num_generations=G,
-        max_completion_length=2,
-        max_steps=1,
-        learning_rate=0.0,
-        beta=0.0,
-        scale_rewards="none",
-        use_cpu=True,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        seed=0,
+    theirs = trl_advantages(
+        tmp_path, list(BATCH), trl_rewards(masked_as), G, scale_rewards="none", name=masked_as
     )
-    trainer = Capturing(
-        model=AutoModelForCausalLM.from_pretrained(str(model_dir)),
-        reward_funcs=reward_fn,
-        args=args,
-        train_dataset=Dataset.from_list([{"prompt": p} for p in by_prompt]),
-        processing_class=load_tokenizer(model_dir),
-    )
-    trainer.train()
-    assert len(seen) == 1 and len(captured) == 1
-    assert sorted(seen[0]) == sorted(erpo_reference())  # every (task, generation) exactly once
-    return dict(zip(seen[0], captured[0], strict=True))
+    assert sorted(theirs) == sorted(erpo_reference())
+    return theirs
 
 
 @pytest.mark.parametrize("masked_as", ["none", "kept_mean"])

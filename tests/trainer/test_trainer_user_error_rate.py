@@ -1,0 +1,143 @@
+"""`--user-error-rate`: training episodes whose user errs on purpose, recorded and scored against the mask.
+
+A scripted policy plays library's lookup tasks through the harness (announces work, then answers),
+so every conversation gives each error kind its moment. At rate 1 every trajectory records the
+kind its user committed and the detector flags it; at rate 0 none does; the same seed draws the
+same errors. `envforge train --tasks lookup --user-error-rate R` plays lookups with the scripted
+user, writes the mask's precision and recall per step and in `run.json`, and bad settings are one
+`error:` line each.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import typer
+from typer.testing import CliRunner
+
+from envforge.cli import trainer_commands
+from envforge.harness import ERROR_KINDS, EnvTasks
+from envforge.server import Fleet, load_env
+from envforge.synth import load_policy_rules
+from envforge.trainer import (
+    Generation,
+    HarnessRolloutEnv,
+    RolloutConfig,
+    Trajectory,
+    build_tiny_model,
+    collect,
+    lookup_tasks,
+    mask_scores,
+    unbatched_session,
+)
+
+from support.paths import REPO
+from support.tokenizer import EOS, ChunkTokenizer
+
+LIBRARY = REPO / "envs" / "library"
+
+
+class Announcer:
+    """Says it will check, then gives a figure: a turn to ask and a turn to answer."""
+
+    def __init__(self, tok: ChunkTokenizer) -> None:
+        self.tok, self.version, self.eos_id = tok, 0, EOS
+
+    def session(self) -> Any:
+        return unbatched_session()
+
+    async def generate(self, prompt_ids: list[int], *, max_new_tokens: int, seed=None, session=None):
+        turn = self.tok.decode(prompt_ids).count("<|im_start|>assistant") - 1
+        text = "Let me check that for you." if turn == 0 else "The answer is 3."
+        ids = [*self.tok.encode(text), EOS]
+        return Generation(token_ids=ids, logprobs=[-0.5] * len(ids), version=self.version)
+
+    async def sync_weights(self, state_dict: Any, version: int, model: Any = None) -> None:
+        self.version = version
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def play(rate: float, seed: int = 0, groups: int = 6) -> list[Trajectory]:
+    env = load_env(LIBRARY)
+    fleet = Fleet([env])
+    try:
+        tasks = (await lookup_tasks(fleet, "library"))[:3]
+        et = EnvTasks(env_dir=LIBRARY, env=env, tasks=tasks, policy_rules=load_policy_rules(env))
+        harness = HarnessRolloutEnv(fleet, et, use_mcp=False, user_error_rate=rate, user_error_seed=seed)
+        tok = ChunkTokenizer()
+        return await collect(
+            [harness],
+            Announcer(tok),
+            tok,
+            groups=groups,
+            rollouts_per_task=2,
+            rollout_config=RolloutConfig(max_turns=4, max_new_tokens=32, max_seq_len=10**6),
+            concurrency=1,
+        )
+    finally:
+        await fleet.aclose()
+
+
+def test_every_injected_error_is_recorded_and_flagged() -> None:
+    trajs = anyio.run(play, 1.0)
+    kinds = [t.injected_user_error for t in trajs]
+    assert None not in kinds and set(kinds) <= set(ERROR_KINDS) and len(set(kinds)) >= 3
+    assert all(t.user_error for t in trajs), [(t.injected_user_error, t.user_error_reason) for t in trajs]
+    scores = mask_scores(trajs)
+    assert scores["user_errors_injected"] == scores["user_errors_caught"] == len(trajs)
+    assert scores["mask_precision"] == scores["mask_recall"] == 1.0
+
+
+def test_no_rate_no_injection_and_the_same_seed_draws_the_same_errors() -> None:
+    clean = anyio.run(play, 0.0)
+    assert all(t.injected_user_error is None and not t.user_error for t in clean)
+    assert mask_scores(clean)["mask_recall"] is None
+    first, again = anyio.run(play, 0.5, 3), anyio.run(play, 0.5, 3)
+    drawn = [t.injected_user_error for t in first]
+    assert drawn == [t.injected_user_error for t in again]
+    assert 0 < sum(k is not None for k in drawn) < len(drawn)
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    trainer_commands.register(app)
+    return app
+
+
+def test_train_records_the_mask_against_the_injected_errors(tmp_path: Path) -> None:
+    model = build_tiny_model(tmp_path / "model", ["get_book", "book_id", "The answer is"])
+    out = tmp_path / "run"
+    args = ["train", "--model", str(model), "--envs", str(LIBRARY), "--tasks", "lookup"]
+    args += ["--steps", "1", "--tasks-per-step", "2", "--rollouts-per-task", "2", "--max-turns", "2"]
+    args += ["--max-new-tokens", "3", "--staleness", "0", "--user-error-rate", "1", "--no-mask-user-errors"]
+    args += ["--out", str(out), "--no-mcp"]
+    res = CliRunner().invoke(_app(), args)
+    assert res.exit_code == 0, res.output
+    step = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    # 4 drawn; a premature stop needs an agent turn that asks or announces, which a random model
+    # may not write, and is then not recorded as committed
+    injected = step["user_errors_injected"]
+    assert 3 <= injected <= 4 and step["user_errors_caught"] <= step["user_errors_flagged"]
+    assert step["masked_fraction"] == 0.0  # flagged, not masked: --no-mask-user-errors
+    ran = json.loads((out / "run.json").read_text())
+    assert ran["learner"]["mask_user_errors"] is False
+    assert ran["ran"]["env_kind"] == "harness" and ran["ran"]["user_errors"]["injected"] == injected
+    assert f"user errors: {injected} injected" in res.output
+
+
+def test_bad_rates_and_combinations_are_one_line_errors(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    base = ["train", "--model", str(tmp_path), "--envs", str(LIBRARY), "--out", str(tmp_path / "o")]
+    for extra, said in [
+        (["--user-error-rate", "1.5"], "--user-error-rate must be between 0 and 1"),
+        (["--user-error-rate", "0.5", "--env-kind", "fleet"], "needs a simulated user"),
+        (["--user-error-rate", "0.5", "--user", "openai/gpt-4o-mini"], "--user scripted"),
+    ]:
+        res = CliRunner().invoke(_app(), [*base, *extra])
+        assert res.exit_code != 0 and said in res.output, res.output
+        assert "Traceback" not in res.output
