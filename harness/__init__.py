@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .agents import BUILTIN_AGENTS, Agent, LLMAgent, OracleAgent, build_agent
+    from .idle_loop import IDLE_EXCHANGES, IdleLoop, only_closing
     from .llm import InfraError, LLMConfig, aclose_http_sessions, http_sessions, routable_model
     from .local_models import MODELS as LOCAL_MODELS
     from .local_models import LocalModel, LocalModelError, assemble, cache_dir, is_local_spec, model_for_spec
@@ -99,6 +100,9 @@ _LAZY = {
     "LLMAgent": "agents",
     "OracleAgent": "agents",
     "build_agent": "agents",
+    "IDLE_EXCHANGES": "idle_loop",
+    "IdleLoop": "idle_loop",
+    "only_closing": "idle_loop",
     "InfraError": "llm",
     "LLMConfig": "llm",
     "aclose_http_sessions": "llm",
@@ -238,6 +242,7 @@ __all__ = [
     "DEFAULT_PER_ENV",
     "DEFAULT_SEED",
     "ERROR_KINDS",
+    "IDLE_EXCHANGES",
     "LOCAL_MODELS",
     "REPORT_FILE",
     "STOP",
@@ -254,6 +259,7 @@ __all__ = [
     "Evaluation",
     "Fault",
     "HTTPBackend",
+    "IdleLoop",
     "InfraError",
     "LLMAgent",
     "LLMConfig",
@@ -320,6 +326,7 @@ __all__ = [
     "local_model_available",
     "local_model_ready",
     "model_for_spec",
+    "only_closing",
     "parse_tool_calls",
     "pass_hat_k",
     "print_summary",

@@ -13,7 +13,11 @@ not a JSON object (each answered with a tool error it can recover from, and coun
 agent itself was working. The infrastructure's: model calls that still fail after retries, a
 model server still not answering when the wall-clock limit runs out, and a fleet that errors or
 disappears (`infra_failure`: excluded from pass^k and re-run by `resume`). The env's: a trial
-that did not succeed after a tool answered with an internal env error (`env_failure`).
+that did not succeed after a tool answered with an internal env error (`env_failure`). A
+conversation that goes nowhere (both sides only thanking, closing, refusing or repeating
+themselves, no tool called, for three exchanges) is ended and charged to neither side: it is
+scored on its end state as if the user had stopped (`idle_loop`; the reasons in
+`harness/idle_loop.py`).
 
 A run directory is held under `RunDir.lock()` for the whole run, and `resume` needs the run's
 manifest to match (see `runs.MANIFEST_IGNORED`), so two processes never write one run and a run
@@ -50,6 +54,7 @@ from envforge.server import (
 from envforge.synth import AnswersMode, Task, with_answers
 
 from .agents import BUILTIN_AGENTS, Agent, as_reply, build_agent, openai_tools
+from .idle_loop import IdleLoop
 from .llm import (
     ContextOverflow,
     InfraError,
@@ -319,6 +324,7 @@ async def converse(
     results the env reports as its own internal errors are appended to `env_errors`.
     """
     tool_names = {t["function"]["name"] for t in tools}
+    idle = IdleLoop()
     first = await user.start()
     add_usage(usage, "user", first.usage)
     messages.append(Message(role="user", content=first.text, turn=0))
@@ -326,6 +332,7 @@ async def converse(
         return Ending(TrialStatus.COMPLETED, Termination.USER_STOP if first.stop else Termination.TRANSFER)
     errors = made = 0
     for turn in range(1, limits.max_turns + 1):
+        start = len(messages)
         for _ in range(limits.max_steps):
             reply = as_reply(await agent.respond(list(messages), tools, client))
             add_usage(usage, "agent", reply.usage)
@@ -362,6 +369,10 @@ async def converse(
             return Ending(TrialStatus.COMPLETED, Termination.USER_STOP)
         if answer.transfer:
             return Ending(TrialStatus.COMPLETED, Termination.TRANSFER)
+        acted = any(m.role == "tool" for m in messages[start:])  # either side's calls
+        if idle.see(said.content or "", acted, answer.text):
+            # going nowhere: ended for the user, scored on the state as it stands (`idle_loop`)
+            return Ending(TrialStatus.COMPLETED, Termination.IDLE_LOOP)
     return Ending(TrialStatus.MAX_TURNS, Termination.MAX_TURNS)
 
 

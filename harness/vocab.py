@@ -55,6 +55,7 @@ class Termination(StrEnum):
 
     USER_STOP = "user_stop"  # the user said `###STOP###`
     TRANSFER = "transfer"  # the user asked for a human (`###TRANSFER###`)
+    IDLE_LOOP = "idle_loop"  # both sides only thanked, closed, refused or repeated (`harness/idle_loop.py`)
     AGENT_STOP = "agent_stop"  # the agent said `###STOP###`
     AGENT_EMPTY = "agent_empty"  # the agent said nothing (RL rollouts; in an eval: nudged, still nothing)
     MAX_TOOL_ERRORS = "max_tool_errors"
