@@ -5,6 +5,10 @@ network access, so it holds inline CSS, SVG drawn here and a few lines of vanill
 nothing is fetched. Every piece of text from a run passes through `html.escape` (agents and users
 write `<script>` too), and the output depends only on the run dir, so re-rendering gives the same
 bytes.
+
+The page opens on something worth seeing: the first failed trial is expanded (else the first left
+out of pass^k, else the first), a plot is drawn only when it compares something, and every trial
+says how its conversation ended and, when the user ended it, in the user's own words.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from envforge.synth import Task
+
 from .metrics import (
     BUCKET_RULE,
     ENV_FAILED,
@@ -30,7 +36,8 @@ from .metrics import (
     summarize,
 )
 from .records import Message, RunManifest, TrialRecord
-from .report_task import RunTasks, failed_parts, load_run_tasks, task_panel
+from .report_task import RunTasks, ending, failed_parts, load_run_tasks, task_panel
+from .vocab import Termination
 
 REPORT_FILE = "report.html"
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f")
@@ -239,18 +246,25 @@ def _rate_series(parts: Sequence[dict[str, Any]]) -> list[Series]:
 
 
 def plots(summary: dict[str, Any]) -> str:
+    """The run's plots, each only when it has something to compare: pass^k over more than one k,
+    rewards over more than one env or difficulty bucket, tokens or cost a model spent. A run of
+    one trial per task on one env draws none ("" : the page leaves the section out)."""
     overall = summary["overall"]
     env_names = [*summary["envs"], "overall"]
     env_parts = [*summary["envs"].values(), overall]
-    buckets = [b for b, p in overall["by_difficulty"].items() if p["n_tasks"] or b != "unknown"]
+    buckets = [b for b, p in overall["by_difficulty"].items() if p["n_tasks"]]
     bucket_parts = [overall["by_difficulty"][b] for b in buckets]
     roles = list(overall["tokens"])
     tok = overall["tokens"]
-    out = [
-        pass_k_plot(summary),
-        grouped_bars("Reward by env (95% CI)", env_names, _rate_series(env_parts), y_max=1.0),
-        grouped_bars("Reward by difficulty (95% CI)", buckets, _rate_series(bucket_parts), y_max=1.0),
-    ]
+    out = []
+    if len(overall["pass_hat_k"]) > 1:
+        out.append(pass_k_plot(summary))
+    if len(summary["envs"]) > 1:
+        out.append(grouped_bars("Reward by env (95% CI)", env_names, _rate_series(env_parts), y_max=1.0))
+    if len(buckets) > 1:
+        out.append(
+            grouped_bars("Reward by difficulty (95% CI)", buckets, _rate_series(bucket_parts), y_max=1.0)
+        )
     # built-in agents and scripted users call no model: empty token and cost axes say nothing
     if any(tok[r]["prompt_tokens"] or tok[r]["completion_tokens"] for r in roles):
         out.append(
@@ -396,17 +410,20 @@ def message_html(msg: Message) -> str:
     return f'<div class="{cls}"><div class="role">{_e(label)} {turn}</div>{body}</div>'
 
 
-def score_html(rec: TrialRecord) -> str:
+def score_html(rec: TrialRecord, task: Task | None = None) -> str:
     s = rec.score
     if s is None:
         return '<p class="muted">not scored</p>'
+    none_required = task is not None and not task.required_outputs
     rows: list[tuple[str, Any]] = [
         ("reward", f"{s.reward:.3f}"),
         ("basis", " × ".join(s.basis)),
         ("state match", "yes" if s.state_match else "no"),
         (
             "outputs",
-            f"{s.outputs:.2f}"
+            "none required"
+            if none_required
+            else f"{s.outputs:.2f}"
             + (f" ({s.answer_rule} rule)" if s.answer_rule else "")
             + (f" — missing: {', '.join(s.outputs_missing)}" if s.outputs_missing else ""),
         ),
@@ -429,8 +446,10 @@ def trial_outcome(rec: TrialRecord) -> str:
     return "pass" if is_success(rec.reward) else "fail"
 
 
-def trial_html(rec: TrialRecord, tasks: RunTasks) -> str:
+def trial_html(rec: TrialRecord, tasks: RunTasks, *, opened: bool = False) -> str:
+    """One trial: a summary line, and the task beside the conversation (shown when `opened`)."""
     outcome = trial_outcome(rec)
+    task, _ = tasks.lookup(rec.env, rec.task_id)
     usage = ", ".join(
         f"{role}: {u.calls} calls, {u.prompt_tokens}+{u.completion_tokens} tok, {fmt_cost(u.cost_usd)}"
         for role, u in sorted(rec.usage.items())
@@ -452,6 +471,8 @@ def trial_html(rec: TrialRecord, tasks: RunTasks) -> str:
     badges = '<span class="badge ue">user error</span>' if rec.user_error else ""
     if failed:
         badges += f'<span class="badge why">failed: {_e(", ".join(failed))}</span>'
+    if rec.termination not in QUIET_ENDINGS:
+        badges += f'<span class="badge end">{_e(rec.termination)}</span>'
     if outcome == "excluded":
         reward = '<span class="c-reward excluded">–</span>'
         badges += f'<span class="badge excl">{_e(rec.fault)} failure · not counted</span>'
@@ -459,16 +480,33 @@ def trial_html(rec: TrialRecord, tasks: RunTasks) -> str:
         reward = f'<span class="c-reward {outcome}">{rec.reward:.2f}</span>'
     return (
         f'<details class="trial {outcome}" data-env="{_e(rec.env)}" data-status="{_e(rec.status)}" '
-        f'data-outcome="{outcome}" data-ue="{int(rec.user_error)}" data-search="{_e(search)}">'
+        f'data-outcome="{outcome}" data-ue="{int(rec.user_error)}" data-search="{_e(search)}"'
+        f"{' open' if opened else ''}>"
         f'<summary><span class="c-env">{_e(rec.env)}</span><span class="c-task">{_e(rec.task_id)}</span>'
         f'<span class="c-trial">#{rec.trial}</span>{reward}'
         f'<span class="c-status st-{_e(rec.status)}">{_e(rec.status)}</span>{badges}</summary>'
         f'<div class="trial-body"><div class="side">{task_panel(rec, tasks)}'
         f'<details class="meta"><summary>trial details and score record</summary>'
-        f'<table class="meta">{meta_rows}</table>{score_html(rec)}</details></div>'
-        f'<div class="convo"><h4>conversation</h4>{"".join(message_html(m) for m in rec.messages)}</div>'
+        f'<table class="meta">{meta_rows}</table>{score_html(rec, task)}</details></div>'
+        f'<div class="convo"><h4>conversation</h4>{"".join(message_html(m) for m in rec.messages)}'
+        f'<p class="ending"><b>ended:</b> {_e(ending(rec))}</p></div>'
         "</div></details>"
     )
+
+
+QUIET_ENDINGS = frozenset({Termination.USER_STOP, Termination.AGENT_STOP})
+"""Endings a trial's summary line leaves unsaid (how a conversation ends when nothing went wrong);
+every other one gets a badge, and every trial says how it ended below its conversation."""
+
+
+def opened_trial(records: Sequence[TrialRecord]) -> int | None:
+    """The trial the page opens on: the first failed one, else the first left out of pass^k, else
+    the first (a run where everything passed shows what passing looked like)."""
+    outcomes = [trial_outcome(r) for r in records]
+    for wanted in ("fail", "excluded"):
+        if wanted in outcomes:
+            return outcomes.index(wanted)
+    return 0 if records else None
 
 
 def viewer(records: Sequence[TrialRecord], tasks: RunTasks) -> str:
@@ -486,7 +524,9 @@ def viewer(records: Sequence[TrialRecord], tasks: RunTasks) -> str:
         '<label><input id="f-ue" type="checkbox"> user errors only</label>'
         f'<span id="f-count">{len(records)} of {len(records)} trials</span></div>'
     )
-    return controls + '<div id="trials">' + "".join(trial_html(r, tasks) for r in records) + "</div>"
+    first = opened_trial(records)
+    shown = "".join(trial_html(r, tasks, opened=i == first) for i, r in enumerate(records))
+    return controls + f'<div id="trials">{shown}</div>'
 
 
 # --------------------------------------------------------------------------- page
@@ -517,7 +557,9 @@ details.trial>summary{cursor:pointer;padding:4px 8px;display:flex;gap:14px;align
 .c-status{font-size:12px;padding:1px 6px;border-radius:8px;background:#eee}
 .st-infra_failure,.st-env_failure{background:#e0e0e0;color:#444}.st-completed{background:#e3f1e3}
 .badge{font-size:12px;padding:1px 6px;border-radius:8px}.badge.ue{background:#fff1c2}
-.badge.why{background:#fde2e1;color:#8e1b1b}.badge.excl{background:#e0e0e0;color:#444}
+.badge.why{background:#fde2e1;color:#8e1b1b}.badge.end{background:#e8eaf6;color:#283593}
+p.ending{margin:8px 0 0;padding:6px 10px;background:#f3f3f3;border-left:3px solid #9e9e9e}
+.badge.excl{background:#e0e0e0;color:#444}
 details.trial.excluded{border-left-color:#9e9e9e;background:#f4f4f4}
 details.trial.excluded>summary{color:#666}.c-reward.excluded{color:#888}
 .trial-body{display:grid;grid-template-columns:minmax(0,5fr) minmax(0,6fr);gap:16px;
@@ -609,8 +651,8 @@ def render_report(
         f"{summary['overall']['infra_failures']} infra and {summary['overall']['env_failures']} env "
         f"failure(s) are left out (grey below); pass^k {ENV_FAILED} counts the env failures as "
         "failed trials.</p>"
-        f'<h2>Plots</h2><div class="plots">{plots(summary)}</div>'
-        f"<h2>Trajectories</h2>{viewer(records, tasks)}"
+        + (f'<h2>Plots</h2><div class="plots">{drawn}</div>' if (drawn := plots(summary)) else "")
+        + f"<h2>Trajectories</h2>{viewer(records, tasks)}"
     )
     return page(f"envforge run {manifest.run_id}", body, JS)
 

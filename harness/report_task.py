@@ -22,9 +22,10 @@ from typing import Any
 
 from envforge.synth import RewardPart, TableDiff, Task, load_tasks
 
+from .idle_loop import IDLE_EXCHANGES
 from .records import RunManifest, TrialRecord
 from .report_diff import Line, end_state_lines, keys_of
-from .vocab import Fault, TrialStatus
+from .vocab import ControlToken, Fault, Termination, TrialStatus
 
 MAX_DIFF_LINES = 60
 """Diff lines shown per trial: a trial that rewrote a whole table stays a readable page."""
@@ -108,8 +109,9 @@ def excluded_label(rec: TrialRecord) -> str | None:
     return EXCLUDED_LABEL.get(Fault(rec.fault)) if not rec.counted else None
 
 
-def part_verdicts(rec: TrialRecord) -> list[PartVerdict]:
-    """The task's reward parts, in basis order, each with its value and the reason it has it."""
+def part_verdicts(rec: TrialRecord, task: Task | None = None) -> list[PartVerdict]:
+    """The task's reward parts, in basis order, each with its value and the reason it has it
+    (`task`, when known, says whether it required any output at all)."""
     score = rec.score
     if score is None:
         return []
@@ -122,11 +124,12 @@ def part_verdicts(rec: TrialRecord) -> list[PartVerdict]:
             reason = "end state matches the golden one" if score.state_match else "end state differs (below)"
         elif part == RewardPart.OUTPUTS:
             value = 1.0 if not score.outputs_missing else 0.0
-            reason = (
-                f"not communicated: {', '.join(score.outputs_missing)}"
-                if score.outputs_missing
-                else "every required output communicated"
-            )
+            if score.outputs_missing:
+                reason = f"not communicated: {', '.join(score.outputs_missing)}"
+            elif task is not None and not task.required_outputs:
+                reason = NO_OUTPUT_REQUIRED
+            else:
+                reason = "every required output communicated"
         elif part == RewardPart.CHECKPOINTS:
             value = score.checkpoints
             reason = f"{score.checkpoints_passed} of {score.checkpoints_total} checkpoint(s) hold"
@@ -143,6 +146,42 @@ def part_verdicts(rec: TrialRecord) -> list[PartVerdict]:
             reason = "the judge found every assertion met" if value == 1.0 else "the judge found one not met"
         out.append(PartVerdict(str(part), value, reason))
     return out
+
+
+NO_OUTPUT_REQUIRED = "no output required: the task asks the agent to tell the user nothing"
+
+
+def last_user_words(rec: TrialRecord) -> str:
+    """What the user said last, in the user's own words ("" when it said nothing)."""
+    return next((m.content or "" for m in reversed(rec.messages) if m.role == "user"), "").strip()
+
+
+ENDINGS: dict[str, str] = {
+    Termination.USER_STOP: f"the user ended the conversation ({ControlToken.STOP})",
+    Termination.TRANSFER: f"the user asked for a human ({ControlToken.TRANSFER})",
+    Termination.IDLE_LOOP: (
+        f"ended for the user after {IDLE_EXCHANGES} exchanges going nowhere (only thanks, closings, "
+        "refusals or repeats, no tool called): scored on the end state, charged to neither side"
+    ),
+    Termination.AGENT_STOP: f"the agent ended the conversation ({ControlToken.STOP})",
+    Termination.AGENT_EMPTY: "the user gave up: the agent kept saying nothing after being nudged",
+    Termination.MAX_TOOL_ERRORS: "the agent's failed tool calls passed the limit (max_tool_errors)",
+    Termination.MAX_STEPS: "the agent made more tool calls in one turn than the limit (max_steps)",
+    Termination.MAX_TURNS: "the exchange limit (max_turns) ran out before either side ended it",
+    Termination.TIMEOUT: "the trial's wall-clock limit ran out",
+}
+
+
+def ending(rec: TrialRecord) -> str:
+    """Why the conversation ended, in words: who ended it and, when the user did, the user's own
+    last words (the scripted user's say why: "Thank you." after the agent's report, "No, that is
+    all." after a closing offer, "You have not answered me" after silence)."""
+    why = ENDINGS.get(rec.termination) or f"{rec.status}" + (f": {rec.error}" if rec.error else "")
+    if rec.termination in (Termination.USER_STOP, Termination.TRANSFER, Termination.AGENT_EMPTY):
+        words = last_user_words(rec)
+        if words:
+            why += f": \u201c{words}\u201d"
+    return why
 
 
 def ended_early(rec: TrialRecord) -> str | None:
@@ -209,9 +248,9 @@ def _calls_html(task: Task) -> str:
     return f'<ol class="golden">{items}</ol>'
 
 
-def _verdict_html(rec: TrialRecord) -> str:
+def _verdict_html(rec: TrialRecord, task: Task | None = None) -> str:
     rows = []
-    for v in part_verdicts(rec):
+    for v in part_verdicts(rec, task):
         cls = "bad" if v.failed else "muted" if v.value is None else "good"
         value = "–" if v.value is None else f"{v.value:.2f}"
         mark = " ✗ failed" if v.failed else ""
@@ -257,7 +296,7 @@ def task_panel(rec: TrialRecord, tasks: RunTasks) -> str:
             )
         out.append(f"<h4>expected calls ({len(task.golden_calls)})</h4>{_calls_html(task)}")
     if not excluded:
-        out.append(f"<h4>reward parts</h4>{_verdict_html(rec)}")
+        out.append(f"<h4>reward parts</h4>{_verdict_html(rec, task)}")
         if task is not None and rec.score is not None and not rec.score.state_match:
             out.append(_state_diff_html(tasks, task, rec))
     return f'<div class="task">{"".join(out)}</div>'

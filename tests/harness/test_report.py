@@ -55,7 +55,7 @@ def rec(env: str, task: str, trial: int, reward: float, status: str = "completed
         score=score if status == "completed" else None,
         reward=reward,
         usage={"agent": Usage(calls=2, prompt_tokens=1200, completion_tokens=80, cost_usd=0.01)},
-        difficulty={"calls": 1 + trial * 2},
+        difficulty={"calls": 1 + int(task[-1]) * 2},  # t1: 3-4 calls, t2 and t3: 5+ (two buckets to compare)
         started_at=1000.0,
         duration_s=2.5,
         agent="agent-model",
