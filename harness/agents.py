@@ -42,6 +42,7 @@ from envforge.synth import (
 
 from .llm import LLMConfig, complete, to_openai
 from .records import Message, ToolCall, Usage
+from .user_tools import user_action_request
 from .users import confirmation_request
 from .vocab import AgentName
 
@@ -95,6 +96,10 @@ class OracleAgent:
     parameter, it reads the record with the declared lookup tool. Before a write the rules want
     confirmed, it sends `confirmation_request(call)` (the scripted user's format) and writes only
     when the user's reply says yes.
+
+    A golden call the user makes (dual control: `requestor="user"`) is not the oracle's: it hands
+    the run of them over with `user_action_request` and goes on once the user has answered (the
+    scripted user plays that run, and never one it was not asked for).
     """
 
     def __init__(self, task: Task, rules: PolicyRules | None = None) -> None:
@@ -107,6 +112,7 @@ class OracleAgent:
         self.tried: set[str] = set()
         self.asked_at: int | None = None  # the golden call the last confirmation request was for
         self.pending: Call | None = None  # the oracle's own call whose result is next
+        self.handed: int | None = None  # the golden index of the user's run last handed over
 
     def _call(self, call: Call) -> Message:
         self.made += 1
@@ -180,8 +186,18 @@ class OracleAgent:
         self, messages: list[Message], tools: list[dict[str, Any]], client: EpisodeClient
     ) -> Message:
         self._see(messages)
-        while self.next < len(self.task.golden_calls):
-            call = self.task.golden_calls[self.next]
+        golden = self.task.golden_calls
+        while self.next < len(golden):
+            call = golden[self.next]
+            if call.requestor == "user":
+                end = self.next
+                while end < len(golden) and golden[end].requestor == "user":
+                    end += 1
+                if self.handed == self.next:  # the user has answered the hand-over: played it
+                    self.next = end
+                    continue
+                self.handed = self.next
+                return _say(user_action_request(golden[self.next : end]))
             before = self._before(call, tools)
             if before is not None:
                 return self._call(before)

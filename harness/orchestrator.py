@@ -4,7 +4,10 @@ A trial: create an episode at the task's initial state → open an MCP session b
 user opens → agent steps (tool calls executed through MCP) alternate with user replies until a
 control token, a limit, or the wall-clock timeout → export the final state → score → append one
 `TrialRecord` to the run directory. The fleet is in-process by default; with `server` it is a
-running `envforge serve` reached through its control plane and per-episode MCP URLs.
+running `envforge serve` reached through its control plane and per-episode MCP URLs. In a
+dual-control env the user also acts on its own side of the episode through a `UserToolbox`
+(`user_tools.py`): its calls run on the user's side, are recorded in the trial's messages, and are
+hidden from the agent.
 
 Every ending is charged to one side (`records.Fault`). The agent's: its context overflowing, an
 answer that is not a usable message, calls to tools that do not exist or with arguments that are
@@ -33,7 +36,7 @@ import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -77,7 +80,8 @@ from .records import (
 from .runs import RunConfigMismatch, RunDir, check_resumable, dump_diff, records_for, score_trial, trial_key
 from .tasks import EnvTasks, TaskSelectionError, load_env_tasks, select_tasks
 from .user_errors import detect_user_error
-from .users import User, build_user
+from .user_tools import FleetUserCaller, UserCaller, UserToolbox, agent_view, user_tool_specs
+from .users import User, bind_toolbox, build_user
 from .vocab import ControlToken, Termination, TrialStatus, UserName
 
 
@@ -168,6 +172,10 @@ class InProcessBackend:
     async def create(self, env: str, state: State | None) -> str:
         return (await self.fleet.create_episode(env, state=state)).id
 
+    def user_client(self, env: str, episode_id: str) -> AbstractAsyncContextManager[UserCaller | None]:
+        """The episode's user side (dual control): calls straight into the fleet, side "user"."""
+        return nullcontext(FleetUserCaller(self.fleet.call, episode_id))
+
     def client(self, env: str, episode_id: str) -> AbstractAsyncContextManager[EpisodeClient]:
         if self.clients is not None:
             return self.clients.episode(env, episode_id)
@@ -188,6 +196,7 @@ class HTTPBackend:
         headers = {"authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.AsyncClient(base_url=self.base, headers=headers, timeout=60.0)
         self.paths: dict[str, str] = {}
+        self.user_paths: dict[str, str] = {}
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
@@ -206,10 +215,17 @@ class HTTPBackend:
             body["state"] = state
         data = await self._request("POST", "/control/episodes", json=body)
         self.paths[data["episode_id"]] = data["mcp_path"]
+        if isinstance(data.get("user_mcp_path"), str):
+            self.user_paths[data["episode_id"]] = data["user_mcp_path"]
         return str(data["episode_id"])
 
     def client(self, env: str, episode_id: str) -> AbstractAsyncContextManager[EpisodeClient]:
         return http_episode_client(self.base + self.paths[episode_id], episode_id)
+
+    def user_client(self, env: str, episode_id: str) -> AbstractAsyncContextManager[UserCaller | None]:
+        """The episode's user endpoint (dual control), as the control plane gave it; None without."""
+        path = self.user_paths.get(episode_id)
+        return http_episode_client(self.base + path, episode_id) if path else nullcontext(None)
 
     async def export(self, episode_id: str) -> State:
         state: State = (await self._request("GET", f"/control/episodes/{episode_id}/state"))["state"]
@@ -217,6 +233,7 @@ class HTTPBackend:
 
     async def close(self, episode_id: str) -> None:
         self.paths.pop(episode_id, None)
+        self.user_paths.pop(episode_id, None)
         await self._request("DELETE", f"/control/episodes/{episode_id}")
 
     async def aclose(self) -> None:
@@ -315,13 +332,16 @@ async def converse(
     usage: dict[str, Usage],
     limits: Limits,
     env_errors: list[str] | None = None,
+    toolbox: UserToolbox | None = None,
 ) -> Ending:
     """The conversation loop; fills `messages` and `usage`, returns how it ended.
 
     A call to a tool the env does not have, or with arguments that are not a JSON object or cannot
     be recorded (`as_recorded`), never reaches the env: the agent gets a tool error saying so.
     Calls carry the harness's ids, so results pair with calls whatever ids the agent sent. Tool
-    results the env reports as its own internal errors are appended to `env_errors`.
+    results the env reports as its own internal errors are appended to `env_errors`. With a
+    `toolbox` (dual control) the user's own calls land in `messages` as it makes them, and the
+    agent is shown the conversation without them (`agent_view`).
     """
     tool_names = {t["function"]["name"] for t in tools}
     idle = IdleLoop()
@@ -334,7 +354,8 @@ async def converse(
     for turn in range(1, limits.max_turns + 1):
         start = len(messages)
         for _ in range(limits.max_steps):
-            reply = as_reply(await agent.respond(list(messages), tools, client))
+            shown = list(messages) if toolbox is None else agent_view(messages)
+            reply = as_reply(await agent.respond(shown, tools, client))
             add_usage(usage, "agent", reply.usage)
             said, unusable = as_recorded(reply.message, turn, made)
             made += len(said.tool_calls)
@@ -360,6 +381,8 @@ async def converse(
             return Ending(TrialStatus.MAX_TURNS, Termination.MAX_STEPS)
         if said.content and ControlToken.STOP in said.content:
             return Ending(TrialStatus.COMPLETED, Termination.AGENT_STOP)
+        if toolbox is not None:
+            toolbox.turn = turn
         answer = await user.reply(list(messages))
         add_usage(usage, "user", answer.usage)
         messages.append(Message(role="user", content=answer.text, turn=turn))
@@ -417,11 +440,18 @@ async def run_trial(
     env_errors: list[str] = []
     try:
         episode_id = await backend.create(env.name, job.et.initial_state(task) if task.setup else None)
-        async with backend.client(env.name, episode_id) as client:
+        async with (
+            backend.client(env.name, episode_id) as client,
+            _user_client(backend, env.name, episode_id, user) as user_caller,
+        ):
             tools = await offered_tools(backend, env.name, client)
+            toolbox = None
+            if user_caller is not None:
+                toolbox = UserToolbox(user_tool_specs(env), user_caller, messages, env_errors)
+                bind_toolbox(user, toolbox)
             with model_waits() as waits, anyio.move_on_after(config.limits.trial_timeout_s) as scope:
                 status, termination = await converse(
-                    agent, user, client, tools, messages, usage, config.limits, env_errors
+                    agent, user, client, tools, messages, usage, config.limits, env_errors, toolbox
                 )
             if scope.cancelled_caught and waits.interrupted:
                 # The clock ran out while a model server was still answering: the server's delay,
@@ -476,6 +506,7 @@ async def run_trial(
                 judge=config.judge_llm,
                 keys=job.et.pks,
                 policy=job.et.policy_rules,
+                env=env,
             )
             # `record.usage`, not `usage`: the record was validated from a copy of that dict.
             if ts.judge_usage:
@@ -498,6 +529,25 @@ async def run_trial(
     record.fault = FAULT_OF_STATUS[TrialStatus(record.status)]
     record.duration_s = time.perf_counter() - t0
     return record
+
+
+def _user_client(
+    backend: Backend, env: str, episode_id: str, user: User
+) -> AbstractAsyncContextManager[UserCaller | None]:
+    """The user's way to its own tools in a dual-control env, where the backend and the user have
+    one (a backend without `user_client`, an env without user tools, a user that calls no tools:
+    None)."""
+    opener = getattr(backend, "user_client", None)
+    if opener is None or not hasattr(user, "toolbox") or not _has_user_tools(backend, env):
+        return nullcontext(None)
+    caller: AbstractAsyncContextManager[UserCaller | None] = opener(env, episode_id)
+    return caller
+
+
+def _has_user_tools(backend: Backend, env: str) -> bool:
+    if isinstance(backend, InProcessBackend):
+        return bool(backend.fleet.env(env).tools_of("user"))
+    return True  # over HTTP, the control plane says (`user_mcp_path`)
 
 
 def _default_agent(config: EvalConfig, et: EnvTasks) -> Callable[[Task, int], Agent]:

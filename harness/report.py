@@ -390,6 +390,8 @@ def _pretty(text: str) -> str:
 def message_html(msg: Message) -> str:
     cls = f"msg {msg.role}" + (" error" if msg.is_error else "")
     label = msg.role + (" (error)" if msg.is_error else "")
+    if msg.role == "user" and msg.tool_calls:  # dual control: the user acting on their own device
+        label = "user (own tool)"
     if msg.tool_call_id:
         label += f" ← {msg.tool_call_id}"
     parts = []
@@ -571,6 +573,7 @@ blockquote.instruction{white-space:pre-wrap;margin:0;padding:6px 10px;background
 p.told{margin:4px 0}
 ol.golden{margin:0;padding-left:22px}ol.golden li{margin:2px 0;overflow-wrap:anywhere}
 ol.golden code,p.told code{font:12px ui-monospace,Menlo,monospace;margin-left:6px;color:#444}
+.by-user{font-size:11px;background:#eef4fb;border-radius:3px;padding:0 4px;color:#345}
 table.parts th{width:130px;white-space:nowrap}table.parts td.v{width:40px;text-align:right}
 table.parts tr.bad th,table.parts tr.bad td{color:#b71c1c;background:#fdecea}
 table.parts tr.good td.v{color:#2e7d32}

@@ -10,12 +10,17 @@ Tasks come from the `tasks.jsonl` of the env folders the run's manifest names, r
 report; a run whose env folder is gone (a report re-rendered on another machine) still renders,
 with a note in place of the task. The state diff comes from the task's `golden_diff` and the
 record's `final_diff` alone (`report_diff.py`): no env is loaded and nothing is replayed.
+
+In a dual-control env (one whose `env.toml` names `user_tables`) the panel marks the golden calls
+the user makes, shows what the trial changed on each side (the agent's tables, the user's), and
+splits the expected-vs-actual diff the same way.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +55,8 @@ class RunTasks:
     folders: dict[str, Path] = field(default_factory=dict)
     keys: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
+    user_tables: dict[str, frozenset[str]] = field(default_factory=dict)
+    """Per dual-control env, the tables of the user's side (`env.toml`'s `user_tables`)."""
 
     def lookup(self, env: str, task_id: str) -> tuple[Task | None, str | None]:
         """The task, or None and a one-line reason."""
@@ -79,7 +86,21 @@ def load_run_tasks(manifest: RunManifest) -> RunTasks:
         out.tasks[name] = {t.id: t for t in every if t.id in wanted}
         out.folders[name] = Path(folder)
         out.keys[name] = keys_of(every)
+        user_tables = _user_tables(Path(folder))
+        if user_tables:
+            out.user_tables[name] = user_tables
     return out
+
+
+def _user_tables(folder: Path) -> frozenset[str]:
+    """The env's `user_tables`, read from its env.toml alone (the env is not loaded); none when
+    the file cannot be read."""
+    try:
+        data = tomllib.loads((folder / "env.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return frozenset()
+    tables = data.get("user_tables")
+    return frozenset(t for t in tables if isinstance(t, str)) if isinstance(tables, list) else frozenset()
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -211,7 +232,7 @@ def end_state_diff(tasks: RunTasks, task: Task, rec: TrialRecord) -> list[Line] 
     return end_state_lines(task.golden_diff, final, keys)
 
 
-def diff_html(lines: list[Line]) -> str:
+def diff_html(lines: list[Line], heads: tuple[str, str] = ("expected", "actual")) -> str:
     if not lines:
         return '<p class="muted">no difference in the stored end state</p>'
     shown = lines[:MAX_DIFF_LINES]
@@ -230,18 +251,40 @@ def diff_html(lines: list[Line]) -> str:
     )
     return (
         '<table class="diff"><thead><tr><th>row</th><th>column</th>'
-        f"<th>expected</th><th>actual</th></tr></thead><tbody>{''.join(body)}</tbody></table>{more}"
+        f"<th>{_e(heads[0])}</th><th>{_e(heads[1])}</th></tr></thead><tbody>{''.join(body)}</tbody></table>"
+        f"{more}"
     )
 
 
+def by_side(lines: list[Line], user_tables: frozenset[str]) -> tuple[list[Line], list[Line]]:
+    """`lines` split into the agent's side and the user's side (dual control) by their table."""
+    return [ln for ln in lines if ln[0] not in user_tables], [ln for ln in lines if ln[0] in user_tables]
+
+
+def changes_by_side(tasks: RunTasks, rec: TrialRecord) -> tuple[list[Line], list[Line]] | None:
+    """What the trial changed from its initial state, on the agent's side and on the user's
+    (None: not a dual-control env, or no end state stored)."""
+    user_tables = tasks.user_tables.get(rec.env)
+    if not user_tables or rec.final_diff is None:
+        return None
+    final = {t: TableDiff.model_validate(d) for t, d in rec.final_diff.items()}
+    keys = {**keys_of([], [final]), **tasks.keys.get(rec.env, {})}
+    return by_side(end_state_lines({}, final, keys), user_tables)
+
+
 # --------------------------------------------------------------------------- the panel
+
+
+BY_USER = '<span class="by-user">user</span> '
+"""What marks a golden call the user makes (dual control)."""
 
 
 def _calls_html(task: Task) -> str:
     if not task.golden_calls:
         return '<p class="muted">no calls expected</p>'
     items = "".join(
-        f'<li><span class="fn">{_e(c.name)}</span>'
+        f"<li>{BY_USER if c.requestor == 'user' else ''}"
+        f'<span class="fn">{_e(c.name)}</span>'
         f"<code>{_e(json.dumps(c.arguments, ensure_ascii=False, sort_keys=True))}</code></li>"
         for c in task.golden_calls
     )
@@ -273,7 +316,31 @@ def _state_diff_html(tasks: RunTasks, task: Task, rec: TrialRecord) -> str:
         return f'<p class="muted">state diff unavailable: {_e(exc)}</p>'
     if lines is None:
         return ""
+    user_tables = tasks.user_tables.get(rec.env)
+    if user_tables:
+        agent_side, user_side = by_side(lines, user_tables)
+        return (
+            f"<h4>state diff, agent's side (expected vs actual)</h4>{diff_html(agent_side)}"
+            f"<h4>state diff, user's side (expected vs actual)</h4>{diff_html(user_side)}"
+        )
     return f"<h4>state diff (expected vs actual)</h4>{diff_html(lines)}"
+
+
+def _changes_html(tasks: RunTasks, rec: TrialRecord) -> str:
+    try:
+        sides = changes_by_side(tasks, rec)
+    except (ValueError, KeyError) as exc:
+        return f'<p class="muted">state changes unavailable: {_e(exc)}</p>'
+    if sides is None:
+        return ""
+    heads = ("before", "after")
+    agent_side, user_side = (
+        diff_html(lines, heads) if lines else '<p class="muted">nothing changed</p>' for lines in sides
+    )
+    return (
+        f"<h4>what the trial changed: agent's side</h4>{agent_side}"
+        f"<h4>what the trial changed: user's side</h4>{user_side}"
+    )
 
 
 def task_panel(rec: TrialRecord, tasks: RunTasks) -> str:
@@ -297,6 +364,7 @@ def task_panel(rec: TrialRecord, tasks: RunTasks) -> str:
         out.append(f"<h4>expected calls ({len(task.golden_calls)})</h4>{_calls_html(task)}")
     if not excluded:
         out.append(f"<h4>reward parts</h4>{_verdict_html(rec, task)}")
+        out.append(_changes_html(tasks, rec))
         if task is not None and rec.score is not None and not rec.score.state_match:
             out.append(_state_diff_html(tasks, task, rec))
     return f'<div class="task">{"".join(out)}</div>'

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from pydantic_core import PydanticSerializationError
 
-from envforge.server import State
+from envforge.server import Environment, State
 from envforge.synth import (
     OFFLINE_PARTS,
     SCORERS,
@@ -45,6 +45,7 @@ from envforge.synth import (
     Task,
     compose_reward,
     detailed_score,
+    judge_env_assertions,
     shown_results,
     with_answers,
 )
@@ -61,6 +62,7 @@ from .records import (
     recordable,
 )
 from .tasks import EnvTasks, load_env_tasks
+from .user_tools import is_user_call, trajectory_calls
 from .vocab import TrialStatus
 
 PREMATURE = frozenset(
@@ -249,13 +251,10 @@ class TrialScore:
 
 
 def agent_calls(messages: list[Message]) -> list[Call]:
-    """The tool calls the agent made, in order (what the `actions` part matches)."""
-    return [
-        Call(name=c.name, arguments=c.arguments)
-        for m in messages
-        if m.role == "assistant"
-        for c in m.tool_calls
-    ]
+    """The tool calls the trial made, in order (what the `actions` part matches): the agent's, and
+    in a dual-control env the user's too, as τ²'s action matching takes the calls of both sides
+    and compares no requestor."""
+    return trajectory_calls(messages)
 
 
 def policy_steps(messages: list[Message]) -> list[Step]:
@@ -265,6 +264,9 @@ def policy_steps(messages: list[Message]) -> list[Step]:
     steps: list[Step] = []
     waiting: list[int] = []
     for m in messages:
+        if is_user_call(m):  # the user acting on their own device: no step of the agent's policy
+            waiting = []
+            continue
         if m.role == "user":
             steps.append(Step("user", m.content or ""))
         elif m.role == "assistant":
@@ -289,12 +291,16 @@ async def score_trial(
     judge: LLMConfig | None = None,
     keys: Mapping[str, tuple[str, ...]] | None = None,
     policy: PolicyRules | None = None,
+    env: Environment | None = None,
 ) -> TrialScore:
     """The trial's reward from `compose_reward`, with the evidence only a trial has: the agent's
     calls, the LLM judge's verdict on the task's NL assertions (when a judge is configured; none
-    to judge are met), whether the trial ended prematurely (then it earns 0), and, where the env
-    declares `policy` rules, the conversation they are checked on."""
+    to judge are met), whether the trial ended prematurely (then it earns 0), where the env
+    declares `policy` rules, the conversation they are checked on, and the verdict of the env's
+    check tools on the task's env assertions (`env`: without it a task with some scores 0)."""
     verdicts: dict[RewardPart, PartScore] = {}
+    if env is not None and task.env_assertions:
+        verdicts[RewardPart.ENV_ASSERTIONS] = await judge_env_assertions(env, task, final_state)
     judge_usage = None
     if RewardPart.NL_ASSERTIONS in task.reward_basis:
         if not task.nl_assertions:
@@ -401,7 +407,14 @@ async def _rescore(
             continue
         final = et.final_from_diff(task, _diff(rec.final_diff))
         ts = await score_trial(
-            task, final, rec.messages, status=rec.status, judge=judge, keys=et.pks, policy=et.policy_rules
+            task,
+            final,
+            rec.messages,
+            status=rec.status,
+            judge=judge,
+            keys=et.pks,
+            policy=et.policy_rules,
+            env=et.env,
         )
         result.records.append(
             rec.model_copy(

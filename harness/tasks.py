@@ -17,6 +17,7 @@ from envforge.synth import (
     Task,
     apply_diff,
     diff_states,
+    env_assertion_problems,
     load_policy_rules,
     load_tasks,
     primary_keys,
@@ -112,4 +113,8 @@ def load_env_tasks(env_dir: str | Path, task_ids: list[str] | None = None) -> En
     if not env_file_exists(env_dir, "tasks.jsonl"):
         raise FileNotFoundError(f"{env_dir} has no tasks.jsonl (run `envforge synth` first)")
     tasks = select_tasks(env.name, load_tasks(env_dir), task_ids=task_ids)
+    problems = [p for t in tasks for p in env_assertion_problems(env, t)]
+    if problems:  # found before any trial runs, never scored as a pass or a crash mid-run
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise TaskSelectionError(f"{env_dir}: {problems[0]}{more}")
     return EnvTasks(env_dir=env_dir, env=env, tasks=tasks, policy_rules=load_policy_rules(env))

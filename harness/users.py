@@ -26,6 +26,12 @@ in-band with τ-bench's control tokens: `###STOP###` (satisfied, or giving up) a
 - `LLMUser`: a model playing the persona, given the instruction and the facts with the rule to
   reveal them only when asked.
 
+In a dual-control env the trial binds a `UserToolbox` to its user (`bind_toolbox`): the scripted
+user then plays the task's golden user calls, a run of them at a time (`user_tools.user_runs`),
+each only when the agent asks it to act (the oracle's `user_action_request`, or a turn naming the
+run's first tool), never unasked, and says what it saw; the LLM user
+gets its tools as function tools and calls them as it sees fit, before each thing it says.
+
 A proposal *matches* when it names at least one thing the task uses and nothing it does not,
 judged only from what the user holds (the task's golden calls and known facts, its instruction):
 every tool-like name (a `snake_case` word not followed by `=`) is one of the golden calls'
@@ -48,6 +54,7 @@ from envforge.synth import ANSWERS_LINE, KNOWN_FACTS_LINE, Call, Task, leaf_valu
 
 from .llm import LLMConfig, add_usage, complete
 from .records import Message, Usage
+from .user_tools import USER_ACTION, UserToolbox, is_user_call, results_text, user_runs
 from .vocab import ControlToken, UserName
 
 STOP = ControlToken.STOP
@@ -368,9 +375,30 @@ class ScriptedUser:
         self.facts.update(lies or {})
         self.told: set[str] = set()
         self.intent = _Intent.of(task)
+        self.toolbox: UserToolbox | None = None
+        self.runs = user_runs(task)
+        self.played = 0  # how many of `runs` the user has played
 
     async def start(self) -> UserReply:
         return UserReply(request_text(self.task))
+
+    def _asked_to_act(self, said: str) -> bool:
+        """Whether the agent's turn asks the user to act on their device: the oracle's hand-over,
+        or a turn naming the first tool of the user's next golden run."""
+        if self.toolbox is None or self.played >= len(self.runs):
+            return False
+        first = self.task.golden_calls[self.runs[self.played][0]]
+        return said.startswith(USER_ACTION) or _mentions(said.lower(), first.name.lower())
+
+    async def _play(self) -> str:
+        """Play the user's next run of golden calls on their device; what they saw."""
+        assert self.toolbox is not None
+        start, end = self.runs[self.played]
+        self.played += 1
+        seen = []
+        for call in self.task.golden_calls[start:end]:
+            seen.append((call.name, await self.toolbox.call(call.name, call.arguments)))
+        return results_text(seen)
 
     def _asked(self, text: str) -> list[str]:
         """The facts a question names, by name or by value, each as a whole word: "IL" (a state)
@@ -396,6 +424,8 @@ class ScriptedUser:
                 return UserReply(GIVE_UP, agent_silent=True)
             return UserReply(NUDGE.format(request=request_text(self.task)))
         self.nudges = 0
+        if self._asked_to_act(said):
+            return UserReply(await self._play())
         if asks_confirmation(said):
             return UserReply(CONFIRMED if self.intent.matches(said) else DECLINED)
         if "?" not in said:
@@ -445,6 +475,22 @@ OPENING_NUDGE = (
 copy the last control token of their prompt as their first words, ending a conversation that never
 began."""
 
+OFFERS_HELP = re.compile(
+    r"\b(?:i(?:'d| would) be (?:happy|glad) to (?:help|assist)|i can help|i'm here to help|i am here to help"
+    r"|how (?:can|may) i (?:help|assist)|what can i do for you|happy to assist)\b",
+    re.I,
+)
+"""An opening in the agent's voice: Qwen2.5-Coder-0.5B, shown the greeting, answered as the agent
+("Hello! I'd be happy to help you ...") in 9 of 9 openings (docs/benchmarks/harness.md)."""
+
+TURN_REMINDER = (
+    "(You are the customer. If what you wanted is done, or cannot be done, reply with exactly "
+    f"{ControlToken.STOP} and nothing else.)"
+)
+"""Put after each agent message the user model reads: the rule to stop, where a small model
+attends. Given it only in the system prompt, Qwen2.5-Coder-0.5B echoed the agent's "All done."
+back until the turn limit in 8 of 9 conversations (docs/benchmarks/harness.md)."""
+
 _LOOSE_CONTROL = re.compile(r"#{2,}\s*(STOP|TRANSFER)\s*#{2,}", re.IGNORECASE)
 
 
@@ -454,12 +500,24 @@ def normalize_control(text: str) -> str:
     return _LOOSE_CONTROL.sub(lambda m: f"###{m.group(1).upper()}###", text)
 
 
+USER_TOOLS_NOTE = """
+
+You can act on your own device with the tools you are given (the agent cannot). When the agent asks
+you to do or check something on your device, call the tool for it, then tell the agent what you
+saw."""
+
+MAX_USER_CALLS = 16
+"""Tool calls an LLM user may make before each thing it says (a model that loops is cut off)."""
+
+
 class LLMUser:
-    """A model simulating the user; the agent's messages are its 'user' turns."""
+    """A model simulating the user; the agent's messages are its 'user' turns. In a dual-control
+    env it also has its device's tools (`toolbox`), which it calls before it speaks."""
 
     def __init__(self, task: Task, cfg: LLMConfig) -> None:
         self.task = task
         self.cfg = cfg
+        self.toolbox: UserToolbox | None = None
         facts = (
             "\n".join(f"- {f.name}: {fact_text(f.value)}" for f in task.scenario.known_facts) or "- (none)"
         )
@@ -475,17 +533,35 @@ class LLMUser:
         )
 
     async def _ask(self, history: list[dict[str, Any]], system: str | None = None) -> UserReply:
-        prompt = [{"role": "system", "content": system or self.system}, *history]
-        message, usage = await complete(self.cfg, prompt)
-        return UserReply(normalize_control((message.content or "").strip()) or STOP, usage)
+        box = self.toolbox
+        system = system or self.system
+        if box is not None:
+            system += USER_TOOLS_NOTE
+        prompt = [{"role": "system", "content": system}, *history]
+        if box is None:
+            message, usage = await complete(self.cfg, prompt)
+            return UserReply(normalize_control((message.content or "").strip()) or STOP, usage)
+        spent: dict[str, Usage] = {}
+        for _ in range(MAX_USER_CALLS + 1):
+            message, usage = await complete(self.cfg, prompt, tools=box.tools)
+            add_usage(spent, "user", usage)
+            if not message.tool_calls:
+                break
+            prompt.append(_as_user_turn(message))
+            for call in message.tool_calls:
+                result = await box.call(call.name, call.arguments)
+                prompt.append(_tool_result(call.id, result.content))
+        return UserReply(
+            normalize_control((message.content or "").strip()) or STOP, spent.get("user", Usage())
+        )
 
     async def start(self) -> UserReply:
         """The opening message, asked for with `USER_OPENING`. One that ends the conversation before
-        it began (the stop token, or nothing) is asked for again, once, with a nudge; the second
-        answer stands, whatever it is."""
+        it began (the stop token, or nothing) or speaks as the agent (`OFFERS_HELP`) is asked for
+        again, once, with a nudge; the second answer stands, whatever it is."""
         greeting: list[dict[str, Any]] = [{"role": "user", "content": "Hi! How can I help you today?"}]
         first = await self._ask(greeting, self.opening)
-        if not first.stop:
+        if not first.stop and not OFFERS_HELP.search(first.text):
             return first
         nudged = [{"role": "user", "content": f"{greeting[0]['content']}\n{OPENING_NUDGE}"}]
         again = await self._ask(nudged, self.opening)
@@ -496,13 +572,54 @@ class LLMUser:
 
     async def reply(self, messages: list[Message]) -> UserReply:
         # Roles flipped: what the agent said is this model's input; tool traffic is invisible to users.
+        # The user's own tool calls are its own turns (it sees them and their results).
         history: list[dict[str, Any]] = [{"role": "user", "content": "Hi! How can I help you today?"}]
+        mine = False
         for m in messages:
+            if is_user_call(m):
+                history.append(_as_user_turn(m))
+                mine = True
+                continue
+            if m.role == "tool":
+                if mine:
+                    history.append(_tool_result(m.tool_call_id, m.content))
+                continue
+            mine = False
             if m.role == "user":
                 history.append({"role": "assistant", "content": m.content or ""})
             elif m.role == "assistant" and m.content:
                 history.append({"role": "user", "content": m.content})
+        if history[-1]["role"] == "user":  # the agent's last message, then the rule to stop
+            history[-1] = {**history[-1], "content": f"{history[-1]['content']}\n\n{TURN_REMINDER}"}
         return await self._ask(history)
+
+
+def _as_user_turn(message: Message) -> dict[str, Any]:
+    """The user model's own tool calls, as the assistant turn they were in its conversation."""
+    return {
+        "role": "assistant",
+        "content": message.content or "",
+        "tool_calls": [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+            }
+            for c in message.tool_calls
+        ],
+    }
+
+
+def _tool_result(call_id: str | None, content: str | None) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": content or ""}
+
+
+def bind_toolbox(user: User, toolbox: UserToolbox) -> bool:
+    """Give `user` its device's tools, where it can use them; whether it could."""
+    if isinstance(user, ScriptedUser | LLMUser):
+        user.toolbox = toolbox
+        return True
+    return False
 
 
 def build_user(spec: str, task: Task, *, llm: LLMConfig | None = None, max_turns: int = 10) -> User:

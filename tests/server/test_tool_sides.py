@@ -40,7 +40,7 @@ def test_sides_are_split_and_agent_tools_stay_the_env_tools(phone):
     assert list(phone.tools) == ["get_line", "resume_line"]
     assert list(phone.tools_of("user")) == ["check_status_bar", "toggle_airplane_mode", "toggle_data"]
     assert list(phone.tools_of("solo")) == [*phone.tools, *phone.tools_of("user")]
-    assert list(phone.tools_of("setup")) == ["turn_airplane_mode_on", "suspend_line"]
+    assert list(phone.tools_of("setup")) == ["turn_airplane_mode_on", "turn_data_off", "suspend_line"]
     assert list(phone.tools_of("check")) == ["assert_service_status", "assert_mobile_data"]
     assert {s.side for s in phone.all_tools.values()} == {"agent", "user", "setup", "check"}
     assert phone.manifest.user_tables == ["device"]
