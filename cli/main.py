@@ -29,6 +29,9 @@ from . import (
     trainer_commands,
 )
 from .errors import DebugFlag, UsageError, print_error, report_and_exit
+from .help_width import keep_option_names_whole
+
+keep_option_names_whole()
 
 
 class ReportingGroup(TyperGroup):
