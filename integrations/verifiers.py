@@ -81,6 +81,18 @@ class _Rollout:
         self.env_name, self.task_id, self.episode, self.tools = env_name, task_id, episode, tools
         self.verdict: RewardInfo | None = None
         self.agent_messages: list[str] = []
+        self._client: openai.AsyncOpenAI | None = None
+
+    def client(self, endpoint: str, secret: str) -> openai.AsyncOpenAI:
+        """The rollout's model client (one per rollout: each costs a TLS context to build)."""
+        if self._client is None or str(self._client.base_url).rstrip("/") != endpoint.rstrip("/"):
+            self._client = openai.AsyncOpenAI(base_url=endpoint, api_key=secret, max_retries=0)
+        return self._client
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
 
     async def call(self, name: str, raw_arguments: str | None) -> str:
         """Run one tool call of the model on this rollout's episode; what the model reads back.
@@ -234,26 +246,26 @@ class EnvforgeHarness(vf.Harness[EnvforgeHarnessConfig]):  # type: ignore[misc]
         elif prompt is not None:
             messages.extend(message_to_wire(m) for m in prompt)
         calls = 0
-        async with openai.AsyncOpenAI(base_url=endpoint, api_key=secret, max_retries=0) as client:
-            while True:
-                try:
-                    completion = await client.chat.completions.create(
-                        model=ctx.model, messages=messages, tools=rollout.tools
-                    )
-                except openai.APIError as exc:  # a limit or a @stop refused the turn, or the model failed
-                    return ProgramResult(1, "", f"model call failed: {exc}")
-                message = completion.choices[0].message
-                messages.append(message.model_dump(exclude_none=True))
-                if not message.tool_calls:
-                    return ProgramResult(0, "", "")
-                for call in message.tool_calls:
-                    calls += 1
-                    if calls > self.config.max_tool_calls:
-                        return ProgramResult(0, "", f"cut after {self.config.max_tool_calls} tool calls")
-                    name = getattr(getattr(call, "function", None), "name", "")
-                    raw = getattr(getattr(call, "function", None), "arguments", None)
-                    text = await rollout.call(name, raw)
-                    messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+        client = rollout.client(endpoint, secret)
+        while True:
+            try:
+                completion = await client.chat.completions.create(
+                    model=ctx.model, messages=messages, tools=rollout.tools
+                )
+            except openai.APIError as exc:  # a limit or a @stop refused the turn, or the model failed
+                return ProgramResult(1, "", f"model call failed: {exc}")
+            message = completion.choices[0].message
+            messages.append(message.model_dump(exclude_none=True))
+            if not message.tool_calls:
+                return ProgramResult(0, "", "")
+            for call in message.tool_calls:
+                calls += 1
+                if calls > self.config.max_tool_calls:
+                    return ProgramResult(0, "", f"cut after {self.config.max_tool_calls} tool calls")
+                name = getattr(getattr(call, "function", None), "name", "")
+                raw = getattr(getattr(call, "function", None), "arguments", None)
+                text = await rollout.call(name, raw)
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
 
 
 class EnvforgeEnvConfig(vf.EnvConfig):  # type: ignore[misc]
