@@ -177,12 +177,15 @@ def test_a_score_before_the_episode_ends_or_of_a_log_is_refused_and_a_leaked_too
 
 
 def test_malformed_calls_get_a_clear_error_and_change_nothing(tmp_path: Path) -> None:
+    """inspect refuses a call that does not fit the tool's schema (its own parse error) before it
+    runs; one that fits but that envforge's tool refuses comes back as the call's error."""
     bad: list[ModelOutput] = [
         call("rent_car"),  # no arguments
         call("rent_car", customer_id="C-509", car_id="V-621", days="many"),
         call("rent_car", car="V-621"),
         call("drop_tables"),
         call("rent_car", parse_error="Expecting value: line 1 column 1"),
+        call("rent_car", customer_id="C-000", car_id="V-621", days=2),  # fits the schema; envforge refuses
     ]
 
     async def script(n: int, input: list[ChatMessage]) -> ModelOutput:
