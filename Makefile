@@ -9,10 +9,10 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 .PHONY: setup venv demo test lint bench clean
 
 # The stamps are newer than pyproject.toml while the venv is current, so it is reused.
-# `.stamp`: everything the tests, the linters and training need (dev, train, ray, local);
+# `.stamp`: everything the tests, the linters and training need (dev, train, ray, local, openenv);
 # `.demo-stamp`: what the demo runs and no more: the core and the local model, no torch, trl or ray.
 $(VENV)/.stamp: pyproject.toml
-	$(MAKE) --no-print-directory venv EXTRAS=dev,train,ray,local
+	$(MAKE) --no-print-directory venv EXTRAS=dev,train,ray,local,openenv
 	touch $@
 
 $(VENV)/.demo-stamp: pyproject.toml

@@ -43,6 +43,7 @@ names no episode. All sessions share one fleet, running on an event loop in a th
 from __future__ import annotations
 
 import json
+import queue
 import threading
 import uuid
 import weakref
@@ -116,14 +117,15 @@ class EnvforgeState(State):  # type: ignore[misc]
 
 
 class _Runtime:
-    """The fleet every session shares, and its harness envs, on an event loop in a thread of its
-    own: OpenEnv calls an environment from a worker thread per session, and the episodes'
-    databases belong to one loop."""
+    """The fleet every session shares, and its harness envs, on an event loop in a daemon thread
+    of its own: OpenEnv calls an environment from a worker thread per session, and the episodes'
+    databases belong to one loop. A daemon, so that an app built and never served (or never shut
+    down) does not keep its process alive; serving it closes the fleet on shutdown."""
 
     def __init__(self, env_tasks: Sequence[EnvTasks], make_env: Any, max_steps: int) -> None:
         self.max_steps = max_steps
+        self._thread, self.portal = _portal_thread()
         self._stack = ExitStack()
-        self.portal = self._stack.enter_context(anyio.from_thread.start_blocking_portal())
         try:
             self.fleet = self._stack.enter_context(
                 self.portal.wrap_async_context_manager(Fleet([et.env for et in env_tasks]))
@@ -132,7 +134,7 @@ class _Runtime:
                 et.env.name: make_env(self.fleet, et) for et in env_tasks
             }
         except BaseException:
-            self._stack.close()
+            self._stop()
             raise
         self.env_tasks = {et.env.name: et for et in env_tasks}
         self.owner: dict[str, str] = {}  # task id -> env name, for ids no two envs share
@@ -157,7 +159,37 @@ class _Runtime:
                 for session in list(self.open):
                     session.close()
                 self.closed = True
-                self._stack.close()
+                self._stop()
+
+    def _stop(self) -> None:
+        try:
+            self._stack.close()
+        finally:
+            self.portal.call(self.portal.stop)
+            self._thread.join()
+
+
+def _portal_thread() -> tuple[threading.Thread, anyio.from_thread.BlockingPortal]:
+    """A blocking portal to an event loop running in a new daemon thread."""
+    started: queue.Queue[anyio.from_thread.BlockingPortal | BaseException] = queue.Queue()
+
+    async def serve() -> None:
+        async with anyio.from_thread.BlockingPortal() as portal:
+            started.put(portal)
+            await portal.sleep_until_stopped()
+
+    def run() -> None:
+        try:
+            anyio.run(serve)
+        except BaseException as exc:  # the loop could not start: say so to the waiting thread
+            started.put(exc)
+
+    thread = threading.Thread(target=run, name="envforge-openenv-fleet", daemon=True)
+    thread.start()
+    got = started.get()
+    if isinstance(got, BaseException):
+        raise got
+    return thread, got
 
 
 def _openai_tools(et: EnvTasks) -> list[dict[str, Any]]:
