@@ -39,12 +39,18 @@ async def run_episode_async(env: EnvLike, calls: Sequence[Call], *, state: State
     """Run `calls` in order in one fresh episode (the seed state, or `state`) and export its end state.
 
     A refused or invalid call does not stop the episode: its result says so (`ToolResult.kind`),
-    as an agent would see it, and the calls after it still run.
+    as an agent would see it, and the calls after it still run. A call whose requestor is the user
+    reaches the user's tools only (dual control), as the simulated user's calls do.
     """
     environment = as_environment(env)
     async with Fleet([environment]) as fleet:
         episode = await fleet.create_episode(environment.name, state=state)
-        results = [await fleet.call(episode.id, call.name, call.arguments) for call in calls]
+        results = [
+            await fleet.call(
+                episode.id, call.name, call.arguments, side="user" if call.requestor == "user" else "agent"
+            )
+            for call in calls
+        ]
         exported = await fleet.export(episode.id)
     return EpisodeRun(environment.name, results, exported.state, exported.state_hash)
 

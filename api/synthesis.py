@@ -14,9 +14,13 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, ConfigDict
 
-from envforge.server import Fleet
+from envforge.server import Environment, Fleet
 from envforge.synth import (
+    OFFLINE_PARTS,
+    SCORERS,
     Call,
+    Evidence,
+    RewardPart,
     Score,
     SynthConfig,
     SynthContext,
@@ -24,18 +28,23 @@ from envforge.synth import (
     Task,
     ToolGraph,
     adversary_rewards,
+    apply_diff,
     build_graph,
+    compose_reward,
+    detailed_score,
     gamed_by,
     golden_results,
+    judge_env_assertions,
     load_graph,
     load_tasks,
+    primary_keys,
     score_episode,
     shown_results,
     synthesize,
     verify_task,
 )
 
-from .episode_runs import EnvLike, as_environment
+from .episode_runs import EnvLike, as_environment, run_episode_async
 
 
 async def synthesize_tasks_async(
@@ -174,8 +183,11 @@ async def score_calls_async(
     state, with `messages` as what the agent said: the reward an agent that made these calls and
     said these things would earn, minus the policy part, which needs the conversation.
 
-    `graph` defaults to the env folder's `graph.json`, else one is built."""
+    `graph` defaults to the env folder's `graph.json`, else one is built. A dual-control env (one
+    with user tools: τ² telecom) is scored by `_score_dual_calls`."""
     environment = as_environment(env)
+    if environment.tools_of("user"):
+        return await _score_dual_calls(environment, task, calls, messages)
     async with Fleet([environment]) as fleet:
         graph = graph or load_graph(environment.root) or await build_graph(environment, fleet)
         ctx = SynthContext.create(environment, graph, fleet)
@@ -190,6 +202,32 @@ async def score_calls_async(
             )
         finally:
             ctx.close()
+
+
+async def _score_dual_calls(
+    environment: Environment, task: Task, calls: Sequence[Call], messages: Sequence[str]
+) -> Score:
+    """A dual-control episode of `task` (τ²-bench telecom): `calls` replayed in order from the
+    task's initial state (its setup), each on its requestor's side; the env assertions judged on
+    the end state; and every call, the user's too, as the trajectory τ²'s action check reads
+    (τ² does not compare requestors)."""
+    pks = primary_keys(environment.tables)
+    start = apply_diff(pks, environment.seed_state(), task.setup) if task.setup else None
+    run = await run_episode_async(environment, calls, state=start)
+    verdicts = {}
+    if task.env_assertions:
+        verdicts[RewardPart.ENV_ASSERTIONS] = await judge_env_assertions(environment, task, run.state)
+    results = [(c.name, c.arguments, r.text) for c, r in zip(calls, run.results, strict=True)]
+    evidence = Evidence(
+        run.state,
+        list(messages),
+        shown_results(task, results),
+        pks,
+        agent_calls=list(calls),
+        verdicts=verdicts,
+    )
+    scored = {p: SCORERS[p](task, evidence) for p in OFFLINE_PARTS}
+    return detailed_score(task, scored, compose_reward(task, evidence, scored=scored))
 
 
 def score_calls(

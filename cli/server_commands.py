@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import typer
+from pydantic import BaseModel
 from rich.table import Table
 
-from envforge.server import Fleet, read_actions, replay
+from envforge.server import Environment, Fleet, read_actions, replay
 
 from .common import console, fail, fail_setting, load_envs, print_json, results
 from .schema_text import parameter_lines
@@ -258,29 +260,49 @@ def wrapped(text: str, width: int, indent: str, subsequent: str | None = None) -
 
 def replay_command(
     env_dir: Annotated[Path, typer.Argument(help="Env folder.")],
-    actions: Annotated[Path, typer.Option("--actions", help="JSON list of {name, arguments}.")],
+    actions: Annotated[
+        Path,
+        typer.Option(
+            "--actions", help='JSON list of {name, arguments}; a user\'s call adds "requestor": "user".'
+        ),
+    ],
+    task_id: Annotated[
+        str | None, typer.Option("--task", help="Start from this task's initial state (tasks.jsonl).")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     export: Annotated[
         ExportFormat | None, typer.Option(help="Also export the final state in another shape.")
     ] = None,
 ) -> None:
-    """Run ACTIONS in order in one fresh episode through the in-process MCP server."""
+    """Run ACTIONS in order in one fresh episode through the in-process MCP server.
+
+    With --task, or with a call of the user's (dual control: τ² telecom), the episode starts from
+    the task's initial state (else the seed) and each call runs on its requestor's side, in process."""
     (env,) = load_envs([env_dir])
     try:
         parsed = read_actions(actions)
+        requestors = _requestors(actions)
     except ValueError as exc:
         fail(str(exc))
-    fleet = Fleet([env])
-    result = anyio.run(lambda: replay(fleet, env.name, parsed))
+    result: Any
+    if task_id is None and "user" not in requestors:
+        fleet = Fleet([env])
+        result = anyio.run(lambda: replay(fleet, env.name, parsed))
+    else:
+        result = _replay_from_task(env, env_dir, task_id, parsed, requestors)
     payload = result.model_dump()
     if export is ExportFormat.tau2:
         from envforge.synth import state_to_tau2_db
 
         try:
             payload["tau2_db"] = state_to_tau2_db(result.final_state)
+            if "surroundings" in result.final_state:
+                from envforge.synth import telecom_state_to_tau2_user_db
+
+                payload["tau2_user_db"] = telecom_state_to_tau2_user_db(result.final_state)
         except KeyError as exc:
             fail(
-                f"--export tau2 needs a τ² retail or airline env (made by `envforge import tau2`); "
+                f"--export tau2 needs a τ² retail, airline or telecom env (made by `envforge import tau2`); "
                 f"{env.name} has no {exc.args[0]!r} table"
             )
     if json_out:
@@ -291,6 +313,53 @@ def replay_command(
         style = "red" if err else "green"
         out.print(f"[{style}]{action.name}[/] {action.arguments}\n  -> {text[:300]}")
     out.print(f"state hash: {result.state_hash}")
+
+
+def _requestors(path: Path) -> list[str]:
+    """Each action's requestor ("assistant" unless it says "user"); read_actions has vetted the file."""
+    found = []
+    for i, item in enumerate(json.loads(path.read_text(encoding="utf-8"))):
+        requestor = item.get("requestor", "assistant") if isinstance(item, dict) else "assistant"
+        if requestor not in ("assistant", "user"):
+            raise ValueError(f"{path}: entry {i}: requestor must be 'assistant' or 'user', got {requestor!r}")
+        found.append(requestor)
+    return found
+
+
+class _Replayed(BaseModel):
+    """What `replay` gives (its ReplayResult's fields), for a replay run in process."""
+
+    outputs: list[str]
+    errors: list[bool]
+    final_state: dict[str, list[dict[str, Any]]]
+    state_hash: str
+
+
+def _replay_from_task(
+    env: Environment, env_dir: Path, task_id: str | None, actions: list[Any], requestors: list[str]
+) -> _Replayed:
+    """The actions run in process on their requestors' sides, from the task's initial state."""
+    from envforge import run_episode
+    from envforge.synth import Call, apply_diff, load_tasks, primary_keys
+
+    state = None
+    if task_id is not None:
+        task = next((t for t in load_tasks(env_dir) if t.id == task_id), None)
+        if task is None:
+            fail(f"no task {task_id!r} in {env_dir / 'tasks.jsonl'}")
+        if task.setup:
+            state = apply_diff(primary_keys(env.tables), env.seed_state(), task.setup)
+    calls = [
+        Call(name=a.name, arguments=a.arguments, requestor="user" if r == "user" else "assistant")
+        for a, r in zip(actions, requestors, strict=True)
+    ]
+    run = run_episode(env, calls, state=state)
+    return _Replayed(
+        outputs=[r.text for r in run.results],
+        errors=[r.is_error for r in run.results],
+        final_state=run.state,
+        state_hash=run.state_hash,
+    )
 
 
 def register(app: typer.Typer) -> None:

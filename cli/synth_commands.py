@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import typer
+from pydantic import ValidationError
 from rich.table import Table
 
 from envforge import check_tasks, score_calls, synthesize_tasks
@@ -19,6 +20,7 @@ from envforge.synth import (
     CHECKS,
     PHRASES_FILE,
     Call,
+    EnvAssertionError,
     EnvRealism,
     PhraseError,
     Score,
@@ -336,14 +338,19 @@ def score_cmd(
     env_dir: Path = typer.Argument(..., help="The env folder."),
     task_id: str = typer.Option(..., "--task", help="Task id from tasks.jsonl."),
     actions: Path = typer.Option(
-        ..., "--actions", help='JSON list of {"name","arguments"} (or {"message"}).'
+        ...,
+        "--actions",
+        help='JSON list of {"name","arguments"} (or {"message"}); a user\'s call adds "requestor": "user".',
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the score as JSON."),
     answers: str = typer.Option(
         "task", help="task: the task's own answer rule | strict: the exact rule (docs/scoring.md)."
     ),
 ) -> None:
-    """Replay ACTIONS in a fresh episode of the task and score the end state."""
+    """Replay ACTIONS in a fresh episode of the task and score the end state.
+
+    In a dual-control env (τ² telecom) each call runs on its requestor's side, from the task's
+    initial state, and the reward includes the task's env assertions."""
     _quiet()
     answers_mode = choice("--answers", answers, ANSWERS_MODES)
     (env,) = load_envs([env_dir])
@@ -357,10 +364,24 @@ def score_cmd(
         fail(f"cannot read actions: {exc}")
     if not isinstance(items, list):
         fail("actions must be a JSON list")
-    calls = [Call(name=a["name"], arguments=a.get("arguments") or {}) for a in items if "name" in a]
+    try:
+        calls = [
+            Call(
+                name=a["name"], arguments=a.get("arguments") or {}, requestor=a.get("requestor", "assistant")
+            )
+            for a in items
+            if "name" in a
+        ]
+    except (ValidationError, TypeError) as exc:
+        fail(
+            f"actions: each call is {{name, arguments, requestor: assistant|user}} ({exc.__class__.__name__})"
+        )
     messages = [str(a.get("message", a.get("content", ""))) for a in items if "name" not in a]
 
-    score = score_calls(env, task, calls, messages)
+    try:
+        score = score_calls(env, task, calls, messages)
+    except EnvAssertionError as exc:
+        fail(str(exc))
     if as_json:
         print_json(score.model_dump(mode="json"))
     else:

@@ -132,6 +132,7 @@ if TYPE_CHECKING:
     )
     from .task.taskfile import load_tasks, task_keys, tasks_jsonl, write_tasks, write_tasks_to
     from .tau2.airline import AIRLINE_INITIAL_DB_HASH, airline_db_to_seed
+    from .tau2.domains import import_tau2_env
     from .tau2.importer import (
         CHECK_REASONS,
         ENV_CODE,
@@ -141,7 +142,6 @@ if TYPE_CHECKING:
         Tau2ImportError,
         VerifyReport,
         golden_end_state,
-        import_tau2_env,
         offline_view,
         port_tools,
         state_to_tau2_db,
@@ -151,6 +151,17 @@ if TYPE_CHECKING:
         tools_json_mismatches,
         verify_report,
     )
+    from .tau2.telecom import (
+        TELECOM_INITIAL_DB_HASH,
+        TELECOM_INITIAL_USER_DB_HASH,
+        TelecomDB,
+        TelecomUserDB,
+        load_telecom_toml,
+        telecom_dbs_to_seed,
+        telecom_state_to_tau2_db,
+        telecom_state_to_tau2_user_db,
+    )
+    from .tau2.telecom_import import import_telecom_env, telecom_policy
     from .walk.context import SynthContext
     from .walk.roles import STAFF, Roles
     from .wording.phrases import (
@@ -306,7 +317,7 @@ _LAZY = {
     "Tau2ImportError": "tau2.importer",
     "VerifyReport": "tau2.importer",
     "golden_end_state": "tau2.importer",
-    "import_tau2_env": "tau2.importer",
+    "import_tau2_env": "tau2.domains",
     "port_tools": "tau2.importer",
     "tools_json_mismatches": "tau2.importer",
     "offline_view": "tau2.importer",
@@ -315,6 +326,16 @@ _LAZY = {
     "tau2_db_to_seed": "tau2.importer",
     "tau2_tasks_to_envforge": "tau2.importer",
     "verify_report": "tau2.importer",
+    "TELECOM_INITIAL_DB_HASH": "tau2.telecom",
+    "TELECOM_INITIAL_USER_DB_HASH": "tau2.telecom",
+    "TelecomDB": "tau2.telecom",
+    "TelecomUserDB": "tau2.telecom",
+    "load_telecom_toml": "tau2.telecom",
+    "telecom_dbs_to_seed": "tau2.telecom",
+    "telecom_state_to_tau2_db": "tau2.telecom",
+    "telecom_state_to_tau2_user_db": "tau2.telecom",
+    "import_telecom_env": "tau2.telecom_import",
+    "telecom_policy": "tau2.telecom_import",
     "CHECKS": "checks.verify",
     "adversary_rewards": "checks.verify",
     "checkpoint_rows": "checks.verify",
@@ -356,6 +377,8 @@ __all__ = [
     "POLICY_RULES_FILE",
     "SCORERS",
     "STAFF",
+    "TELECOM_INITIAL_DB_HASH",
+    "TELECOM_INITIAL_USER_DB_HASH",
     "ActionCheck",
     "Adversary",
     "AnswerRule",
@@ -399,6 +422,8 @@ __all__ = [
     "Task",
     "TaskRealism",
     "Tau2ImportError",
+    "TelecomDB",
+    "TelecomUserDB",
     "ToolGraph",
     "ToolShape",
     "UserScenario",
@@ -430,6 +455,7 @@ __all__ = [
     "identity_call",
     "identity_facts",
     "import_tau2_env",
+    "import_telecom_env",
     "intent_of",
     "is_person_id",
     "judge_env_assertions",
@@ -438,6 +464,7 @@ __all__ = [
     "load_phrases",
     "load_policy_rules",
     "load_tasks",
+    "load_telecom_toml",
     "looked_up",
     "matches_up_to_created_ids",
     "measure_diversity",
@@ -480,6 +507,10 @@ __all__ = [
     "tau2_db_hash",
     "tau2_db_to_seed",
     "tau2_tasks_to_envforge",
+    "telecom_dbs_to_seed",
+    "telecom_policy",
+    "telecom_state_to_tau2_db",
+    "telecom_state_to_tau2_user_db",
     "to_dot",
     "to_mermaid",
     "tool_descriptions_in",

@@ -11,7 +11,7 @@ state is scored against τ² (its DB hash), so anything `tau2_db_to_seed` flatte
 the same values, the same key order and the same list order.
 
 The port's code (`tau2_retail/`: `env.toml`, `schema.sql`, `tools.py`) ships in this package and
-its tools define the schema; τ²'s data is never copied into the repository. `import_tau2_env`
+its tools define the schema; τ²'s data is never copied into the repository. `import_tau2_json_env`
 writes the whole env folder from a τ²-bench checkout's retail folder as published (`db.json`,
 `tasks.json`, `policy.md`, `split_tasks.json`): the port's code, then `seed.json`, `policy.md` and
 `tasks.jsonl` generated from the data. A `tools.json` beside them, which a checkout does not have,
@@ -63,6 +63,7 @@ from ..task.rewards import OFFLINE_PARTS
 from ..task.statediff import apply_diff, cents_hash, diff_states, primary_keys, to_cents
 from ..walk.context import SynthContext
 from .airline import AIRLINE_INITIAL_DB_HASH, airline_db_to_seed, airline_state_to_tau2_db
+from .telecom import telecom_state_to_tau2_db
 
 #: τ²'s DB hash of the unmodified retail `db.json` (`RetailDB.model_dump()`, hashed).
 INITIAL_DB_HASH = "b25c9cb211f5efcaee5dd646054a73c4a9f43f4f5acc32c10713cd9f9ac20e9c"
@@ -243,9 +244,12 @@ def payment_method_dump(row: dict[str, Any]) -> dict[str, Any]:
 
 def state_to_tau2_db(state: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """A τ² port's canonical state export as τ²'s own DB dump (the object τ² hashes): airline's
-    `FlightDB.model_dump()` for a `tau2_airline` state (it has `reservations`), else retail's."""
+    `FlightDB.model_dump()` for a `tau2_airline` state (it has `reservations`), telecom's agent-side
+    `TelecomDB.model_dump()` for a `tau2_telecom` one (it has `surroundings`), else retail's."""
     if "reservations" in state:
         return airline_state_to_tau2_db(state)
+    if "surroundings" in state:
+        return telecom_state_to_tau2_db(state)
     return retail_state_to_tau2_db(state)
 
 
@@ -1087,7 +1091,7 @@ def with_principals(env: Environment, tasks: list[Task]) -> list[Task]:
     return out
 
 
-def import_tau2_env(
+def import_tau2_json_env(
     src_dir: Path,
     env_dir: Path,
     *,
@@ -1095,7 +1099,8 @@ def import_tau2_env(
     strict_tools: bool = False,
     policy_rules: bool = False,
 ) -> Tau2Import:
-    """Write the `tau2_retail` or `tau2_airline` env folder `env_dir` from τ²-bench's data folder `src_dir`.
+    """Write the `tau2_retail` or `tau2_airline` env folder `env_dir` from τ²-bench's data folder
+    `src_dir` (`domains.import_tau2_env`, the public entry, hands telecom to its own importer).
 
     `src_dir` is the retail or airline folder of a τ²-bench checkout as published
     (`CHECKOUT_FILES`); the domain is recognised from db.json's top-level objects (`DOMAINS`). A
