@@ -45,9 +45,17 @@ def checked_run_options(options: RunOptions) -> RunOptions:
         raise SettingError("{ray_workers} must be >= 0", "ray_workers")
     if options.ray_address and not options.ray_workers:
         raise SettingError("{ray_address} needs {ray_workers} N", "ray_address", "ray_workers")
-    if options.eval_every and options.tasks != "lookup":
+    if options.eval_every and options.tasks == "all":
         raise SettingError(
-            "{eval_every} evaluates held-out tasks: use it with {tasks} lookup", "eval_every", "tasks"
+            "{eval_every} evaluates held-out tasks: use it with {tasks} lookup, steps or lookup+steps",
+            "eval_every",
+            "tasks",
+        )
+    if "steps" in options.tasks and options.env_kind == "fleet":
+        raise SettingError(
+            "{tasks} " + options.tasks + " plays writes with the simulated user: {env_kind} harness",
+            "tasks",
+            "env_kind",
         )
     if options.user_error_rate:
         if options.env_kind == "fleet":

@@ -102,7 +102,8 @@ TasksOption = Annotated[
     typer.Option(
         "--tasks",
         help="all: each env's tasks.jsonl; lookup: single-lookup tasks made from the env "
-        "(one read call, one figure to state), split into train and held-out.",
+        "(one read call, one figure to state); steps: its tasks of 2-3 calls with one write; "
+        "lookup+steps: both, each set its own env. All but `all` split into train and held-out.",
     ),
 ]
 
@@ -307,7 +308,9 @@ def train_cmd(
     token: FleetTokenOption = None,
     tasks: TasksOption = "all",
     eval_every: int = typer.Option(
-        0, "--eval-every", help="Evaluate the held-out tasks (--tasks lookup) every N steps; 0: never."
+        0,
+        "--eval-every",
+        help="Evaluate the held-out tasks (--tasks other than all) every N steps; 0: never.",
     ),
     eval_samples: int = typer.Option(2, "--eval-samples", help="Seeded episodes per held-out task."),
     max_minutes: float = typer.Option(

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     )
     from .rollout import rollout as run_rollout
     from .run import HeldOutScore, RunOptions, run_collection, run_training, write_user_errors
+    from .short_tasks import split_steps, step_tasks
     from .summary import RunSummary, summarize
     from .tiny import build_tiny_model
     from .trajectory import IM_END, SequenceBuilder, Trajectory
@@ -115,6 +116,8 @@ _LAZY = {
     "lookup_tasks": "lookup",
     "split_tasks": "lookup",
     "held_out": "lookup",
+    "step_tasks": "short_tasks",
+    "split_steps": "short_tasks",
     "svg_line_chart": "plots",
     "write_comparison": "plots",
     "write_plots": "plots",
@@ -199,8 +202,10 @@ __all__ = [
     "run_training",
     "select_batch",
     "shutdown",
+    "split_steps",
     "split_tasks",
     "state_checksum",
+    "step_tasks",
     "summarize",
     "svg_line_chart",
     "token_logprobs",

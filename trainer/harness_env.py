@@ -220,12 +220,15 @@ class HarnessRolloutEnv:
         task_ids: Sequence[str] | None = None,
         user_error_rate: float = 0.0,
         user_error_seed: int = 0,
+        name: str | None = None,
     ) -> None:
         if user_error_rate and (user != UserName.SCRIPTED or make_user is not None):
             raise ValueError("--user-error-rate needs the scripted user (--user scripted)")
         self.fleet = fleet
         self.env_tasks = env_tasks
-        self.name = env_tasks.env.name
+        self.name = name or env_tasks.env.name
+        """What ERPO normalises over (`Trajectory.env`): the env's name, or a task set's label when one
+        env folder gives a run two sets (`--tasks lookup+steps`: `gym` and `gym/steps`)."""
         wanted = set(task_ids) if task_ids is not None else None
         self.tasks = {t.id: t for t in env_tasks.tasks if wanted is None or t.id in wanted}
         self.user = user
@@ -272,10 +275,10 @@ class HarnessRolloutEnv:
         user = self._user(task)
         opening = (await user.start()).text
         state = self.env_tasks.initial_state(task) if task.setup else None
-        ep = await self.fleet.create_episode(self.name, state=state)
+        ep = await self.fleet.create_episode(self.env_tasks.env.name, state=state)
         try:
             if self.use_mcp:
-                async with open_episode_client(self.fleet, self.name, ep.id) as client:
+                async with open_episode_client(self.fleet, self.env_tasks.env.name, ep.id) as client:
                     yield _HarnessEpisode(self, task, user, opening, ep.id, client)
             else:
                 yield _HarnessEpisode(self, task, user, opening, ep.id, None)

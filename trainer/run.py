@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field, SecretStr
 
 from envforge.harness import EnvTasks, UserName, http_sessions
 from envforge.server import Fleet, load_env
-from envforge.synth import Task, load_policy_rules
+from envforge.synth import Task, load_policy_rules, load_tasks
 
 from .backends import GenerationBackend, HFBackend, VLLMBackend, load_tokenizer
 from .distributed import DataParallel, init_from_env, rank_device, shutdown
@@ -41,6 +41,7 @@ from .loop import StepMetrics, TrainConfig, collect, train
 from .plots import write_plots
 from .remote_fleet import EpisodeFleet, RemoteFleet
 from .rollout import FleetRolloutEnv, RolloutConfig, RolloutEnv, rollout
+from .short_tasks import split_steps, step_tasks
 from .summary import peak_memory_mib, summarize
 from .trajectory import TokenizerLike, Trajectory
 
@@ -53,6 +54,9 @@ ENV_KIND_WHY = {
     ("all", "fleet"): "single-turn episodes (--env-kind fleet)",
     ("lookup", "fleet"): "--tasks lookup plays single-turn lookups: no user to talk to",
     ("lookup", "harness"): "multi-turn lookups with a simulated user that errs (--user-error-rate)",
+    ("steps", "harness"): "2-3-call tasks with a write: the simulated user gives facts and consent",
+    ("lookup+steps", "harness"): "lookups and 2-3-call tasks with a write, each set its own env, "
+    "with the simulated user",
 }
 """Why a run's episodes took the shape `run.json` records (`--tasks lookup` turns the harness
 default into the single-turn env: `envforge.checked_run_options`)."""
@@ -80,7 +84,7 @@ class RunOptions(BaseModel):
     """The bearer token of `fleet_url`'s control plane; written to no file (`options` shows stars)."""
     ray_workers: int = 0
     ray_address: str | None = None
-    tasks: Literal["all", "lookup"] = "all"
+    tasks: Literal["all", "lookup", "steps", "lookup+steps"] = "all"
     eval_every: int = 0
     eval_samples: int = 2
     precision: Precision = "float32"
@@ -105,41 +109,56 @@ def _fleet(opts: RunOptions) -> EpisodeFleet:
     return Fleet(loaded)
 
 
-async def _build_lookup(fleet: EpisodeFleet, opts: RunOptions) -> tuple[list[RolloutEnv], list[RolloutEnv]]:
-    """(train envs, held-out envs) of single-lookup tasks, one pair per env folder: single-turn, or
-    with the scripted user when the run has one (`env_kind="harness"`, which a user that errs
-    needs); the held-out side's user never errs."""
+async def _build_split(fleet: EpisodeFleet, opts: RunOptions) -> tuple[list[RolloutEnv], list[RolloutEnv]]:
+    """(train envs, held-out envs) of the task sets `opts.tasks` names, one pair per env folder and set.
+
+    Lookups play single-turn, or with the scripted user when the run has one (`env_kind="harness"`,
+    which a user that errs needs); step tasks always with it (a write needs its facts and consent).
+    With both sets an env's step tasks are their own env for ERPO (`<env>/steps`): their reward
+    spread is another env's. The held-out side's user never errs."""
     if opts.ray_workers or opts.fleet_url:
-        raise ValueError("--tasks lookup runs in this process (no --ray-workers, no --fleet-url)")
+        raise ValueError(f"--tasks {opts.tasks} runs in this process (no --ray-workers, no --fleet-url)")
+    sets = opts.tasks.split("+")
     train_envs: list[RolloutEnv] = []
     held: list[RolloutEnv] = []
     for d in opts.envs:
         name = load_env(d).name
-        train_tasks, held_tasks = split_tasks(await lookup_tasks(fleet, name))
-        if len(train_tasks) < 2:
-            raise ValueError(f"env {name!r} has {len(train_tasks)} lookup task(s) to train on; 2 are needed")
-        if opts.env_kind == "harness":
-            train_envs.append(_lookup_harness(fleet, d, train_tasks, opts, opts.user_error_rate))
-            held.append(_lookup_harness(fleet, d, held_tasks, opts, 0.0))
-            continue
-        train_envs.append(FleetRolloutEnv(fleet, name, train_tasks, use_mcp=opts.use_mcp))
-        held.append(FleetRolloutEnv(fleet, name, held_tasks, use_mcp=opts.use_mcp))
+        if "lookup" in sets:
+            train_tasks, held_tasks = split_tasks(await lookup_tasks(fleet, name))
+            _enough(name, "lookup", train_tasks)
+            if opts.env_kind == "harness":
+                train_envs.append(_harness(fleet, d, train_tasks, opts, opts.user_error_rate, name))
+                held.append(_harness(fleet, d, held_tasks, opts, 0.0, name))
+            else:
+                train_envs.append(FleetRolloutEnv(fleet, name, train_tasks, use_mcp=opts.use_mcp))
+                held.append(FleetRolloutEnv(fleet, name, held_tasks, use_mcp=opts.use_mcp))
+        if "steps" in sets:
+            label = f"{name}/steps" if len(sets) > 1 else name
+            train_tasks, held_tasks = split_steps(step_tasks(load_tasks(Path(d))))
+            _enough(name, "step", train_tasks)
+            train_envs.append(_harness(fleet, d, train_tasks, opts, opts.user_error_rate, label))
+            held.append(_harness(fleet, d, held_tasks, opts, 0.0, label))
     return train_envs, held
 
 
-def _lookup_harness(
-    fleet: EpisodeFleet, env_dir: Path, tasks: list[Task], opts: RunOptions, rate: float
+def _enough(name: str, kind: str, tasks: list[Task]) -> None:
+    if len(tasks) < 2:
+        raise ValueError(f"env {name!r} has {len(tasks)} {kind} task(s) to train on; 2 are needed")
+
+
+def _harness(
+    fleet: EpisodeFleet, env_dir: Path, tasks: list[Task], opts: RunOptions, rate: float, label: str
 ) -> HarnessRolloutEnv:
     env = load_env(env_dir)
     env_tasks = EnvTasks(env_dir=env_dir, env=env, tasks=tasks, policy_rules=load_policy_rules(env))
     return HarnessRolloutEnv(
-        fleet, env_tasks, use_mcp=opts.use_mcp, user_error_rate=rate, user_error_seed=opts.seed
+        fleet, env_tasks, use_mcp=opts.use_mcp, user_error_rate=rate, user_error_seed=opts.seed, name=label
     )
 
 
 async def _build_all(fleet: EpisodeFleet, opts: RunOptions) -> tuple[list[RolloutEnv], list[RolloutEnv]]:
-    if opts.tasks == "lookup":
-        return await _build_lookup(fleet, opts)
+    if opts.tasks != "all":
+        return await _build_split(fleet, opts)
     return _build(fleet, opts), []
 
 
