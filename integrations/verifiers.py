@@ -140,12 +140,11 @@ class EnvforgeTask(vf.Task[EnvforgeTaskData]):  # type: ignore[misc]
 
     @vf.metric  # type: ignore[untyped-decorator]
     async def envforge_parts(self, trace: vf.Trace) -> dict[str, float]:
-        """The verdict's parts (state, outputs, policy, ...) and whether the user spoiled it."""
+        """The verdict's parts (state, outputs, policy, ...) and whether the user spoiled it; none
+        before the episode ended (the reward refuses that case)."""
         rollout = self._rollout
         if rollout is None or rollout.verdict is None:
-            raise EpisodeStateError(
-                f"metrics asked of {self.data.env}/{self.data.task_id} before its episode ended"
-            )
+            return {}
         parts = {f"envforge/{k}": v for k, v in rollout.verdict.parts.items()}
         parts["envforge/user_error"] = float(rollout.verdict.user_error)
         return parts
