@@ -101,6 +101,13 @@ def evaluate(
             "imports) | strict: the exact rule for every task (docs/scoring.md)."
         ),
     ] = "task",
+    solo: Annotated[
+        bool,
+        typer.Option(
+            help="τ²'s solo mode (dual-control envs): the agent gets the user's tools beside its own "
+            "and the task as its ticket; the user is a dummy."
+        ),
+    ] = False,
 ) -> None:
     """Evaluate an agent on env tasks with a simulated user; prints pass^1..pass^k per env."""
     # Imported here: litellm takes seconds to import, and `serve` or `inspect` must not pay for it.
@@ -147,6 +154,7 @@ def evaluate(
         split=split,
         limit=limit,
         answers=answers_mode,
+        solo=solo,
     )
     api_bases: dict[Role, str | None] = {
         "agent": agent_api_base,

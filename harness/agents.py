@@ -102,9 +102,11 @@ class OracleAgent:
     scripted user plays that run, and never one it was not asked for).
     """
 
-    def __init__(self, task: Task, rules: PolicyRules | None = None) -> None:
+    def __init__(self, task: Task, rules: PolicyRules | None = None, *, solo: bool = False) -> None:
         self.task = task
         self.rules = rules
+        self.solo = solo
+        """τ²'s solo mode: the agent has the user's tools too and makes the user's calls itself."""
         self.next = 0
         self.made = 0
         self.verified = False
@@ -189,7 +191,7 @@ class OracleAgent:
         golden = self.task.golden_calls
         while self.next < len(golden):
             call = golden[self.next]
-            if call.requestor == "user":
+            if call.requestor == "user" and not self.solo:
                 end = self.next
                 while end < len(golden) and golden[end].requestor == "user":
                     end += 1
@@ -349,11 +351,13 @@ def build_agent(
     policy: str,
     llm: LLMConfig | None = None,
     rules: PolicyRules | None = None,
+    solo: bool = False,
 ) -> Agent:
     """A fresh agent for one trial: a built-in name, or a model (`llm` says how to reach it);
-    `rules`, the env's declared policy rules, are what the oracle follows."""
+    `rules`, the env's declared policy rules, are what the oracle follows; `solo`: τ²'s solo mode
+    (the oracle makes the user's golden calls itself)."""
     if spec == AgentName.ORACLE:
-        return OracleAgent(task, rules)
+        return OracleAgent(task, rules, solo=solo)
     if spec == AgentName.NOOP:
         return NoopAgent()
     if spec == AgentName.RANDOM:

@@ -39,7 +39,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 import anyio
 import httpx
@@ -80,8 +80,8 @@ from .records import (
 from .runs import RunConfigMismatch, RunDir, check_resumable, dump_diff, records_for, score_trial, trial_key
 from .tasks import EnvTasks, TaskSelectionError, load_env_tasks, select_tasks
 from .user_errors import detect_user_error
-from .user_tools import FleetUserCaller, UserCaller, UserToolbox, agent_view, user_tool_specs
-from .users import User, bind_toolbox, build_user
+from .user_tools import FleetUserCaller, SoloClient, UserCaller, UserToolbox, agent_view, user_tool_specs
+from .users import User, UserReply, bind_toolbox, build_user, request_text
 from .vocab import ControlToken, Termination, TrialStatus, UserName
 
 
@@ -119,6 +119,11 @@ class EvalConfig(BaseModel):
         None, ge=1, description="the first N tasks of each env (after task ids and split)"
     )
     answers: AnswersMode = "task"
+    solo: bool = Field(
+        False,
+        description="τ²'s solo mode: the agent gets the user's tools beside its own and the task as "
+        "its ticket; the user is a dummy (envs with user tools only)",
+    )
 
     def agent_cfg(self) -> LLMConfig | None:
         if self.agent in BUILTIN_AGENTS:
@@ -129,6 +134,20 @@ class EvalConfig(BaseModel):
         if self.user == UserName.SCRIPTED:
             return None
         return self.user_llm or LLMConfig(model=self.user)
+
+
+class SoloUser:
+    """The user of τ²'s solo mode: a dummy that hands the agent the task (its ticket) and ends the
+    conversation at the agent's first message to it; the agent acts on both sides alone."""
+
+    def __init__(self, task: Task) -> None:
+        self.ticket = request_text(task)
+
+    async def start(self) -> UserReply:
+        return UserReply(self.ticket)
+
+    async def reply(self, messages: list[Message]) -> UserReply:
+        return UserReply(f"Thank you. {ControlToken.STOP}")
 
 
 # --------------------------------------------------------------------------- backends
@@ -425,11 +444,13 @@ async def run_trial(
     agent = (make_agent or _default_agent(config, job.et))(task, seed)
     # the scripted user outlasts the run's own exchange limit: an agent that asks forever ends at
     # `max_turns` (its failure), never with a user stopping mid-question (a user error, masked)
-    user = (
-        make_user(task)
-        if make_user
-        else build_user(config.user, task, llm=config.user_cfg(), max_turns=config.limits.max_turns + 1)
-    )
+    user: User
+    if make_user:
+        user = make_user(task)
+    elif config.solo:
+        user = SoloUser(task)
+    else:
+        user = build_user(config.user, task, llm=config.user_cfg(), max_turns=config.limits.max_turns + 1)
     started, t0 = time.time(), time.perf_counter()
     messages: list[Message] = []
     usage: dict[str, Usage] = {}
@@ -442,11 +463,18 @@ async def run_trial(
         episode_id = await backend.create(env.name, job.et.initial_state(task) if task.setup else None)
         async with (
             backend.client(env.name, episode_id) as client,
-            _user_client(backend, env.name, episode_id, user) as user_caller,
+            _user_client(backend, env.name, episode_id, user, config.solo) as user_caller,
         ):
             tools = await offered_tools(backend, env.name, client)
             toolbox = None
-            if user_caller is not None:
+            if config.solo:  # the agent drives both sides: the user's tools join its own
+                if user_caller is None:
+                    raise InfraError(f"solo mode: no way to {env.name}'s user side for episode {episode_id}")
+                solo_tools = user_tool_specs(env)
+                tools = [*tools, *solo_tools]
+                names = frozenset(t["function"]["name"] for t in solo_tools)
+                client = cast(EpisodeClient, SoloClient(client, user_caller, names))
+            elif user_caller is not None:
                 toolbox = UserToolbox(user_tool_specs(env), user_caller, messages, env_errors)
                 bind_toolbox(user, toolbox)
             with model_waits() as waits, anyio.move_on_after(config.limits.trial_timeout_s) as scope:
@@ -532,13 +560,13 @@ async def run_trial(
 
 
 def _user_client(
-    backend: Backend, env: str, episode_id: str, user: User
+    backend: Backend, env: str, episode_id: str, user: User, solo: bool = False
 ) -> AbstractAsyncContextManager[UserCaller | None]:
-    """The user's way to its own tools in a dual-control env, where the backend and the user have
-    one (a backend without `user_client`, an env without user tools, a user that calls no tools:
-    None)."""
+    """The way to the episode's user side in a dual-control env, where the backend and the user
+    (or, `solo`, the agent) have one (a backend without `user_client`, an env without user tools,
+    a user that calls no tools: None)."""
     opener = getattr(backend, "user_client", None)
-    if opener is None or not hasattr(user, "toolbox") or not _has_user_tools(backend, env):
+    if opener is None or not (solo or hasattr(user, "toolbox")) or not _has_user_tools(backend, env):
         return nullcontext(None)
     caller: AbstractAsyncContextManager[UserCaller | None] = opener(env, episode_id)
     return caller
@@ -553,7 +581,13 @@ def _has_user_tools(backend: Backend, env: str) -> bool:
 def _default_agent(config: EvalConfig, et: EnvTasks) -> Callable[[Task, int], Agent]:
     def make(task: Task, seed: int) -> Agent:
         return build_agent(
-            config.agent, task, seed=seed, policy=et.env.policy, llm=config.agent_cfg(), rules=et.policy_rules
+            config.agent,
+            task,
+            seed=seed,
+            policy=et.env.policy,
+            llm=config.agent_cfg(),
+            rules=et.policy_rules,
+            solo=config.solo,
         )
 
     return make
@@ -582,6 +616,7 @@ def build_manifest(config: EvalConfig, envs: Sequence[EnvTasks], run_id: str) ->
         limits={k: float(v) for k, v in config.limits.model_dump().items()},
         judge=(config.judge or config.judge_llm.model) if config.judge_llm else None,
         answers=config.answers,
+        solo=config.solo,
         versions={"envforge": _version(), "litellm": _version("litellm")},
     )
 
@@ -637,6 +672,12 @@ async def run_eval(
     """
     envs = [load_env_tasks(d) for d in env_dirs]
     check_task_ids(config.task_ids, envs)
+    if config.solo:
+        single = [et.env.name for et in envs if not et.env.tools_of("user")]
+        if single:
+            raise TaskSelectionError(
+                f"--solo: {', '.join(single)} has no user tools (τ²'s solo mode is for dual-control envs)"
+            )
     for et in envs:
         et.tasks = select_tasks(
             et.env.name, et.tasks, task_ids=config.task_ids, split=config.split, limit=config.limit

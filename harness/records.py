@@ -229,6 +229,7 @@ class RunManifest(_Model):
         "task",
         description="'task': each task's answer rule scored it; 'strict': the exact rule for every task",
     )
+    solo: bool = Field(False, description="τ²'s solo mode: the agent drove the user's tools too")
     versions: dict[str, str] = Field(default_factory=dict)
 
 

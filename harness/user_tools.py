@@ -168,6 +168,24 @@ def user_action_request(calls: Sequence[Call]) -> str:
     return f"{USER_ACTION} do the following and tell me what you see: {steps}."
 
 
+class SoloClient:
+    """The agent's episode client in solo mode: a call to one of the user's tools goes to the
+    episode's user side (τ²: an assistant call to a user tool goes to the user's toolkit), any
+    other to the agent's own endpoint."""
+
+    def __init__(self, client: Any, user: UserCaller, user_names: frozenset[str]) -> None:
+        self.client, self.user, self.user_names = client, user, user_names
+
+    async def list_tools(self) -> Any:
+        return await self.client.list_tools()
+
+    async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
+        if name in self.user_names:
+            return await self.user.call_tool(name, arguments)
+        result: ToolResult = await self.client.call_tool(name, arguments)
+        return result
+
+
 def results_text(results: Sequence[tuple[str, Message]]) -> str:
     """What a scripted user says after acting on their device: each call's result."""
     said = " ".join(f"{name}: {(m.content or '').strip()}" for name, m in results)

@@ -12,11 +12,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from envforge.harness import (
     EvalConfig,
     LLMConfig,
     Message,
     OracleAgent,
+    TaskSelectionError,
     ToolCall,
     rescore,
     run_eval,
@@ -26,10 +29,12 @@ from envforge.server import Fleet, build_app, load_env
 from envforge.synth import Call, load_tasks
 
 from support.fake_llm import FakeOpenAI, completion
-from support.paths import DUAL_PHONE_DIR
+from support.paths import DUAL_PHONE_DIR, ENVS
 from support.serving import ServerThread
 
+RETAIL_DIR = ENVS / "retail_orders"
 TASKS = load_tasks(DUAL_PHONE_DIR)
+USER_TOOLS = ("check_status_bar", "toggle_airplane_mode", "toggle_data")
 
 
 def _calls(messages: list[Any]) -> list[Call]:
@@ -160,3 +165,37 @@ async def test_an_llm_user_calls_its_tools_as_function_tools(tmp_path):
         _, [rec] = await run_eval([DUAL_PHONE_DIR], config, tmp_path / "run")
     assert [(c.name, c.requestor) for c in _calls(rec.messages)] == [("toggle_airplane_mode", "user")]
     assert rec.reward == 1.0, rec.parts
+
+
+async def test_solo_mode_the_agent_drives_both_sides(tmp_path):
+    """τ²'s solo mode: the agent is offered the user's tools beside its own and calls them itself;
+    setup and check tools stay out of reach; an env without user tools refuses solo mode."""
+    offered: list[set[str]] = []
+
+    class Watching(OracleAgent):
+        async def respond(self, messages, tools, client):  # type: ignore[no-untyped-def]
+            offered.append({t["function"]["name"] for t in tools})
+            if len(offered) == 1:
+                refused = await client.call_tool("turn_airplane_mode_on", {})
+                assert refused.text == "Error: Tool 'turn_airplane_mode_on' not found."
+            return await super().respond(messages, tools, client)
+
+    config = EvalConfig(agent="oracle", solo=True)
+    manifest, records = await run_eval(
+        [DUAL_PHONE_DIR], config, tmp_path / "run", make_agent=lambda task, seed: Watching(task, solo=True)
+    )
+    assert manifest.solo and [r.reward for r in records] == [1.0] * len(TASKS)
+    assert offered[0] == {
+        "get_line",
+        "resume_line",
+        "check_status_bar",
+        "toggle_airplane_mode",
+        "toggle_data",
+    }
+    by_id = {t.id: t for t in TASKS}
+    for rec in records:
+        assert all(m.role != "user" or not m.tool_calls for m in rec.messages)  # every call is the agent's
+        golden = [(c.name, c.arguments) for c in by_id[rec.task_id].golden_calls]
+        assert [(c.name, c.arguments) for c in _calls(rec.messages)] == golden
+    with pytest.raises(TaskSelectionError, match="has no user tools"):
+        await run_eval([RETAIL_DIR], EvalConfig(agent="oracle", solo=True), tmp_path / "retail")
