@@ -175,3 +175,21 @@ def test_a_model_written_payload_is_refused_before_it_serves(tmp_path: Path) -> 
         )
     with pytest.raises(Exception, match="open"):
         openenv_app([payload])
+
+
+def test_concurrent_sessions_on_one_task_each_get_their_own_episode(url: str) -> None:
+    """Six sessions open the same task at once and each rents the same car: with one episode per
+    session every rental succeeds; a shared episode would refuse all but the first."""
+
+    async def all_at_once() -> list[bool]:
+        clients = [GenericEnvClient(base_url=url) for _ in range(6)]
+        try:
+            await asyncio.gather(*(c.connect() for c in clients))
+            await asyncio.gather(*(c.reset(task_id=TASK) for c in clients))
+            rent = {"tool": "rent_car", "arguments": {"customer_id": "C-501", "car_id": "V-621", "days": 2}}
+            rented = await asyncio.gather(*(c.step(rent) for c in clients))
+            return [not r.observation["is_error"] for r in rented]
+        finally:
+            await asyncio.gather(*(c.close() for c in clients))
+
+    assert asyncio.run(all_at_once()) == [True] * 6

@@ -7,9 +7,13 @@ import os
 import subprocess
 import sys
 
+from envforge.server import load_env
+from envforge.synth import load_policy_rules, load_tasks
+
 from support.paths import REPO
 
 EXAMPLE = REPO / "examples" / "openenv_episode.py"
+LIBRARY = REPO / "envs" / "library"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -22,13 +26,19 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_smoke_run_plays_one_scored_episode_on_a_tiny_model() -> None:
     done = _run("--smoke")
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "model played library-0-00000 through OpenEnv's client: reward " in done.stdout
+    first = load_tasks(LIBRARY)[0].id
+    assert f"model played {first} through OpenEnv's client: reward " in done.stdout
 
 
 def test_the_oracle_earns_1_through_the_example() -> None:
-    done = _run("--smoke", "--agent", "oracle")
+    policy = load_policy_rules(load_env(LIBRARY))
+    assert policy is not None
+    task = next(
+        t for t in load_tasks(LIBRARY) if any(policy.needs_confirmation(c.name) for c in t.golden_calls)
+    )
+    done = _run("--smoke", "--agent", "oracle", "--task", task.id)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "oracle played library-0-00000 through OpenEnv's client: reward 1.0 (completed" in done.stdout
+    assert f"oracle played {task.id} through OpenEnv's client: reward 1.0 (completed" in done.stdout
     assert "Shall I proceed? (yes/no)" in done.stdout  # the simulated user was asked, and said yes
 
 
