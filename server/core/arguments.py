@@ -28,6 +28,9 @@ class ArgumentStyle(Protocol):
     @property
     def python_owner(self) -> str | None: ...
 
+    @property
+    def python_owners(self) -> Mapping[Any, str]: ...
+
 
 class ArgumentOwner(Protocol):
     """An env as the check sees it: a loaded `Environment`, or the worker's stand-in for one."""
@@ -129,7 +132,8 @@ def _check_arguments(
     if budget[0] < 0:
         return None, f"arguments are too large (limit about {MAX_ARGUMENT_CHARS} characters in all)"
     if env.manifest.argument_errors == "python":
-        owner = f"{env.manifest.python_owner}." if env.manifest.python_owner else ""
+        named = env.manifest.python_owners.get(spec.side) or env.manifest.python_owner
+        owner = f"{named}." if named else ""
         unexpected = [k for k in arguments if k not in spec.parameters]
         if unexpected:
             return None, f"{owner}{spec.name}() got an unexpected keyword argument '{unexpected[0]}'"

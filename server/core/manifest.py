@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .tooldef import Side
+
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
@@ -49,6 +51,13 @@ class EnvManifest(BaseModel):
     )
     python_owner: str | None = Field(
         None, description="Class name shown in 'python'-style argument errors, e.g. 'RetailTools'."
+    )
+    python_owners: dict[Side, str] = Field(
+        default_factory=dict,
+        description=(
+            "Per tool side, the class name shown in 'python'-style argument errors where it is not "
+            "python_owner's, e.g. {user = 'TelecomUserTools'} (τ²'s user toolkit)."
+        ),
     )
 
     @field_validator("name")

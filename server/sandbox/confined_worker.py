@@ -252,6 +252,7 @@ class _Manifest:
     def __init__(self, argument_errors: str) -> None:
         self.argument_errors = argument_errors
         self.python_owner = None
+        self.python_owners: dict[str, str] = {}
 
 
 class _EnvShim:

@@ -223,3 +223,23 @@ async def test_a_confined_envs_sides_travel_from_its_worker(tmp_path):
         assert (await fleet.call(ep.id, "add_my_note", {"body": "x"}, side="user")).text == "added"
         assert (await fleet.call(ep.id, "assert_notes", {"n": 2}, side="check")).text == "True"
         assert (await fleet.call(ep.id, "count_notes", {}, side="user")).text.startswith("Error: Tool")
+
+
+async def test_python_style_errors_name_each_sides_owner(tmp_path):
+    """τ² names the user's toolkit in a user tool's argument error (`TelecomUserTools.x()`), the
+    agent's in an agent tool's: `python_owners` gives a side its own class name."""
+    root = tmp_path / "dual_phone"
+    shutil.copytree(DUAL_PHONE_DIR, root)
+    toml = (root / "env.toml").read_text()
+    extra = 'argument_errors = "python"\npython_owner = "PhoneTools"\n'
+    extra += 'python_owners = { user = "PhoneUserTools" }\n'
+    (root / "env.toml").write_text(toml + extra)
+    async with Fleet([load_env(root)]) as fleet:
+        ep = await fleet.create_episode("dual_phone")
+        r = await fleet.call(ep.id, "toggle_data", {"x": 1}, side="user")
+        assert r.text == "Error: PhoneUserTools.toggle_data() got an unexpected keyword argument 'x'"
+        r = await fleet.call(ep.id, "get_line", {})
+        assert r.text == "Error: PhoneTools.get_line() missing 1 required positional argument: 'line_id'"
+    (root / "env.toml").write_text(toml + 'python_owners = { phone = "X" }\n')
+    with pytest.raises(EnvLoadError, match=r"python_owners\.phone"):
+        load_env(root)
