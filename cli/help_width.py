@@ -29,4 +29,4 @@ class _WholeNames(Table):
 
 def keep_option_names_whole() -> None:
     """Lay typer's help panels out with `_WholeNames` (typer builds them from its module's `Table`)."""
-    typer.rich_utils.Table = _WholeNames  # type: ignore[attr-defined,misc]
+    typer.rich_utils.Table = _WholeNames  # type: ignore[attr-defined]
