@@ -3,6 +3,10 @@
 # report`, screenshotted by headless Chromium (installed from Debian when missing).
 #
 #   benchmarks/screenshot_report.sh [OUT_DIR]      (default: /tmp/envforge-report-shots)
+#   benchmarks/screenshot_report.sh REPORT [PNG]   one report as it opens: REPORT is a report's
+#                                                  .html or a run folder (its report.html, rendered
+#                                                  by `envforge report` when missing); PNG defaults
+#                                                  to REPORT's name with .png, beside it or in /tmp
 #
 # Writes OUT_DIR/{single,single-open,single-narrow,compare}.png and the pages they show:
 #   single.png         the run report of a `golden_prefix` run, one trial of it an infra failure
@@ -34,8 +38,27 @@ fi
 BROWSER="$(browser)"
 [ -n "$BROWSER" ] || { echo "error: no chromium after installing it" >&2; exit 1; }
 
-rm -rf "$OUT" && mkdir -p "$OUT"
 envforge() { "$PY" -m envforge.cli "$@"; }
+shot() {  # shot PNG HTML WIDTH HEIGHT
+    "$BROWSER" --headless --no-sandbox --disable-gpu --hide-scrollbars --force-device-scale-factor=1 \
+        --window-size="$3,$4" --screenshot="$1" "file://$2" >/dev/null 2>&1
+    echo "$1"
+}
+
+if [ -d "${1:-}" ] && [ -f "$1/manifest.json" ] || [[ "${1:-}" == *.html ]]; then  # one report
+    REPORT="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
+    if [ -d "$REPORT" ]; then
+        [ -f "$REPORT/report.html" ] || envforge report "$REPORT" >/dev/null
+        REPORT="$REPORT/report.html"
+    fi
+    [ -f "$REPORT" ] || { echo "error: no report at $REPORT" >&2; exit 2; }
+    PNG="${2:-${REPORT%.html}.png}"
+    [ -w "$(dirname "$PNG")" ] || PNG="/tmp/$(basename "$PNG")"
+    shot "$PNG" "$REPORT" 1280 2200
+    exit 0
+fi
+
+rm -rf "$OUT" && mkdir -p "$OUT"
 
 for agent in oracle noop; do  # the runs compared: two envs, three tasks each
     envforge eval "$ENV_DIR" "$ROOT/envs/library" --agent "$agent" --limit 3 --trials 2 \
@@ -62,7 +85,7 @@ EOF
 envforge report "$OUT/golden_prefix" >/dev/null
 envforge report "$OUT/oracle" "$OUT/noop" "$OUT/down" --out "$OUT/compare.html" >/dev/null
 
-# the same page with the first failed and the first excluded trial opened
+# the same page with the first excluded trial opened too (the first failed one opens by itself)
 sed -e '0,/<details class="trial fail"/s//<details open class="trial fail"/' \
     -e '0,/<details class="trial excluded"/s//<details open class="trial excluded"/' \
     "$OUT/golden_prefix/report.html" > "$OUT/single-open.html"
@@ -71,11 +94,6 @@ sed -e '0,/<details class="trial fail"/s//<details open class="trial fail"/' \
 sed -e 's#</style>#main>table.manifest,main>h2,main>p,.plots,table.summary{display:none}</style>#' \
     "$OUT/single-open.html" > "$OUT/single-trials.html"
 
-shot() {  # shot PNG HTML WIDTH HEIGHT
-    "$BROWSER" --headless --no-sandbox --disable-gpu --hide-scrollbars --force-device-scale-factor=1 \
-        --window-size="$3,$4" --screenshot="$1" "file://$2" >/dev/null 2>&1
-    echo "$1"
-}
 shot "$OUT/single.png" "$OUT/golden_prefix/report.html" 1280 2200
 shot "$OUT/single-open.png" "$OUT/single-open.html" 1280 3600
 shot "$OUT/single-trials.png" "$OUT/single-trials.html" 1280 1800
