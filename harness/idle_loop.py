@@ -9,7 +9,7 @@ done. 4" / "4"). After `IDLE_EXCHANGES` idle exchanges in a row the harness ends
 
 Small model users seldom say the stop token: with the oracle agent, Qwen2.5-Coder-0.5B as the
 user echoed "All done." back until the turn limit in 8 of 9 conversations
-(docs/benchmarks/harness.md, the local-model user), and a local agent with a local user
+(docs/benchmarks/local-models.md, the local-model user), and a local agent with a local user
 traded "You're welcome!" for 30 turns. Ended at the limit, each such trial was `max_turns`:
 the agent's failure, reward 0, on tasks whose end state was right.
 

@@ -52,6 +52,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from envforge.synth import ANSWERS_LINE, KNOWN_FACTS_LINE, Call, Task, leaf_values, plain_value
 
+from .idle_loop import only_closing
 from .llm import LLMConfig, add_usage, complete
 from .records import Message, Usage
 from .user_tools import USER_ACTION, UserToolbox, is_user_call, results_text, user_runs
@@ -481,15 +482,26 @@ OFFERS_HELP = re.compile(
     re.I,
 )
 """An opening in the agent's voice: Qwen2.5-Coder-0.5B, shown the greeting, answered as the agent
-("Hello! I'd be happy to help you ...") in 9 of 9 openings (docs/benchmarks/harness.md)."""
+("Hello! I'd be happy to help you ...") in 9 of 9 openings (docs/benchmarks/local-models.md)."""
+
+
+def speaks_as_agent(text: str) -> bool:
+    """An opening that asks for nothing: it offers help (`OFFERS_HELP`), or only thanks, closes
+    or refuses (`idle_loop.only_closing`: "I'm sorry, but I can't assist with that.")."""
+    return bool(OFFERS_HELP.search(text)) or only_closing(text)
+
 
 TURN_REMINDER = (
     "(You are the customer. If what you wanted is done, or cannot be done, reply with exactly "
     f"{ControlToken.STOP} and nothing else.)"
 )
-"""Put after each agent message the user model reads: the rule to stop, where a small model
-attends. Given it only in the system prompt, Qwen2.5-Coder-0.5B echoed the agent's "All done."
-back until the turn limit in 8 of 9 conversations (docs/benchmarks/harness.md)."""
+"""Put after an agent message that asks nothing: the rule to stop, where a small model attends.
+Given it only in the system prompt, Qwen2.5-Coder-0.5B echoed the agent's "All done." back until
+the turn limit in 8 of 9 conversations (docs/benchmarks/local-models.md)."""
+
+QUESTION_REMINDER = "(You are the customer: answer the agent's question. Say yes if it offers what you want.)"
+"""Put after an agent message that asks something: with the stop rule there instead, the same
+model answered the agent's consent requests with the stop token, 6 of 6 times."""
 
 _LOOSE_CONTROL = re.compile(r"#{2,}\s*(STOP|TRANSFER)\s*#{2,}", re.IGNORECASE)
 
@@ -557,17 +569,22 @@ class LLMUser:
 
     async def start(self) -> UserReply:
         """The opening message, asked for with `USER_OPENING`. One that ends the conversation before
-        it began (the stop token, or nothing) or speaks as the agent (`OFFERS_HELP`) is asked for
-        again, once, with a nudge; the second answer stands, whatever it is."""
+        it began (the stop token, or nothing) or speaks as the agent (`speaks_as_agent`) is asked
+        for again, once, with a nudge. A second answer still in the agent's voice is replaced by
+        the request as the scripted user words it (`request_text`): Qwen2.5-Coder-0.5B, nudged,
+        opened with "I'm sorry, but I can't assist with that." or the greeting itself in 9 of 9
+        conversations. Any other second answer stands, the stop token included."""
         greeting: list[dict[str, Any]] = [{"role": "user", "content": "Hi! How can I help you today?"}]
         first = await self._ask(greeting, self.opening)
-        if not first.stop and not OFFERS_HELP.search(first.text):
+        if not first.stop and not speaks_as_agent(first.text):
             return first
         nudged = [{"role": "user", "content": f"{greeting[0]['content']}\n{OPENING_NUDGE}"}]
         again = await self._ask(nudged, self.opening)
         both = {"user": first.usage}
         add_usage(both, "user", again.usage)
         again.usage = both["user"]
+        if speaks_as_agent(again.text):  # the agent's voice twice: the request as the scripted user says it
+            again.text = request_text(self.task)
         return again
 
     async def reply(self, messages: list[Message]) -> UserReply:
@@ -589,8 +606,10 @@ class LLMUser:
                 history.append({"role": "assistant", "content": m.content or ""})
             elif m.role == "assistant" and m.content:
                 history.append({"role": "user", "content": m.content})
-        if history[-1]["role"] == "user":  # the agent's last message, then the rule to stop
-            history[-1] = {**history[-1], "content": f"{history[-1]['content']}\n\n{TURN_REMINDER}"}
+        if history[-1]["role"] == "user":  # the agent's last message, then what to do with it
+            said = history[-1]["content"]
+            reminder = QUESTION_REMINDER if "?" in said else TURN_REMINDER
+            history[-1] = {**history[-1], "content": f"{said}\n\n{reminder}"}
         return await self._ask(history)
 
 
