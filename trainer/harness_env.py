@@ -25,6 +25,10 @@ gave up on after nudging turns that said nothing (`UserReply.agent_silent`) with
 `no_response` (reward 0), as in an eval. A user model that fails after retries (`InfraError`) is
 nobody's measurement: the trajectory is masked with reason `infra_failure: ...`.
 
+In a dual-control env (user tools, τ² telecom) the user acts on its own side of the episode as in
+an eval (`UserToolbox`): its calls are kept in the conversation the scorer reads, never shown to
+the policy, and the env assertions are judged with the env.
+
 `user_error_rate` makes the scripted user err on purpose in that share of episodes (an
 `ErringUser`, drawn per episode from the run's seed): the kind it committed, if any, goes on the
 trajectory as `injected_user_error`, beside the detector's verdict, so the mask's precision and
@@ -35,7 +39,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +47,7 @@ from envforge.harness import (
     ControlToken,
     EnvTasks,
     ErringUser,
+    FleetUserCaller,
     InfraError,
     LLMConfig,
     LLMUser,
@@ -53,14 +58,17 @@ from envforge.harness import (
     TrialStatus,
     User,
     UserName,
+    UserToolbox,
+    bind_toolbox,
     detect_user_error,
     draw_user_error,
     score_trial,
+    user_tool_specs,
 )
 from envforge.server import EpisodeClient
 from envforge.synth import Task
 
-from .remote_fleet import EpisodeFleet, open_episode_client
+from .remote_fleet import EpisodeFleet, RemoteFleet, open_episode_client
 from .rollout import RewardInfo, ToolOutcome
 
 UserFactory = Callable[[Task], User]
@@ -168,7 +176,14 @@ class _HarnessEpisode:
             keys = self.env.env_tasks.pks
             rules = self.env.env_tasks.policy_rules
             ts = await score_trial(
-                self.task, final, self.messages, status=status, judge=judge, keys=keys, policy=rules
+                self.task,
+                final,
+                self.messages,
+                status=status,
+                judge=judge,
+                keys=keys,
+                policy=rules,
+                env=self.env.env_tasks.env,
             )
             try:
                 error, reason, _ = await detect_user_error(
@@ -190,7 +205,9 @@ class _HarnessEpisode:
                 parts=info.parts,
                 user_error=info.user_error,
                 user_error_reason=info.user_error_reason,
-                user_messages=[m.content or "" for m in self.messages if m.role == "user"],
+                user_messages=[
+                    m.content or "" for m in self.messages if m.role == "user" and not m.tool_calls
+                ],
                 injected_user_error=injected,
             )
         )
@@ -277,10 +294,29 @@ class HarnessRolloutEnv:
         state = self.env_tasks.initial_state(task) if task.setup else None
         ep = await self.fleet.create_episode(self.env_tasks.env.name, state=state)
         try:
-            if self.use_mcp:
-                async with open_episode_client(self.fleet, self.env_tasks.env.name, ep.id) as client:
-                    yield _HarnessEpisode(self, task, user, opening, ep.id, client)
-            else:
-                yield _HarnessEpisode(self, task, user, opening, ep.id, None)
+            async with self._user_side(ep.id) as user_side:
+                if self.use_mcp:
+                    async with open_episode_client(self.fleet, self.env_tasks.env.name, ep.id) as client:
+                        yield self._with_user_tools(
+                            _HarnessEpisode(self, task, user, opening, ep.id, client), user_side
+                        )
+                else:
+                    yield self._with_user_tools(
+                        _HarnessEpisode(self, task, user, opening, ep.id, None), user_side
+                    )
         finally:
             await self.fleet.close_episode(ep.id)
+
+    def _user_side(self, episode_id: str) -> AbstractAsyncContextManager[Any]:
+        """The episode's user side (dual control), where the env has user tools; else None."""
+        if not self.env_tasks.env.tools_of("user"):
+            return nullcontext(None)
+        if isinstance(self.fleet, RemoteFleet):
+            return self.fleet.http.user_client(self.env_tasks.env.name, episode_id)
+        return nullcontext(FleetUserCaller(self.fleet.call, episode_id))
+
+    def _with_user_tools(self, episode: _HarnessEpisode, user_side: Any) -> _HarnessEpisode:
+        if user_side is not None:
+            specs = user_tool_specs(self.env_tasks.env)
+            bind_toolbox(episode.user, UserToolbox(specs, user_side, episode.messages))
+        return episode
