@@ -1,4 +1,4 @@
-"""Help that never cuts an option's name: `--max-episode-mib-per-client` stays whole at any width.
+"""Help that fits the terminal: option names never cut, paragraphs wrapped to the width.
 
 typer lays each help panel out as a rich table whose columns all shrink together when the
 terminal is narrower than the table: off a terminal (a pipe, a file, an agent's shell) rich
@@ -27,6 +27,16 @@ class _WholeNames(Table):
                 column.no_wrap = True
 
 
+def _joined_paragraphs(paragraphs: list[str], markup_mode: Any) -> str:
+    """A command's help after its first paragraph, each paragraph one line for rich to wrap to the
+    width it has (typer keeps the docstring's own line breaks there, so at any width but the
+    source's the text came out ragged: "or numbering" / "steps; stiff = ..."). A paragraph that
+    opens with click's `\b` keeps its lines."""
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split("\n")) for p in paragraphs)
+
+
 def keep_option_names_whole() -> None:
-    """Lay typer's help panels out with `_WholeNames` (typer builds them from its module's `Table`)."""
+    """Lay typer's help panels out with `_WholeNames` (typer builds them from its module's `Table`),
+    and wrap help paragraphs to the terminal's width (`_joined_paragraphs`)."""
     typer.rich_utils.Table = _WholeNames  # type: ignore[attr-defined]
+    typer.rich_utils._fix_linebreaks = _joined_paragraphs
