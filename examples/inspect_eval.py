@@ -1,8 +1,7 @@
 """Evaluate a model on envforge environments with inspect_ai (docs/integrations.md).
 
     python examples/inspect_eval.py --smoke     # offline: one sample, scored, its log written; exit 0
-    python examples/inspect_eval.py --model openai-api/local/qwen --base-url http://127.0.0.1:8080/v1 \\
-        --env envs/car_rental --limit 5
+    python examples/inspect_eval.py --model hf/PATH --env envs/car_rental --limit 5
     inspect view --log-dir LOG_DIR              # the logs, in inspect's viewer
 
 The task, the agent loop, the tools, the simulated user and the score come from
@@ -97,8 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.smoke and not args.model:
         parser.error("give --model MODEL, or --smoke")
 
-    import inspect_ai
+    try:
+        import inspect_ai
+    except ImportError:
+        print('error: inspect_ai is not installed: pip install -e ".[inspect]"', file=sys.stderr)
+        return 2
     from inspect_ai.log import read_eval_log
+    from inspect_ai.model import get_model
 
     from envforge.integrations.inspect_tasks import envforge_task
 
@@ -107,12 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    model = oracle_model(args.env, str(task.dataset[0].id)) if args.smoke else args.model
+    if args.smoke:
+        model = oracle_model(args.env, str(task.dataset[0].id))
+    else:
+        model = get_model(args.model, base_url=args.base_url)
     with tempfile.TemporaryDirectory() as tmp:
         log_dir = args.log_dir or (Path(tmp) if args.smoke else Path("logs"))
-        (log,) = inspect_ai.eval(
-            task, model=model, model_base_url=args.base_url, log_dir=str(log_dir), display="none"
-        )
+        (log,) = inspect_ai.eval(task, model=model, log_dir=str(log_dir), display="none")
         log = read_eval_log(log.location)
         for sample in log.samples or []:
             for score in (sample.scores or {}).values():

@@ -1,6 +1,6 @@
 """envforge environments as inspect_ai tasks, scored by envforge's composer.
 
-    inspect eval envforge/car_rental --model openai-api/local/qwen -M base_url=http://127.0.0.1:8080/v1
+    inspect eval envforge/car_rental -T limit=5 --model hf/PATH
 
     from envforge.integrations.inspect_tasks import envforge_task
     inspect_ai.eval(envforge_task("envs/car_rental", limit=5), model="mockllm/model")

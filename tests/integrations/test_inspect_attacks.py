@@ -38,12 +38,16 @@ from envforge.integrations.inspect_tasks import (  # noqa: E402
     episode_of,
     episode_tools,
 )
+from envforge.server import load_env  # noqa: E402
+from envforge.synth import load_policy_rules, load_tasks  # noqa: E402
 
-from support.inspect_play import USAGE  # noqa: E402
+from support.inspect_play import USAGE, agents_model  # noqa: E402
 from support.paths import REPO  # noqa: E402
 
 CAR = REPO / "envs" / "car_rental"
 TASK = "car_rental-0-00000"
+QUIET = "car_rental-0-00006"
+"""A task with no required output: its reward is its state and its policy."""
 DONE = f"All done. {ControlToken.STOP}"
 _IDS = itertools.count()
 
@@ -240,3 +244,35 @@ def test_a_model_written_payload_is_refused_before_it_runs(tmp_path: Path) -> No
         )
     with pytest.raises(Exception, match="open"):
         envforge_task(payload, limit=1)
+
+
+def test_a_model_that_never_stops_is_cut_by_the_message_limit_and_scores_0(tmp_path: Path) -> None:
+    """The oracle's calls (the golden state reached, the policy kept), then calls forever:
+    inspect's `message_limit` ends the sample, and envforge scores a conversation cut by its limit
+    as a trial cut by its turn limit: 0, though the state is the golden one and the task asks for no
+    output."""
+    env = load_env(CAR)
+    assert not next(t for t in load_tasks(CAR) if t.id == QUIET).required_outputs
+    tasks = {t.id: t for t in load_tasks(CAR) if t.id == QUIET}
+    model = agents_model(env, tasks, ("oracle",), load_policy_rules(env))
+    oracle = run(envforge_task(CAR, task_ids=[QUIET]), model, tmp_path)
+    assert oracle.samples is not None and oracle.samples[0].scores is not None
+    assert next(iter(oracle.samples[0].scores.values())).value == 1.0
+    said = [m for m in oracle.samples[0].messages if isinstance(m, ChatMessageAssistant)]
+    calls = [c for m in said for c in m.tool_calls or []]
+
+    async def script(n: int, input: list[ChatMessage]) -> ModelOutput:
+        step = turns(input)
+        if step < len(calls):
+            return call(calls[step].function, **calls[step].arguments)
+        return call("get_car", car_id="V-621")
+
+    limit = 2 + 2 * len(calls) + 4
+    log = run(envforge_task(CAR, task_ids=[QUIET], message_limit=limit), scripted(script), tmp_path / "cut")
+    assert log.status == "success", log.error
+    assert log.samples is not None
+    sample = log.samples[0]
+    assert sample.limit is not None and sample.limit.type == "message"
+    (score,) = (sample.scores or {}).values()
+    assert score.metadata is not None and score.metadata["parts"]["state"] == 1.0
+    assert score.value == 0.0
