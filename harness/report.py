@@ -473,7 +473,7 @@ def trial_html(rec: TrialRecord, tasks: RunTasks, *, opened: bool = False) -> st
     badges = '<span class="badge ue">user error</span>' if rec.user_error else ""
     if failed:
         badges += f'<span class="badge why">failed: {_e(", ".join(failed))}</span>'
-    if rec.termination not in QUIET_ENDINGS and rec.termination != rec.status:  # else said once already
+    if rec.termination not in QUIET_ENDINGS and str(rec.termination) != str(rec.status):  # said once
         badges += f'<span class="badge end">{_e(rec.termination)}</span>'
     if outcome == "excluded":
         reward = '<span class="c-reward excluded">–</span>'
