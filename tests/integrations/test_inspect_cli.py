@@ -88,3 +88,12 @@ def _shown(node: object) -> object:
     if isinstance(node, list):
         return [_shown(v) for v in node]
     return node
+
+
+def test_import_envforge_imports_no_inspect_even_where_it_is_installed() -> None:
+    code = (
+        "import sys, envforge, envforge.integrations\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'inspect_ai'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]"
