@@ -48,7 +48,7 @@ import sys
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import openai
 import verifiers.v1 as vf
@@ -248,8 +248,9 @@ class EnvforgeHarness(vf.Harness[EnvforgeHarnessConfig]):  # type: ignore[misc]
         client = rollout.client(endpoint, secret)
         while True:
             try:
+                # the wire dicts as verifiers' own chat program sends them (openai's TypedDicts)
                 completion = await client.chat.completions.create(
-                    model=ctx.model, messages=messages, tools=rollout.tools
+                    model=ctx.model, messages=cast(Any, messages), tools=cast(Any, rollout.tools)
                 )
             except openai.APIError as exc:  # a limit or a @stop refused the turn, or the model failed
                 return ProgramResult(1, "", f"model call failed: {exc}")
