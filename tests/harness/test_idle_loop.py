@@ -23,6 +23,7 @@ from envforge.harness import (
     load_env_tasks,
     only_closing,
     run_eval,
+    write_report,
 )
 from envforge.harness import Message as HarnessMessage
 
@@ -78,6 +79,9 @@ def test_a_thanking_user_and_a_done_agent_end_early_scored_on_the_state(tmp_path
     assert rec.status == "completed" and rec.fault == "none"
     assert rec.reward == 1.0
     assert user_turns(rec) < MAX_TURNS // 2
+    page = write_report(tmp_path / "run").read_text(encoding="utf-8")  # and the report says so
+    assert '<span class="badge end">idle_loop</span>' in page
+    assert "exchanges going nowhere" in page and "charged to neither side" in page
 
 
 def test_refusals_traded_with_thanks_end_early_and_earn_what_the_state_earns(tmp_path: Path) -> None:
