@@ -27,12 +27,15 @@ from envforge.synth import (
     SynthConfig,
     Task,
     build_graph,
+    diversity_line,
     graph_json,
     load_graph,
     load_phrases,
     load_tasks,
+    measure_diversity,
     measure_realism,
     realism_table,
+    roles_of,
     to_dot,
     to_mermaid,
     with_answers,
@@ -190,8 +193,8 @@ def check_cmd(
     strict_realism: bool = typer.Option(
         False,
         "--strict-realism",
-        help="Also fail an env whose instructions name tools or number steps, or that has dead reads "
-        "or duplicate tasks.",
+        help="Also fail an env whose instructions name tools or number steps, or that has dead reads, "
+        "duplicate tasks, or tasks whose user's role may not ask for their writes.",
     ),
 ) -> None:
     """Run the self-checks and the adversarial agents on every task of each ENV_DIR/tasks.jsonl and
@@ -201,7 +204,12 @@ def check_cmd(
     Realism columns: proc = instructions naming a tool, copying its description or numbering
     steps; stiff = machine-like wording; dead = tasks with reads nothing uses / such reads; dup =
     repeated tasks; who = distinct principals (tasks with several); calls, writes, reason = per-task
-    min/median/max mean."""
+    min/median/max mean.
+
+    Diversity line: distinct intents (write tools asked for, reasoning kinds, the user's role) in
+    all tasks and in the first 10, the fewest in any 10 in a row, the most common intent's share,
+    and role mismatches: tasks whose user may not ask for one of their writes (a patient who
+    restocks a drug), per the env's policy_rules.toml or its tools' parameters."""
     _quiet()
     envs = load_envs(env_dirs)
     if tasks_file is not None:
@@ -249,6 +257,8 @@ class EnvCheck(TypedDict):
     realism: dict[str, Any]
     """`EnvRealism` as JSON."""
     realism_missed: list[str]
+    diversity: dict[str, Any]
+    """`Diversity` as JSON: intents, the fewest in any 10 in a row, role mismatches."""
 
 
 def _read_tasks(env: Environment, env_dir: Path, tasks_file: Path | None) -> list[Task]:
@@ -270,7 +280,8 @@ def _check_env(
     """`check` on one env's `tasks`: print its tables (`legend`: the realism columns explained; a
     run over several envs explains them once, under their joint table); its results (`passed`:
     every task passed, and with `strict_realism` every realism target was met)."""
-    verdicts = check_tasks(env, tasks, graph=load_graph(env_dir))
+    graph = load_graph(env_dir) or asyncio.run(build_graph(env))
+    verdicts = check_tasks(env, tasks, graph=graph)
     checks = [v.failed_checks for v in verdicts]
     rewards = [v.adversary_rewards for v in verdicts]
     results_by_task = [v.failures for v in verdicts]
@@ -302,7 +313,11 @@ def _check_env(
     console.print(realism_table([realism]), highlight=False, markup=False)
     if legend:
         console.print(REALISM_LEGEND, highlight=False, markup=False)
+    diversity = measure_diversity(env.name, tasks, roles_of(env, graph))
+    console.print(diversity_line(diversity), highlight=False, markup=False)
     missed = realism.strict_failures()
+    if diversity.role_mismatches:
+        missed.append(f"{diversity.role_mismatches} tasks whose user may not ask for their writes")
     if missed:
         colour = "red" if strict_realism else "yellow"
         console.print(f"[{colour}]realism targets missed:[/] {', '.join(missed)}", highlight=False)
@@ -317,6 +332,7 @@ def _check_env(
         "failed_tasks": {t.id: r for t, r in zip(tasks, results_by_task, strict=True) if r},
         "realism": realism.model_dump(mode="json"),
         "realism_missed": missed,
+        "diversity": diversity.model_dump(mode="json"),
     }
 
 

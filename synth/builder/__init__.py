@@ -4,7 +4,8 @@
 through `walking` (the start call and each step along the tool graph), `branching` (reasoning
 nodes and branches, computed by `reasoning`) and `pruning` (dead reads dropped at the end);
 `config` holds `SynthConfig` and `BuildFailed`. `pipeline` runs attempts, self-checks and
-deduplication until a run has its tasks.
+deduplication until a run has its tasks, aiming each attempt at an intent the run has shipped
+little of (`mix`).
 
 Imports every subpackage of synth before it: task, graph, wording, walk, checks.
 """

@@ -97,6 +97,7 @@ async def try_branch(b: Builder, o: Option, value: Any, src: ArgSource) -> bool:
                 and e.target != o.edge.target
                 and b.usable(e.target)
                 and not b.ctx.index.tool(e.target).read_only
+                and (b.role is None or b.ctx.roles.may_call(b.role, e.target))  # the user may ask
             }
         )
     if not figures or not alts:

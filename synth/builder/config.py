@@ -21,6 +21,9 @@ class SynthConfig:
     # Walks weigh their choices by what has worked in earlier attempts of the run (`outcomes.py`):
     # far fewer failed tries, at the price of attempts depending on the attempts before them.
     steer: bool = True
+    # Tasks are steered towards the intents (write tools, reasoning kinds, role) the run has
+    # shipped least of lately, so any ten in a row ask for several things (`mix.py`).
+    vary: bool = True
 
 
 class BuildFailed(Exception):

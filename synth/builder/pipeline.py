@@ -1,19 +1,21 @@
 """Synthesis end to end: graph, build attempts, self-verification (`tasks.jsonl` I/O: `taskfile.py`).
 
 Attempt k of a run with seed S uses `random.Random("S:k")` and what attempts 0..k-1 learned about
-which calls work (`outcomes.py`); nothing else varies (no clocks, no episode ids in the output), so
-the same seed writes a byte-identical `tasks.jsonl`.
+which calls work (`outcomes.py`) and which intents they shipped (`mix.py`); nothing else varies (no
+clocks, no episode ids in the output), so the same seed writes a byte-identical `tasks.jsonl`.
 
-A task ships when it is new, passes every self-check (`verify.py`) and no adversarial agent
-(`adversaries.py`) earns its full reward. New means distinct from every task shipped before it in
-the run: two tasks with the same golden end state and the same required outputs, or the same
-golden calls, are one task to an agent, so the later one is dropped. An env supports only so many
+A task ships when it is new, would not make the run repetitive (`mix.py`), passes every self-check
+(`verify.py`) and no adversarial agent (`adversaries.py`) earns its full reward. New means distinct
+from every task shipped before it in the run: two tasks with the same golden end state and the
+same required outputs, or the same golden calls, are one task to an agent, so the later one is
+dropped. An env supports only so many
 distinct tasks: the run stops once `stall_limit(kept)` attempts in a row have shipped nothing.
 """
 
 from __future__ import annotations
 
 import gc
+import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -30,6 +32,7 @@ from ..walk.context import SynthContext
 from ..walk.outcomes import Outcomes
 from ..wording.render import rewrite_scenario
 from .config import BuildFailed, SynthConfig
+from .mix import IntentMix
 from .tasks import build_task
 
 # Attempts in a row that ship nothing before a run concludes the env has no more distinct tasks.
@@ -97,6 +100,7 @@ async def synthesize(
         ctx = SynthContext.create(env, graph, fleet)
         ctx.outcomes = Outcomes(learn=cfg.steer)
         write_tools = sorted(t.name for t in graph.tools if not t.read_only)
+        mix = IntentMix(ctx.roles, write_tools) if cfg.vary else None
         budget = max_attempts if max_attempts is not None else max(50, n * 30)
         k = 0
         last_shipped = 0
@@ -108,18 +112,29 @@ async def synthesize(
             task_seed = f"{seed}:{k}"
             task_id = f"{env.name}-{seed}-{k:05d}"
             k += 1
+            aim = mix.aim(random.Random(f"{task_seed}:aim")) if mix is not None else None
             try:
-                built = await build_task(ctx, task_id, task_seed, cfg)
+                built = await build_task(ctx, task_id, task_seed, cfg, aim=aim)
             except BuildFailed as exc:
                 report.discarded[f"build:{exc.reason}"] += 1
+                if mix is not None:
+                    mix.record(aim, None)
                 continue
             task, golden = built.task, built.golden
+            if mix is not None and not mix.admits(task):
+                report.discarded["repetitive"] += 1  # cheap to tell, and no fault of its principal
+                mix.record(aim, None)
+                continue
             dropped = await _why_dropped(ctx, task, golden, seen, adversaries)
             if cfg.steer:  # a principal whose walks keep repeating or failing is picked less
                 ctx.ownership.record(task.dag.principal, dropped is None)
             if dropped is not None:
                 report.discarded[dropped] += 1
+                if mix is not None:
+                    mix.record(aim, None)
                 continue
+            if mix is not None:
+                mix.record(aim, task)
             keys = task_keys(task)
             if llm_model:
                 scenario, missing = await rewrite_scenario(

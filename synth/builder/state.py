@@ -94,6 +94,10 @@ class Builder:
     fresh: Fresh | None = None  # the entity a setup added, for the walk to act on
     # Whose story the task is (`principal.py`): every call stays on its rows and public ones.
     principal: Principal | None = None
+    # Who the user is (`roles.py`): the principal's role or staff's; a write its role may not ask
+    # for is never called (a patient does not restock). None: any write.
+    role: str | None = None
+    aim: str | None = None  # the write tool the walk leans towards (`mix.py`)
     # What the walk's writes did so far, to keep a later write from undoing an earlier one.
     write_log: WriteLog = field(default_factory=WriteLog)
     written_tools: list[str] = field(default_factory=list)  # the tools of those writes, each once
@@ -252,7 +256,10 @@ class Builder:
         return check[1](self.ctx.domains[tool][param], value)
 
     def on_story(self, call: Call) -> bool:
-        """Whether every argument of `call` stays on the principal's rows and public ones."""
+        """Whether the user's role may ask for `call` and every argument of it stays on the
+        principal's rows and public ones."""
+        if self.role is not None and not self.ctx.roles.may_call(self.role, call.name):
+            return False
         return self.principal is None or all(self.allows(call.name, p, v) for p, v in call.arguments.items())
 
     # ------------------------------------------------------------------ execution

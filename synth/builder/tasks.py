@@ -12,15 +12,17 @@ topological order, and the episode's final state is the golden state.
 from __future__ import annotations
 
 import random
+import re
 from operator import itemgetter
 from typing import Any
 
 from ..task.golden import BuiltTask, GoldenRun
-from ..task.models import Checkpoint, Dag, Difficulty, Row, RowCheck, Task
+from ..task.models import ANSWERS_LINE, KNOWN_FACTS_LINE, Checkpoint, Dag, Difficulty, Row, RowCheck, Task
 from ..task.policy_rules import identity_facts, load_policy_rules
 from ..task.statediff import json_key
 from ..walk.context import SynthContext
 from ..walk.replayer import scratch_connection
+from ..walk.roles import STAFF, Roles
 from ..walk.states import setup_key
 from ..wording.render import VagueReference, render_scenario
 from .branching import summarise
@@ -81,6 +83,40 @@ class _RowFinder:
             return None
 
 
+_QUOTED = re.compile(r'"[^"\n]*"')
+_AN_ID = re.compile(r"\b[A-Z]+-\d+\b")
+
+
+def described_twice(instruction: str) -> list[str]:
+    """Runs of seven words starting with "the" that the wishes say twice with no id named between
+    ("the reservation of the one whose status is confirmed among your …" three times in one
+    sentence reads as three reservations): such a scenario is not shipped. What the user knows,
+    what they must be told and quoted words do not count."""
+    lines = [
+        ln
+        for ln in instruction.splitlines()
+        if not ln.startswith(KNOWN_FACTS_LINE) and not ln.startswith(ANSWERS_LINE)
+    ]
+    said = _QUOTED.sub('""', " ".join(lines))
+    words = said.split()
+    out: list[str] = []
+    for i, word in enumerate(words[:-6]):
+        run = " ".join(words[i : i + 7])
+        if word.lower() != "the" or '""' in run or run in out:
+            continue
+        first = said.find(run)
+        again = said.find(run, first + 1)
+        if again > first and not _AN_ID.search(said[first + len(run) : again]):
+            out.append(run)
+    return out
+
+
+def _draw_role(roles: Roles, seed: str) -> str:
+    """A role for a walk that aims at no write: each role as likely as the writes it may ask for."""
+    choices = [roles.role_of_write(t) for t in sorted(roles.principal_writes | roles.staff_writes)]
+    return random.Random(seed).choice(choices) if choices else STAFF
+
+
 def dag_depth(dag: Dag) -> int:
     """Nodes on the longest path (the DAG's nodes are stored in topological order)."""
     depth: dict[str, int] = {}
@@ -92,9 +128,12 @@ def dag_depth(dag: Dag) -> int:
     return max(depth.values(), default=0)
 
 
-async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfig) -> BuiltTask:
+async def build_task(
+    ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfig, *, aim: str | None = None
+) -> BuiltTask:
     """Build and execute one task, with what its golden run showed. Raises `BuildFailed` when the
-    walk cannot finish."""
+    walk cannot finish. `aim` is the write tool the walk leans towards (`mix.py`): its user is
+    cast in the role that may ask for it (`roles.py`); without one the role is drawn."""
     rng = random.Random(seed)
     setup = None
     setup_rng = random.Random(f"{seed}:setup")
@@ -108,11 +147,19 @@ async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfi
     )
     b = Builder(ctx=ctx, rng=rng, cfg=cfg, initial_state=initial_state, history=(key,))
     b.fresh = setup.fresh if setup else None
+    b.aim = aim
     ownership = ctx.ownership
+    roles = ctx.roles
     if setup is not None:
         b.principal = ownership.principal_of(key, initial_state, setup.fresh.table, setup.fresh.value)
-    if b.principal is None:
-        b.principal = ownership.pick(random.Random(f"{seed}:principal"), key, initial_state, steer=cfg.steer)
+    if b.principal is not None:  # a setup's fresh entity is its owner's to act on
+        b.role = roles.role_of(b.principal)
+    else:
+        b.role = roles.role_of_write(aim) if aim is not None else _draw_role(roles, f"{seed}:role")
+        if b.role != STAFF:
+            b.principal = ownership.pick(
+                random.Random(f"{seed}:principal"), key, initial_state, steer=cfg.steer
+            )
     target = rng.randint(cfg.min_calls, cfg.max_calls)
     episode = await ctx.replayer.open_episode(database)
     b.episode = episode
@@ -204,9 +251,12 @@ async def build_task(ctx: SynthContext, task_id: str, seed: str, cfg: SynthConfi
             ctx.phrases,
             ctx.references,
             created,
+            staff=b.role == STAFF and b.principal is None and roles.principal_role is not None,
         )
     except VagueReference:
         raise BuildFailed("vague_reference") from None
+    if described_twice(scenario.instruction):
+        raise BuildFailed("described_twice")
     golden_hash, golden_cents = ctx.states.hasher.hashes(golden)
     if golden_cents == initial_cents:
         raise BuildFailed("no_change")

@@ -14,6 +14,7 @@ from ..task.models import ArgSource, Call, ReasonNode
 from ..task.statediff import json_key
 from .branching import commit_reasoning, select_reasoning, try_branch
 from .config import BuildFailed
+from .mix import AIM_BOOST
 from .state import Builder, Option, from_node, from_user
 
 # Share of walks (with a principal and no fresh entity) that start from a tool taking the
@@ -135,7 +136,9 @@ async def step(b: Builder, remaining: int) -> bool:
     # value), and how much its tool is wanted for coverage (`outcomes.Outcomes.record_task`);
     # (b) for a write that can take a setup's fresh entity not yet acted on, 10 (the entity
     # is there to be acted on); (c) for a write, the least of how often its tool has left
-    # each tool this walk wrote with undone (cancel after book, restock after fill). One
+    # each tool this walk wrote with undone (cancel after book, restock after fill); (d) for the
+    # write the walk aims at (`mix.py`), `AIM_BOOST`; a write the user's role may not ask for
+    # (`roles.py`) weighs 0. One
     # pass, the factors in that order: the floats are those of one pass per factor.
     outcomes = b.ctx.outcomes
     edge_w, value_w = outcomes.edges.weights.get, outcomes.values.weights.get
@@ -145,10 +148,14 @@ async def step(b: Builder, remaining: int) -> bool:
     done = b.written_tools
     sequel_w = outcomes.sequels.weights.get
     sequel_of: dict[str, float] = {}  # per target tool, the least sequel weight over `done`
+    role, may_call, aim = b.role, b.ctx.roles.may_call, b.aim
     weights = []
     for o in options:
         if o.writes:
-            w = o.weight * boost
+            if role is not None and not may_call(role, o.edge.target):
+                weights.append(0.0)  # a write the user's role may not ask for
+                continue
+            w = o.weight * boost * (AIM_BOOST if o.edge.target == aim else 1.0)
         elif must_write:
             weights.append(0.0)
             continue

@@ -4,7 +4,8 @@ A `SynthContext` is one env's synthesis run: its tool graph as walks look it up 
 `graphindex.py`), the states tasks start from and what is derived from them (`StateCache`,
 `states.py`), the scratch episodes, call memo and replays (`Replayer`, `replayer.py`), fresh-entity
 setups (`setup.py`), what walks read off results (`results.py`), and which calls have worked so
-far (`outcomes.py`). Each part keeps its own caches, all bounded (`memo.py`).
+far (`outcomes.py`), whose story a task is (`principal.py`) and who may ask for each write
+(`roles.py`). Each part keeps its own caches, all bounded (`memo.py`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .outcomes import Outcomes
 from .principal import Ownership
 from .replayer import Replayer
 from .results import ResultReadings
+from .roles import Roles, env_roles
 from .setup import SetupPlanner
 from .states import StateCache
 
@@ -44,6 +46,7 @@ class SynthContext:
     _setups: SetupPlanner | None = field(default=None, init=False)
     _phrases: Phrases | None = field(default=None, init=False)
     _ownership: Ownership | None = field(default=None, init=False)
+    _roles: Roles | None = field(default=None, init=False)
     _references: dict[str, str] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -95,6 +98,13 @@ class SynthContext:
         if self._ownership is None:
             self._ownership = Ownership(self.env, self.graph, self.pks)
         return self._ownership
+
+    @property
+    def roles(self) -> Roles:
+        """Who may ask for each write: the principal or staff (`roles.py`), worked out once."""
+        if self._roles is None:
+            self._roles = env_roles(self.env, self.ownership, self.domains or derive_domains(self.env))
+        return self._roles
 
     def close(self) -> None:
         """Close the pooled connections (the fleet's episodes are the fleet's to close)."""

@@ -247,6 +247,10 @@ class Ownership:
         self._refs[id(domain)] = (domain, refs)
         return refs
 
+    def names_owned(self, domain: ParamDomain) -> bool:
+        """Whether a parameter of `domain` can name the owner entity's row or a row it owns."""
+        return bool(self._entity_refs(domain))
+
     def allows(
         self, state_key: str, state: State, principal: Principal | None, domain: ParamDomain, value: Any
     ) -> bool:

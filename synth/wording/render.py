@@ -531,12 +531,16 @@ def render_scenario(
     phrases: Phrases | None = None,
     references: Mapping[str, str] | None = None,
     created: Mapping[str, tuple[str, str]] | None = None,
+    *,
+    staff: bool = False,
 ) -> UserScenario:
     """The templated scenario in the env's vocabulary (`phrases`; none: the tools' own words).
     `output_labels` are the builder's; the user's wording of each output comes from the closing
     count or sum that computes it, in order, and the builder's label only where there is none.
     `references` maps relation columns to the table they name; `created` maps each value a write
-    made (JSON) to (that write's node id, table): only such a value is "the new …"."""
+    made (JSON) to (that write's node id, table): only such a value is "the new …". `staff`: the
+    user acts for no one (a restock), so the persona is a member of staff, never a person the
+    task's results name."""
     r = _Renderer(
         dag=dag,
         facts=facts,
@@ -562,7 +566,9 @@ def render_scenario(
         # the harness's scripted user leaves this line unsaid (it holds the answers)
         lines.append(f"{ANSWERS_LINE} " + "; and ".join(told) + ".")
     return UserScenario(
-        persona=_persona(env_name, dag, data, phrases or Phrases()),
+        persona=f"A member of staff of the {env_name.replace('_', ' ')} service"
+        if staff
+        else _persona(env_name, dag, data, phrases or Phrases()),
         instruction="\n".join(lines).replace(_KEEP_OPEN, "").replace(_KEEP_CLOSE, ""),
         known_facts=list(facts),
         must_be_told=list(outputs),

@@ -38,8 +38,18 @@ GYM = REPO / "envs" / "gym"
 RETAIL = REPO / "envs" / "retail_orders"
 
 
-def task_of(env_dir: Path, task_id: str) -> Task:
-    return next(t for t in load_tasks(env_dir) if t.id == task_id)
+def two_bookings() -> Task:
+    """The first bundled gym task whose third and fourth calls book two classes."""
+    return next(t for t in load_tasks(GYM) if [c.name for c in t.golden_calls[2:4]] == ["book_class"] * 2)
+
+
+def order_of_several_variants() -> Task:
+    """The first bundled retail_orders task that places an order of several variants."""
+    return next(
+        t
+        for t in load_tasks(RETAIL)
+        if any(len(c.arguments.get("variant_ids", [])) > 1 for c in t.golden_calls)
+    )
 
 
 async def end_state(env_dir: Path, task: Task, calls: list[Call]) -> tuple[State, list[str]]:
@@ -65,7 +75,7 @@ def reward(env_dir: Path, task: Task, calls: list[Call]) -> tuple[float, list[st
 
 
 def test_two_independent_bookings_in_the_other_order_score_as_in_the_golden_one() -> None:
-    task = task_of(GYM, "gym-0-00026")
+    task = two_bookings()
     golden = list(task.golden_calls)
     swapped = [*golden[:2], golden[3], golden[2], *golden[4:]]
     assert [c.name for c in golden[2:4]] == ["book_class", "book_class"]
@@ -126,7 +136,7 @@ def test_only_a_renaming_of_created_rows_matches() -> None:
 
 
 def test_an_order_with_its_items_listed_the_other_way_round_scores_in_full() -> None:
-    task = task_of(RETAIL, "retail_orders-0-00000")
+    task = order_of_several_variants()
     place = next(i for i, c in enumerate(task.golden_calls) if len(c.arguments.get("variant_ids", [])) > 1)
     calls = list(task.golden_calls)
     args: dict[str, Any] = dict(calls[place].arguments)
@@ -140,7 +150,7 @@ def test_an_order_with_its_items_listed_the_other_way_round_scores_in_full() -> 
 
 
 def test_envforge_score_renames_created_ids_too(tmp_path: Path) -> None:
-    task = task_of(GYM, "gym-0-00026")
+    task = two_bookings()
     golden = [c.model_dump() for c in task.golden_calls]
     swapped = [*golden[:2], golden[3], golden[2], *golden[4:]]
     actions = tmp_path / "actions.json"

@@ -161,11 +161,21 @@ def test_every_bundled_task_is_one_principals_story(env_dir: Path) -> None:
     env = load_env(env_dir)
     tasks = load_tasks(env_dir)
     assert len(tasks) >= 50, f"{env.name} ships {len(tasks)} tasks"
-    bad = {t.id: _strangers_touched(env, t) for t in tasks}
+    stories = [t for t in tasks if t.dag.principal]
+    bad = {t.id: _strangers_touched(env, t) for t in stories}
     assert not {k: v for k, v in bad.items() if v}
-    principals = {t.dag.principal.table for t in tasks if t.dag.principal}
+    principals = {t.dag.principal.table for t in stories if t.dag.principal}
     assert len(principals) == 1, principals
-    assert all(t.dag.principal and t.dag.principal.name for t in tasks)
+    assert all(t.dag.principal and t.dag.principal.name for t in stories)
+    # A task without a principal is a member of staff's (a restock): it changes no one's rows.
+    (owner,) = principals
+    owned = {owner, *_links(env, owner)}
+    assert not {
+        t.id: sorted(owned & set(t.golden_diff))
+        for t in tasks
+        if not t.dag.principal and owned & set(t.golden_diff)
+    }
+    assert len(stories) >= len(tasks) // 2
 
 
 @pytest.mark.parametrize("env_dir", STOCKED, ids=lambda p: p.name)
