@@ -481,6 +481,28 @@ def test_folder_missing_a_file_is_refused(tmp_path: Path, missing: str) -> None:
     assert not env_dir.exists()
 
 
+@pytest.mark.parametrize(
+    ("name", "text", "said"),
+    [
+        ("db.toml", "[[plans]\n", "invalid TOML"),
+        (
+            "user_db.toml",
+            "[device]\nairplane_mode = 'sometimes'\n",
+            "not τ²'s TelecomUserDB (device.airplane_mode",
+        ),
+    ],
+)
+def test_malformed_db_is_refused(tmp_path: Path, name: str, text: str, said: str) -> None:
+    """A DB τ²'s models would not load is one error line naming the file, and nothing is written."""
+    src = _small_folder(tmp_path)
+    (src / name).write_text(text, encoding="utf-8")
+    env_dir = tmp_path / "out" / "tau2_telecom"
+    with pytest.raises(Tau2ImportError) as caught:
+        import_tau2_env(src, env_dir)
+    assert "\n" not in str(caught.value) and name in str(caught.value) and said in str(caught.value)
+    assert not env_dir.exists()
+
+
 def test_small_import_writes_setup_and_is_idempotent(tmp_path: Path) -> None:
     """A clean import of the two-task folder: the train task's setup reproduces τ²'s state after
     initialization, and importing again rewrites nothing."""
