@@ -236,6 +236,24 @@ async def test_edge_case(env: Environment, tasks: dict[str, Task], case: dict[st
     ]
 
 
+async def test_solo_mode_reaches_tau2s_end_states(env: Environment, tasks: dict[str, Task]) -> None:
+    """τ²'s solo mode: the agent makes every call, the user's included (its tools are the agent's
+    followed by the user's). Each gold played that way gives τ²'s outputs and final hashes."""
+    fleet = Fleet([env])
+    try:
+        for gold in GOLD:
+            episode = await fleet.create_episode(env.name, state=initial_state(env, tasks[gold["task_id"]]))
+            texts = [
+                (await fleet.call(episode.id, a["name"], a["arguments"], side="solo")).text
+                for a in gold["actions"]
+            ]
+            assert texts == gold["outputs"], gold["task_id"]
+            assert hashes(await episode.export()) == (gold["final_db_hash"], gold["final_user_db_hash"])
+            await fleet.close_episode(episode.id)
+    finally:
+        await fleet.aclose()
+
+
 # --------------------------------------------------------------------------- verdicts
 
 
