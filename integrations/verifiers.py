@@ -64,9 +64,6 @@ from envforge.trainer import HarnessRolloutEnv, RewardInfo, RolloutEpisode
 MODULE_ID = "envforge_verifiers"
 """The name verifiers resolves this module by (`--env.taskset.id`, the harness id)."""
 
-REWARD = "envforge"
-"""The name of the reward verifiers records: envforge's composed verdict."""
-
 
 class EpisodeStateError(RuntimeError):
     """A tool call or a reward asked of a rollout whose envforge episode is not open, or not done."""
@@ -321,12 +318,15 @@ class EnvforgeEnv(vf.Env[EnvforgeEnvConfig]):  # type: ignore[misc]
             played = task.with_data(prompt=None)
             played._rollout = rollout
             opening = episode.initial_messages()[-1]["content"]
-            async with (
-                agents.agent.interaction(played) as conversation,
-                _bound(conversation.trace.id, rollout),
-            ):
-                await self._converse(conversation, episode, rollout, opening)
-                rollout.verdict = await episode.finish(rollout.agent_messages)
+            try:
+                async with (
+                    agents.agent.interaction(played) as conversation,
+                    _bound(conversation.trace.id, rollout),
+                ):
+                    await self._converse(conversation, episode, rollout, opening)
+                    rollout.verdict = await episode.finish(rollout.agent_messages)
+            finally:
+                await rollout.close()
 
     async def _converse(
         self, conversation: Any, episode: RolloutEpisode, rollout: _Rollout, opening: str

@@ -224,3 +224,24 @@ def test_bad_env_folders_get_one_line_errors(tmp_path: Path) -> None:
         load_environment([CAR], split="nope")
     with pytest.raises(ValueError, match="two env folders hold an env named 'car_rental'"):
         load_environment([CAR, CAR])
+
+
+def test_a_conversation_that_never_ends_is_cut_and_scores_0() -> None:
+    """A model that only asks questions keeps the scripted user answering; after `max_user_turns`
+    the conversation is cut and scored as envforge scores a trial cut by its limit: 0."""
+    env = load_environment([CAR], limit=1, max_user_turns=3)
+
+    def brain(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        return 200, completion("Which car would you like, and for how many days?")
+
+    with FakeOpenAI(brain) as fake:
+
+        async def run() -> Any:
+            async with env.serving():
+                return await env.run_episode(_task(env), _ctx(fake))
+
+        episode = asyncio.run(run())
+        asked = len(fake.requests)
+    assert episode.ok, episode.errors
+    assert asked == 3  # one model turn per user turn, then the cap
+    assert episode.traces[0].rewards["envforge"].score == 0.0
