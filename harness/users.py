@@ -478,11 +478,14 @@ began."""
 
 OFFERS_HELP = re.compile(
     r"\b(?:i(?:'d| would) be (?:happy|glad) to (?:help|assist)|i can help|i'm here to help|i am here to help"
-    r"|how (?:can|may) i (?:help|assist)|what can i do for you|happy to assist)\b",
+    r"|how (?:can|may) i (?:help|assist)|what can i do for you|happy to assist|to help you"
+    r"|sorry to hear|provide me with)\b",
     re.I,
 )
 """An opening in the agent's voice: Qwen2.5-Coder-0.5B, shown the greeting, answered as the agent
-("Hello! I'd be happy to help you ...") in 9 of 9 openings (docs/benchmarks/local-models.md)."""
+("Hello! I'd be happy to help you ...") in 9 of 9 openings (docs/benchmarks/local-models.md), and
+beside a local agent with "Hello! I'm sorry to hear that you're having trouble with your
+membership. To help you, could you please provide ..."."""
 
 
 def speaks_as_agent(text: str) -> bool:

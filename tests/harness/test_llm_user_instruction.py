@@ -45,8 +45,12 @@ def answering(*texts: str) -> tuple[FakeOpenAI, list[dict[str, Any]]]:
 
 @pytest.mark.parametrize(
     "voice",
-    ["Hello Fatima! I'd be happy to help you with your order.", "I'm sorry, but I can't assist with that."],
-    ids=["offers-help", "refuses"],
+    [
+        "Hello Fatima! I'd be happy to help you with your order.",
+        "I'm sorry, but I can't assist with that.",
+        "Hello! I'm sorry to hear that. To help you, could you please provide your order id?",
+    ],
+    ids=["offers-help", "refuses", "asks-for-details"],
 )
 def test_an_opening_in_the_agent_voice_twice_becomes_the_request(task: Task, voice: str) -> None:
     fake, bodies = answering(voice, "Hi! How can I help you today?")
