@@ -363,6 +363,22 @@ def test_perturbed_rewards_equal_tau2s(
     assert score.reward == reward, f"{label}: {score}"
 
 
+async def test_user_tool_argument_errors_name_the_user_toolkit(
+    env: Environment, tasks: dict[str, Task]
+) -> None:
+    """τ² calls the user's tools as methods of `TelecomUserTools`: Python's TypeError names it."""
+    start = initial_state(env, tasks[AIRPLANE_ROAMING])
+    (missing, unexpected), final = await run(
+        env, start, [("grant_app_permission", {}, "user"), ("toggle_data", {"on": True}, "user")]
+    )
+    assert missing.text == (
+        "Error: TelecomUserTools.grant_app_permission() missing 2 required positional arguments: "
+        "'app_name' and 'permission'"
+    )
+    assert unexpected.text == "Error: TelecomUserTools.toggle_data() got an unexpected keyword argument 'on'"
+    assert final == start
+
+
 async def test_user_call_sent_as_assistant_is_not_found(env: Environment, tasks: dict[str, Task]) -> None:
     """τ²: an assistant call to a user tool is simply not found, and changes nothing."""
     start = initial_state(env, tasks[AIRPLANE_ROAMING])
