@@ -7,9 +7,11 @@ Arms (each an `envforge train` command; the rest of the config is shared):
 - `erpo`: `--advantage erpo --mask-user-errors` (env-level std and the mask);
 - `control`: `erpo` at `--lr 0` (what the held-out reward does when nothing is learned).
 
-Every run plays lookup tasks (`--tasks lookup`) of several bundled envs, whose base success rates,
-and so reward spreads, differ; the training episodes' scripted user errs in `--user-error-rate` of
-them (`harness/user_error_inject.py`), the held-out evaluations' never does. Runs go to
+Every run plays, by default, `--tasks lookup+steps` on four bundled env folders: each folder's
+single-read lookups and its tasks of 2-3 calls with one write, each set an env of its own for
+ERPO, so eight envs whose reward spreads differ (the table's last line gives each one's at step 0).
+The training episodes' scripted user errs in `--user-error-rate` of them
+(`harness/user_error_inject.py`), the held-out evaluations' never does. Runs go to
 `OUT/<arm>/seed<k>/`; a run whose `run.json` exists is not run again, so a stopped table resumes.
 
 Writes `OUT/ablation.png` (held-out mean reward per arm by step: the mean over seeds, a band from
@@ -21,7 +23,7 @@ the injected errors; then, as `erpo_vs_control.py` does, a paired sign test of E
 other arm on the final held-out episodes, paired by seed and episode (the same seeded episodes in
 every arm of a seed).
 
-    python benchmarks/erpo_ablation.py RUNS/ablation                  # the full table (CPU: ~4 h)
+    python benchmarks/erpo_ablation.py RUNS/ablation                  # the full table (CPU: ~5-6 h)
     python benchmarks/erpo_ablation.py RUNS/ablation-smoke --smoke    # a tiny model, minutes
     python benchmarks/erpo_ablation.py RUNS/ablation --report-only    # tables and figure again
 """
@@ -52,29 +54,29 @@ ARMS: dict[str, list[str]] = {
 FULL_ENVS = ["car_rental", "library", "gym", "pharmacy"]
 FULL = {
     "model": "local/qwen2.5-coder-0.5b",
-    "steps": 8,
-    "eval_every": 4,
-    "tasks_per_step": 8,
-    "rollouts_per_task": 4,
-    "max_turns": 3,
-    "max_new_tokens": 48,
+    "steps": 6,
+    "eval_every": 3,
+    "rollouts_per_task": 2,
+    "max_turns": 6,
+    "max_new_tokens": 64,
     "lr": "1e-5",
 }
-"""The full table's budget: 12 runs of 8 steps x 32 episodes plus three 60-episode held-out
-evaluations each. The lookup run of docs/benchmarks/training.md (10 steps, the same episodes a step)
-took 27 CPU-minutes on this machine's 2 cores, so ~21 minutes a run, ~4 hours for the table."""
+"""The full table's budget: 12 runs (4 arms x 3 seeds) of 6 steps, each step two groups of 2
+episodes per env (8 envs: 32 episodes), and held-out evaluations at steps 0, 3 and 6 (60 lookups
+and 20 step tasks each): ~430 episodes a run, ~5-6 hours of the 2 cores for the table
+(docs/benchmarks/erpo-ablation.md says how that was estimated)."""
 SMOKE_ENVS = ["car_rental", "pharmacy"]
 SMOKE = {
     "steps": 2,
     "eval_every": 1,
-    "tasks_per_step": 4,
     "rollouts_per_task": 2,
     "max_turns": 3,
     "max_new_tokens": 8,
     "lr": "1e-3",
 }
-"""A tiny random model (`build_tiny_model`), 2 steps of 8 episodes, 2 seeds: the whole pipeline
-(injection, masking, evaluation, table, figure) in minutes. Its rewards say nothing about ERPO."""
+"""A tiny random model (`build_tiny_model`), 2 steps of 16 episodes on 2 folders' lookups and step
+tasks, 2 seeds: the whole pipeline (injection, masking, evaluation, table, figure) in minutes. Its
+rewards say nothing about ERPO."""
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
@@ -86,13 +88,17 @@ def _rows(path: Path) -> list[dict[str, Any]]:
 def train_command(
     model: str, envs: list[str], out: Path, arm: str, seed: int, cfg: dict[str, Any], rate: float
 ) -> list[str]:
-    cmd = [sys.executable, "-m", "envforge.cli", "train", "--model", model, "--tasks", "lookup"]
+    cmd = [sys.executable, "-m", "envforge.cli", "train", "--model", model, "--tasks", cfg["tasks"]]
     for env in envs:
         cmd += ["--envs", str(REPO / "envs" / env)]
     cmd += ["--steps", str(cfg["steps"]), "--tasks-per-step", str(cfg["tasks_per_step"])]
     cmd += ["--rollouts-per-task", str(cfg["rollouts_per_task"]), "--max-turns", str(cfg["max_turns"])]
     cmd += ["--max-new-tokens", str(cfg["max_new_tokens"]), "--eval-every", str(cfg["eval_every"])]
-    cmd += ["--eval-samples", "1", "--temperature", "0.7", "--staleness", "1", "--collectors", "2"]
+    cmd += ["--eval-samples", "1", "--temperature", "0.7", "--staleness", "1"]
+    if cfg["device"].startswith("cuda"):  # every episode in flight decodes as one batch
+        cmd += ["--device", cfg["device"], "--collectors", "8", "--max-batch", "64"]
+    else:
+        cmd += ["--collectors", "2"]
     lr = "0" if arm == "control" else str(cfg["lr"])
     cmd += ["--precision", "bfloat16", "--seed", str(seed), "--lr", lr]
     cmd += ["--user-error-rate", str(rate), *ARMS[arm], "--out", str(out)]
@@ -214,20 +220,26 @@ def paired_lines(runs: list[Run], arms: list[str]) -> list[str]:
         if other == "erpo":
             continue
         wins = losses = pairs = 0
+        unpaired: list[str] = []
         for (arm, seed), run in by.items():
             if arm != "erpo" or (other, seed) not in by:
                 continue
             a, b = run.final.get("rewards", []), by[(other, seed)].final.get("rewards", [])
             if len(a) != len(b) or run.final["step"] != by[(other, seed)].final["step"]:
+                # not the same episodes (another task set, or a run stopped early): no pairs
+                unpaired.append(f"seed {seed} ({len(a)} against {len(b)} episodes)")
                 continue
             pairs += len(a)
             wins += sum(x > y for x, y in zip(a, b, strict=True))
             losses += sum(x < y for x, y in zip(a, b, strict=True))
+        skipped = f"; left out, held-out sets differ: {', '.join(unpaired)}" if unpaired else ""
         if pairs:
             p = sign_test(wins, losses)
-            out.append(f"ERPO better on {wins}, {other} on {losses} of {pairs} paired episodes, p = {p:.2g}")
+            out.append(
+                f"ERPO better on {wins}, {other} on {losses} of {pairs} paired episodes, p = {p:.2g}{skipped}"
+            )
         else:
-            out.append(f"ERPO against {other}: no paired episodes")
+            out.append(f"ERPO against {other}: no paired episodes{skipped}")
     return out
 
 
@@ -300,6 +312,8 @@ def main() -> None:
     )
     parser.add_argument("--envs", nargs="+", default=None, help="bundled env names")
     parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--device", default="cpu", help="cuda on a lent GPU (8 collectors, batches of 64)")
+    parser.add_argument("--tasks", choices=["lookup", "steps", "lookup+steps"], default="lookup+steps")
     parser.add_argument("--report-only", action="store_true", help="only the table and figure of runs made")
     args = parser.parse_args()
     if not 0.0 <= args.user_error_rate <= 1.0:
@@ -308,6 +322,9 @@ def main() -> None:
     if args.steps:
         cfg["steps"] = args.steps
     envs = args.envs or (SMOKE_ENVS if args.smoke else FULL_ENVS)
+    cfg["tasks"] = args.tasks
+    cfg["device"] = args.device
+    cfg["tasks_per_step"] = 2 * len(envs) * len(args.tasks.split("+"))  # two task groups per env
     for name in envs:
         if not (REPO / "envs" / name).is_dir():
             parser.error(f"no bundled env {name!r} under envs/")

@@ -91,6 +91,9 @@ class _Plan:
 
 
 class _Planner:
+    """Which kinds a task can host and the values each would use (ids and values the task's own
+    facts and instruction never hold, so the error is one the detector can tell apart)."""
+
     def __init__(self, task: Task, rng: random.Random) -> None:
         self.task, self.rng = task, rng
         self.facts = {f.name: f.value for f in task.scenario.known_facts}

@@ -43,7 +43,12 @@ def _lookup() -> Task:
 
 
 LOOKUP = _lookup()
-MULTI = [t for t in load_tasks(LIBRARY) if t.scenario.known_facts][:3]
+MULTI = [
+    t
+    for t in load_tasks(LIBRARY)
+    if t.scenario.known_facts and all(ErringUser(t, 0.0, kinds=(k,)).planned == k for k in ERROR_KINDS)
+][:3]
+"""Tasks that can host every kind (a leak needs a value only the agent can find)."""
 
 
 async def converse(task: Task, user: User, agent: list[str]) -> list[Message]:
@@ -74,6 +79,11 @@ def test_each_kind_is_committed_recorded_and_caught(task: Task, kind: str) -> No
     assert rule_verdict(task, messages) is not None, [m.content for m in messages if m.role == "user"]
     honest = anyio.run(converse, task, ScriptedUser(task), agent_turns(task))
     assert rule_verdict(task, honest) is None
+
+
+def test_a_kind_the_task_cannot_host_is_not_planned() -> None:
+    bare = LOOKUP.model_copy(update={"required_outputs": [], "golden_calls": []})
+    assert ErringUser(bare, 0.0, kinds=("leak",)).planned is None
 
 
 def test_a_stop_with_no_moment_to_be_premature_is_not_recorded() -> None:

@@ -19,9 +19,9 @@ import typer
 from typer.testing import CliRunner
 
 from envforge.cli import trainer_commands
-from envforge.harness import ERROR_KINDS, EnvTasks
+from envforge.harness import ERROR_KINDS, EnvTasks, request_text
 from envforge.server import Fleet, load_env
-from envforge.synth import load_policy_rules
+from envforge.synth import Task, load_policy_rules
 from envforge.trainer import (
     Generation,
     HarnessRolloutEnv,
@@ -62,7 +62,29 @@ class Announcer:
         return None
 
 
-async def play(rate: float, seed: int = 0, groups: int = 6) -> list[Trajectory]:
+class Solver(Announcer):
+    """Calls the lookup's read, then states its figure in a sentence."""
+
+    def __init__(self, tok: ChunkTokenizer, tasks: list[Task]) -> None:
+        super().__init__(tok)
+        self.tasks = tasks
+
+    async def generate(self, prompt_ids: list[int], *, max_new_tokens: int, seed=None, session=None):
+        prompt = self.tok.decode(prompt_ids)
+        task = next(t for t in self.tasks if request_text(t) in prompt)
+        call = task.golden_calls[0]
+        field = task.seed.rsplit(":", 1)[-1].replace("_", " ")
+        turn = prompt.count("<|im_start|>assistant") - 1
+        text = (
+            f"{call.name} {json.dumps(call.arguments)}"
+            if turn == 0
+            else f"The {field} is {task.required_outputs[0]}."
+        )
+        ids = [*self.tok.encode(text), EOS]
+        return Generation(token_ids=ids, logprobs=[-0.5] * len(ids), version=self.version)
+
+
+async def play(rate: float, seed: int = 0, groups: int = 6, solve: bool = False) -> list[Trajectory]:
     env = load_env(LIBRARY)
     fleet = Fleet([env])
     try:
@@ -72,7 +94,7 @@ async def play(rate: float, seed: int = 0, groups: int = 6) -> list[Trajectory]:
         tok = ChunkTokenizer()
         return await collect(
             [harness],
-            Announcer(tok),
+            Solver(tok, tasks) if solve else Announcer(tok),
             tok,
             groups=groups,
             rollouts_per_task=2,
@@ -91,6 +113,12 @@ def test_every_injected_error_is_recorded_and_flagged() -> None:
     scores = mask_scores(trajs)
     assert scores["user_errors_injected"] == scores["user_errors_caught"] == len(trajs)
     assert scores["mask_precision"] == scores["mask_recall"] == 1.0
+
+
+def test_a_lookup_played_with_the_user_pays_the_read_and_the_figure() -> None:
+    trajs = anyio.run(lambda: play(0.0, groups=3, solve=True))
+    assert [t.reward for t in trajs] == [1.0] * 6, [(t.parts, t.messages[-1]) for t in trajs]
+    assert all(t.parts == {"outputs": 1.0, "actions": 1.0, "policy": 1.0} for t in trajs)
 
 
 def test_no_rate_no_injection_and_the_same_seed_draws_the_same_errors() -> None:
