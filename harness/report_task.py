@@ -199,8 +199,8 @@ def ending(rec: TrialRecord) -> str:
     all." after a closing offer, "You have not answered me" after silence)."""
     why = ENDINGS.get(rec.termination) or f"{rec.status}" + (f": {rec.error}" if rec.error else "")
     if rec.termination in (Termination.USER_STOP, Termination.TRANSFER, Termination.AGENT_EMPTY):
-        words = last_user_words(rec)
-        if words:
+        words = last_user_words(rec)  # quoted when it says more than the control token
+        if words.replace(ControlToken.STOP, "").replace(ControlToken.TRANSFER, "").strip():
             why += f": \u201c{words}\u201d"
     return why
 
