@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from envforge.server import (
+    CallSide,
     Environment,
     Episode,
     Fleet,
@@ -31,6 +32,13 @@ from ..task.statediff import cents_row, json_key, states_match
 from .memo import BoundedMemo
 from .mirror import Mirror, TableReader
 from .states import StateCache
+
+
+def side_of(call: Call) -> CallSide:
+    """The side a golden call runs on: the simulated user's tools for a user's call (dual
+    control), else the agent's."""
+    return "user" if call.requestor == "user" else "agent"
+
 
 # Memoised tool results (and parsed results, and `try_instead` verdicts) kept per run.
 MEMO_LIMIT = 50_000
@@ -118,8 +126,8 @@ class Replayer:
             hit = self._memo.get((history, ck))
             if hit is not None:
                 return hit
-        res = await execute(episode, call.name, call.arguments)
-        if ck is not None and (res.is_error or self.env.tools[call.name].read_only):
+        res = await execute(episode, call.name, call.arguments, side_of(call))
+        if ck is not None and (res.is_error or self.env.all_tools[call.name].read_only):
             self._remember((history, ck), res)
         return res
 
@@ -137,7 +145,7 @@ class Replayer:
 
     def reads_only(self, call: Call) -> bool:
         """Whether `call` is to a read-only tool of the env: replays that compare states skip it."""
-        spec = self.env.tools.get(call.name)
+        spec = self.env.all_tools.get(call.name)
         return spec is not None and spec.read_only
 
     async def replay(
@@ -150,7 +158,7 @@ class Replayer:
             for call in calls:
                 if self.reads_only(call):
                     continue
-                await execute(episode, call.name, call.arguments)
+                await execute(episode, call.name, call.arguments, side_of(call))
             state = await self.export_tables(episode, tables)
         finally:
             await self.close_episode(episode)
@@ -163,7 +171,7 @@ class Replayer:
         episode on `database`: the end state (when `export`) and each result's text."""
         episode = await self.open_episode(database)
         try:
-            texts = [(await execute(episode, c.name, c.arguments)).text for c in calls]
+            texts = [(await execute(episode, c.name, c.arguments, side_of(c))).text for c in calls]
             state = await episode.export() if export else None
         finally:
             await self.close_episode(episode)
@@ -191,7 +199,7 @@ class Replayer:
         episode = await self.open_episode(database)
         try:
             for call in calls:
-                await execute(episode, call.name, call.arguments)
+                await execute(episode, call.name, call.arguments, side_of(call))
             raw = episode.conn.raw
             for check in rows:
                 reader = self.states.readers[check.table]
@@ -253,7 +261,7 @@ class Replayer:
         try:
             conn = scratch_connection(episode)
             conn.take_written()
-            res = await execute(episode, call.name, call.arguments)
+            res = await execute(episode, call.name, call.arguments, side_of(call))
             written = conn.take_written()
             if res.is_error and history is not None and key is not None:
                 self._remember((history, key), res)
@@ -314,7 +322,7 @@ class Replayer:
                     snapshots[i] = await episode.snapshot()
                 if self.reads_only(call):
                     continue
-                result = await execute(episode, call.name, call.arguments)
+                result = await execute(episode, call.name, call.arguments, side_of(call))
                 if kinds is not None:
                     kinds[i] = result.kind
             if unless_equal is not None and await episode.snapshot() == unless_equal:

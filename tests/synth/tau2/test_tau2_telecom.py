@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from envforge import score_calls
+from envforge import check_tasks, score_calls
 from envforge.server import Environment, Fleet, State, load_env
 from envforge.synth import (
     TELECOM_INITIAL_DB_HASH,
@@ -385,6 +385,14 @@ async def test_user_call_sent_as_assistant_is_not_found(env: Environment, tasks:
     (result,), final = await run(env, start, [("toggle_data", {}, "assistant")])
     assert (result.is_error, result.text) == (True, "Error: Tool 'toggle_data' not found.")
     assert final == start
+
+
+def test_self_checks_replay_user_calls_on_the_users_side(env: Environment, tasks: dict[str, Task]) -> None:
+    """`envforge check`'s replays run a user's golden call on the user's tools: the stored golden
+    state is the one the calls reach, twice alike. (Its reward checks do not judge env assertions.)"""
+    chosen = [tasks[g["task_id"]] for g in GOLD[:3]]
+    for verdict in check_tasks(env, chosen):
+        assert not {"stored_golden", "deterministic", "refusals"} & set(verdict.failed_checks), verdict
 
 
 # --------------------------------------------------------------------------- attacks
