@@ -24,9 +24,15 @@ def retail() -> envforge.Environment:
 
 
 def _seed_write_task(retail: envforge.Environment) -> envforge.Task:
-    """A shipped task that starts from the seed state and writes."""
+    """A shipped task that starts from the seed state and writes, every golden call succeeding (no
+    write the task expects to be refused)."""
     return next(
-        t for t in envforge.load_tasks(RETAIL) if not t.setup and t.golden_diff and len(t.golden_calls) >= 2
+        t
+        for t in envforge.load_tasks(RETAIL)
+        if not t.setup
+        and t.golden_diff
+        and len(t.golden_calls) >= 2
+        and not any(n.kind == "call" and n.expect_error for n in t.dag.nodes)
     )
 
 

@@ -32,7 +32,7 @@ from support.paths import REPO
 from support.tokenizer import EOS, ChunkTokenizer
 
 GYM = REPO / "envs" / "gym"
-TASK_IDS = ["gym-0-00000", "gym-0-00001"]  # requests that differ: the backend tells them apart
+TASK_IDS = ["gym-0-00000", "gym-0-00004"]  # requests that differ: the backend tells them apart
 REFUSER_ID, SILENT_ID = "G-102", "G-103"
 SILENCES = {
     "empty": "",
