@@ -9,10 +9,14 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 .PHONY: setup venv demo test lint bench clean
 
 # The stamps are newer than pyproject.toml while the venv is current, so it is reused.
-# `.stamp`: everything the tests, the linters and training need (dev, train, ray, local, openenv);
+# `.stamp`: everything the tests, the linters and training need (dev, train, ray, local and the
+# framework extras openenv, inspect, verifiers);
 # `.demo-stamp`: what the demo runs and no more: the core and the local model, no torch, trl or ray.
 $(VENV)/.stamp: pyproject.toml
-	$(MAKE) --no-print-directory venv EXTRAS=dev,train,ray,local,openenv
+	$(MAKE) --no-print-directory venv EXTRAS=dev,train,ray,local,openenv,inspect,verifiers
+	@# verifiers 0.4.0 pins mcp==2.0.0 and runs on envforge's mcp 2.3: its dependencies come with the
+	@# `verifiers` extra, verifiers itself without them (docs/integrations.md#verifiers)
+	$(BIN)/python -m pip install -q --no-deps verifiers==0.4.0
 	touch $@
 
 $(VENV)/.demo-stamp: pyproject.toml
