@@ -7,10 +7,11 @@ Arms (each an `envforge train` command; the rest of the config is shared):
 - `erpo`: `--advantage erpo --mask-user-errors` (env-level std and the mask);
 - `control`: `erpo` at `--lr 0` (what the held-out reward does when nothing is learned).
 
-Every run plays, by default, `--tasks lookup+steps` on four bundled env folders: each folder's
-single-read lookups and its tasks of 2-3 calls with one write, each set an env of its own for
-ERPO, so eight envs whose reward spreads differ (the table's last line gives each one's at step 0).
-The training episodes' scripted user errs in `--user-error-rate` of them
+Every run plays the single-read lookups of four bundled env folders (`--tasks lookup`, 4 envs,
+the set the packaged model has learned on), or with `--tasks lookup+steps` also each folder's
+tasks of 2-3 calls with one write, each set an env of its own for ERPO: eight envs whose reward
+spreads differ (the table's last line gives each one's at step 0). The training episodes' scripted
+user errs in `--user-error-rate` of them
 (`harness/user_error_inject.py`), the held-out evaluations' never does. Runs go to
 `OUT/<arm>/seed<k>/`; a run whose `run.json` exists is not run again, so a stopped table resumes.
 
@@ -23,7 +24,7 @@ the injected errors; then, as `erpo_vs_control.py` does, a paired sign test of E
 other arm on the final held-out episodes, paired by seed and episode (the same seeded episodes in
 every arm of a seed).
 
-    python benchmarks/erpo_ablation.py RUNS/ablation                  # the full table (CPU: ~5-6 h)
+    python benchmarks/erpo_ablation.py RUNS/ablation                  # the full table (CPU: ~4-4.5 h)
     python benchmarks/erpo_ablation.py RUNS/ablation-smoke --smoke    # a tiny model, minutes
     python benchmarks/erpo_ablation.py RUNS/ablation --report-only    # tables and figure again
 """
@@ -56,15 +57,17 @@ FULL = {
     "model": "local/qwen2.5-coder-0.5b",
     "steps": 6,
     "eval_every": 3,
-    "rollouts_per_task": 2,
-    "max_turns": 6,
-    "max_new_tokens": 64,
+    "rollouts_per_task": 4,
+    "max_turns": 3,
+    "max_new_tokens": 48,
     "lr": "1e-5",
 }
-"""The full table's budget: 12 runs (4 arms x 3 seeds) of 6 steps, each step two groups of 2
-episodes per env (8 envs: 32 episodes), and held-out evaluations at steps 0, 3 and 6 (60 lookups
-and 20 step tasks each): ~430 episodes a run, ~5-6 hours of the 2 cores for the table
-(docs/benchmarks/erpo-ablation.md says how that was estimated)."""
+"""The full table's budget (`--tasks lookup`): 12 runs (4 arms x 3 seeds) of 6 steps of 8 groups
+x 4 episodes, held-out evaluations of 60 episodes at steps 0, 3 and 6: ~370 episodes a run, ~20
+minutes of the 2 cores, ~4-4.5 hours for the table (docs/benchmarks/erpo-ablation.md: measured)."""
+WITH_STEPS = {"rollouts_per_task": 2, "max_turns": 6, "max_new_tokens": 64}
+"""`--tasks lookup+steps`: 16 groups of 2 a step (8 envs), turns enough for a read, a question and
+a write; a step-task episode costs ~3 lookups, so ~8-9 hours for the table."""
 SMOKE_ENVS = ["car_rental", "pharmacy"]
 SMOKE = {
     "steps": 2,
@@ -313,7 +316,12 @@ def main() -> None:
     parser.add_argument("--envs", nargs="+", default=None, help="bundled env names")
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--device", default="cpu", help="cuda on a lent GPU (8 collectors, batches of 64)")
-    parser.add_argument("--tasks", choices=["lookup", "steps", "lookup+steps"], default="lookup+steps")
+    parser.add_argument(
+        "--tasks",
+        choices=["lookup", "steps", "lookup+steps"],
+        default=None,
+        help="default: lookup (smoke: lookup+steps, so both sets run)",
+    )
     parser.add_argument("--report-only", action="store_true", help="only the table and figure of runs made")
     args = parser.parse_args()
     if not 0.0 <= args.user_error_rate <= 1.0:
@@ -322,7 +330,10 @@ def main() -> None:
     if args.steps:
         cfg["steps"] = args.steps
     envs = args.envs or (SMOKE_ENVS if args.smoke else FULL_ENVS)
+    args.tasks = args.tasks or ("lookup+steps" if args.smoke else "lookup")
     cfg["tasks"] = args.tasks
+    if "steps" in args.tasks and not args.smoke:
+        cfg.update(WITH_STEPS)
     cfg["device"] = args.device
     cfg["tasks_per_step"] = 2 * len(envs) * len(args.tasks.split("+"))  # two task groups per env
     for name in envs:
