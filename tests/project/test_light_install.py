@@ -42,7 +42,9 @@ def test_make_demo_on_a_fresh_machine_installs_the_local_model_but_no_training_s
 def test_make_test_still_installs_everything_the_tests_need(tmp_path: Path) -> None:
     commands = _dry_run("test", tmp_path / ".venv")
     installs = _installs(commands)
-    assert len(installs) == 1 and '".[dev,train,ray,local,openenv,inspect,verifiers]"' in installs[0], installs
+    assert len(installs) == 1 and '".[dev,train,ray,local,openenv,inspect,verifiers]"' in installs[0], (
+        installs
+    )
     assert "pip install -q --no-deps verifiers==0.4.0" in commands  # its mcp pin is not ours (Makefile)
 
 
