@@ -350,7 +350,11 @@ def main() -> None:
         sys.exit(f"no finished runs under {args.out}")
     md = table(runs, args.arms, args.user_error_rate, label)
     (args.out / "ablation.md").write_text(md)
-    png = figure(runs, args.arms, args.out / "ablation.png", f"held-out reward by arm ({label})")
+    try:
+        png = figure(runs, args.arms, args.out / "ablation.png", f"held-out reward by arm ({label})")
+    except ImportError:
+        print(md)
+        sys.exit(f"wrote {args.out / 'ablation.md'}; the figure needs matplotlib: pip install -e '.[plots]'")
     print(md)
     print(f"wrote {args.out / 'ablation.md'} and {png}")
 
