@@ -31,9 +31,9 @@ from envforge.harness import (
 )
 from envforge.synth import ActionCheck, load_tasks
 
-from support.paths import REPO
+from support.paths import REPO, bundled_env_dirs
 
-ENV_DIRS = sorted(p for p in (REPO / "envs").iterdir() if (p / "tasks.jsonl").exists())
+ENV_DIRS = [p for p in bundled_env_dirs() if (p / "tasks.jsonl").exists()]
 RETAIL = REPO / "envs" / "retail_orders"
 
 

@@ -31,10 +31,10 @@ from envforge.harness import (
 )
 from envforge.synth import Call, Task, load_tasks
 
-from support.paths import REPO
+from support.paths import REPO, bundled_env_dirs
 
 GYM = REPO / "envs" / "gym"
-BUNDLED = sorted(p.parent for p in (REPO / "envs").glob("*/tasks.jsonl"))
+BUNDLED = [p for p in bundled_env_dirs() if (p / "tasks.jsonl").exists()]
 
 CONFIRMED = "Yes, please go ahead."
 DECLINED = "No, that is not what I want."

@@ -24,9 +24,9 @@ from envforge.harness import (
 )
 from envforge.synth import Call, PolicyRules, Task
 
-from support.paths import REPO
+from support.paths import bundled_env_dirs
 
-ENV_DIRS = sorted(p for p in (REPO / "envs").iterdir() if (p / "tasks.jsonl").exists())
+ENV_DIRS = [p for p in bundled_env_dirs() if (p / "tasks.jsonl").exists()]
 CONFIRMING = [d for d in ENV_DIRS if (rules := load_env_tasks(d).policy_rules) is not None and rules.confirms]
 
 

@@ -19,9 +19,9 @@ from envforge.harness import EvalConfig, Message, OracleAgent, load_env_tasks, r
 from envforge.server import Fleet, load_env
 from envforge.synth import Task
 
-from support.paths import REPO
+from support.paths import REPO, bundled_env_dirs
 
-ENV_DIRS = sorted(p for p in (REPO / "envs").iterdir() if (p / "tasks.jsonl").exists())
+ENV_DIRS = [p for p in bundled_env_dirs() if (p / "tasks.jsonl").exists()]
 RETAIL = REPO / "envs" / "retail_orders"
 
 

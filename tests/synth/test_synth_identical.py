@@ -12,9 +12,11 @@ from typer.testing import CliRunner
 
 from envforge.cli.synth_commands import register
 
-from support.paths import ENVS
+from support.paths import ENVS, bundled_env_dirs
 
-SHIPPING = sorted(p.parent.name for p in ENVS.glob("*/tasks.jsonl") if p.stat().st_size)
+SHIPPING = [
+    p.name for p in bundled_env_dirs() if (p / "tasks.jsonl").exists() and (p / "tasks.jsonl").stat().st_size
+]
 
 
 def test_every_shipping_env_is_covered() -> None:
