@@ -12,6 +12,7 @@ error kind. Same seed, same bytes (`dump_set`): the set is stored under `tests/f
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,7 +29,17 @@ DEFAULT_PER_ENV = 6
 
 
 def bundled_env_dirs(envs_root: Path) -> list[Path]:
-    return sorted(p for p in envs_root.iterdir() if (p / "tasks.jsonl").is_file())
+    """The synthesized envs under `envs_root` the labeled set is built from. An imported τ² env
+    (`envforge import tau2` writes its tasks with source "tau2") is left out: the injected errors
+    are written against envforge's scenarios, and the set must not change with what a checkout
+    happens to have imported."""
+    return sorted(p for p in envs_root.iterdir() if (p / "tasks.jsonl").is_file() and not _imported(p))
+
+
+def _imported(env_dir: Path) -> bool:
+    with (env_dir / "tasks.jsonl").open() as tasks:
+        first = tasks.readline()
+    return bool(first.strip()) and json.loads(first).get("source") == "tau2"
 
 
 def _pools(et: EnvTasks) -> dict[str, list[Any]]:
