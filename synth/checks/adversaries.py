@@ -17,7 +17,9 @@ env's tool list, before anything runs) and a final message (built from what the 
                    (an answer read off a result named among its neighbours, docs/scoring.md).
 
 Some runs are the golden solution in disguise and prove nothing: `spray` on a task whose reward
-does not rest on stated outputs, `golden_prefix` on a task with one write, and `double_write`
+does not rest on stated outputs, `read_all` on such a task whose golden agent calls are all
+among its reads (a gold that writes nothing, such as τ² telecom's transfers to a human),
+`golden_prefix` on a task with one write, and `double_write`
 when every repeat was refused or changed nothing (its end state is the golden one), and
 `skip_policy` where no declared rule binds the task's writes (there is nothing to skip), and
 `copy_result` where the copy states the required outputs and nothing else a hedge could hold
@@ -227,10 +229,11 @@ def counts(
     reached_golden: bool,
     policy: PolicyRules | None = None,
     message: str | None = None,
+    calls: Sequence[Call] | None = None,
 ) -> bool:
     """Whether a run of adversary `name` is judged: False where it is the golden solution in
     disguise. `reached_golden` says whether the run ended in the golden state (to cents);
-    `message`, where known, is what the run says at the end."""
+    `message` and `calls`, where known, are what the run says at the end and the calls it made."""
     if name == "copy_result":
         outputs = "outputs" in task.reward_basis and bool(task.required_outputs)
         return outputs and (message is None or bool(task_outputs_missing(task, [message])))
@@ -242,4 +245,9 @@ def counts(
         return len(write_positions(task, {t.name for t in tools if not t.read_only})) > 1
     if name == "double_write":
         return not reached_golden
+    if name == "read_all" and calls is not None and "outputs" not in task.reward_basis:
+        # A gold that writes nothing (τ² telecom's transfers to a human) can be among the reads:
+        # with no stated outputs to spray, the run is then the gold with extra reads.
+        agent_gold = [c for c in task.golden_calls if c.requestor == "assistant"]
+        return not agent_gold or not all(c in calls for c in agent_gold)
     return True

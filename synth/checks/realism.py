@@ -49,6 +49,7 @@ from ..graph.footprint import parse_result
 from ..task.models import KNOWN_FACTS_LINE, CallNode, ReasonNode, Task
 from ..task.taskfile import task_keys
 from ..walk.context import SynthContext
+from ..walk.replayer import side_of
 
 #: The `<who>` of a `<who>_id` parameter that names a person a task can be the story of.
 PERSON_WORDS = frozenset(
@@ -456,12 +457,13 @@ def measure_realism(
 
 
 async def golden_results(ctx: SynthContext, task: Task) -> list[str]:
-    """The result text of each golden call, replayed in order on the task's initial state (tools
-    are deterministic: the `deterministic` self-check holds shipped tasks to it)."""
+    """The result text of each golden call, replayed in order on the task's initial state, each
+    on its requestor's side (a dual-control user's call on the user's tools); tools are
+    deterministic: the `deterministic` self-check holds shipped tasks to it."""
     database, _, _ = ctx.states.task_initial(task)
     episode = await ctx.replayer.open_episode(database)
     try:
-        return [(await execute(episode, c.name, c.arguments)).text for c in task.golden_calls]
+        return [(await execute(episode, c.name, c.arguments, side_of(c))).text for c in task.golden_calls]
     finally:
         await ctx.replayer.close_episode(episode)
 

@@ -28,9 +28,9 @@ from collections.abc import Mapping, Sequence
 from envforge.server import State, state_hash
 
 from ..task.golden import GoldenRun
-from ..task.models import Call, CallNode, RowCheck, Task, ToolShape
+from ..task.models import Call, CallNode, RewardPart, RowCheck, Task, ToolShape
 from ..task.policy_rules import PolicyRules, load_policy_rules, steps_of_calls
-from ..task.rewards import Evidence, compose_reward
+from ..task.rewards import EnvAssertionError, Evidence, PartScore, compose_reward, judge_env_assertions
 from ..task.scoring import oracle_messages, shown_results
 from ..task.statediff import apply_diff, cents_hash, states_match
 from ..walk.context import SynthContext
@@ -49,7 +49,8 @@ CHECKS = (
 )
 
 
-def _reward(
+async def _reward(
+    ctx: SynthContext,
     task: Task,
     final: State,
     messages: list[str],
@@ -59,20 +60,39 @@ def _reward(
     keys: Mapping[str, tuple[str, ...]] | None = None,
     policy: PolicyRules | None = None,
     calls: Sequence[Call] = (),
+    agent_calls: Sequence[Call] | None = None,
 ) -> float:
     """The reward `compose_reward` gives the episode: only the parts of the task's basis are scored.
     `shown`: the result texts the run saw (an adversary may repeat what it was shown); with
-    `policy`, the env's rules are judged on `calls`, made with no word to or from the user."""
+    `policy`, the env's rules are judged on `calls`, made with no word to or from the user;
+    `agent_calls`, where the run's calls are known, judge the `actions` part as the harness does.
+    A task's env assertions (τ² telecom) are judged on `final`, which must then be the whole
+    state, with the env's check tools (`_env_assertions`), so a run is scored as an eval scores it."""
     evidence = Evidence(
         final,
         messages,
         shown,
         keys,
+        agent_calls=agent_calls,
         golden_state=golden_state,
+        verdicts=await _env_assertions(ctx, task, final),
         policy=policy,
         trajectory=None if policy is None else steps_of_calls(calls, []),
     )
     return compose_reward(task, evidence).value
+
+
+async def _env_assertions(ctx: SynthContext, task: Task, final: State) -> dict[RewardPart, PartScore]:
+    """The env-assertion verdict on `final` for a task whose basis has the part (none otherwise:
+    the checks need no episode). An assertion that cannot be judged fails the part: the task is
+    broken, so its golden replay fails rather than `check` stopping."""
+    if not task.env_assertions or RewardPart.ENV_ASSERTIONS not in task.reward_basis:
+        return {}
+    try:
+        verdict = await judge_env_assertions(ctx.env, task, final)
+    except EnvAssertionError as exc:
+        verdict = PartScore(0.0, str(exc))
+    return {RewardPart.ENV_ASSERTIONS: verdict}
 
 
 def write_indices(ctx: SynthContext, task: Task) -> list[int]:
@@ -155,13 +175,15 @@ async def verify_task(ctx: SynthContext, task: Task, *, golden_state: State | No
         assert golden_state is not None
         final = golden_state
     h1 = state_hash(final) if golden_state is None else ""
-    if _reward(task, final, messages, golden_state=golden_state) != 1.0:
+    calls = task.golden_calls
+    if await _reward(ctx, task, final, messages, golden_state=golden_state, agent_calls=calls) != 1.0:
         failed.append("golden_replay")
-    if _reward(task, initial_state, [], golden_state=golden_state) != 0.0:
+    if await _reward(ctx, task, initial_state, [], golden_state=golden_state, agent_calls=[]) != 0.0:
         failed.append("do_nothing")
     tables = None
-    golden_part = None
-    if golden_state is not None:
+    golden_part = golden_state
+    if golden_state is not None and not task.env_assertions:
+        # The env's check tools read the whole state: a task with env assertions replays it all.
         tables = ctx.index.write_tables([c.name for c in task.golden_calls])
         golden_part = {t: golden_state[t] for t in tables}
     tools = ctx.env.tools
@@ -179,7 +201,8 @@ async def verify_task(ctx: SynthContext, task: Task, *, golden_state: State | No
             ):
                 continue
         dropped, _ = await ctx.replayer.replay(snapshots[i], rest, tables=tables, hashed=False)
-        if _reward(task, dropped, messages, golden_state=golden_part) >= 1.0:
+        made = [*calls[:i], *calls[i + 1 :]]
+        if await _reward(ctx, task, dropped, messages, golden_state=golden_part, agent_calls=made) >= 1.0:
             failed.append("drop_write")
             break
     for at_call, node in branches:
@@ -245,7 +268,8 @@ async def adversary_rewards(
             continue
         if (
             name == "read_all"
-            and _reward(task, initial_state, oracle_messages(task), golden_state=golden_state) == 0.0
+            and await _reward(ctx, task, initial_state, oracle_messages(task), golden_state=golden_state)
+            == 0.0
         ):
             rewards[name] = 0.0
             continue
@@ -279,14 +303,16 @@ async def adversary_rewards(
             else cents_hash(final) == task.golden_cents_hash
         )
         results = [(c.name, c.arguments, t) for c, t in zip(calls, texts, strict=False)]
-        if counts(name, task, tools, reached_golden=reached, message=message):
-            rewards[name] = _reward(
+        if counts(name, task, tools, reached_golden=reached, message=message, calls=calls):
+            rewards[name] = await _reward(
+                ctx,
                 task,
                 final,
                 [message],
                 golden_state=golden_state,
                 shown=shown_results(task, results),
                 keys=ctx.pks,
+                agent_calls=calls,
             )
             if until_gamed and rewards[name] == 1.0:
                 break
@@ -314,8 +340,16 @@ async def _skip_policy_reward(
         database, _, _ = ctx.states.task_initial(task)
         final, _ = await ctx.replayer.replay(database, calls, hashed=False)
     message = adversary_message("skip_policy", task, [])
-    return _reward(
-        task, final, [message], golden_state=golden_state, keys=ctx.pks, policy=policy, calls=calls
+    return await _reward(
+        ctx,
+        task,
+        final,
+        [message],
+        golden_state=golden_state,
+        keys=ctx.pks,
+        policy=policy,
+        calls=calls,
+        agent_calls=calls,
     )
 
 

@@ -387,12 +387,22 @@ async def test_user_call_sent_as_assistant_is_not_found(env: Environment, tasks:
     assert final == start
 
 
-def test_self_checks_replay_user_calls_on_the_users_side(env: Environment, tasks: dict[str, Task]) -> None:
-    """`envforge check`'s replays run a user's golden call on the user's tools: the stored golden
-    state is the one the calls reach, twice alike. (Its reward checks do not judge env assertions.)"""
-    chosen = [tasks[g["task_id"]] for g in GOLD[:3]]
+def test_self_checks_judge_env_assertions(env: Environment, tasks: dict[str, Task]) -> None:
+    """`envforge check` on every train task: its replays run a user's golden call on the user's
+    tools, and its reward checks judge the env assertions (and the calls made, where τ²'s basis has
+    ACTION) as an eval does. Every gold earns 1, doing nothing and dropping a write earn 0, no
+    adversary earns a task. Only the transfers fail, on `not_presatisfied` alone (their gold leaves
+    the state as initialized, by τ²'s design), and there `read_all`, whose reads hold the transfer,
+    is the gold with extra reads: not judged. The results realism reads are τ²'s outputs."""
+    chosen = [tasks[g["task_id"]] for g in GOLD]
+    transfers = {t.id for t in chosen if not t.golden_diff}
+    assert transfers and all("actions" in tasks[i].reward_basis for i in transfers)
     for verdict in check_tasks(env, chosen):
-        assert not {"stored_golden", "deterministic", "refusals"} & set(verdict.failed_checks), verdict
+        transfer = verdict.task_id in transfers
+        assert verdict.failed_checks == (["not_presatisfied"] if transfer else []), verdict
+        assert verdict.gamed_by == [], verdict
+        assert verdict.adversary_rewards["read_all"] == (None if transfer else 0.0), verdict
+        assert verdict.golden_results == GOLD_BY_ID[verdict.task_id]["outputs"]  # what realism reads
 
 
 # --------------------------------------------------------------------------- attacks
