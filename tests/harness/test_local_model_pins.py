@@ -10,11 +10,12 @@ installed, the parts' sizes must add up to the pinned size (the sha256 itself is
 from __future__ import annotations
 
 import tomllib
+from importlib import metadata
+from pathlib import Path
 
 import pytest
 
-from envforge.harness import LOCAL_MODELS, model_for_spec
-from envforge.harness.local_models import available, part_paths
+from envforge.harness import LOCAL_MODELS, local_model_available, model_for_spec
 
 from support.paths import REPO
 
@@ -38,9 +39,10 @@ def test_every_part_of_every_model_is_pinned_in_the_local_extra(name: str) -> No
 @pytest.mark.parametrize("name", sorted(LOCAL_MODELS))
 def test_installed_parts_add_up_to_the_pinned_size(name: str) -> None:
     model = LOCAL_MODELS[name]
-    if not available(model):
+    if not local_model_available(model):
         pytest.skip(f"the packages of {name} are not installed (the local extra)")
-    assert sum(p.stat().st_size for p in part_paths(model)) == model.size
+    paths = [Path(str(metadata.distribution(p.distribution).locate_file(p.path))) for p in model.parts]
+    assert sum(p.stat().st_size for p in paths) == model.size
 
 
 def test_the_bigger_qwen_is_a_local_spec() -> None:
