@@ -4,7 +4,9 @@ Accepted inputs: OpenAI function-calling JSON (a list of `{"type": "function", "
 or bare `{name, description, parameters}`), an MCP `tools/list` result (`{"tools": [...]}` with
 `inputSchema`), an OpenAPI 3 document (JSON, or YAML when pyyaml is installed; one tool per
 operation, named by `operationId`), and markdown (one `## tool_name` section per tool with a
-`Parameters:` bullet list, see `parse_markdown`). A directory is read file by file and merged. The
+`Parameters:` bullet list, see `parse_markdown`; or a README's `Tools` heading listing the tools
+as items with `Input:` sub-bullets, as the reference MCP servers write theirs,
+`parse_markdown_tool_list`). A directory is read file by file and merged. The
 pipeline compares the generated env against exactly these docs, so every format must yield the same
 three things: name, description, parameters JSON schema.
 
@@ -158,13 +160,111 @@ _PARAM = re.compile(
 _ENUM = re.compile(r"one of\s*:?\s*(?P<vals>.+?)(?:\.\s|\.$|$)", re.IGNORECASE)
 
 
+_TOOLS_HEADING = re.compile(r"^#{2,4}\s+(?:available\s+)?tools\s*$", re.IGNORECASE)
+_ANY_HEADING = re.compile(r"^(#{1,6})\s")
+_LIST_TOOL = re.compile(r"^(?:\d+\.|[-*])\s+(?:`(?P<a>[A-Za-z_]\w*)`|\*\*(?P<b>[A-Za-z_]\w*)\*\*)\s*$")
+_LIST_INPUT = re.compile(r"^(?P<kind>required\s+|optional\s+)?inputs?\s*:\s*(?P<rest>.*)$", re.IGNORECASE)
+_LIST_PARAM = re.compile(r"^`(?P<name>[A-Za-z_]\w*)`\s*\((?P<meta>[^)]*)\)\s*(?::\s*(?P<desc>.*))?$")
+
+
+def _list_param(text: str) -> tuple[str, dict[str, Any], bool] | None:
+    """A parameter bullet, ``name`` in backticks, then ``(type[, optional]): description``:
+    (name, schema, required), else None."""
+    m = _LIST_PARAM.match(text.strip())
+    if not m:
+        return None
+    meta = [x.strip().lower() for x in m.group("meta").split(",")]
+    kind = meta[0].split("|")[0].strip()
+    schema: dict[str, Any]
+    if kind.endswith("[]") or kind.startswith("array"):
+        item = kind[:-2] if kind.endswith("[]") else kind.removeprefix("array").strip()
+        item = item.removeprefix("of").strip()
+        item = item.rstrip("s") if item.rstrip("s") in JSON_TYPES else item
+        schema = {"type": "array", "items": {"type": item if item in JSON_TYPES else "string"}}
+    else:
+        schema = {"type": kind if kind in JSON_TYPES else "string"}
+    if m.group("desc"):
+        schema["description"] = m.group("desc").strip()
+    return m.group("name"), schema, "optional" not in meta
+
+
+def _add_param(tool: dict[str, Any], param: tuple[str, dict[str, Any], bool], optional: bool) -> None:
+    name, schema, required = param
+    tool["props"][name] = schema
+    if required and not optional:
+        tool["required"].append(name)
+
+
+def parse_markdown_tool_list(text: str) -> list[ToolDoc]:
+    """The tool list of a README, as the reference MCP servers write theirs: under a ``Tools``
+    heading, one item per tool (``1. `name``` or ``- **name**``), its sub-bullets the description
+    and an ``Input:`` / ``Inputs:`` (or ``Required inputs:`` / ``Optional inputs:``) bullet naming
+    the parameters (inline, or as sub-bullets
+    ``- `name` (type, optional): description``; deeper bullets, the fields of an object, are left
+    to the description of their parameter). Empty when the text has no such list."""
+    out: list[dict[str, Any]] = []
+    level = 0
+    current: dict[str, Any] | None = None
+    input_indent: int | None = None
+    optional = False
+    for line in text.splitlines():
+        heading = _ANY_HEADING.match(line)
+        if heading:
+            if level and len(heading.group(1)) <= level:
+                level, current = 0, None
+            if _TOOLS_HEADING.match(line):
+                level, current = len(heading.group(1)), None
+            continue
+        if not level or not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        item = _LIST_TOOL.match(line) if indent == 0 else None
+        if item:
+            current = {"name": item.group("a") or item.group("b"), "desc": [], "props": {}, "required": []}
+            out.append(current)
+            input_indent = None
+            continue
+        bullet = line.strip()
+        if current is None or not bullet.startswith(("- ", "* ")):
+            continue
+        bullet = bullet[2:].strip()
+        if input_indent is not None and indent > input_indent:
+            param = _list_param(bullet) if indent <= input_indent + 2 else None
+            if param:
+                _add_param(current, param, optional)
+            continue
+        input_indent = None
+        inputs = _LIST_INPUT.match(bullet)
+        if inputs:
+            input_indent = indent
+            optional = (inputs.group("kind") or "").strip().lower() == "optional"
+            param = _list_param(inputs.group("rest")) if inputs.group("rest") else None
+            if param:
+                _add_param(current, param, optional)
+        else:
+            current["desc"].append(bullet)
+    docs = []
+    for c in out:
+        params: dict[str, Any] = {"type": "object", "properties": c["props"]}
+        if c["required"]:
+            params["required"] = c["required"]
+        docs.append(ToolDoc(name=c["name"], description=" ".join(c["desc"]), parameters=params))
+    return docs
+
+
 def parse_markdown(text: str) -> list[ToolDoc]:
     """Markdown docs: `## tool_name`, a description, then `Parameters:` bullets.
 
     A bullet reads ``- name (type, required): description``; ``type`` is a JSON type (``array of
     string`` for lists), ``optional`` may replace ``required``, and ``one of: a, b, c`` in the
     description makes an enum. Free text outside this shape is kept as description only.
+    A README whose ``Tools`` heading lists the tools as items is read by
+    `parse_markdown_tool_list` instead: there, ``## Overview`` or ``## Installation`` are sections,
+    not tools.
     """
+    listed = parse_markdown_tool_list(text)
+    if listed:
+        return listed
     out: list[ToolDoc] = []
     current: dict[str, Any] | None = None
     in_params = False
