@@ -46,7 +46,10 @@ def print_error(message: str) -> None:
 
 
 def report_and_exit(exc: BaseException) -> NoReturn:
-    """Print `exc` as one `error:` line and exit with its code (2 for a usage error, else 1)."""
+    """Print `exc` as one `error:` line and exit with its code (2 for a usage error, else 1). A
+    group of one error (raised inside a task group) is reported as that error."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
     if isinstance(exc, UsageError):
         print_error(exc.message)
         raise SystemExit(exc.code)

@@ -88,6 +88,14 @@ MaxBatchOption = Annotated[
         "the episodes in flight: collectors x rollouts per task).",
     ),
 ]
+MaxSeqLenOption = Annotated[
+    int,
+    typer.Option(
+        "--max-seq-len",
+        help="Most tokens in one episode (prompt included): a task whose opening leaves no room for a "
+        "turn is an error (τ² telecom's policy and manual take ~6,500 tokens: 8192 plays them).",
+    ),
+]
 PrecisionOption = Annotated[
     str,
     typer.Option(
@@ -285,6 +293,7 @@ def train_cmd(
     ),
     max_turns: int = typer.Option(8, "--max-turns"),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens"),
+    max_seq_len: MaxSeqLenOption = 4096,
     collectors: int = typer.Option(
         2, "--collectors", help="Task groups collected concurrently (per worker with --ray-workers)."
     ),
@@ -365,7 +374,9 @@ def train_cmd(
             collectors=collectors,
             seed=seed,
             max_seconds=max_minutes * 60,
-            rollout=RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens),
+            rollout=RolloutConfig(
+                max_turns=max_turns, max_new_tokens=max_new_tokens, max_seq_len=max_seq_len
+            ),
         )
         learner_config = LearnerConfig(
             lr=lr, baseline=baseline, advantage=advantage, mask_user_errors=mask_user_errors
@@ -406,6 +417,7 @@ def collect_cmd(
     rollouts_per_task: int = typer.Option(4, "--rollouts-per-task"),
     max_turns: int = typer.Option(8, "--max-turns"),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens"),
+    max_seq_len: MaxSeqLenOption = 4096,
     concurrency: int = typer.Option(
         2, "--concurrency", help="Task groups collected concurrently (per worker with --ray-workers)."
     ),
@@ -468,7 +480,9 @@ def collect_cmd(
             opts,
             groups=groups,
             rollouts_per_task=rollouts_per_task,
-            rollout_config=RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens),
+            rollout_config=RolloutConfig(
+                max_turns=max_turns, max_new_tokens=max_new_tokens, max_seq_len=max_seq_len
+            ),
             concurrency=concurrency,
             on_group=on_group,
         )

@@ -9,7 +9,8 @@ of the task's reward basis) or a given function.
 With no simulated user, an env's declared policy rules (`policy_rules.toml`) are kept or broken
 as in the harness, with one exception that no agent could meet: the user's yes before a write.
 So `FleetRolloutEnv` refuses a task whose writes fall under the env's confirmation rule
-(`NeedsUser`: play it with `--env-kind harness`), and judges the `policy` part on every other
+(`NeedsUser`: play it with `--env-kind harness`), as it refuses a dual-control task whose user
+must act on their own device, and judges the `policy` part on every other
 rollout of such an env from what happened: the opening, the calls with their results, the
 policy's texts. Lookup tasks are reads, which no identity, confirmation or lookup rule covers;
 there the part still catches a forbidden call or a transfer the policy does not allow.
@@ -149,7 +150,9 @@ class NeedsUser(ValueError):
 class FleetRolloutEnv:
     """Tasks of one env of a fleet, played through in-process MCP (or the runtime directly).
 
-    Raises `NeedsUser` for tasks that write under the env's confirmation rule (module docstring).
+    Raises `NeedsUser` for tasks that write under the env's confirmation rule (module docstring),
+    and for dual-control tasks whose gold has the user act on their own device (τ² telecom): with
+    no user those calls never happen, so such a task could only ever score 0.
     """
 
     def __init__(
@@ -182,6 +185,13 @@ class FleetRolloutEnv:
                     "write under its policy's confirmation rule, which a rollout with no user cannot keep; "
                     "play them with a simulated user (--env-kind harness)"
                 )
+        acting = sorted(t.id for t in self.tasks.values() if t.user_calls)
+        if acting:
+            raise NeedsUser(
+                f"env {env_name!r}: {len(acting)} of {len(self.tasks)} tasks (first {acting[0]}) need the "
+                "user to act on their own device (dual control), which a rollout with no user cannot do; "
+                "play them with a simulated user (--env-kind harness)"
+            )
 
     def task_ids(self) -> list[str]:
         return sorted(self.tasks)
@@ -293,6 +303,12 @@ class RolloutConfig(BaseModel):
     max_seq_len: int = 4096
 
 
+class PromptTooLong(ValueError):
+    """A task whose opening (the system prompt and the first user turn) leaves no room for one
+    turn under the rollout's `max_seq_len`: no token could be generated, so the episode would be
+    a zero reward that measured nothing (τ² telecom's policy and manual are ~6,500 tokens)."""
+
+
 async def rollout(
     env: RolloutEnv,
     task_id: str,
@@ -320,6 +336,12 @@ async def rollout(
             messages.append(msg)
         for turn in range(config.max_turns):
             if len(builder.token_ids) + config.max_new_tokens > config.max_seq_len:
+                if turn == 0:
+                    raise PromptTooLong(
+                        f"task {task_id} of env {env.name}: its opening is {len(builder.token_ids)} "
+                        f"tokens, which with {config.max_new_tokens} new tokens passes the rollout's "
+                        f"{config.max_seq_len}-token limit: no turn could be generated (raise --max-seq-len)"
+                    )
                 break
             builder.open_assistant()
             gen = await backend.generate(
