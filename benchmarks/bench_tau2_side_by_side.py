@@ -7,7 +7,8 @@ Usage:
 
 Both harnesses run the domain's train split, one trial per task, agent and user played by the same
 instant fake LLM (no model cost): `../shared/bench/instant_llm.py` for retail, this folder's
-`instant_llm_airline.py` for airline (the same script shape on airline's tools). Each round runs
+`instant_llm_airline.py` and `instant_llm_telecom.py` for the others (the same script shape on
+their tools; telecom's user also works its phone once). Each round runs
 envforge (`envforge eval --split train`) and then τ² (`tau2 run --task-split-name train`) as
 subprocesses. Three figures each, medians of the rounds, the ratio envforge over τ²: simulations
 per CPU-second and per hour of wall time of the whole process, start-up included (user + system
@@ -17,7 +18,7 @@ the retail workload reports.
 
 τ²-bench is not a dependency of envforge: install it into a venv of its own (it needs Python 3.12+,
 `pip install <tau2-bench checkout>`) and point `--tau2-data` at a data folder holding
-`tau2/domains/<domain>/` (db.json, tasks.json, split_tasks.json, policy.md as τ² publishes them).
+`tau2/domains/<domain>/` (the DB, tasks.json, split_tasks.json and the policy as τ² publishes them).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ ENVFORGE = str(Path(sys.executable).with_name("envforge"))
 FAKES = {
     "retail": SHARED / "bench" / "instant_llm.py",
     "airline": ROOT / "benchmarks" / "instant_llm_airline.py",
+    "telecom": ROOT / "benchmarks" / "instant_llm_telecom.py",
 }
 
 
@@ -105,9 +107,9 @@ def train_count(domain: str) -> int:
     return len(splits["train"])
 
 
-def envforge_run(env: Path, base: str, concurrency: int, out: Path, simulations: int) -> Run:
+def envforge_run(env: Path, base: str, concurrency: int, out: Path, simulations: int, trials: int) -> Run:
     args = [
-        ENVFORGE, "eval", str(env), "--split", "train", "--trials", "1",
+        ENVFORGE, "eval", str(env), "--split", "train", "--trials", str(trials),
         "--agent", "openai/fake", "--agent-api-base", base, "--user", "openai/fake", "--user-api-base", base,
         "--concurrency", str(concurrency), "--out", str(out), "--json",
     ]  # fmt: skip
@@ -123,10 +125,11 @@ def envforge_run(env: Path, base: str, concurrency: int, out: Path, simulations:
 
 
 def tau2_run(opts: argparse.Namespace, base: str, concurrency: int, out: Path, simulations: int) -> Run:
+    trials = opts.trials
     llm_args = json.dumps({"api_base": base, "api_key": "fake", "temperature": 0.0})
     tau2 = str(Path(opts.tau2_python).with_name("tau2"))
     args = [
-        tau2, "run", "--domain", opts.domain, "--task-split-name", "train", "--num-trials", "1",
+        tau2, "run", "--domain", opts.domain, "--task-split-name", "train", "--num-trials", str(trials),
         "--agent-llm", "openai/fake", "--agent-llm-args", llm_args,
         "--user-llm", "openai/fake", "--user-llm-args", llm_args,
         "--max-concurrency", str(concurrency), "--save-to", str(out), "--log-level", "ERROR",
@@ -160,20 +163,22 @@ def main() -> None:
     )
     parser.add_argument("--concurrency", default="1,32")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--trials", type=int, default=1, help="trials per task (more: start-up weighs less)")
     opts = parser.parse_args()
-    if not (opts.tau2_data / "tau2" / "domains" / opts.domain / "db.json").exists():
+    if not (opts.tau2_data / "tau2" / "domains" / opts.domain / "tasks.json").exists():
         raise SystemExit(
-            f"error: {opts.tau2_data}/tau2/domains/{opts.domain}/db.json not found (--tau2-data)"
+            f"error: {opts.tau2_data}/tau2/domains/{opts.domain}/tasks.json not found (--tau2-data)"
         )
     port = free_port()
     fake = subprocess.Popen([sys.executable, str(FAKES[opts.domain]), str(port)])
     base = f"http://127.0.0.1:{port}/v1"
     try:
         wait_ready(base)
-        simulations = train_count(opts.domain)
+        simulations = train_count(opts.domain) * opts.trials
         with tempfile.TemporaryDirectory() as tmp:
             env = import_env(opts.domain, Path(tmp))
-            print(f"τ² {opts.domain}: {simulations} train tasks × 1 trial, {opts.rounds} rounds, medians")
+            what = f"{simulations} simulations (train × {opts.trials} trials)"
+            print(f"τ² {opts.domain}: {what}, {opts.rounds} rounds, medians")
             print(f"{'conc':>4} {'sims/CPU-s':>22} {'ratio':>6}   {'sims/hour (wall)':>22} {'ratio':>6}   "
                   f"{'sims/hour (in run)':>22} {'ratio':>6}")  # fmt: skip
             print(f"{'':>4} {'envforge':>10} {'τ²':>11} {'':>6}   {'envforge':>10} {'τ²':>11} {'':>6}   "
@@ -182,7 +187,8 @@ def main() -> None:
                 ours: list[Run] = []
                 theirs: list[Run] = []
                 for r in range(opts.rounds):
-                    ours.append(envforge_run(env, base, c, Path(tmp) / f"ef-{c}-{r}", simulations))
+                    out = Path(tmp) / f"ef-{c}-{r}"
+                    ours.append(envforge_run(env, base, c, out, simulations, opts.trials))
                     theirs.append(tau2_run(opts, base, c, Path(tmp) / f"tau2-{c}-{r}.json", simulations))
                 e_cpu, t_cpu = (statistics.median(x.per_cpu_s for x in runs) for runs in (ours, theirs))
                 e_hour, t_hour = (statistics.median(x.per_hour for x in runs) for runs in (ours, theirs))
