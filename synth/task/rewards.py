@@ -175,9 +175,24 @@ def score_env_assertions(task: Task, evidence: Evidence) -> PartScore:
     return PartScore(0.0, "the env assertions were not run (the env's check tools are needed)")
 
 
+STATE_FAILURES = frozenset({"refused", "env_error"})
+"""How a check tool may fail because of the state it reads (it refused, or crashed on a row an
+agent deleted): the assertion is not met. Any other failure (a check that is not one, arguments
+it refuses, a check that writes) is the task's, whatever the state: `EnvAssertionError`."""
+
+
+WRITE_FAILURES = ("(SQL refused:", "a read tool changed the database")
+"""An env error of a check that tried to write (`runtime.calls`' wording): the env's bug, not the state's."""
+
+
+def _wrote(text: str) -> bool:
+    return any(marker in text for marker in WRITE_FAILURES)
+
+
 class EnvAssertionError(ValueError):
     """An env assertion that cannot be judged: it names no check tool of the env, its arguments
-    are refused, or the check failed (raised, wrote, crashed). A task's error, never a pass."""
+    are refused, or the check tried to write. A task's error, never a pass. (A check that refuses
+    or crashes on the state it reads is an assertion not met: the state may be an agent's.)"""
 
 
 def env_assertion_problems(env: Environment, task: Task) -> list[str]:
@@ -193,10 +208,12 @@ def env_assertion_problems(env: Environment, task: Task) -> list[str]:
 
 async def judge_env_assertions(env: Environment, task: Task, final_state: State) -> PartScore:
     """Run each of `task`'s env assertions, a check tool of `env`, on a fresh read-only episode
-    made from `final_state`; 1 when every one returns its `assert_value`, else 0 (τ²'s
-    ENV_ASSERTION reward is the product of the passes). A fresh episode, so a check sees only
-    the final state and changes nothing a later check or the caller reads; read-only, so a check
-    that would write is refused. Raises `EnvAssertionError` when an assertion cannot be judged."""
+        made from `final_state`; 1 when every one returns its `assert_value`, else 0 (τ²'s
+        ENV_ASSERTION reward is the product of the passes). A fresh episode, so a check sees only
+        the final state and changes nothing a later check or the caller reads; read-only, so a check
+        that would write is refused. A check that refuses or crashes on `final_state` is not met (an
+    agent may leave a state its check cannot read: that is a 0 with its reason, not an error that
+    drops the trial). Raises `EnvAssertionError` when an assertion cannot be judged."""
     if not task.env_assertions:
         return PartScore(1.0, "no env assertions")
     problems = env_assertion_problems(env, task)
@@ -208,11 +225,13 @@ async def judge_env_assertions(env: Environment, task: Task, final_state: State)
         episode.read_only = True
         for a in task.env_assertions:
             result = await fleet.call(episode.id, a.func_name, a.arguments, side="check")
-            if result.is_error:
+            if result.is_error and (result.kind not in STATE_FAILURES or _wrote(result.text)):
                 raise EnvAssertionError(
                     f"task {task.id}: env assertion {a.func_name}({_args(a)}) failed to run: {result.text}"
                 )
-            if result.text != render_result(a.assert_value):
+            if result.is_error:  # the check refused or crashed on this state: not met, never a pass
+                failed.append(f"{a.func_name}({_args(a)}) failed on the final state: {result.text}")
+            elif result.text != render_result(a.assert_value):
                 failed.append(_describe(a, result.text))
     total = len(task.env_assertions)
     if failed:
