@@ -23,9 +23,9 @@ from envforge.trainer import (
     NeedsUser,
     PromptTooLong,
     RolloutConfig,
+    run_rollout,
     unbatched_session,
 )
-from envforge.trainer.rollout import rollout
 
 from support.paths import DUAL_PHONE_DIR
 from support.tokenizer import EOS, ChunkTokenizer
@@ -56,11 +56,11 @@ async def test_an_opening_past_the_limit_is_refused_and_plays_under_a_larger_one
         with pytest.raises(
             PromptTooLong, match=r"task dual_phone-data of env dual_phone: its opening is \d+ tokens"
         ):
-            await rollout(
+            await run_rollout(
                 env, task_id, backend, tok, RolloutConfig(max_turns=2, max_new_tokens=8, max_seq_len=64)
             )
         assert backend.turns == 0
-        played = await rollout(env, task_id, backend, tok, RolloutConfig(max_turns=2, max_new_tokens=8))
+        played = await run_rollout(env, task_id, backend, tok, RolloutConfig(max_turns=2, max_new_tokens=8))
         assert backend.turns == 1 and sum(played.loss_mask) > 0 and played.reward == 0.0
 
 
