@@ -100,6 +100,13 @@ def serve(
             "hard heap limit for the server, which refuses a call whose statement needs more.",
         ),
     ] = 256,
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="HTTP: serving processes behind the one address, each with its own episodes (a front "
+            "process routes each episode's requests to its owner; docs/scaling.md).",
+        ),
+    ] = 1,
 ) -> None:
     """Serve environments over MCP (stdio for desktop clients, streamable HTTP for fleets)."""
     import envforge
@@ -119,12 +126,16 @@ def serve(
                 highlight=False,
             )
     if transport is Transport.stdio:
+        if workers != 1:
+            fail("--workers is for HTTP: stdio serves one env to one client")
         if len(envs) != 1:
             fail("stdio serves exactly one env")
         envforge.serve_env_stdio(envs[0], sqlite_work_mib=sqlite_work_mib)
         return
     host = "127.0.0.1" if host is None else host
     port = 8000 if port is None else port
+    if workers < 1:
+        fail("--workers must be >= 1")
     try:
         limits = envforge.ServeLimits(
             max_episodes=max_episodes,
@@ -140,6 +151,9 @@ def serve(
             max_body_bytes=max_body_bytes,
             sqlite_work_mib=sqlite_work_mib,
         )
+        if workers > 1:
+            _serve_workers(env_dirs, [env.name for env in envs], workers, host, port, token, limits)
+            return
         server = envforge.http_server(envs, host=host, port=port, token=token, limits=limits)
     except envforge.SettingError as exc:
         fail_setting(exc)
@@ -151,6 +165,46 @@ def serve(
     except (ValueError, RuntimeError) as exc:  # off loopback without a token; SQLite without a heap limit
         fail(str(exc))
     server.run(on_listening=lambda: announce(server, [env.name for env in envs]))
+
+
+def _serve_workers(
+    env_dirs: list[Path],
+    names: list[str],
+    workers: int,
+    host: str,
+    port: int,
+    token: str | None,
+    limits: Any,
+) -> None:
+    """`serve --workers N`: a front on `host:port` and N worker processes behind it."""
+    from envforge import listening_socket, sqlite_work_bytes
+    from envforge.server import build_front, serve_http
+
+    app, _ = build_front(
+        [str(d.resolve()) for d in env_dirs],
+        workers,
+        host=host,
+        token=token,
+        max_episodes=limits.max_episodes,
+        max_episodes_per_client=limits.max_episodes_per_client,
+        max_episode_bytes_per_client=limits.max_episode_mib_per_client << 20,
+        max_sessions_per_client=limits.max_sessions_per_client,
+        ttl=limits.ttl,
+        max_body_bytes=limits.max_body_bytes,
+        body_timeout=limits.body_timeout,
+        body_deadline=limits.body_deadline,
+        sqlite_work_bytes=sqlite_work_bytes(limits.sqlite_work_mib),
+    )
+    sock = listening_socket(host, port)
+    bound = sock.getsockname()[1]
+
+    def listening() -> None:
+        shown = names if len(names) <= ANNOUNCED_ENVS else names[: ANNOUNCED_ENVS - 1]
+        for name in shown:
+            console.print(f"[green]serving[/] {name}: http://{host}:{bound}/envs/{name}/mcp")
+        console.print(f"{workers} worker processes; control plane: http://{host}:{bound}/control/episodes")
+
+    serve_http(app, host=host, port=bound, limits=limits.http_limits(), sock=sock, on_listening=listening)
 
 
 def mcp(

@@ -64,6 +64,7 @@ if TYPE_CHECKING:
         user_episode_client,
     )
     from .transports.http_app import build_app
+    from .transports.http_front import build_front
     from .transports.http_limits import HTTPLimits, install_log_limiter, serve_http
     from .transports.replays import read_actions, replay
     from .transports.stdio import serve_stdio
@@ -76,6 +77,7 @@ _LAZY = {
     "http_episode_client": "transports.client",
     "user_episode_client": "transports.client",
     "build_app": "transports.http_app",
+    "build_front": "transports.http_front",
     "InlineConnection": "runtime.inline",
     "InlinePool": "runtime.inline",
     "ScratchConnection": "runtime.inline",
@@ -151,6 +153,7 @@ __all__ = [
     "Violation",
     "WriteTracker",
     "build_app",
+    "build_front",
     "canonical_json",
     "check_arguments",
     "check_python",

@@ -238,8 +238,12 @@ class EpisodeStore:
         max_bytes_per_owner: int | None = None,
         growth_bytes: int = DEFAULT_EPISODE_GROWTH,
         pool: WorkerPool | None = None,
+        id_prefix: str = "",
     ) -> None:
         self.pool = pool or default_pool
+        self.id_prefix = id_prefix
+        """Starts every episode id made here: a fleet of several worker processes names the owning
+        worker in it, so the front routes an episode's requests by its id alone."""
         self.max_episodes = max_episodes
         self.max_per_owner = max_per_owner
         self.max_bytes_per_owner = max_bytes_per_owner
@@ -311,7 +315,7 @@ class EpisodeStore:
         data = database if database is not None else env.seed_db
         reserved = reserved_bytes(data, self.growth_bytes)
         await self.make_room(owner, reserved)
-        episode_id = episode_id or secrets.token_hex(EPISODE_ID_BYTES)
+        episode_id = episode_id or self.id_prefix + secrets.token_hex(EPISODE_ID_BYTES)
         if episode_id in self._episodes:
             raise ValueError(f"episode {episode_id!r} already exists")
         tracker = WriteTracker(frozenset(t.name for t in env.tables))

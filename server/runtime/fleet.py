@@ -41,6 +41,7 @@ class Fleet:
         max_episodes_per_client: int | None = None,
         max_episode_bytes_per_client: int | None = None,
         sqlite_work_bytes: int | None = None,
+        episode_prefix: str = "",
     ) -> None:
         """`sqlite_work_bytes`: bound SQLite's heap in this whole process (`sqlheap`) to what the
         fleet's episodes hold plus this much working memory for statements; for the serving
@@ -56,6 +57,7 @@ class Fleet:
             ttl_seconds=ttl_seconds,
             max_per_owner=max_episodes_per_client,
             max_bytes_per_owner=max_episode_bytes_per_client,
+            id_prefix=episode_prefix,
         )
         self._servers: dict[str, EnvMCPServer] = {}
         self._user_servers: dict[str, EnvUserMCPServer] = {}

@@ -225,11 +225,13 @@ def build_app(
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
     body_deadline: float = DEFAULT_BODY_DEADLINE,
     limits: HTTPLimits | None = None,
+    trust_forwarded: bool = False,
 ) -> Starlette:
     """The fleet's ASGI app. `token` is required (and enforced) when `host` is not loopback.
 
     An empty `host` and the wildcard addresses count as non-loopback: they bind every interface.
     Of `limits` the app enforces `max_sessions_per_client` (the rest are the server's: `serve_http`).
+    `trust_forwarded`: a worker behind `http_front`, which names each request's client for it.
     """
     check_token(token)
     if not is_loopback(host) and not token:
@@ -365,5 +367,6 @@ def build_app(
         max_body_bytes=max_body_bytes,
         body_timeout=body_timeout,
         body_deadline=body_deadline,
+        trust_forwarded=trust_forwarded,
     )
     return Starlette(routes=routes, lifespan=lifespan, middleware=[guarded])

@@ -58,11 +58,20 @@ def bearer_matches(scope: Scope, token: str) -> bool:
     return hmac.compare_digest(given[0], b"Bearer " + token.encode("ascii"))
 
 
-def client_key(scope: Scope, token: str | None) -> str:
+FORWARDED_CLIENT_HEADER = b"x-envforge-client"
+"""The client a fleet's front forwards a request for (`http_front`): believed only from a request
+that carries the worker's own private token, which only the front holds."""
+
+
+def client_key(scope: Scope, token: str | None, *, trust_forwarded: bool = False) -> str:
     """Who is calling, for per-client limits: the bearer token when the server checks one and the
     request carries it, else the remote address. Unchecked credentials are ignored, so inventing
-    tokens does not make a client many clients."""
+    tokens does not make a client many clients. A worker behind a front (`trust_forwarded`) takes
+    the client the front names, on a request with the worker's token only."""
     if token is not None and bearer_matches(scope, token):
+        forwarded = _header(scope, FORWARDED_CLIENT_HEADER)
+        if trust_forwarded and forwarded:
+            return forwarded
         return "token:" + hashlib.sha256(token.encode("ascii")).hexdigest()[:12]
     client = scope.get("client")
     return f"addr:{client[0] if client else 'unknown'}"
@@ -127,8 +136,10 @@ class HTTPGuard:
         max_body_bytes: int,
         body_timeout: float,
         body_deadline: float,
+        trust_forwarded: bool = False,
     ) -> None:
         self.app = app
+        self.trust_forwarded = trust_forwarded
         self.loopback = loopback
         self.token = token
         self.max_body_bytes = max_body_bytes
@@ -143,7 +154,7 @@ class HTTPGuard:
         if refusal is not None:
             await refusal(scope, receive, send)
             return
-        scope[CLIENT_SCOPE_KEY] = client_key(scope, self.token)
+        scope[CLIENT_SCOPE_KEY] = client_key(scope, self.token, trust_forwarded=self.trust_forwarded)
         await self._limited(scope, receive, send)
 
     def _check_origin(self, scope: Scope) -> JSONResponse | None:

@@ -1,0 +1,517 @@
+"""One URL for a fleet spread over N worker processes: every core of one machine.
+
+`envforge serve` in one process is one event loop on one core. With `--workers N` it is instead:
+
+- **N workers** (`http_worker`), each today's app (`http_app.build_app`) with its own `Fleet` on a
+  private `127.0.0.1` port, reachable only with a private token that only the front holds. A
+  worker names its episodes with its own prefix, `w<index>g<generation>-`, so an episode id says
+  which process owns it and the front needs no table of episodes and no lock to route by it.
+- **One front** (this module) that owns the public port and what must be checked once for the whole
+  fleet: `HTTPGuard` (Host/Origin, body size and read time), the connection caps (`serve_http`), the
+  public bearer token on the control plane, and the per-client cap on open episodes *counted across
+  workers*: a client spread over N workers still gets its cap once, not N times.
+
+Routing. `POST /control/episodes` places the new episode on the next live worker (round robin);
+every later request that names an episode (`/control/episodes/<id>...`, `/envs/<env>/episodes/<id>/
+mcp`, the user side `.../<id>/user/<key>/mcp`) goes to the worker its prefix names. The env-wide MCP
+URL (`/envs/<env>/mcp`) goes by the legacy `Mcp-Session-Id` (which the front prefixes with the
+worker's name on the way out), else by the episode named in the request's `_meta`, else round
+robin. Responses are streamed through unbuffered, so an MCP SSE stream reaches its client event by
+event. An id whose prefix names no worker is answered as the workers answer an unknown episode;
+one whose worker has since been restarted answers 410 "episode lost: its worker exited".
+
+Per-client caps. The front counts each client's open episodes (those it created through the front,
+less those closed through it). Episodes also end by expiring or with their legacy session, which
+only the worker sees, so a client at its cap is recounted from the workers' own listings before it
+is refused: the count can be high, never low, and the refusal is exact. The episodes-in-all cap,
+each client's MiB budget and its legacy MCP sessions are split evenly over the workers (a worker's
+share is enforced there): a client may get less than its cap of those, never more.
+
+Workers. Each is supervised: when one exits, its episodes are lost (their clients get 410), it is
+started again with the next generation (so no old id can reach the new process), and new episodes
+are placed on it once it listens. A worker exits when the front's pipe to it closes.
+
+The design keeps the parts a many-machine fleet needs apart: placement (`_place`), the owner of an
+id (`_owner`) and forwarding (`_forward`) take a worker's address, not its process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import secrets
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx
+from anyio.abc import Process, TaskStatus
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..core.errors import EpisodeNotFound
+from ..runtime.mcp_server import CLIENT_SCOPE_KEY, EPISODE_META_KEY
+from .http_guard import FORWARDED_CLIENT_HEADER, HTTPGuard, bearer_matches, check_token, is_loopback
+from .http_worker import WorkerConfig
+
+log = logging.getLogger(__name__)
+
+_PREFIX = re.compile(r"^w(\d+)g(\d+)-")
+_EPISODE_PATH = re.compile(r"^/(?:control/episodes|envs/[^/]+/episodes)/([^/]+)")
+_ENV_MCP = re.compile(r"^/envs/[^/]+/mcp$")
+_DROPPED = frozenset(
+    {
+        b"host",
+        b"authorization",
+        b"origin",
+        FORWARDED_CLIENT_HEADER,
+        b"content-length",
+        b"connection",
+        b"keep-alive",
+        b"transfer-encoding",
+        b"te",
+        b"upgrade",
+        b"proxy-authorization",
+    }
+)
+_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"te", b"upgrade"})
+WORKER_START_TIMEOUT = 120.0
+
+
+@dataclass
+class _Worker:
+    index: int
+    generation: int = 0
+    port: int | None = None
+    process: Process | None = None
+    up: anyio.Event = field(default_factory=anyio.Event)
+    restarts: int = 0
+
+    @property
+    def prefix(self) -> str:
+        return f"w{self.index}g{self.generation}-"
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def _json(body: Any, status: int) -> JSONResponse:
+    return JSONResponse(body, status)
+
+
+def _lost(episode_id: str) -> JSONResponse:
+    return _json(
+        {"error": f"episode lost: its worker exited ({episode_id!r}); create a new one"},
+        410,
+    )
+
+
+class FleetFront:
+    """The front's ASGI app (wrap it in `HTTPGuard`, as `build_front` does) and its workers."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        workers: int,
+        *,
+        token: str | None,
+        max_episodes_per_client: int,
+    ) -> None:
+        if workers < 1:
+            raise ValueError("--workers must be >= 1")
+        self.config = config
+        self.token = token
+        self.max_episodes_per_client = max_episodes_per_client
+        self.workers = [_Worker(i) for i in range(workers)]
+        self._secret = config.token
+        self._next = 0
+        self._owned: dict[str, set[str]] = {}
+        self._opening: Counter[str] = Counter()
+        self._http: httpx.AsyncClient | None = None
+
+    # -- workers -------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Start every worker, report ready once all listen, and keep them running."""
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=512)
+        timeout = httpx.Timeout(30.0, read=None)
+        async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as self._http:
+            async with anyio.create_task_group() as tg:
+                for worker in self.workers:
+                    tg.start_soon(self._keep, worker)
+                with anyio.fail_after(WORKER_START_TIMEOUT):
+                    for worker in self.workers:
+                        await worker.up.wait()
+                task_status.started()
+
+    async def _keep(self, worker: _Worker) -> None:
+        """Run `worker`, and start it again (next generation) whenever it exits."""
+        while True:
+            config = WorkerConfig(**{**self.config.__dict__, "episode_prefix": worker.prefix})
+            process = await anyio.open_process(
+                [sys.executable, "-m", "envforge.server.transports.http_worker", config.to_json()],
+                stderr=None,
+            )
+            try:
+                assert process.stdout is not None
+                line = b""
+                with anyio.move_on_after(WORKER_START_TIMEOUT):
+                    while not line.endswith(b"\n"):
+                        try:
+                            line += await process.stdout.receive(64)
+                        except anyio.EndOfStream:
+                            break
+                if line.strip().isdigit():
+                    worker.port, worker.process = int(line), process
+                    worker.up.set()
+                code = await process.wait()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    if process.returncode is None:
+                        process.kill()
+                        await process.wait()
+            worker.up = anyio.Event()
+            worker.port, worker.process = None, None
+            worker.generation += 1
+            worker.restarts += 1
+            log.warning("fleet worker %d exited (status %s); starting it again", worker.index, code)
+            await anyio.sleep(min(5.0, 0.1 * worker.restarts))
+
+    def _owner(self, episode_id: str) -> _Worker | JSONResponse:
+        """The live worker that owns `episode_id`, or the answer for an id no live worker owns."""
+        match = _PREFIX.match(episode_id)
+        worker = self.workers[int(match[1])] if match and int(match[1]) < len(self.workers) else None
+        if worker is None or match is None or int(match[2]) > worker.generation:
+            return _json({"error": str(EpisodeNotFound(episode_id))}, 404)
+        if int(match[2]) < worker.generation or not worker.up.is_set():
+            return _lost(episode_id)
+        return worker
+
+    def _place(self) -> _Worker | None:
+        """The next live worker, round robin."""
+        for _ in range(len(self.workers)):
+            worker = self.workers[self._next % len(self.workers)]
+            self._next += 1
+            if worker.up.is_set():
+                return worker
+        return None
+
+    # -- requests ------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        if path == "/healthz":
+            up = sum(w.up.is_set() for w in self.workers)
+            await _json({"ok": True, "workers": len(self.workers), "up": up}, 200)(scope, receive, send)
+            return
+        if path.startswith("/control/"):
+            if self.token is not None and not bearer_matches(scope, self.token):
+                await _json({"error": "missing, malformed or wrong bearer token"}, 401)(scope, receive, send)
+                return
+            await self._control(scope, receive, send)
+            return
+        found = _EPISODE_PATH.match(path)
+        if found:
+            owner = self._owner(found[1])
+            if isinstance(owner, JSONResponse):
+                await owner(scope, receive, send)
+            else:
+                await self._forward(owner, scope, receive, send)
+            return
+        if _ENV_MCP.match(path):
+            await self._env_mcp(scope, receive, send)
+            return
+        await _json({"error": f"no route {path}"}, 404)(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        await receive()
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(self.run)
+                await send({"type": "lifespan.startup.complete"})
+                await receive()
+                tg.cancel_scope.cancel()
+        except Exception as exc:  # a worker that never came up
+            await send(
+                {"type": "lifespan.startup.failed", "message": f"fleet workers did not start: {exc!r}"}
+            )
+            return
+        await send({"type": "lifespan.shutdown.complete"})
+
+    async def _control(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path, method = scope["path"], scope["method"]
+        if path == "/control/episodes" and method == "POST":
+            await self._create(scope, receive, send)
+        elif path == "/control/episodes" and method == "GET":
+            rows = [row for listing in await self._gather("/control/episodes") for row in listing["episodes"]]
+            await _json({"episodes": rows}, 200)(scope, receive, send)
+        elif path == "/control/stats":
+            totals: Counter[str] = Counter()
+            for counts in await self._gather("/control/stats"):
+                totals.update(counts)
+            body = {k: totals[k] for k in ("open_episodes", "created", "expired")}
+            fleet = {
+                "workers": len(self.workers),
+                "worker_restarts": sum(w.restarts for w in self.workers),
+                "worker_pids": [w.process.pid if w.process else None for w in self.workers],
+            }
+            await _json(body | fleet, 200)(scope, receive, send)
+        elif (found := _EPISODE_PATH.match(path)) is not None:
+            owner = self._owner(found[1])
+            if isinstance(owner, JSONResponse):
+                await owner(scope, receive, send)
+                return
+            status = await self._forward(owner, scope, receive, send)
+            if method == "DELETE" and status == 200:
+                for ids in self._owned.values():
+                    ids.discard(found[1])
+        else:
+            worker = self._place()
+            if worker is None:
+                await _json({"error": "no fleet worker is running; try again shortly"}, 503)(
+                    scope, receive, send
+                )
+                return
+            await self._forward(worker, scope, receive, send)
+
+    async def _create(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client: str = scope.get(CLIENT_SCOPE_KEY, "")
+        cap = self.max_episodes_per_client
+        if self._held(client) >= cap:
+            await self._recount(client)
+        held = self._held(client)
+        if held >= cap:
+            message = (
+                f"client {client} has {held} episodes open (limit {cap} per client, across every worker); "
+                "close one first"
+            )
+            await _json({"error": message}, 429)(scope, receive, send)
+            return
+        worker = self._place()
+        if worker is None:
+            await _json({"error": "no fleet worker is running; try again shortly"}, 503)(scope, receive, send)
+            return
+        self._opening[client] += 1
+        try:
+            chunks: list[bytes] = []
+            status = await self._forward(worker, scope, receive, send, keep=chunks)
+        finally:
+            self._opening[client] -= 1
+            if self._opening[client] <= 0:
+                del self._opening[client]
+        if status == 201:
+            episode_id = json.loads(b"".join(chunks))["episode_id"]
+            self._owned.setdefault(client, set()).add(episode_id)
+
+    def _held(self, client: str) -> int:
+        return len(self._owned.get(client, ())) + self._opening[client]
+
+    async def _recount(self, client: str) -> None:
+        """`client`'s open episodes as the live workers list them (expired ones are gone there)."""
+        ids: set[str] = set()
+        for listing in await self._gather("/control/episodes"):
+            ids.update(row["episode_id"] for row in listing["episodes"] if row.get("owner") == client)
+        if ids:
+            self._owned[client] = ids
+        else:
+            self._owned.pop(client, None)
+
+    def _live(self) -> list[_Worker]:
+        return [w for w in self.workers if w.up.is_set()]
+
+    async def _gather(self, path: str) -> list[dict[str, Any]]:
+        """`GET path` on every live worker; one that has just exited (not yet restarted) has nothing."""
+        assert self._http is not None
+        found = []
+        for worker in self._live():
+            try:
+                answer = await self._http.get(
+                    worker.base + path, headers={"authorization": f"Bearer {self._secret}"}
+                )
+            except httpx.TransportError:
+                continue
+            if answer.status_code == 200:
+                found.append(answer.json())
+        return found
+
+    async def _env_mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """An env-wide MCP URL: by legacy session, else by the episode in `_meta`, else round robin."""
+        session = Headers(scope=scope).get("mcp-session-id")
+        if session:
+            match = _PREFIX.match(session)
+            target = self._owner(match[0] + "0") if match else None
+            if not isinstance(target, _Worker):
+                message = f"session {session!r} lost: its worker exited, or it never existed"
+                error = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}
+                await _json(error, 404)(scope, receive, send)
+                return
+            await self._forward(target, scope, receive, send)
+            return
+        body = await _read_body(receive)
+        worker: _Worker | JSONResponse | None = None
+        episode_id = _meta_episode(body)
+        if episode_id is not None:
+            worker = self._owner(episode_id)
+            if isinstance(worker, JSONResponse) and worker.status_code == 404:
+                worker = None  # the worker answers an unknown episode in the call's own result
+        if worker is None:
+            worker = self._place()
+        if worker is None:
+            await _json({"error": "no fleet worker is running; try again shortly"}, 503)(scope, receive, send)
+        elif isinstance(worker, JSONResponse):
+            await worker(scope, receive, send)
+        else:
+            await self._forward(worker, scope, receive, send, body=body)
+
+    async def _forward(
+        self,
+        worker: _Worker,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        *,
+        body: bytes | None = None,
+        keep: list[bytes] | None = None,
+    ) -> int:
+        """Send the request to `worker` as the front's client, stream the answer back; its status."""
+        assert self._http is not None
+        if body is None:
+            body = await _read_body(receive)
+        headers = [(k, v) for k, v in scope["headers"] if k not in _DROPPED]
+        headers = [(k, _strip_prefix(v) if k == b"mcp-session-id" else v) for k, v in headers]
+        headers += [
+            (b"host", f"127.0.0.1:{worker.port}".encode()),
+            (b"authorization", f"Bearer {self._secret}".encode()),
+            (FORWARDED_CLIENT_HEADER, scope.get(CLIENT_SCOPE_KEY, "").encode()),
+        ]
+        url = worker.base + scope["raw_path"].decode("latin-1")
+        if scope.get("query_string"):
+            url += "?" + scope["query_string"].decode("latin-1")
+        request = self._http.build_request(scope["method"], url, headers=headers, content=body)
+        prefix = worker.prefix.encode()
+        try:
+            response = await self._http.send(request, stream=True)
+        except httpx.TransportError:
+            answer = _json({"error": f"episode lost: its worker exited (worker {worker.index})"}, 410)
+            await answer(scope, receive, send)
+            return 410
+        try:
+            out = [
+                (k, prefix + v if k == b"mcp-session-id" else v)
+                for k, v in ((k.lower(), v) for k, v in response.headers.raw)
+                if k not in _HOP
+            ]
+            await send({"type": "http.response.start", "status": response.status_code, "headers": out})
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_cancel_on_disconnect, receive, tg.cancel_scope)
+                try:
+                    async for chunk in response.aiter_raw():
+                        if keep is not None:
+                            keep.append(chunk)
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                except httpx.TransportError:
+                    pass  # the worker went away mid-answer: end what was sent
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+        return response.status_code
+
+
+async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
+    """Stop forwarding (an SSE stream may sit idle for long) once the client has gone."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            scope.cancel()
+            return
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message: Message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _strip_prefix(session: bytes) -> bytes:
+    match = _PREFIX.match(session.decode("latin-1"))
+    return session[match.end() :] if match else session
+
+
+def _meta_episode(body: bytes) -> str | None:
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    params = message.get("params") if isinstance(message, dict) else None
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    found = meta.get(EPISODE_META_KEY) if isinstance(meta, dict) else None
+    return found if isinstance(found, str) else None
+
+
+def build_front(
+    env_dirs: Sequence[str],
+    workers: int,
+    *,
+    host: str = "127.0.0.1",
+    token: str | None = None,
+    max_episodes: int = 4096,
+    max_episodes_per_client: int = 1024,
+    max_episode_bytes_per_client: int = 4096 << 20,
+    max_sessions_per_client: int = 1024,
+    ttl: float = 1800.0,
+    max_body_bytes: int = 16 << 20,
+    body_timeout: float = 30.0,
+    body_deadline: float = 120.0,
+    sqlite_work_bytes: int | None = None,
+) -> tuple[ASGIApp, FleetFront]:
+    """The front app for `workers` processes serving `env_dirs`, guarded as one fleet's app is.
+
+    The caps are the fleet's totals; see the module docstring for which are split over workers."""
+    check_token(token)
+    if not is_loopback(host) and not token:
+        raise ValueError(
+            f"binding to {host or 'every interface'} exposes the control plane: pass a bearer token"
+        )
+    config = WorkerConfig(
+        env_dirs=[str(d) for d in env_dirs],
+        episode_prefix="",
+        token=secrets.token_urlsafe(32),
+        max_episodes=max(1, max_episodes // workers),
+        max_episodes_per_client=max_episodes_per_client,
+        max_episode_bytes_per_client=max(1, max_episode_bytes_per_client // workers),
+        max_sessions_per_client=max(1, max_sessions_per_client // workers),
+        ttl=ttl,
+        max_body_bytes=max_body_bytes,
+        body_timeout=body_timeout,
+        body_deadline=body_deadline,
+        sqlite_work_bytes=sqlite_work_bytes,
+    )
+    front = FleetFront(config, workers, token=token, max_episodes_per_client=max_episodes_per_client)
+    app = HTTPGuard(
+        front,
+        loopback=is_loopback(host),
+        token=token,
+        max_body_bytes=max_body_bytes,
+        body_timeout=body_timeout,
+        body_deadline=body_deadline,
+    )
+    return app, front

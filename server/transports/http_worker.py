@@ -1,0 +1,96 @@
+"""One worker of a multi-process fleet (`http_front`): today's HTTP app on a private loopback port.
+
+Run as `python -m envforge.server.transports.http_worker CONFIG_JSON` by the front, never by hand.
+It serves its own `Fleet` (episode ids start with the prefix the front gave it, so the front routes
+by id alone), checks the front's private token on every control request and takes the client the
+front names (`http_guard.FORWARDED_CLIENT_HEADER`) for its per-client counts. It prints its port as
+one line on stdout once it listens, and exits when its stdin closes: a front that dies, even by
+SIGKILL, leaves no worker behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+from dataclasses import asdict, dataclass
+
+from ..runtime.fleet import Fleet
+from .http_app import build_app
+from .http_limits import HTTPLimits, serve_http
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What the front tells a worker; the caps are this worker's share (`http_front` splits them)."""
+
+    env_dirs: list[str]
+    episode_prefix: str
+    token: str
+    max_episodes: int
+    max_episodes_per_client: int
+    max_episode_bytes_per_client: int
+    max_sessions_per_client: int
+    ttl: float
+    max_body_bytes: int
+    body_timeout: float
+    body_deadline: float
+    sqlite_work_bytes: int | None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+def _exit_when_orphaned() -> None:
+    """Exit as soon as stdin (a pipe from the front) reaches its end."""
+
+    def watch() -> None:
+        while sys.stdin.buffer.read(4096):
+            pass
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def main(argv: list[str]) -> None:
+    config = WorkerConfig(**json.loads(argv[0]))
+    _exit_when_orphaned()
+    fleet = Fleet.from_dirs(
+        config.env_dirs,
+        max_episodes=config.max_episodes,
+        ttl_seconds=config.ttl,
+        max_episodes_per_client=config.max_episodes_per_client,
+        max_episode_bytes_per_client=config.max_episode_bytes_per_client,
+        sqlite_work_bytes=config.sqlite_work_bytes,
+        episode_prefix=config.episode_prefix,
+    )
+    limits = HTTPLimits(
+        max_sessions_per_client=config.max_sessions_per_client, max_connections_per_client=None
+    )
+    app = build_app(
+        fleet,
+        host="127.0.0.1",
+        token=config.token,
+        max_body_bytes=config.max_body_bytes,
+        body_timeout=config.body_timeout,
+        body_deadline=config.body_deadline,
+        limits=HTTPLimits(max_sessions_per_client=config.max_sessions_per_client),
+        trust_forwarded=True,
+    )
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+
+    def listening() -> None:
+        sys.stdout.write(f"{port}\n")
+        sys.stdout.flush()
+
+    # every connection comes from the front (one address): no per-address cap below the total
+    limits = HTTPLimits(max_connections_per_client=HTTPLimits().effective_max_connections() - 1)
+    serve_http(app, host="127.0.0.1", port=port, limits=limits, sock=sock, on_listening=listening)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
