@@ -145,8 +145,14 @@ class _MCPEndpoint:
             episode_id = scope.get("path_params", {}).get("episode_id", "")
             episode = self.fleet.store.find(episode_id)
             key = scope.get("path_params", {}).get("user_key", "")
-            if self.user and not self.fleet.user_key_matches(episode_id, key):
+            keyed = not self.user or self.fleet.user_key_matches(episode_id, key)
+            if not keyed:
                 episode = None  # a wrong key answers as an unknown episode: nothing to tell them apart
+            if episode is None and keyed and scope["method"] == "DELETE" and b"mcp-session-id" in headers:
+                # a legacy session that outlived its episode is still ended at its client's asking:
+                # else its slot stays taken (`_SessionSlots`) for the session's idle life
+                await self.inner(scope, receive, send)
+                return
             if episode is None or episode.env.name != self.env_name:
                 message = str(EpisodeNotFound(episode_id, self.fleet.store.ended(episode_id)))
                 await JSONResponse({"error": f"{message} (env {self.env_name!r})"}, 404)(scope, receive, send)
