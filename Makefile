@@ -31,8 +31,12 @@ venv:
 		|| echo "bubblewrap not installed: confined envs will refuse to load (docs/security.md)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	@# llama-cpp-python compiles llama.cpp (~2 min on 2 idle cores); its multimodal library is not needed
-	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	@# llama-cpp-python compiles llama.cpp (~2 min on 2 idle cores); its multimodal library is not needed.
+	@# pip -q is silent for minutes: a line every 30 s says the install goes on, also when piped to a file.
+	@echo "installing envforge [$(EXTRAS)]; llama.cpp compiles from source unless pip has its wheel (2-4 min)"
+	@(while sleep 30 >/dev/null 2>&1; do echo "  still installing ($$(date +%H:%M:%S))"; done) & ticker=$$!; \
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"; status=$$?; \
+	kill $$ticker 2>/dev/null; exit $$status
 
 setup: $(VENV)/.stamp
 
