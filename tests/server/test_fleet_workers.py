@@ -180,3 +180,13 @@ async def test_a_killed_worker_loses_only_its_episodes_and_comes_back():
             assert {ep["episode_id"][:5] for ep in fresh} == {"w0g1-", "w1g0-"}
             async with Client(url + fresh[0]["mcp_path"]) as client:
                 assert not (await client.call_tool("get_account", {"account_id": "A-1"})).is_error
+
+
+def test_bad_worker_counts_are_one_line_errors():
+    from support.serving import run_envforge
+
+    zero = run_envforge("serve", str(BANK_DIR), "--workers", "0", "--port", "0")
+    assert zero.returncode != 0 and "--workers must be >= 1" in zero.stderr + zero.stdout
+    assert "Traceback" not in zero.stderr
+    stdio = run_envforge("serve", str(BANK_DIR), "--workers", "2", "--transport", "stdio")
+    assert stdio.returncode != 0 and "--workers is for HTTP" in stdio.stderr + stdio.stdout
