@@ -162,9 +162,10 @@ async def test_a_killed_worker_loses_only_its_episodes_and_comes_back():
             kept = [ep for ep in made if ep["episode_id"].startswith("w1g0-")]
             assert lost and kept
             deadline = time.monotonic() + 60
-            while (await http.get("/healthz")).json()["up"] < 2 or (await http.get("/control/stats")).json()[
-                "worker_restarts"
-            ] < 1:
+            while True:  # restarts first: `up` read after it counts the new process, not the dead one
+                restarted = (await http.get("/control/stats")).json()["worker_restarts"] >= 1
+                if restarted and (await http.get("/healthz")).json()["up"] == 2:
+                    break
                 assert time.monotonic() < deadline, "the worker did not come back"
                 await anyio.sleep(0.2)
             for ep in lost:
