@@ -191,3 +191,25 @@ def test_bad_worker_counts_are_one_line_errors():
     assert "Traceback" not in zero.stderr
     stdio = run_envforge("serve", str(BANK_DIR), "--workers", "2", "--transport", "stdio")
     assert stdio.returncode != 0 and "--workers is for HTTP" in stdio.stderr + stdio.stdout
+
+
+async def test_an_sse_stream_passes_through_the_front_as_it_opens(front):
+    """A buffering front would answer a session's server-to-client stream only once it ended."""
+    from support.serving import MCP_INITIALIZE
+
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    async with httpx.AsyncClient(base_url=front, timeout=30) as http:
+        opened = await http.post("/envs/bank/mcp", json=MCP_INITIALIZE, headers=headers)
+        session = opened.headers["mcp-session-id"]
+        assert opened.status_code == 200 and session[:5] in ("w0g0-", "w1g0-")
+        listen = {
+            "accept": "text/event-stream",
+            "mcp-session-id": session,
+            "mcp-protocol-version": "2025-11-25",
+        }
+        with anyio.fail_after(5):
+            async with http.stream("GET", "/envs/bank/mcp", headers=listen) as stream:
+                assert stream.status_code == 200, await stream.aread()
+                assert stream.headers["content-type"].startswith("text/event-stream")
+        closed = await http.delete("/envs/bank/mcp", headers={"mcp-session-id": session})
+        assert closed.status_code == 200
