@@ -41,6 +41,7 @@ from envforge.integrations.inspect_tasks import (  # noqa: E402
 from envforge.server import load_env  # noqa: E402
 from envforge.synth import load_policy_rules, load_tasks  # noqa: E402
 
+from support.confined import forget_env_modules  # noqa: E402
 from support.inspect_play import USAGE, agents_model  # noqa: E402
 from support.paths import REPO  # noqa: E402
 
@@ -225,6 +226,7 @@ def test_a_confined_env_is_served_confined(tmp_path: Path) -> None:
     """car_rental is model-written and confined: its tools run in the sandboxed worker, so this
     process never imports them; a trusted copy (the same code) is imported in-process."""
     module = "envforge_env_car_rental"
+    forget_env_modules(module)  # a trusted copy imported by an earlier test
     assert "V-621" in _oracle_of_get_car(tmp_path / "a", CAR)
     assert not [m for m in sys.modules if m.startswith(module)]
     trusted = tmp_path / "car_rental"

@@ -18,6 +18,7 @@ from openenv.core import GenericEnvClient
 from envforge.integrations.openenv import openenv_app
 from envforge.synth import load_tasks
 
+from support.confined import forget_env_modules
 from support.openenv_server import served
 from support.paths import REPO
 
@@ -148,6 +149,7 @@ def test_a_confined_env_is_served_confined(tmp_path: Path) -> None:
     """car_rental is model-written and confined: its tools run in the sandboxed worker, so the
     serving process never imports them; a trusted copy (the same code) is imported in-process."""
     module = "envforge_env_car_rental"
+    forget_env_modules(module)  # a trusted copy imported by an earlier test
 
     async def rent(base: str) -> str:
         async with GenericEnvClient(base_url=base) as client:

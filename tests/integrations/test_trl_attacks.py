@@ -11,6 +11,7 @@ import pytest
 
 from envforge.integrations.trl import EnvforgeEpisode, EpisodeStateError, environments
 
+from support.confined import forget_env_modules
 from support.paths import REPO
 
 CAR = REPO / "envs" / "car_rental"
@@ -69,6 +70,7 @@ def test_a_confined_env_is_served_confined(tmp_path: Path) -> None:
     """car_rental is model-written and confined: its tools run in the sandboxed worker, so the
     serving process never imports them; a trusted copy (the same code) is imported in-process."""
     module = "envforge_env_car_rental"
+    forget_env_modules(module)  # a trusted copy imported by an earlier test
     with environments([CAR], limit=1) as envs:
         a = _instance(envs, envs.dataset[0]["task_id"])
         assert "V-621" in a.get_car(car_id="V-621")

@@ -19,6 +19,7 @@ import verifiers.v1 as vf
 
 from envforge.integrations.verifiers import EnvforgeTask, EpisodeStateError, load_environment
 
+from support.confined import forget_env_modules
 from support.fake_llm import FakeOpenAI, completion
 from support.paths import ENVS
 from support.vf_play import KEY_VAR, STOP
@@ -181,6 +182,7 @@ def test_a_confined_env_is_served_confined(tmp_path: Path) -> None:
     """car_rental is model-written and confined: through verifiers its tools run in the sandboxed
     worker, so this process never imports them; a trusted copy (the same code) is imported here."""
     module = "envforge_env_car_rental"
+    forget_env_modules(module)  # a trusted copy imported by an earlier test
     get = [("get_car", {"car_id": "V-621"}), "Here it is."]
 
     def play(env_dir: Path) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -116,3 +117,10 @@ MEMORY_TOOLS = textwrap.dedent(
         return await db.fetch_value("SELECT COUNT(*) FROM notes")
     '''
 )
+
+
+def forget_env_modules(prefix: str) -> None:
+    """Drop the tool modules named `prefix...` that earlier tests of this process imported: a test
+    that checks a confined env's module is never imported in-process must start without them."""
+    for name in [m for m in sys.modules if m.startswith(prefix)]:
+        del sys.modules[name]
