@@ -37,7 +37,6 @@ import inspect
 import json
 import re
 import threading
-import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, ExitStack
@@ -84,7 +83,9 @@ class _Runtime:
             raise
         self._lock = threading.Lock()
         self.closed = False
-        self.open_episodes: weakref.WeakSet[EnvforgeEpisode] = weakref.WeakSet()
+        # held strongly: an instance trl drops mid-rollout still has its episode closed here
+        # (a weak set forgot it, and closing the fleet then waited forever on that episode)
+        self.open_episodes: set[EnvforgeEpisode] = set()
 
     def close(self) -> None:
         """Close the episodes still open (each waits in the portal for its exit), then the fleet."""

@@ -4,8 +4,6 @@ error or the confined behaviour, never another sample's state."""
 from __future__ import annotations
 
 import itertools
-import shutil
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -41,7 +39,7 @@ from envforge.integrations.inspect_tasks import (  # noqa: E402
 from envforge.server import load_env  # noqa: E402
 from envforge.synth import load_policy_rules, load_tasks  # noqa: E402
 
-from support.confined import forget_env_modules  # noqa: E402
+from support.confined import check_served_confined, with_file_reading_tool  # noqa: E402
 from support.inspect_play import USAGE, agents_model  # noqa: E402
 from support.paths import REPO  # noqa: E402
 
@@ -225,25 +223,12 @@ def _oracle_of_get_car(tmp_path: Path, env_dir: Path) -> str:
 def test_a_confined_env_is_served_confined(tmp_path: Path) -> None:
     """car_rental is model-written and confined: its tools run in the sandboxed worker, so this
     process never imports them; a trusted copy (the same code) is imported in-process."""
-    module = "envforge_env_car_rental"
-    forget_env_modules(module)  # a trusted copy imported by an earlier test
-    assert "V-621" in _oracle_of_get_car(tmp_path / "a", CAR)
-    assert not [m for m in sys.modules if m.startswith(module)]
-    trusted = tmp_path / "car_rental"
-    shutil.copytree(CAR, trusted)
-    (trusted / "env.toml").write_text((CAR / "env.toml").read_text().replace('trust = "confined"\n', ""))
-    assert "V-621" in _oracle_of_get_car(tmp_path / "b", trusted)
-    assert [m for m in sys.modules if m.startswith(module)]
+    runs = iter(("a", "b"))
+    check_served_confined(CAR, tmp_path, lambda env_dir: _oracle_of_get_car(tmp_path / next(runs), env_dir))
 
 
 def test_a_model_written_payload_is_refused_before_it_runs(tmp_path: Path) -> None:
-    payload = tmp_path / "car_rental"
-    shutil.copytree(CAR, payload)
-    with (payload / "tools.py").open("a") as f:
-        f.write(
-            '\n\n@tool\nasync def read_file(db: Db, path: str) -> str:\n    """Read.\n\n    Args:\n'
-            '        path: Which.\n    """\n    return open(path).read()\n'
-        )
+    payload = with_file_reading_tool(CAR, tmp_path)
     with pytest.raises(Exception, match="open"):
         envforge_task(payload, limit=1)
 

@@ -5,8 +5,6 @@ session's state."""
 from __future__ import annotations
 
 import asyncio
-import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ from openenv.core import GenericEnvClient
 from envforge.integrations.openenv import openenv_app
 from envforge.synth import load_tasks
 
-from support.confined import forget_env_modules
+from support.confined import check_served_confined, with_file_reading_tool
 from support.openenv_server import served
 from support.paths import REPO
 
@@ -148,33 +146,21 @@ def test_malformed_actions_get_a_clear_error_and_change_nothing(url: str) -> Non
 def test_a_confined_env_is_served_confined(tmp_path: Path) -> None:
     """car_rental is model-written and confined: its tools run in the sandboxed worker, so the
     serving process never imports them; a trusted copy (the same code) is imported in-process."""
-    module = "envforge_env_car_rental"
-    forget_env_modules(module)  # a trusted copy imported by an earlier test
 
     async def rent(base: str) -> str:
         async with GenericEnvClient(base_url=base) as client:
             await client.reset(task_id=TASK)
             return _car(await client.step({"tool": "get_car", "arguments": {"car_id": "V-621"}}))
 
-    with served(openenv_app([CAR])) as base:
-        assert "V-621" in asyncio.run(rent(base))
-        assert not [m for m in sys.modules if m.startswith(module)]
-    trusted = tmp_path / "car_rental"
-    shutil.copytree(CAR, trusted)
-    (trusted / "env.toml").write_text((CAR / "env.toml").read_text().replace('trust = "confined"\n', ""))
-    with served(openenv_app([trusted])) as base:
-        assert "V-621" in asyncio.run(rent(base))
-        assert [m for m in sys.modules if m.startswith(module)]
+    def play(env_dir: Path) -> str:
+        with served(openenv_app([env_dir])) as base:
+            return asyncio.run(rent(base))
+
+    check_served_confined(CAR, tmp_path, play)
 
 
 def test_a_model_written_payload_is_refused_before_it_serves(tmp_path: Path) -> None:
-    payload = tmp_path / "car_rental"
-    shutil.copytree(CAR, payload)
-    with (payload / "tools.py").open("a") as f:
-        f.write(
-            '\n\n@tool\nasync def read_file(db: Db, path: str) -> str:\n    """Read.\n\n    Args:\n'
-            '        path: Which.\n    """\n    return open(path).read()\n'
-        )
+    payload = with_file_reading_tool(CAR, tmp_path)
     with pytest.raises(Exception, match="open"):
         openenv_app([payload])
 

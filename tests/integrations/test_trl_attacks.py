@@ -3,15 +3,15 @@ never another rollout's state."""
 
 from __future__ import annotations
 
-import shutil
-import sys
+import gc
+import threading
 from pathlib import Path
 
 import pytest
 
 from envforge.integrations.trl import EnvforgeEpisode, EpisodeStateError, environments
 
-from support.confined import forget_env_modules
+from support.confined import check_served_confined, with_file_reading_tool
 from support.paths import REPO
 
 CAR = REPO / "envs" / "car_rental"
@@ -21,6 +21,17 @@ def _instance(envs: object, task_id: str) -> EnvforgeEpisode:
     instance = envs.environment_factory["car_rental"]()  # type: ignore[attr-defined]
     instance.reset(task_id=task_id, prompt=[])
     return instance
+
+
+def test_closing_after_an_instance_was_dropped_mid_rollout_does_not_hang() -> None:
+    # trl may drop an instance whose rollout it abandoned; its episode must still be closed, and
+    # close() must return (it waited forever on the episode of a garbage-collected instance)
+    envs = environments([CAR], limit=1)
+    _instance(envs, envs.dataset[0]["task_id"])  # not kept: collected with its episode open
+    gc.collect()
+    closed = threading.Event()
+    threading.Thread(target=lambda: (envs.close(), closed.set()), daemon=True).start()
+    assert closed.wait(60), "close() hung on the episode of a dropped instance"
 
 
 def test_a_rollout_cannot_reach_another_rollouts_episode() -> None:
@@ -69,28 +80,15 @@ def test_malformed_calls_get_envforges_error_and_change_nothing() -> None:
 def test_a_confined_env_is_served_confined(tmp_path: Path) -> None:
     """car_rental is model-written and confined: its tools run in the sandboxed worker, so the
     serving process never imports them; a trusted copy (the same code) is imported in-process."""
-    module = "envforge_env_car_rental"
-    forget_env_modules(module)  # a trusted copy imported by an earlier test
-    with environments([CAR], limit=1) as envs:
-        a = _instance(envs, envs.dataset[0]["task_id"])
-        assert "V-621" in a.get_car(car_id="V-621")
-        assert not [m for m in sys.modules if m.startswith(module)]
-    trusted = tmp_path / "car_rental"
-    shutil.copytree(CAR, trusted)
-    (trusted / "env.toml").write_text((CAR / "env.toml").read_text().replace('trust = "confined"\n', ""))
-    with environments([trusted], limit=1) as envs:
-        b = _instance(envs, envs.dataset[0]["task_id"])
-        assert "V-621" in b.get_car(car_id="V-621")
-        assert [m for m in sys.modules if m.startswith(module)]
+
+    def play(env_dir: Path) -> str:
+        with environments([env_dir], limit=1) as envs:
+            return str(_instance(envs, envs.dataset[0]["task_id"]).get_car(car_id="V-621"))
+
+    check_served_confined(CAR, tmp_path, play)
 
 
 def test_a_model_written_payload_is_refused_before_it_runs(tmp_path: Path) -> None:
-    payload = tmp_path / "car_rental"
-    shutil.copytree(CAR, payload)
-    with (payload / "tools.py").open("a") as f:
-        f.write(
-            '\n\n@tool\nasync def read_file(db: Db, path: str) -> str:\n    """Read.\n\n    Args:\n'
-            '        path: Which.\n    """\n    return open(path).read()\n'
-        )
+    payload = with_file_reading_tool(CAR, tmp_path)
     with pytest.raises(Exception, match="open"):
         environments([payload], limit=1)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ import verifiers.v1 as vf
 
 from envforge.integrations.verifiers import EnvforgeTask, EpisodeStateError, load_environment
 
-from support.confined import forget_env_modules
+from support.confined import check_served_confined, with_file_reading_tool
 from support.fake_llm import FakeOpenAI, completion
 from support.paths import ENVS
 from support.vf_play import KEY_VAR, STOP
@@ -181,11 +179,9 @@ def test_a_malformed_tool_call_gets_a_clear_error_and_changes_nothing(
 def test_a_confined_env_is_served_confined(tmp_path: Path) -> None:
     """car_rental is model-written and confined: through verifiers its tools run in the sandboxed
     worker, so this process never imports them; a trusted copy (the same code) is imported here."""
-    module = "envforge_env_car_rental"
-    forget_env_modules(module)  # a trusted copy imported by an earlier test
     get = [("get_car", {"car_id": "V-621"}), "Here it is."]
 
-    def play(env_dir: Path) -> list[str]:
+    def play(env_dir: Path) -> str:
         env = load_environment([env_dir], limit=1)
         with FakeOpenAI(_script(get)) as fake:
 
@@ -194,25 +190,13 @@ def test_a_confined_env_is_served_confined(tmp_path: Path) -> None:
                     return await env.run_episode(_task(env), _ctx(fake))
 
             assert asyncio.run(run()).ok
-            return _tool_results(fake.requests[1])
+            return _tool_results(fake.requests[1])[0]
 
-    assert "V-621" in play(CAR)[0]
-    assert not [m for m in sys.modules if m.startswith(module)]
-    trusted = tmp_path / "car_rental"
-    shutil.copytree(CAR, trusted)
-    (trusted / "env.toml").write_text((CAR / "env.toml").read_text().replace('trust = "confined"\n', ""))
-    assert "V-621" in play(trusted)[0]
-    assert [m for m in sys.modules if m.startswith(module)]
+    check_served_confined(CAR, tmp_path, play)
 
 
 def test_a_model_written_payload_is_refused_before_it_runs(tmp_path: Path) -> None:
-    payload = tmp_path / "car_rental"
-    shutil.copytree(CAR, payload)
-    with (payload / "tools.py").open("a") as f:
-        f.write(
-            '\n\n@tool\nasync def read_file(db: Db, path: str) -> str:\n    """Read.\n\n    Args:\n'
-            '        path: Which.\n    """\n    return open(path).read()\n'
-        )
+    payload = with_file_reading_tool(CAR, tmp_path)
     with pytest.raises(Exception, match="open"):
         load_environment([payload], limit=1)
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -124,3 +126,42 @@ def forget_env_modules(prefix: str) -> None:
     that checks a confined env's module is never imported in-process must start without them."""
     for name in [m for m in sys.modules if m.startswith(prefix)]:
         del sys.modules[name]
+
+
+def trusted_copy(env_dir: Path, where: Path) -> Path:
+    """A copy of a confined env folder with the same code, marked trusted (imported in-process)."""
+    copy = where / env_dir.name
+    shutil.copytree(env_dir, copy)
+    manifest = (env_dir / "env.toml").read_text()
+    (copy / "env.toml").write_text(manifest.replace('trust = "confined"\n', ""))
+    return copy
+
+
+def imported(prefix: str) -> list[str]:
+    """The modules of this process named `prefix...` (an env's tools are imported as such)."""
+    return [m for m in sys.modules if m.startswith(prefix)]
+
+
+def check_served_confined(env_dir: Path, where: Path, play: Callable[[Path], str]) -> None:
+    """`play` (a framework reading one car through an env folder, returning what the tool said)
+    on the confined env, then on a trusted copy of it: the confined env's tool module is never
+    imported in this process, the trusted copy's is (so the check can see an import at all)."""
+    module = f"envforge_env_{env_dir.name}"
+    forget_env_modules(module)  # a trusted copy imported by an earlier test
+    assert "V-621" in play(env_dir)
+    assert not imported(module)
+    assert "V-621" in play(trusted_copy(env_dir, where))
+    assert imported(module)
+
+
+def with_file_reading_tool(env_dir: Path, where: Path) -> Path:
+    """A copy of `env_dir` whose tools.py gained a tool that opens a file: a model-written payload
+    the static gate must refuse before anything serves it."""
+    payload = where / env_dir.name
+    shutil.copytree(env_dir, payload)
+    with (payload / "tools.py").open("a") as f:
+        f.write(
+            '\n\n@tool\nasync def read_file(db: Db, path: str) -> str:\n    """Read.\n\n    Args:\n'
+            '        path: Which.\n    """\n    return open(path).read()\n'
+        )
+    return payload
