@@ -26,10 +26,16 @@ from envforge.synth.envsynth import (
 )
 
 
+def _is_readme(path: Path) -> bool:
+    """A README (any case, any doc suffix) beside the doc sets describes the folder; read as a
+    markdown doc set it became an env named `README` whose tools were its headings."""
+    return path.name.split(".")[0].lower() == "readme"
+
+
 def doc_sets(docs_dir: Path) -> list[tuple[str, Path]]:
     """(env name, docs path) per child of `docs_dir`: a file, a folder of docs, or a folder with
-    `docs/`; an env folder without docs (hand-written) is not one. `NotADirectoryError` when
-    `docs_dir` is not a folder."""
+    `docs/`; an env folder without docs (hand-written) is not one, nor is the folder's own README.
+    `NotADirectoryError` when `docs_dir` is not a folder."""
     if not docs_dir.is_dir():
         raise NotADirectoryError(f"{docs_dir} is not a folder")
     found = []
@@ -40,7 +46,7 @@ def doc_sets(docs_dir: Path) -> list[tuple[str, Path]]:
             src = child / "docs" if (child / "docs").is_dir() else child
             if any(p.suffix.lower() in DOC_SUFFIXES for p in src.iterdir()):
                 found.append((child.name, src))
-        elif child.suffix.lower() in DOC_SUFFIXES:
+        elif child.suffix.lower() in DOC_SUFFIXES and not _is_readme(child):
             found.append((child.stem.split(".")[0], child))
     return found
 

@@ -1,12 +1,12 @@
 """Env synthesis measured on the corpus of real tool documents, with a given model.
 
 Each doc set of benchmarks/envsynth_corpus/ (or those chosen) goes through `envforge synth envs`
-alone, in a scratch folder holding that one set (so wall and CPU time are the set's own, and the
-corpus README is not taken for a doc set). Per set the table gives: the gate each round reached
-(the first gate that failed, or `all` when every gate passed), the rounds used, accepted or the
-first reason it was not, model calls and tokens, wall seconds and CPU seconds (the CLI and its
-children, a local model server included). With `--tasks N`, an accepted env then gets
-`synth tasks --n N` (how many verified tasks it ships) and `check` (its verdict).
+alone, in a scratch folder holding that one set (so wall and CPU time are the set's own). Per set
+the table gives: the gate each round reached (the first gate that failed, or `all` when every gate
+passed), the rounds used, accepted or the first reason it was not, model calls and tokens, wall
+seconds and CPU seconds (the CLI and its children, a local model server included). With
+`--tasks N`, an accepted env then gets `synth tasks --n N` (how many verified tasks it ships) and
+`check` (its verdict).
 
 The whole corpus with the best packaged model takes hours on two cores:
 

@@ -101,25 +101,70 @@ def parse_mcp(data: Any) -> list[ToolDoc]:
     ]
 
 
-def _resolve(doc: dict[str, Any], schema: Any, depth: int = 0) -> Any:
-    """Inline local `$ref`s (`#/components/...`), so the tool schema stands alone."""
-    if depth > 20:
-        raise DocsError("OpenAPI $ref nesting is too deep (cyclic?)")
-    if isinstance(schema, dict):
-        if "$ref" in schema and isinstance(schema["$ref"], str) and schema["$ref"].startswith("#/"):
-            node: Any = doc
-            for part in schema["$ref"][2:].split("/"):
+MAX_REF_HOPS = 20
+"""Most `$ref`s followed in a row from a schema to what it finally names: a real spec's deepest
+chain is a handful; a longer one is refused rather than followed (each hop may fan out)."""
+MAX_SCHEMA_DEPTH = 200
+"""Deepest nesting of the inlined schema (objects and lists): far beyond a real spec's, and well
+inside Python's recursion limit, so a hostile document fails in one line, not a traceback."""
+MAX_RESOLVED_NODES = 500_000
+"""Most values the inlined schemas of one document may hold: a few refs that each name another
+twice ("billion laughs") would otherwise expand exponentially within `MAX_REF_HOPS`."""
+
+
+class _Resolver:
+    """Inline local `$ref`s (`#/components/...`), so each tool schema stands alone.
+
+    The bound that matters is hops, the refs followed along one path (`MAX_REF_HOPS`), not how
+    deep the schema nests: real specs (OpenAI's) nest objects in arrays in objects twenty levels
+    down through two or three refs, and counting every level refused them. A ref already on the
+    path is a cycle and refused by name; nesting and the total size have their own bounds."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.doc = doc
+        self.nodes = 0
+
+    def target(self, ref: str) -> Any:
+        node: Any = self.doc
+        for part in ref[2:].split("/"):
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and part in node:
                 node = node[part]
-            return _resolve(doc, node, depth + 1)
-        return {k: _resolve(doc, v, depth + 1) for k, v in schema.items()}
-    if isinstance(schema, list):
-        return [_resolve(doc, v, depth + 1) for v in schema]
-    return schema
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                raise DocsError(f"OpenAPI $ref {ref!r} names nothing in the document")
+        return node
+
+    def __call__(self, schema: Any, path: tuple[str, ...] = (), depth: int = 0) -> Any:
+        self.nodes += 1
+        if self.nodes > MAX_RESOLVED_NODES:
+            raise DocsError(
+                f"OpenAPI $refs expand past {MAX_RESOLVED_NODES:,} values (refs naming refs many times)"
+            )
+        if depth > MAX_SCHEMA_DEPTH:
+            raise DocsError(f"an OpenAPI schema nests more than {MAX_SCHEMA_DEPTH} levels deep")
+        if isinstance(schema, dict):
+            ref = schema.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/"):
+                if ref in path:
+                    raise DocsError(
+                        f"OpenAPI $ref {ref!r} refers to itself (a cycle: {' -> '.join((*path, ref))})"
+                    )
+                if len(path) >= MAX_REF_HOPS:
+                    chain = " -> ".join(path[:3])
+                    raise DocsError(f"OpenAPI $ref chain is longer than {MAX_REF_HOPS} hops ({chain} -> ...)")
+                return self(self.target(ref), (*path, ref), depth)
+            return {k: self(v, path, depth + 1) for k, v in schema.items()}
+        if isinstance(schema, list):
+            return [self(v, path, depth + 1) for v in schema]
+        return schema
 
 
 def parse_openapi(doc: dict[str, Any]) -> list[ToolDoc]:
     """One tool per operation: path/query parameters and JSON body properties become its parameters."""
     out = []
+    _resolve = _Resolver(doc)
     for path, ops in (doc.get("paths") or {}).items():
         shared = ops.get("parameters", [])
         for method, op in ops.items():
@@ -131,7 +176,7 @@ def parse_openapi(doc: dict[str, Any]) -> list[ToolDoc]:
             props: dict[str, Any] = {}
             required: list[str] = []
             for p in [*shared, *op.get("parameters", [])]:
-                p = _resolve(doc, p)
+                p = _resolve(p)
                 schema = dict(p.get("schema") or {"type": "string"})
                 if p.get("description"):
                     schema["description"] = p["description"]
@@ -140,7 +185,7 @@ def parse_openapi(doc: dict[str, Any]) -> list[ToolDoc]:
                     required.append(p["name"])
             body = ((op.get("requestBody") or {}).get("content") or {}).get("application/json")
             if body:
-                schema = _resolve(doc, body.get("schema") or {})
+                schema = _resolve(body.get("schema") or {})
                 props.update(schema.get("properties") or {})
                 required.extend(schema.get("required") or [])
             params: dict[str, Any] = {"type": "object", "properties": props}

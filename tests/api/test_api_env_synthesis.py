@@ -38,6 +38,20 @@ def test_doc_sets_are_files_folders_and_folders_with_docs_but_not_env_folders(tm
         envforge.doc_sets(docs / "single.tools.json")
 
 
+def test_the_folders_own_readme_is_no_doc_set_but_another_markdown_file_is(tmp_path: Path) -> None:
+    # `synth envs benchmarks/envsynth_corpus` took the corpus README for a doc set: an env named
+    # README, asked of the model from the README's headings
+    docs = _doc_folder(tmp_path)
+    (docs / "README.md").write_text("# Doc sets\n\n## library\n\nWhere each set came from.\n")
+    (docs / "readme.txt").write_text("notes\n")
+    gym = (REPO / "envs" / "gym" / "docs" / "tools.md").read_text()
+    (docs / "vet_clinic.md").write_text(gym)
+    assert [name for name, _ in envforge.doc_sets(docs)] == ["nested", "plain", "single", "vet_clinic"]
+    # the corpus folder as it is: its sets, and no README among them
+    corpus = REPO / "benchmarks" / "envsynth_corpus"
+    assert "README" not in dict(envforge.doc_sets(corpus))
+
+
 def test_an_env_that_cannot_start_is_reported_and_stops_no_other(tmp_path: Path) -> None:
     docs = _doc_folder(tmp_path)
     ended: list[tuple[str, SynthesisReport | str]] = []
