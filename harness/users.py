@@ -7,7 +7,8 @@ in-band with τ-bench's control tokens: `###STOP###` (satisfied, or giving up) a
 - `ScriptedUser`: deterministic and offline, the person of the task reacting to the agent's last
   turn (the last assistant message; what earlier turns said is never answered again):
   - a turn that says nothing to the user (`says_nothing`: empty, only whitespace or punctuation,
-    a call written as text that did not parse, code or JSON with no word around it) gets a nudge,
+    a call written as text that did not parse, code or JSON with no word around it; a bare value,
+    "42" or "$1,250.00", says something) gets a nudge,
     "Are you still there? <the request>"; after `max_nudges` such turns in a row (2) the user
     gives up (`UserReply.agent_silent`): the conversation ends as the agent's failure
     (`no_response`, reward 0), never as a user stop;
@@ -216,15 +217,40 @@ def _without_structures(text: str) -> str:
     return "".join(out)
 
 
+_VALUE = (
+    r"(?:[-+]?[$€£]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?"  # 42, -3, $1,250.00, 12.5%
+    r"|\d{4}-\d{2}-\d{2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?)?|\d{1,2}:\d{2}(?::\d{2})?"  # dates, times
+    r"|[A-Za-z]{1,4}-?\d+(?:-\d+)*"  # ids: B-104, W123, P-104-2
+    r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"  # emails
+    r"|yes|no|y|n|true|false)"
+)
+_BARE_VALUES = re.compile(rf"{_VALUE}(?:(?:\s*[,;/&]\s*|\s+){_VALUE})*", re.I)
+_VALUE_WRAPPING = "\"'`*_.,;:!()[]<> \t\r\n"
+MAX_BARE_ANSWER = 64
+"""Characters a reply of values alone may run to: an answer, not a dump of a table."""
+
+
+def states_a_value(text: str) -> bool:
+    """Whether an agent turn is a short answer made of values alone: a number or an amount (`42`,
+    `$1,250.00`), an id (`B-104`), a date or time, an email, or a yes/no, bare, in quotes or
+    backticks, or a few of them in a list. It has no word of two letters around it, yet a person
+    asking for a figure hears it as the answer."""
+    core = text.strip(_VALUE_WRAPPING)
+    return 0 < len(core) <= MAX_BARE_ANSWER and _BARE_VALUES.fullmatch(core) is not None
+
+
 def says_nothing(text: str | None) -> bool:
     """Whether an agent turn says nothing a person could answer: empty, only whitespace or
     punctuation, or nothing but code: fenced blocks, tags, JSON, `name(...)` calls and
     `snake_case` identifiers, closed or cut off (a call written as text that did not parse).
 
     Judged by what is left once those are taken out: a turn with a word of two letters or more
-    in it ("Done.", "OK") says something."""
+    in it ("Done.", "OK") says something, and so does a bare answer (`states_a_value`: "42",
+    "$1,250.00", "B-104"), which has none."""
     if not text or not text.strip():
         return True
+    if states_a_value(text):
+        return False
     rest = _without_structures(_TAG_LIKE.sub(" ", _FENCED.sub(" ", text)))
     return _WORD.search(_IDENTIFIER.sub(" ", rest)) is None
 

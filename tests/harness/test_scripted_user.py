@@ -54,6 +54,8 @@ SILENT_TURNS = {
     "call as code": "freeze_membership(member_id='G-114')",
     "fenced json": '```json\n{"member": "G-114"}\n```',
     "broken tag": '<tool_call>{"name": "freeze_membership"',
+    "a call named before its id": "get_member G-114",
+    "a dash": " - ",
 }
 
 
@@ -295,6 +297,20 @@ async def test_nudges_are_counted_in_a_row_and_bounded() -> None:
 @pytest.mark.parametrize("text", ["Done.", "OK", "Your membership G-114 is frozen.", "I can't do that."])
 def test_a_turn_with_words_says_something(text: str) -> None:
     assert not says_nothing(text)
+
+
+BARE_ANSWERS = ("42", "$1,250.00", "-3", "12.5%", "B-104", "2026-01-05", "10:30", "`7`", "**7**.", "Y", "no")
+
+
+@pytest.mark.parametrize("text", BARE_ANSWERS)
+async def test_attack_a_bare_value_is_heard_as_the_answer(text: str) -> None:
+    """An agent asked for a figure that replies with the figure alone ("42", "$1,250.00") has
+    answered: once heard as saying nothing (no word of two letters), nudged and then charged as
+    silence, so a right answer given bare earned 0."""
+    (task,) = [t for t in load_tasks(GYM) if t.id == "gym-0-00000"]
+    assert not says_nothing(text)
+    answer = await ScriptedUser(task).reply([Message(role="user", content="hi"), say(text)])
+    assert answer.stop and not answer.agent_silent and "still there" not in answer.text
 
 
 @pytest.mark.parametrize("kind", sorted(SILENT_TURNS))

@@ -11,10 +11,12 @@ user, writes the mask's precision and recall per step and in `run.json`, and bad
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -62,29 +64,30 @@ class Announcer:
         return None
 
 
-class Solver(Announcer):
-    """Calls the lookup's read, then states its figure in a sentence."""
+def in_a_sentence(task: Task) -> str:
+    return f"The {task.seed.rsplit(':', 1)[-1].replace('_', ' ')} is {task.required_outputs[0]}."
 
-    def __init__(self, tok: ChunkTokenizer, tasks: list[Task]) -> None:
+
+class Solver(Announcer):
+    """Calls the lookup's read, then answers (`answer`: its figure in a sentence by default)."""
+
+    def __init__(self, tok: ChunkTokenizer, tasks: list[Task], answer: Callable[[Task], str]) -> None:
         super().__init__(tok)
-        self.tasks = tasks
+        self.tasks, self.answer = tasks, answer
 
     async def generate(self, prompt_ids: list[int], *, max_new_tokens: int, seed=None, session=None):
         prompt = self.tok.decode(prompt_ids)
         task = next(t for t in self.tasks if request_text(t) in prompt)
         call = task.golden_calls[0]
-        field = task.seed.rsplit(":", 1)[-1].replace("_", " ")
         turn = prompt.count("<|im_start|>assistant") - 1
-        text = (
-            f"{call.name} {json.dumps(call.arguments)}"
-            if turn == 0
-            else f"The {field} is {task.required_outputs[0]}."
-        )
+        text = f"{call.name} {json.dumps(call.arguments)}" if turn == 0 else self.answer(task)
         ids = [*self.tok.encode(text), EOS]
         return Generation(token_ids=ids, logprobs=[-0.5] * len(ids), version=self.version)
 
 
-async def play(rate: float, seed: int = 0, groups: int = 6, solve: bool = False) -> list[Trajectory]:
+async def play(
+    rate: float, seed: int = 0, groups: int = 6, solve: Callable[[Task], str] | None = None
+) -> list[Trajectory]:
     env = load_env(LIBRARY)
     fleet = Fleet([env])
     try:
@@ -94,7 +97,7 @@ async def play(rate: float, seed: int = 0, groups: int = 6, solve: bool = False)
         tok = ChunkTokenizer()
         return await collect(
             [harness],
-            Solver(tok, tasks) if solve else Announcer(tok),
+            Solver(tok, tasks, solve) if solve else Announcer(tok),
             tok,
             groups=groups,
             rollouts_per_task=2,
@@ -116,9 +119,27 @@ def test_every_injected_error_is_recorded_and_flagged() -> None:
 
 
 def test_a_lookup_played_with_the_user_pays_the_read_and_the_figure() -> None:
-    trajs = anyio.run(lambda: play(0.0, groups=3, solve=True))
+    trajs = anyio.run(lambda: play(0.0, groups=3, solve=in_a_sentence))
     assert [t.reward for t in trajs] == [1.0] * 6, [(t.parts, t.messages[-1]) for t in trajs]
     assert all(t.parts == {"outputs": 1.0, "actions": 1.0, "policy": 1.0} for t in trajs)
+
+
+@pytest.mark.parametrize("form", ["{}", "{}.", "`{}`", "**{}**"])
+def test_attack_a_bare_right_figure_after_the_read_is_paid(form: str) -> None:
+    """The read, then the figure alone ("7"): the user once heard it as saying nothing, nudged
+    twice and ended the episode as the agent's silence (reward 0), so lookup training with a user
+    punished the short answer the task asks for ("Tell me the number.")."""
+    trajs = anyio.run(lambda: play(0.0, groups=3, solve=lambda t: form.format(t.required_outputs[0])))
+    assert [t.reward for t in trajs] == [1.0] * 6, [(t.parts, t.messages[-1]) for t in trajs]
+
+
+@pytest.mark.parametrize("bare", ["987654321", "  ", "...", "{}"])
+def test_attack_a_bare_wrong_figure_or_nothing_is_still_no_answer(bare: str) -> None:
+    """The other way: a figure alone that is not the answer, or a reply with nothing in it after
+    the read, earns nothing (the read alone is no answer)."""
+    trajs = anyio.run(lambda: play(0.0, groups=3, solve=lambda t: bare))
+    assert [t.reward for t in trajs] == [0.0] * 6, [(t.parts, t.messages[-1]) for t in trajs]
+    assert all(t.parts.get("outputs", 0.0) == 0.0 for t in trajs)
 
 
 def test_no_rate_no_injection_and_the_same_seed_draws_the_same_errors() -> None:
