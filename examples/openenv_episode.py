@@ -5,7 +5,8 @@
     python examples/openenv_episode.py --agent oracle --env envs/car_rental
 
 The server is OpenEnv's own app (`envforge.integrations.openenv.openenv_app`), served by uvicorn
-on 127.0.0.1; the client is OpenEnv's `GenericEnvClient`, unchanged. The agent is a local causal
+on 127.0.0.1; the client is OpenEnv's `EnvClient` typed with envforge's action, observation and
+state (`envforge.integrations.openenv.EnvforgeEnv`). The agent is a local causal
 LM (`--model`; with `--smoke`, a tiny random one built here when torch and transformers are
 installed, the `train` extra) or envforge's oracle. It calls tools in the `<tool_call>` form
 envforge's trainer reads; anything else it writes goes to envforge's simulated user, whose reply
@@ -82,7 +83,9 @@ def serve(app: Any) -> tuple[str, Any, threading.Thread]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical"))
+    # proxy_headers off: the per-client session cap counts the peer's own address
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical", proxy_headers=False)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:
@@ -115,10 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         task_id = args.task or load_tasks(env_dirs[0])[0].id
         if task_id not in tasks:
             raise ValueError(f"no task {task_id!r} in {', '.join(map(str, env_dirs))}")
-        from openenv.core import GenericEnvClient
-
         from envforge.harness import build_agent
-        from envforge.integrations.openenv import openenv_app
+        from envforge.integrations.openenv import EnvforgeEnv, openenv_app
         from envforge.integrations.openenv_play import play
         from envforge.server import load_env
 
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                 agent = build_agent("oracle", task, seed=0, policy=env.policy, rules=load_policy_rules(env))
 
             async def episode() -> Any:
-                async with GenericEnvClient(base_url=url) as client:
+                async with EnvforgeEnv(base_url=url) as client:
                     return await play(client, agent, task_id=task_id, max_actions=args.max_steps + 1)
 
             played = asyncio.run(episode())

@@ -2,12 +2,13 @@
 
     from envforge.integrations.openenv import openenv_app
     app = openenv_app(["envs/car_rental", "envs/library"])   # OpenEnv's own FastAPI app
-    # uvicorn.run(app, host="127.0.0.1", port=8000); then, with OpenEnv's stock client:
-    from openenv.core import GenericEnvClient
-    with GenericEnvClient(base_url="http://127.0.0.1:8000").sync() as env:
+    # uvicorn.run(app, host="127.0.0.1", port=8000, proxy_headers=False); then, with OpenEnv's
+    # EnvClient typed with this module's types (`EnvforgeEnv`), or its untyped GenericEnvClient:
+    from envforge.integrations.openenv import EnvforgeAction, EnvforgeEnv
+    with EnvforgeEnv(base_url="http://127.0.0.1:8000").sync() as env:
         result = env.reset(task_id="library-0-00003")   # the user's opening message, the tools
-        result = env.step({"tool": "get_book", "arguments": {"book_id": "B-1"}})   # the result
-        result = env.step({"message": "Done: B-1 is on hold for you."})   # the user's reply
+        result = env.step(EnvforgeAction(tool="get_book", arguments={"book_id": "B-1"}))  # the result
+        result = env.step(EnvforgeAction(message="Done: B-1 is on hold for you."))  # the user's reply
         result.done, result.reward                       # True, envforge's reward, once the user stops
 
 What OpenEnv sees (openenv-core 0.3.0, `openenv.core.env_server`): an `Environment` subclass
@@ -37,7 +38,8 @@ user in the loop, tasks whose writes need the user's yes are playable here, unli
 
 Each OpenEnv session has its own `EnvforgeEnvironment`, whose episode only it can reach: an action
 names no episode. All sessions share one fleet, running on an event loop in a thread of its own
-(OpenEnv calls `reset` and `step` from a worker thread per session).
+(OpenEnv calls `reset` and `step` from a worker thread per session). One client may hold at most
+`max_sessions_per_client` of the `max_concurrent_envs` sessions (`openenv_sessions`).
 """
 
 from __future__ import annotations
@@ -50,18 +52,32 @@ import weakref
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import anyio.from_thread
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from openenv.core.env_server import Action, Environment, Observation, State, create_app
+from openenv.core.env_server import Environment, create_app
 from openenv.core.env_server.types import EnvironmentMetadata
-from pydantic import Field
 
 from envforge.harness import EnvTasks, LLMConfig, UserName, load_env_tasks
 from envforge.server import Fleet
 from envforge.trainer import HarnessRolloutEnv, RewardInfo
+
+from .openenv_client import EnvforgeEnv
+from .openenv_models import EnvforgeAction, EnvforgeObservation, EnvforgeState
+from .openenv_sessions import SessionsPerClient, default_per_client
+
+__all__ = [
+    "ActionError",
+    "EnvforgeAction",
+    "EnvforgeEnv",
+    "EnvforgeEnvironment",
+    "EnvforgeObservation",
+    "EnvforgeState",
+    "EpisodeStateError",
+    "openenv_app",
+]
 
 DEFAULT_MAX_STEPS = 30
 """Actions per episode before it is cut (then scored as the harness scores a trial cut by its
@@ -75,45 +91,6 @@ class EpisodeStateError(RuntimeError):
 class ActionError(ValueError):
     """An action that is neither one tool call nor one message, or a reset argument OpenEnv's
     contract does not know."""
-
-
-class EnvforgeAction(Action):  # type: ignore[misc]
-    """A tool call (`tool`, `arguments`) or a message to the user (`message`): exactly one."""
-
-    tool: str | None = Field(default=None, description="the tool to call")
-    arguments: dict[str, Any] | str = Field(
-        default_factory=dict, description="the call's arguments: an object, or its JSON text"
-    )
-    message: str | None = Field(default=None, description="what the agent says to the user")
-
-
-class EnvforgeObservation(Observation):  # type: ignore[misc]
-    """The user's message (`role="user"`) or a tool's result (`role="tool"`); `reward` and `parts`
-    once `done`."""
-
-    role: Literal["user", "tool"] = "user"
-    content: str = ""
-    tool: str | None = Field(default=None, description="the tool whose result this is")
-    is_error: bool = Field(default=False, description="the call failed (envforge's runtime says why)")
-    env: str = ""
-    task_id: str = ""
-    system: str | None = Field(default=None, description="at reset: the env's policy, for the agent")
-    tools: list[dict[str, Any]] | None = Field(default=None, description="at reset: the env's tools")
-    parts: dict[str, float] = Field(default_factory=dict, description="at the end: the reward's parts")
-    user_error: bool = Field(default=False, description="at the end: the simulated user spoiled it")
-    status: str | None = Field(default=None, description="at the end: how the episode ended")
-
-
-class EnvforgeState(State):  # type: ignore[misc]
-    """The session's episode: its env and task, whether it is over, and its verdict once it is."""
-
-    env: str | None = None
-    task_id: str | None = None
-    done: bool = False
-    reward: float | None = None
-    parts: dict[str, float] = Field(default_factory=dict)
-    user_error: bool = False
-    status: str | None = None
 
 
 class _Runtime:
@@ -374,17 +351,27 @@ def openenv_app(
     judge: str | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
     max_concurrent_envs: int = 64,
+    max_sessions_per_client: int | None = None,
 ) -> FastAPI:
     """OpenEnv's FastAPI app (`openenv.core.env_server.create_app`) serving the tasks of the envs in
     `env_dirs` (each folder's `tasks.jsonl`). `user` is `"scripted"` or a litellm model string
     (`user_api_base` to reach it); `judge`, a litellm model string, adds the nl_assertions part
-    and the user-error judge. The fleet closes with the app (its shutdown event). Raises
-    ValueError, one line, for a folder with no tasks or two envs of one name."""
+    and the user-error judge. `max_concurrent_envs` caps the sessions (OpenEnv's cap),
+    `max_sessions_per_client` one client's share of them (default half; `openenv_sessions`).
+    The fleet closes with the app (its shutdown event). Raises ValueError, one line, for a
+    folder with no tasks, two envs of one name, or a cap under 1."""
     dirs = [Path(d) for d in env_dirs]
     if not dirs:
         raise ValueError("no env folders given")
     if max_steps < 1:
         raise ValueError(f"max_steps must be at least 1, not {max_steps}")
+    if max_concurrent_envs < 1:
+        raise ValueError(f"max_concurrent_envs must be at least 1, not {max_concurrent_envs}")
+    per_client = max_sessions_per_client
+    if per_client is None:
+        per_client = default_per_client(max_concurrent_envs)
+    if per_client < 1:
+        raise ValueError(f"max_sessions_per_client must be at least 1, not {per_client}")
     loaded = []
     for d in dirs:
         if not (d / "tasks.jsonl").exists():
@@ -415,6 +402,7 @@ def openenv_app(
         runtime.close()
         raise
     app.router.on_shutdown.append(_closer(runtime))
+    app.add_middleware(SessionsPerClient, per_client=per_client)
     app.add_exception_handler(EpisodeStateError, _refused(409))
     app.add_exception_handler(ActionError, _refused(422))
     app.state.envforge_runtime = runtime

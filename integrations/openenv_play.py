@@ -1,16 +1,18 @@
 """An envforge agent (a harness `Agent`: the oracle, the no-op, an adversary, a litellm model)
 playing one episode through OpenEnv's stock client, against `envforge.integrations.openenv`.
 
-    from openenv.core import GenericEnvClient
     from envforge.harness import build_agent
-    async with GenericEnvClient(base_url=url) as client:
+    from envforge.integrations.openenv import EnvforgeEnv   # or OpenEnv's GenericEnvClient
+    async with EnvforgeEnv(base_url=url) as client:
         played = await play(client, build_agent("oracle", task, ...), task_id=task.id)
     played.reward, played.calls, played.said
 
-The client is OpenEnv's, unchanged; this module only turns the agent's messages into OpenEnv
-actions (a tool call each, or a message to the user) and the observations back into the
-conversation the agent reads. What the episode did (`calls`, `said`) is kept so that the same
-actions can be scored by `envforge score` (`envforge.score_calls`): the tests compare the two.
+The client is OpenEnv's: its typed `EnvClient` (`EnvforgeEnv`) or its untyped
+`GenericEnvClient`, whose observations are dicts; both are read alike. This module only turns
+the agent's messages into OpenEnv actions (a tool call each, or a message to the user) and the
+observations back into the conversation the agent reads. What the episode did (`calls`, `said`)
+is kept so that the same actions can be scored by `envforge score` (`envforge.score_calls`): the
+tests compare the two.
 """
 
 from __future__ import annotations
@@ -67,11 +69,12 @@ async def play(
     read_only: Collection[str] = (),
     max_actions: int = 64,
 ) -> Played:
-    """Reset `client` (OpenEnv's `EnvClient`, connected to an envforge OpenEnv server) to
-    `task_id` (of `env` where task ids are not unique) and let `agent` play until the episode is
-    done. Raises RuntimeError, one line, if it is not done after `max_actions`."""
+    """Reset `client` (an OpenEnv `EnvClient`, `EnvforgeEnv` or `GenericEnvClient`, connected to
+    an envforge OpenEnv server) to `task_id` (of `env` where task ids are not unique) and let
+    `agent` play until the episode is done. Raises RuntimeError, one line, if it is not done
+    after `max_actions`."""
     result = await client.reset(task_id=task_id, **({"env": env} if env else {}))
-    first = result.observation
+    first = _fields(result.observation)
     tools = list(first.get("tools") or [])
     episode = _Tools(tools, read_only)
     messages = [Message(role="user", content=first.get("content", ""))]
@@ -88,7 +91,7 @@ async def play(
                 messages.append(Message(role="assistant", tool_calls=[call]))
                 played.calls.append(Call(name=call.name, arguments=dict(call.arguments)))
                 result = await client.step({"tool": call.name, "arguments": dict(call.arguments)})
-                obs = result.observation
+                obs = _fields(result.observation)
                 messages.append(
                     Message(
                         role="tool",
@@ -104,11 +107,19 @@ async def play(
         messages.append(Message(role="assistant", content=text))
         played.said.append(text)
         result = await client.step({"message": text})
-        messages.append(Message(role="user", content=result.observation.get("content", "")))
+        messages.append(Message(role="user", content=_fields(result.observation).get("content", "")))
     if not result.done:
         raise RuntimeError(f"the episode of {task_id} was not done after {max_actions} actions")
-    end = result.observation
+    end = _fields(result.observation)
     played.reward, played.parts = result.reward, dict(end.get("parts") or {})
     played.status, played.user_error = end.get("status"), bool(end.get("user_error"))
     played.messages = messages
     return played
+
+
+def _fields(observation: Any) -> dict[str, Any]:
+    """An observation's fields: `EnvforgeEnv` gives a pydantic model, `GenericEnvClient` a dict."""
+    if isinstance(observation, dict):
+        return observation
+    fields: dict[str, Any] = observation.model_dump()
+    return fields

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     )
     from .transports.http_app import build_app
     from .transports.http_front import build_front
+    from .transports.http_guard import client_key
     from .transports.http_limits import HTTPLimits, install_log_limiter, serve_http
     from .transports.replays import read_actions, replay
     from .transports.stdio import serve_stdio
@@ -99,6 +100,7 @@ _LAZY = {
     "check_python": "sandbox.static_gate",
     "check_sql": "sandbox.static_gate",
     "HTTPLimits": "transports.http_limits",
+    "client_key": "transports.http_guard",
     "install_log_limiter": "transports.http_limits",
     "serve_http": "transports.http_limits",
 }
@@ -158,6 +160,7 @@ __all__ = [
     "check_arguments",
     "check_python",
     "check_sql",
+    "client_key",
     "env_file",
     "env_file_exists",
     "episode_client",

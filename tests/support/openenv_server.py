@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 
@@ -19,7 +20,9 @@ def served(app: Any) -> Iterator[str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical"))
+    # proxy_headers off, as the app is to be served (openenv_sessions): the client is the peer
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical", proxy_headers=False)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -32,3 +35,22 @@ def served(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+@asynccontextmanager
+async def connected_from(client: Any, source: str) -> AsyncIterator[Any]:
+    """`client` (an OpenEnv `EnvClient`) connected from the loopback address `source`
+    (`127.0.0.2`, ...), which the server counts as another client than 127.0.0.1: OpenEnv's own
+    `connect`, with its WebSocket opened from that address; closed when the block ends."""
+    from openenv.core import env_client
+
+    stock = env_client.ws_connect
+    env_client.ws_connect = functools.partial(stock, local_addr=(source, 0))
+    try:
+        await client.connect()
+    finally:
+        env_client.ws_connect = stock
+    try:
+        yield client
+    finally:
+        await client.close()
