@@ -178,12 +178,16 @@ def rescore(
         console.print(
             f"{len(result.unscored)} trial(s) kept their stored score (no final state or task gone)"
         )
+    for key, why in result.mismatched.items():
+        console.print(f"[red]error:[/] {key}: {why}; it kept its stored score")
     summary = summarize(result.records, result.manifest.trials)
     if as_json:
         print_json(summary)
     else:
         print_summary(summary, Console())
     console.print(f"rescored: {result.written}")
+    if result.mismatched:
+        fail(f"{len(result.mismatched)} trial(s) failed the final-state hash check (listed above)", code=1)
 
 
 def register(app: typer.Typer) -> None:

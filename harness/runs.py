@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from pydantic_core import PydanticSerializationError
 
-from envforge.server import Environment, State
+from envforge.server import Environment, State, state_hash
 from envforge.synth import (
     OFFLINE_PARTS,
     SCORERS,
@@ -336,6 +336,10 @@ class Rescored:
     records: list[TrialRecord]
     unscored: dict[str, str] = field(default_factory=dict)
     """trial key -> why it kept its stored score (no stored final state, task no longer exists)."""
+    mismatched: dict[str, str] = field(default_factory=dict)
+    """trial key -> why its stored final state is not to be believed: the state rebuilt from the
+    record's `final_diff` does not hash to its `final_state_hash` (the record was altered, or the
+    task's initial state is not the one the run started from). It keeps its stored score."""
     read: TrialsRead = field(default_factory=TrialsRead)
     written: Path | None = None
 
@@ -352,7 +356,8 @@ async def rescore(
 
     Tasks come from the run's own env folders, or — for an env named in `tasks_from` — from that
     folder's current `tasks.jsonl` (τ²'s `--fresh-tasks`). The scorer is `score_trial`, the code a
-    run scores with. Records without a stored final state (infra failures) keep what they had.
+    run scores with. Records without a stored final state (infra failures) keep what they had, as
+    do those whose rebuilt final state does not hash to the recorded one (`Rescored.mismatched`).
     Nothing already written is rewritten: `write` puts the result in `RUN_DIR/rescored.jsonl`;
     `out_dir` makes a new run directory (manifest + trials.jsonl) that `envforge report` reads.
     """
@@ -406,6 +411,14 @@ async def _rescore(
             result.records.append(rec)
             continue
         final = et.final_from_diff(task, _diff(rec.final_diff))
+        if rec.final_state_hash is not None and (rebuilt := state_hash(final)) != rec.final_state_hash:
+            result.mismatched[rec.trial_key] = (
+                f"the final state rebuilt from its stored diff hashes to {rebuilt[:12]}, not to its "
+                f"final_state_hash {rec.final_state_hash[:12]}: the record was altered, or the task's "
+                "initial state is not the run's"
+            )
+            result.records.append(rec)
+            continue
         ts = await score_trial(
             task,
             final,

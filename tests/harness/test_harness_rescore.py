@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from envforge.harness import EvalConfig, LLMConfig, run_eval
+from envforge.harness import EvalConfig, LLMConfig, rescore, run_eval
 from envforge.synth import load_tasks
 
 from support.fake_llm import FakeOpenAI, scripted_brain
@@ -65,3 +65,30 @@ async def test_rescore_against_changed_tasks_changes_the_reward_without_a_model(
 def test_rescore_refuses_what_is_not_a_run(tmp_path: Path) -> None:
     result = cli("rescore", str(tmp_path))
     assert result.returncode == 2 and "no manifest.json" in result.stderr and "Traceback" not in result.stderr
+
+
+async def test_a_record_whose_final_state_does_not_match_its_hash_is_reported(tmp_path: Path) -> None:
+    """A trial's stored diff or hash altered after the run: rebuilding its final state from the
+    diff no longer gives the state the run hashed, so rescore must not score it (an edited diff
+    could turn a failed trial golden); it names the trial, keeps its stored score, exits 1. The
+    other trials are rescored as ever."""
+    ids = [t.id for t in load_tasks(RETAIL)[:3]]
+    run = tmp_path / "run"
+    _, records = await run_eval([RETAIL], EvalConfig(agent="oracle", task_ids=ids), run)
+    assert [r.reward for r in records] == [1.0, 1.0, 1.0]
+    lines = [json.loads(line) for line in (run / "trials.jsonl").read_text().splitlines()]
+    lines[0]["final_state_hash"] = "0" * 64  # the hash altered
+    lines[1]["final_diff"] = {}  # the diff altered: the oracle's writes gone, as if never made
+    (run / "trials.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    result = await rescore(run)
+    assert sorted(result.mismatched) == sorted([lines[0]["trial_key"], lines[1]["trial_key"]])
+    assert [r.reward for r in result.records] == [1.0, 1.0, 1.0]  # stored scores kept, third rescored
+
+    done = cli("rescore", str(run), "--out", str(tmp_path / "new"))
+    assert done.returncode == 1, done.stderr
+    said = " ".join(done.stderr.split())
+    for line in lines[:2]:
+        assert f"error: {line['trial_key']}: the final state rebuilt from its stored diff hashes to" in said
+    assert "2 trial(s) failed the final-state hash check" in said and "Traceback" not in said
+    assert lines[2]["trial_key"] not in said
