@@ -37,7 +37,6 @@ recall during training are measured rather than assumed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -69,7 +68,7 @@ from envforge.server import EpisodeClient
 from envforge.synth import Task
 
 from .remote_fleet import EpisodeFleet, RemoteFleet, open_episode_client
-from .rollout import RewardInfo, ToolOutcome
+from .rollout import RewardInfo, ToolOutcome, policy_prompt
 
 UserFactory = Callable[[Task], User]
 
@@ -266,13 +265,9 @@ class HarnessRolloutEnv:
         return sorted(self.env_tasks.env.tools)
 
     def system_prompt(self) -> str:
-        """The env's policy and a one-line signature per tool, in the format `parse_tool_call` reads."""
-        env = self.env_tasks.env
-        tools = "\n".join(
-            f"- {s.name} {json.dumps(s.input_schema.get('properties', {}))}: {s.description.splitlines()[0]}"
-            for s in env.tools.values()
-        )
-        return f"{env.policy.strip()}\n\nTools:\n{tools}\nCall a tool as: name {{json arguments}}"
+        """The single-turn episodes' prompt (`policy_prompt`): a run that plays both sets shows the
+        policy one way."""
+        return policy_prompt(self.env_tasks.env)
 
     def _user(self, task: Task) -> User:
         if self.make_user is not None:

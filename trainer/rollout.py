@@ -29,7 +29,7 @@ import anyio
 from pydantic import BaseModel, Field
 
 from envforge.harness import MalformedToolCall, parse_tool_calls
-from envforge.server import EpisodeClient, State
+from envforge.server import Environment, EpisodeClient, State
 from envforge.synth import (
     Call,
     Evidence,
@@ -200,14 +200,7 @@ class FleetRolloutEnv:
         return sorted(self._env.tools)
 
     def system_prompt(self) -> str:
-        """The policy and one compact line per tool (`name(param: type, ...): summary`): on CPU the
-        prompt is most of a turn's cost, and full JSON schemas triple it for a small model that
-        reads them no better."""
-        tools = "\n".join(
-            f"- {s.name}({_params(s.input_schema)}): {s.description.splitlines()[0]}"
-            for s in self._env.tools.values()
-        )
-        return f"{self._env.policy.strip()}\n\nTools:\n{tools}\n\n{CALL_FORMAT}"
+        return policy_prompt(self._env)
 
     @asynccontextmanager
     async def episode(self, task_id: str) -> AsyncIterator[_FleetEpisode]:
@@ -231,6 +224,18 @@ CALL_FORMAT = (
 )
 """How a call is written: the `<tool_call>` form Qwen models are trained on (and the harness parses);
 `name {json}` stays accepted."""
+
+
+def policy_prompt(env: Environment) -> str:
+    """The policy and one compact line per tool (`name(param: type, ...): summary`), then how to
+    call one (`CALL_FORMAT`): the system prompt of every trainer episode, single-turn or with a user.
+    On CPU the prompt is most of a turn's cost, and full JSON schemas triple it for a small model
+    that reads them no better: shown `name {"param": {"description": ..., "type": ...}}`,
+    Qwen2.5-Coder-0.5B copied the schema as the call's arguments."""
+    tools = "\n".join(
+        f"- {s.name}({_params(s.input_schema)}): {s.description.splitlines()[0]}" for s in env.tools.values()
+    )
+    return f"{env.policy.strip()}\n\nTools:\n{tools}\n\n{CALL_FORMAT}"
 
 
 def _params(schema: dict[str, Any]) -> str:

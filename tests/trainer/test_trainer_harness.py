@@ -27,6 +27,7 @@ from envforge.harness import EnvTasks, ScriptedUser, confirmation_request, load_
 from envforge.server import Fleet, load_env
 from envforge.synth import Task, identity_call, load_policy_rules, load_tasks
 from envforge.trainer import (
+    FleetRolloutEnv,
     Generation,
     HarnessRolloutEnv,
     RolloutConfig,
@@ -295,3 +296,18 @@ def test_llm_user_spec_builds_llm_user() -> None:
     user = env._user(env.env_tasks.tasks[0])
     assert isinstance(user, LLMUser) and user.cfg.api_base == "http://h:1/v1" and user.cfg.model == "openai/x"
     anyio.run(fleet.aclose)
+
+
+def test_episodes_with_a_user_show_the_tools_as_single_turn_ones_do() -> None:
+    """The policy reads one compact line per tool and the `<tool_call>` form in every episode: once
+    the episodes with a user showed each tool's JSON schema and "Call a tool as: name {json
+    arguments}", and Qwen2.5-Coder-0.5B copied the schema as the call's arguments
+    (`get_book {"book_id": {"description": ..., "type": "string"}}`), so no lookup played with the
+    user ever read its book."""
+    env = load_env(REPO / "envs" / "library")
+    fleet = Fleet([env])
+    et = EnvTasks(env_dir=REPO / "envs" / "library", env=env, tasks=[], policy_rules=load_policy_rules(env))
+    prompt = HarnessRolloutEnv(fleet, et, use_mcp=False).system_prompt()
+    assert prompt == FleetRolloutEnv(fleet, "library", []).system_prompt()
+    assert "- get_book(book_id: string): " in prompt and "<tool_call>" in prompt
+    assert '"title"' not in prompt and '"description"' not in prompt
