@@ -107,6 +107,15 @@ def serve(
             "process routes each episode's requests to its owner; docs/scaling.md).",
         ),
     ] = 1,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="HTTP: run the --workers on a Ray cluster ('auto', or the head's HOST:PORT), each in an "
+            "actor on any node, behind this one address (the `ray` extra; docs/scaling.md).",
+        ),
+    ] = None,
 ) -> None:
     """Serve environments over MCP (stdio for desktop clients, streamable HTTP for fleets)."""
     import envforge
@@ -126,8 +135,9 @@ def serve(
                 highlight=False,
             )
     if transport is Transport.stdio:
-        if workers != 1:
-            fail("--workers is for HTTP: stdio serves one env to one client")
+        if workers != 1 or ray is not None:
+            flag = "--workers" if workers != 1 else "--ray"
+            fail(f"{flag} is for HTTP: stdio serves one env to one client")
         if len(envs) != 1:
             fail("stdio serves exactly one env")
         envforge.serve_env_stdio(envs[0], sqlite_work_mib=sqlite_work_mib)
@@ -151,8 +161,8 @@ def serve(
             max_body_bytes=max_body_bytes,
             sqlite_work_mib=sqlite_work_mib,
         )
-        if workers > 1:
-            _serve_workers(env_dirs, [env.name for env in envs], workers, host, port, token, limits)
+        if workers > 1 or ray is not None:
+            _serve_workers(env_dirs, [env.name for env in envs], workers, host, port, token, limits, ray)
             return
         server = envforge.http_server(envs, host=host, port=port, token=token, limits=limits)
     except envforge.SettingError as exc:
@@ -175,8 +185,10 @@ def _serve_workers(
     port: int,
     token: str | None,
     limits: Any,
+    ray_address: str | None,
 ) -> None:
-    """`serve --workers N`: a front on `host:port` and N worker processes behind it."""
+    """`serve --workers N [--ray ADDRESS]`: a front on `host:port` and N worker processes behind it
+    (on this machine, or in Ray actors on the cluster's nodes)."""
     from envforge import listening_socket, sqlite_work_bytes
     from envforge.server import build_front, serve_http
 
@@ -194,6 +206,7 @@ def _serve_workers(
         body_timeout=limits.body_timeout,
         body_deadline=limits.body_deadline,
         sqlite_work_bytes=sqlite_work_bytes(limits.sqlite_work_mib),
+        ray_address=ray_address,
     )
     sock = listening_socket(host, port)
     bound = sock.getsockname()[1]
@@ -202,7 +215,10 @@ def _serve_workers(
         shown = names if len(names) <= ANNOUNCED_ENVS else names[: ANNOUNCED_ENVS - 1]
         for name in shown:
             console.print(f"[green]serving[/] {name}: http://{host}:{bound}/envs/{name}/mcp")
-        console.print(f"{workers} worker processes; control plane: http://{host}:{bound}/control/episodes")
+        where = f" in Ray actors (cluster {ray_address})" if ray_address else ""
+        console.print(
+            f"{workers} worker processes{where}; control plane: http://{host}:{bound}/control/episodes"
+        )
 
     serve_http(app, host=host, port=bound, limits=limits.http_limits(), sock=sock, on_listening=listening)
 

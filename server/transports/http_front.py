@@ -31,8 +31,11 @@ Workers. Each is supervised: when one exits, its episodes are lost (their client
 started again with the next generation (so no old id can reach the new process), and new episodes
 are placed on it once it listens. A worker exits when the front's pipe to it closes.
 
-The design keeps the parts a many-machine fleet needs apart: placement (`_place`), the owner of an
-id (`_owner`) and forwarding (`_forward`) take a worker's address, not its process.
+Where workers run is a `Launcher`'s one job: `LocalLauncher` starts them as child processes of the
+front; `RayLauncher` starts each inside a Ray actor on any node of a cluster (`serve --ray`); both
+live in `launchers`. Placement (`_place`), the owner of an id (`_owner`) and forwarding
+(`_forward`) take only a worker's address (`Running`), so routing, tokens and caps are the same
+wherever the workers are.
 """
 
 from __future__ import annotations
@@ -41,15 +44,14 @@ import json
 import logging
 import re
 import secrets
-import sys
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
 import anyio
-from anyio.abc import Process, TaskStatus
+from anyio.abc import TaskStatus
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -58,6 +60,7 @@ from ..core.errors import EpisodeNotFound
 from ..runtime.mcp_server import CLIENT_SCOPE_KEY, EPISODE_META_KEY
 from .http_guard import FORWARDED_CLIENT_HEADER, HTTPGuard, bearer_matches, check_token, is_loopback
 from .http_worker import WorkerConfig
+from .launchers import WORKER_START_TIMEOUT, Launcher, LocalLauncher, RayLauncher, Running
 
 log = logging.getLogger(__name__)
 
@@ -80,25 +83,19 @@ _DROPPED = frozenset(
     }
 )
 _HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"te", b"upgrade"})
-WORKER_START_TIMEOUT = 120.0
 
 
 @dataclass
 class _Worker:
     index: int
     generation: int = 0
-    port: int | None = None
-    process: Process | None = None
+    running: Running | None = None
     up: anyio.Event = field(default_factory=anyio.Event)
     restarts: int = 0
 
     @property
     def prefix(self) -> str:
         return f"w{self.index}g{self.generation}-"
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
 
 def _json(body: Any, status: int) -> JSONResponse:
@@ -122,10 +119,12 @@ class FleetFront:
         *,
         token: str | None,
         max_episodes_per_client: int,
+        launcher: Launcher | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError("--workers must be >= 1")
         self.config = config
+        self.launcher = launcher or LocalLauncher()
         self.token = token
         self.max_episodes_per_client = max_episodes_per_client
         self.workers = [_Worker(i) for i in range(workers)]
@@ -158,31 +157,14 @@ class FleetFront:
     async def _keep(self, worker: _Worker) -> None:
         """Run `worker`, and start it again (next generation) whenever it exits."""
         while True:
-            config = WorkerConfig(**{**self.config.__dict__, "episode_prefix": worker.prefix})
-            process = await anyio.open_process(
-                [sys.executable, "-m", "envforge.server.transports.http_worker", config.to_json()],
-                stderr=None,
-            )
-            try:
-                assert process.stdout is not None
-                line = b""
-                with anyio.move_on_after(WORKER_START_TIMEOUT):
-                    while not line.endswith(b"\n"):
-                        try:
-                            line += await process.stdout.receive(64)
-                        except anyio.EndOfStream:
-                            break
-                if line.strip().isdigit():
-                    worker.port, worker.process = int(line), process
-                    worker.up.set()
-                code = await process.wait()
-            finally:
-                with anyio.CancelScope(shield=True):
-                    if process.returncode is None:
-                        process.kill()
-                        await process.wait()
+
+            def listening(running: Running) -> None:
+                worker.running = running
+                worker.up.set()
+
+            code = await self.launcher.run(replace(self.config, episode_prefix=worker.prefix), listening)
             worker.up = anyio.Event()
-            worker.port, worker.process = None, None
+            worker.running = None
             worker.generation += 1
             worker.restarts += 1
             log.warning("fleet worker %d exited (status %s); starting it again", worker.index, code)
@@ -269,7 +251,9 @@ class FleetFront:
             fleet = {
                 "workers": len(self.workers),
                 "worker_restarts": sum(w.restarts for w in self.workers),
-                "worker_pids": [w.process.pid if w.process else None for w in self.workers],
+                "worker_pids": [w.running.pid if w.running else None for w in self.workers],
+                "worker_nodes": [w.running.node if w.running else None for w in self.workers],
+                "worker_addresses": [w.running.netloc if w.running else None for w in self.workers],
             }
             await _json(body | fleet, 200)(scope, receive, send)
         elif (found := _EPISODE_PATH.match(path)) is not None:
@@ -340,10 +324,11 @@ class FleetFront:
         assert self._http is not None
         found = []
         for worker in self._live():
+            if worker.running is None:
+                continue
             try:
-                async with self._http.get(
-                    worker.base + path, headers={"authorization": f"Bearer {self._secret}"}
-                ) as answer:
+                url = f"http://{worker.running.netloc}{path}"
+                async with self._http.get(url, headers={"authorization": f"Bearer {self._secret}"}) as answer:
                     if answer.status == 200:
                         found.append(await answer.json())
             except aiohttp.ClientError:
@@ -391,21 +376,23 @@ class FleetFront:
     ) -> int:
         """Send the request to `worker` as the front's client, stream the answer back; its status."""
         assert self._http is not None
+        running, prefix = worker.running, worker.prefix.encode()  # this generation's, read once
         if body is None:
             body = await _read_body(receive)
         headers = [(k, v) for k, v in scope["headers"] if k not in _DROPPED]
         headers = [(k, _strip_prefix(v) if k == b"mcp-session-id" else v) for k, v in headers]
         headers += [
-            (b"host", f"127.0.0.1:{worker.port}".encode()),
+            (b"host", running.netloc.encode() if running else b""),
             (b"authorization", f"Bearer {self._secret}".encode()),
             (FORWARDED_CLIENT_HEADER, scope.get(CLIENT_SCOPE_KEY, "").encode()),
         ]
-        url = worker.base + scope["raw_path"].decode("latin-1")
-        if scope.get("query_string"):
-            url += "?" + scope["query_string"].decode("latin-1")
-        prefix = worker.prefix.encode()
         sent = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
         try:
+            if running is None:
+                raise aiohttp.ClientConnectionError("the worker is not running")
+            url = f"http://{running.netloc}" + scope["raw_path"].decode("latin-1")
+            if scope.get("query_string"):
+                url += "?" + scope["query_string"].decode("latin-1")
             response = await self._http.request(
                 scope["method"], url, headers=sent, data=body, allow_redirects=False
             )
@@ -491,10 +478,13 @@ def build_front(
     body_timeout: float = 30.0,
     body_deadline: float = 120.0,
     sqlite_work_bytes: int | None = None,
+    ray_address: str | None = None,
 ) -> tuple[ASGIApp, FleetFront]:
     """The front app for `workers` processes serving `env_dirs`, guarded as one fleet's app is.
 
-    The caps are the fleet's totals; see the module docstring for which are split over workers."""
+    The caps are the fleet's totals; see the module docstring for which are split over workers.
+    With `ray_address` ("auto", or a cluster's HOST:PORT) each worker runs in a Ray actor on some node of
+    that cluster (joined here: a ValueError says why not); else it is a child process on loopback."""
     check_token(token)
     if not is_loopback(host) and not token:
         raise ValueError(
@@ -514,7 +504,10 @@ def build_front(
         body_deadline=body_deadline,
         sqlite_work_bytes=sqlite_work_bytes,
     )
-    front = FleetFront(config, workers, token=token, max_episodes_per_client=max_episodes_per_client)
+    launcher = RayLauncher(ray_address, workers) if ray_address is not None else None
+    front = FleetFront(
+        config, workers, token=token, max_episodes_per_client=max_episodes_per_client, launcher=launcher
+    )
     app = HTTPGuard(
         front,
         loopback=is_loopback(host),

@@ -1,10 +1,13 @@
-"""One worker of a multi-process fleet (`http_front`): today's HTTP app on a private loopback port.
+"""One worker of a multi-process fleet (`http_front`): today's HTTP app on a private port.
 
-Run as `python -m envforge.server.transports.http_worker CONFIG_JSON` by the front, never by hand.
-It serves its own `Fleet` (episode ids start with the prefix the front gave it, so the front routes
-by id alone), checks the front's private token on every control request and takes the client the
-front names (`http_guard.FORWARDED_CLIENT_HEADER`) for its per-client counts. It prints its port as
-one line on stdout once it listens, and exits when its stdin closes: a front that dies, even by
+Run as `python -m envforge.server.transports.http_worker CONFIG_JSON` (`worker_command`) by the
+front, or on another machine by the front's Ray actor (`http_ray`), never by hand. It serves its own
+`Fleet` (episode ids start with the prefix the front gave it, so the front routes by id alone) on
+`config.host` (loopback, or its node's address under Ray), answers only requests that carry the
+front's private token (every one the front forwards does; a client that finds the worker's address
+cannot go round the front's guard and caps), and takes the client the front names
+(`http_guard.FORWARDED_CLIENT_HEADER`) for its per-client counts. It prints its port as one line on
+stdout once it listens, and exits when its stdin closes: a front (or actor) that dies, even by
 SIGKILL, leaves no worker behind.
 """
 
@@ -17,8 +20,12 @@ import sys
 import threading
 from dataclasses import asdict, dataclass
 
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
 from ..runtime.fleet import Fleet
 from .http_app import build_app
+from .http_guard import bearer_matches
 from .http_limits import HTTPLimits, serve_http
 
 
@@ -38,9 +45,29 @@ class WorkerConfig:
     body_timeout: float
     body_deadline: float
     sqlite_work_bytes: int | None
+    host: str = "127.0.0.1"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
+
+
+def worker_command(config: WorkerConfig) -> list[str]:
+    """The command line that runs one worker with `config` (in this Python, whichever machine)."""
+    return [sys.executable, "-m", "envforge.server.transports.http_worker", config.to_json()]
+
+
+class _FrontOnly:
+    """Refuse every request without the front's private token (403), MCP URLs included."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app, self.token = app, token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not bearer_matches(scope, self.token):
+            refused = JSONResponse({"error": "a fleet worker answers its front only"}, 403)
+            await refused(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 def _exit_when_orphaned() -> None:
@@ -71,7 +98,7 @@ def main(argv: list[str]) -> None:
     )
     app = build_app(
         fleet,
-        host="127.0.0.1",
+        host=config.host,
         token=config.token,
         max_body_bytes=config.max_body_bytes,
         body_timeout=config.body_timeout,
@@ -79,8 +106,8 @@ def main(argv: list[str]) -> None:
         limits=HTTPLimits(max_sessions_per_client=config.max_sessions_per_client),
         trust_forwarded=True,
     )
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
+    sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((config.host, 0))
     port = sock.getsockname()[1]
 
     def listening() -> None:
@@ -89,7 +116,8 @@ def main(argv: list[str]) -> None:
 
     # every connection comes from the front (one address): no per-address cap below the total
     limits = HTTPLimits(max_connections_per_client=HTTPLimits().effective_max_connections() - 1)
-    serve_http(app, host="127.0.0.1", port=port, limits=limits, sock=sock, on_listening=listening)
+    front_only = _FrontOnly(app, config.token)
+    serve_http(front_only, host=config.host, port=port, limits=limits, sock=sock, on_listening=listening)
 
 
 if __name__ == "__main__":
