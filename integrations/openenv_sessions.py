@@ -61,11 +61,12 @@ class SessionsPerClient:
         """client -> its open `/ws` sessions (one event loop: no lock is needed)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if scope["type"] not in ("http", "websocket") or not (path == "/ws" or path.startswith("/mcp")):
+        path = _route_path(scope)
+        is_mcp = path == "/mcp" or path.startswith("/mcp/")
+        if scope["type"] not in ("http", "websocket") or not (path == "/ws" or is_mcp):
             await self.app(scope, receive, send)
             return
-        if path.startswith("/mcp"):
+        if is_mcp:
             await _refuse_mcp(scope, receive, send)
             return
         if scope["type"] != "websocket":
@@ -89,6 +90,14 @@ class SessionsPerClient:
                 self.held[client] = left
             else:
                 del self.held[client]
+
+
+def _route_path(scope: Scope) -> str:
+    """The path the app's routes match: without the prefix it is mounted under (`root_path`), so
+    a mounted app's `/prefix/ws` is capped as its `/ws`."""
+    path: str = scope.get("path", "")
+    root: str = scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
 
 
 async def _refuse_session(scope: Scope, receive: Receive, send: Send, why: str) -> None:

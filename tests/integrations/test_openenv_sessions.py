@@ -81,3 +81,21 @@ def test_a_cap_under_one_is_refused_before_serving() -> None:
         openenv_app([CAR], max_sessions_per_client=0)
     with pytest.raises(ValueError, match="max_concurrent_envs must be at least 1, not 0"):
         openenv_app([CAR], max_concurrent_envs=0)
+
+
+def test_the_cap_holds_where_the_app_is_mounted_under_a_prefix() -> None:
+    """Mounted under `/envforge`, the app's `/ws` is `/envforge/ws`: still capped per client."""
+    from fastapi import FastAPI
+
+    outer = FastAPI()
+    outer.mount("/envforge", openenv_app([CAR], max_concurrent_envs=2, max_sessions_per_client=1))
+
+    async def attack(base: str) -> None:
+        async with AsyncExitStack() as stack:
+            await _open(stack, f"{base}/envforge", "127.0.0.1")
+            with pytest.raises(RuntimeError, match="holds 1 OpenEnv sessions, its cap"):
+                await _open(stack, f"{base}/envforge", "127.0.0.1")
+            await _open(stack, f"{base}/envforge", "127.0.0.2")
+
+    with served(outer) as base:
+        asyncio.run(attack(base))
