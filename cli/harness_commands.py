@@ -2,13 +2,15 @@
 
 Exit codes of `eval`: 0 when the run finished with at most `--max-infra-failures` infra failures;
 1 when it had more (their first reasons are printed on stderr, so a run that could not reach its
-model or its env server never looks like a result); 2 when nothing was run — bad input (an
+model or its env server never looks like a result), or when one of its `--procs` processes died
+before finishing its trials (named on stderr; `--resume` runs them); 2 when nothing was run — bad input (an
 unknown agent, task id or split), a run directory in use by another process, or a `--resume` whose
 manifest is missing or does not match.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -65,7 +67,16 @@ def evaluate(
         ),
     ] = "per-role",
     trials: Annotated[int, typer.Option(min=1, help="Trials per task (k of pass^k).")] = 1,
-    concurrency: Annotated[int, typer.Option(min=1, help="Trials run at once.")] = 4,
+    concurrency: Annotated[
+        int, typer.Option(min=1, help="Trials run at once (in all, shared among --procs processes).")
+    ] = 4,
+    procs: Annotated[
+        str,
+        typer.Option(
+            help="Processes to spread the trials over: N, or 0 / auto for one per core "
+            "(the run log's order and records do not depend on it)."
+        ),
+    ] = "1",
     out: Annotated[Path, typer.Option(help="Run directory (manifest.json + trials.jsonl).")] = Path(
         "runs/eval"
     ),
@@ -115,6 +126,7 @@ def evaluate(
     from envforge.harness import (
         EvalConfig,
         Limits,
+        ProcessDied,
         RunConfigMismatch,
         RunExists,
         RunLocked,
@@ -146,6 +158,7 @@ def evaluate(
         judge=judge,
         trials=trials,
         concurrency=concurrency,
+        procs=process_count(procs),
         seed=seed,
         limits=Limits(max_turns=max_turns, max_tool_errors=max_tool_errors, trial_timeout_s=timeout),
         server=server,
@@ -192,6 +205,8 @@ def evaluate(
                 )
             except (RunExists, RunConfigMismatch, RunLocked, TaskSelectionError, FileNotFoundError) as exc:
                 fail(str(exc))
+            except ProcessDied as exc:
+                fail(str(exc), 1)
     with envforge.frozen_heap():  # the run's heap is done with: summarizing and reporting need no walks of it
         shown = console if json_out else results  # with --json, stdout holds the JSON alone
         print_summary(evaluation.summary, shown)
@@ -212,6 +227,16 @@ def evaluate(
 
 
 INFRA_REASONS_SHOWN = 3
+
+
+def process_count(procs: str) -> int:
+    """`--procs` as a number of processes: `0` or `auto` is one per core this process may use."""
+    if procs.strip().lower() in ("0", "auto"):
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if not procs.strip().isdigit():
+        fail(f"--procs must be a number of processes, 0 or auto, not {procs!r}")
+    return int(procs)
+
 
 LOCAL_SERVERS = ("per-role", "shared")
 

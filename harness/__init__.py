@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .agents import BUILTIN_AGENTS, Agent, LLMAgent, OracleAgent, build_agent
+    from .eval_procs import ProcessDied
     from .idle_loop import IDLE_EXCHANGES, IdleLoop, only_closing
     from .llm import InfraError, LLMConfig, aclose_http_sessions, http_sessions, routable_model
     from .local_models import MODELS as LOCAL_MODELS
@@ -169,6 +170,7 @@ _LAZY = {
     "select_tasks": "tasks",
     "converse": "orchestrator",
     "run_eval": "orchestrator",
+    "ProcessDied": "eval_procs",
     "Message": "records",
     "RunManifest": "records",
     "ToolCall": "records",
@@ -293,6 +295,7 @@ __all__ = [
     "Message",
     "NLJudgement",
     "OracleAgent",
+    "ProcessDied",
     "RewardPart",
     "RuleVerdict",
     "RunConfigMismatch",

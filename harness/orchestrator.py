@@ -35,7 +35,7 @@ import json
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Container, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +57,7 @@ from envforge.server import (
 from envforge.synth import AnswersMode, Task, with_answers
 
 from .agents import BUILTIN_AGENTS, Agent, as_reply, build_agent, openai_tools
+from .eval_procs import fold_shards, run_in_processes
 from .idle_loop import IdleLoop
 from .llm import (
     ContextOverflow,
@@ -109,6 +110,12 @@ class EvalConfig(BaseModel):
     `openai/NAME`), for the manifest; default: the judge's model."""
     trials: int = 1
     concurrency: int = 4
+    procs: int = Field(
+        1,
+        ge=1,
+        description="processes the trials are spread over (`eval_procs`); `concurrency` is the total "
+        "in flight, shared among them",
+    )
     seed: int = 0
     limits: Limits = Field(default_factory=Limits)
     server: str | None = None
@@ -670,6 +677,41 @@ async def run_eval(
     `make_agent` / `make_user` replace the configured agent or user (custom Python agents).
     The run directory is locked for the whole call (`RunLocked` if another process has it).
     """
+    envs = selected_envs(env_dirs, config)
+    rd = RunDir(out_dir)
+    with rd.lock():
+        manifest, jobs = _plan(rd, config, envs, resume, on_notice)
+        total = sum(len(et.tasks) for et in envs) * config.trials
+        if on_start:
+            on_start(total, total - len(jobs))
+        if config.procs > 1 and len(jobs) > 1:
+            if make_agent is not None or make_user is not None:
+                raise ValueError("custom Python agents and users run in one process: leave procs at 1")
+            dirs = [str(et.env_dir) for et in envs]
+            keys = [j.key for j in jobs]
+            await run_in_processes(
+                rd, config, config.procs, config.concurrency, dirs, manifest.run_id, keys, on_record
+            )
+            return manifest, records_for(manifest, rd.read_records())
+        with quiet_collector(config.concurrency):
+            await run_jobs(
+                envs,
+                jobs,
+                config,
+                manifest.run_id,
+                rd.append,
+                on_record,
+                make_agent=make_agent,
+                make_user=make_user,
+            )
+            # read back under the same arrangement: thousands of new records would otherwise
+            # set off collections that walk the whole heap, unfrozen just then
+            read = rd.read_records()
+        return manifest, records_for(manifest, read)
+
+
+def selected_envs(env_dirs: Sequence[str | Path], config: EvalConfig) -> list[EnvTasks]:
+    """The envs of `env_dirs` with the tasks `config` selects (ids, split, limit, answer rule)."""
     envs = [load_env_tasks(d) for d in env_dirs]
     check_task_ids(config.task_ids, envs)
     if config.solo:
@@ -684,35 +726,50 @@ async def run_eval(
         )
     for et in envs:
         et.tasks = with_answers(et.tasks, config.answers)
-    rd = RunDir(out_dir)
-    with rd.lock():
-        manifest, jobs = _plan(rd, config, envs, resume, on_notice)
-        total = sum(len(et.tasks) for et in envs) * config.trials
-        if on_start:
-            on_start(total, total - len(jobs))
-        limiter = anyio.CapacityLimiter(max(1, config.concurrency))
+    return envs
 
-        async with http_sessions(), open_backend(config, envs) as backend:
 
-            async def one(job: TrialJob) -> None:
-                async with limiter:
-                    record = await run_trial(
-                        job, backend, config, manifest.run_id, make_agent=make_agent, make_user=make_user
-                    )
-                rd.append(record)
-                if on_record:
-                    on_record(record)
+def plan_jobs(envs: Sequence[EnvTasks], trials: int, skip: Container[str] = ()) -> list[TrialJob]:
+    """Every (task, trial) of `envs` in plan order (env, task, trial), less the keys in `skip`."""
+    return [
+        job
+        for et in envs
+        for task in et.tasks
+        for trial in range(trials)
+        if (job := TrialJob(et, task, trial)).key not in skip
+    ]
 
-            for et in envs:
-                et.env.seed_state()  # made now, so `_quiet_collector` sets it aside with the rest
-            with _quiet_collector(config.concurrency):
-                async with _loop_lag_probe(os.environ.get(LOOP_LAG_ENV)), anyio.create_task_group() as tg:
-                    for job in jobs:
-                        tg.start_soon(one, job)
-                # read back under the same arrangement: thousands of new records would otherwise
-                # set off collections that walk the whole heap, unfrozen just then
-                read = rd.read_records()
-        return manifest, records_for(manifest, read)
+
+async def run_jobs(
+    envs: Sequence[EnvTasks],
+    jobs: Sequence[TrialJob],
+    config: EvalConfig,
+    run_id: str,
+    append: Callable[[TrialRecord], None],
+    on_record: Callable[[TrialRecord], None] | None = None,
+    *,
+    make_agent: Callable[[Task, int], Agent] | None = None,
+    make_user: Callable[[Task], User] | None = None,
+) -> None:
+    """Run `jobs` in this process, `config.concurrency` at once, handing each record to `append`
+    (the run log: durable before `on_record` hears of it)."""
+    limiter = anyio.CapacityLimiter(max(1, config.concurrency))
+    async with http_sessions(), open_backend(config, envs) as backend:
+
+        async def one(job: TrialJob) -> None:
+            async with limiter:
+                record = await run_trial(
+                    job, backend, config, run_id, make_agent=make_agent, make_user=make_user
+                )
+            append(record)
+            if on_record:
+                on_record(record)
+
+        for et in envs:
+            et.env.seed_state()  # made now, so `quiet_collector` sets it aside with the rest
+        async with _loop_lag_probe(os.environ.get(LOOP_LAG_ENV)), anyio.create_task_group() as tg:
+            for job in jobs:
+                tg.start_soon(one, job)
 
 
 LOOP_LAG_ENV = "ENVFORGE_LOOP_LAG"
@@ -776,7 +833,7 @@ def gc_threshold(concurrency: int) -> tuple[int, int, int]:
 
 
 @contextmanager
-def _quiet_collector(concurrency: int) -> Iterator[None]:
+def quiet_collector(concurrency: int) -> Iterator[None]:
     """Keep the cyclic garbage collector from re-walking what the run set up, while trials run.
 
     Everything alive when trials start (modules, envs, their seed states, tasks) lives as long
@@ -843,15 +900,9 @@ def _plan(
         manifest = old
     else:
         rd.write_manifest(manifest)
+    fold_shards(rd, [j.key for j in plan_jobs(envs, config.trials)])  # a multi-process run cut short
     read = rd.read()
     if read.skipped and on_notice:
         on_notice(read.describe_skipped(rd.trials_path) + "; those trials run again")
     done = {r.trial_key for r in records_for(manifest, read.records) if not r.rerun_on_resume}
-    jobs = [
-        job
-        for et in envs
-        for task in et.tasks
-        for trial in range(config.trials)
-        if (job := TrialJob(et, task, trial)).key not in done
-    ]
-    return manifest, jobs
+    return manifest, plan_jobs(envs, config.trials, done)

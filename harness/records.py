@@ -278,10 +278,13 @@ def read_trials(path: Path | str) -> TrialsRead:
     appended without starting a fresh line) keeps the glued record.
     """
     path = Path(path)
+    return parse_trials(path.read_bytes()) if path.exists() else TrialsRead()
+
+
+def parse_trials(data: bytes) -> TrialsRead:
+    """`read_trials` on the bytes of a log (or of its whole lines read so far)."""
     out = TrialsRead()
-    if not path.exists():
-        return out
-    for lineno, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+    for lineno, raw in enumerate(data.split(b"\n"), start=1):
         if not raw.strip():
             continue
         try:

@@ -153,12 +153,19 @@ class RunDir:
         return {r.trial_key: r for r in self.read_records()}
 
     def append(self, record: TrialRecord) -> None:
+        self.extend([record])
+
+    def extend(self, records: Iterable[TrialRecord]) -> None:
+        """Append `records` in order, then flush and fsync once."""
         self.path.mkdir(parents=True, exist_ok=True)
+        lines = "".join(_record_line(r) + "\n" for r in records)
+        if not lines:
+            return
         with open(self.trials_path, "a+b") as f:
-            # A crash mid-write leaves a torn last line: start on a fresh line so this record survives.
+            # A crash mid-write leaves a torn last line: start on a fresh line so these records survive.
             size = f.seek(0, os.SEEK_END)
             torn = size > 0 and f.seek(size - 1) >= 0 and f.read(1) != b"\n"
-            f.write((("\n" if torn else "") + _record_line(record) + "\n").encode())
+            f.write((("\n" if torn else "") + lines).encode())
             f.flush()
             os.fsync(f.fileno())
 
