@@ -141,7 +141,12 @@ def synth_tasks(
     for reason, count in sorted(report.discarded.items()):
         console.print(f"  discarded {count:4d}  {reason}")
     if llm_model:
-        console.print(f"  rewrites rejected (facts missing): {report.rewrites_rejected}")
+        why = ", ".join(f"{cls} {count}" for cls, count in sorted(report.rewrite_rejections.items()))
+        console.print(
+            f"  rewrites kept {report.rewrites_kept}, rejected {report.rewrites_rejected}"
+            + (f" ({why}; those keep the templated wording)" if why else ""),
+            highlight=False,
+        )
     if not adversaries:
         console.print("  [yellow]adversarial checks off: tasks an adversary games may have shipped[/]")
     if not report.tasks:

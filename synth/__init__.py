@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         tool_descriptions_in,
         tool_names_in,
     )
+    from .checks.rewording import problem_class, rewrite_problems
     from .checks.verify import (
         CHECKS,
         adversary_rewards,
@@ -174,7 +175,7 @@ if TYPE_CHECKING:
         phrases_toml,
         write_phrases,
     )
-    from .wording.render import VagueReference, missing_facts, render_scenario, rewrite_scenario
+    from .wording.render import Rewrite, VagueReference, missing_facts, render_scenario, rewrite_scenario
 
 # name -> module (inside this package) that defines it, imported on first access
 _LAZY = {
@@ -247,6 +248,9 @@ _LAZY = {
     "tool_descriptions_in": "checks.realism",
     "tool_names_in": "checks.realism",
     "rewrite_scenario": "wording.render",
+    "Rewrite": "wording.render",
+    "rewrite_problems": "checks.rewording",
+    "problem_class": "checks.rewording",
     "render_scenario": "wording.render",
     "VagueReference": "wording.render",
     "missing_facts": "wording.render",
@@ -409,6 +413,7 @@ __all__ = [
     "Requestor",
     "Reward",
     "RewardPart",
+    "Rewrite",
     "Roles",
     "RowCheck",
     "Score",
@@ -483,8 +488,10 @@ __all__ = [
     "policy_violations",
     "port_tools",
     "primary_keys",
+    "problem_class",
     "realism_table",
     "render_scenario",
+    "rewrite_problems",
     "rewrite_scenario",
     "roles_of",
     "says_yes",

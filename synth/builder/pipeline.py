@@ -23,10 +23,11 @@ from typing import Any
 
 from envforge.server import Environment, Fleet, run_inline
 
+from ..checks.rewording import problem_class, rewrite_problems
 from ..checks.verify import adversary_rewards, gamed_by, verify_task
 from ..graph.toolgraph import build_graph
 from ..task.golden import GoldenRun
-from ..task.models import Task, ToolGraph
+from ..task.models import Task, ToolGraph, UserScenario
 from ..task.taskfile import task_keys
 from ..walk.context import SynthContext
 from ..walk.outcomes import Outcomes
@@ -54,7 +55,12 @@ class SynthReport:
     tasks: list[Task] = field(default_factory=list)
     attempts: int = 0
     discarded: Counter[str] = field(default_factory=Counter)
+    rewrites_kept: int = 0
     rewrites_rejected: int = 0
+    # rejected rewrites by the first problem's class (`checks.rewording.problem_class`)
+    rewrite_rejections: Counter[str] = field(default_factory=Counter)
+    # (task id, templated instruction, proposed instruction, problems) per rewrite asked
+    rewrite_log: list[tuple[str, str, str, list[str]]] = field(default_factory=list)
     exhausted: bool = False  # stopped because attempts kept repeating shipped tasks or failing
     seconds: float = 0.0
     calls_tried: int = 0  # tool calls walks made (answered from memory or not)
@@ -100,6 +106,7 @@ async def synthesize(
         ctx = SynthContext.create(env, graph, fleet)
         ctx.outcomes = Outcomes(learn=cfg.steer)
         write_tools = sorted(t.name for t in graph.tools if not t.read_only)
+        tools = {t.name: t.description for t in env.tools.values()}
         mix = IntentMix(ctx.roles, write_tools) if cfg.vary else None
         budget = max_attempts if max_attempts is not None else max(50, n * 30)
         k = 0
@@ -136,15 +143,10 @@ async def synthesize(
             if mix is not None:
                 mix.record(aim, task)
             keys = task_keys(task)
-            if llm_model:
-                scenario, missing = await rewrite_scenario(
-                    task.scenario, llm_model, **(completion_kwargs or {})
-                )
-                if missing:
-                    report.rewrites_rejected += 1
-                task = task.model_copy(update={"scenario": scenario})
             # Shipped ids count shipped tasks (`ENV-SEED-00000` is always the first), not attempts.
             task = task.model_copy(update={"id": f"{env.name}-{seed}-{len(report.tasks):05d}"})
+            if llm_model:
+                task = await _reworded(task, llm_model, tools, report, completion_kwargs or {})
             report.tasks.append(task)
             seen.update(keys)
             last_shipped = k
@@ -167,6 +169,29 @@ async def synthesize(
         await fleet.aclose()
     report.seconds = time.perf_counter() - started
     return report
+
+
+async def _reworded(
+    task: Task,
+    model: str,
+    tools: dict[str, str],
+    report: SynthReport,
+    completion_kwargs: dict[str, Any],
+) -> Task:
+    """`task` with its request reworded by `model` when the rewrite keeps its meaning
+    (`checks.rewording`), else as templated; either way counted and logged in `report`."""
+
+    def judge(template: UserScenario, rewritten: UserScenario) -> list[str]:
+        return rewrite_problems(task, rewritten, tools)
+
+    rewrite = await rewrite_scenario(task.scenario, model, judge=judge, **completion_kwargs)
+    report.rewrite_log.append((task.id, task.scenario.instruction, rewrite.proposed, rewrite.problems))
+    if rewrite.problems:
+        report.rewrites_rejected += 1
+        report.rewrite_rejections[problem_class(rewrite.problems[0])] += 1
+        return task
+    report.rewrites_kept += 1
+    return task.model_copy(update={"scenario": rewrite.scenario})
 
 
 async def _why_dropped(

@@ -10,8 +10,10 @@ Reasoning nodes become the user's condition ("if the total of order O-1 is more 
 question ("how many of …"). The persona is the task's principal, and only ever a person-like row.
 
 The template is the source of truth. An LLM rewrite (through `litellm.acompletion`) only makes the
-wording more natural; it is rejected whenever any needed fact (a value the user gives, or an
-output the user must be told) is missing from it, so a rewrite can never change the task.
+wording of the request lines more natural, one line at a time; the known facts and the answers
+stay as written (the harness hides them by their lines). A rewrite is kept only when its judge
+finds nothing changed (`checks.rewording`: every value still said, nothing invented, the same
+principal, realism measures at 0), else the templated wording ships.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..task.models import (
     ANSWERS_LINE,
@@ -103,9 +105,12 @@ def _is_id(name: str) -> bool:
     return name.endswith(("_id", "_ids", " id", " ids"))
 
 
-def _spoken(text: str) -> str:
+def spoken_text(text: str) -> str:
     """Text compared as said: case, commas and code words' underscores do not count."""
     return normalize_text(text).replace("_", " ")
+
+
+_spoken = spoken_text
 
 
 def _a(noun: str) -> str:
@@ -575,6 +580,33 @@ def render_scenario(
     )
 
 
+def request_values(dag: Dag, request: str) -> list[str]:
+    """The values a templated request says in words, as said: each argument value and filter value
+    of the DAG that `request` holds (a reason "defective", a category "van"); what a rewrite of
+    it must still say, beside every figure and id (`checks.rewording`)."""
+    said = _spoken(request)
+    out: list[str] = []
+    values: list[tuple[Any, bool]] = []
+    for node in dag.nodes:
+        if isinstance(node, CallNode):
+            values += [(v, _is_id(p)) for p, v in node.call.arguments.items()]
+        elif node.op == "filter" and node.equals not in (None, ""):
+            values.append((node.equals, False))
+    for value, exact in values:
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, dict | bool) or v is None:
+                continue
+            text = _value_text(v, exact)
+            if (
+                len(text) >= 3
+                and (form := _spoken(text))
+                and re.search(rf"(?<!\w){re.escape(form)}(?!\w)", said)
+            ):
+                if text not in out:
+                    out.append(text)
+    return out
+
+
 def needed_strings(scenario: UserScenario) -> list[str]:
     """Every fact value and expected output, as text that a rewrite must still contain."""
     out: list[str] = []
@@ -591,26 +623,73 @@ def missing_facts(scenario: UserScenario, text: str) -> list[str]:
 
 
 REWRITE_PROMPT = (
-    "Rewrite this customer-support scenario as a natural first-person instruction for a person who "
-    "will play the user. Keep every id, value and number exactly as written. Reply with the "
-    "instruction only.\n\n{instruction}"
+    "Below is one thing a customer wants from a support agent. Rewrite it as the customer's own "
+    'words to the agent: one short, natural sentence or two in the first person ("I ..."). Keep every '
+    "id, name, date, number and quoted text exactly as written. Add nothing that is not in it. Do "
+    "not number steps. Reply with the rewritten text only.\n\n{request}"
 )
+"""One request line at a time: asked for a whole instruction, Qwen2.5-Coder-0.5B kept the first
+of its lines and dropped the rest (8 of the 11 instructions of more than one line, of 12 asked
+from two bundled envs)."""
+
+
+def request_lines(instruction: str) -> list[str]:
+    """The lines of an instruction that say what the user wants: not the known facts, which the
+    user gives only when asked, nor the answers, which no agent-facing prompt may show."""
+    return [
+        ln
+        for ln in instruction.splitlines()
+        if ln.strip() and not ln.startswith((KNOWN_FACTS_LINE, ANSWERS_LINE))
+    ]
+
+
+def with_request(instruction: str, request: list[str]) -> str:
+    """`instruction` with its request lines replaced by `request`; the known-facts and answers
+    lines are kept as they are, so the harness still hides them (`UserScenario.without_answers`)."""
+    kept = [ln for ln in instruction.splitlines() if ln.startswith((KNOWN_FACTS_LINE, ANSWERS_LINE))]
+    return "\n".join([*request, *kept])
+
+
+class Rewrite(NamedTuple):
+    """What a rewrite came to: `scenario` is the rewritten one when `problems` is empty, else the
+    templated one; `proposed` is the instruction the model proposed either way (for the record)."""
+
+    scenario: UserScenario
+    problems: list[str]
+    proposed: str
+
+
+RewriteJudge = Callable[[UserScenario, UserScenario], list[str]]
+"""(templated, rewritten) -> why the rewrite changes the task ([] when it keeps its meaning)."""
 
 
 async def rewrite_scenario(
-    scenario: UserScenario, model: str, **completion_kwargs: Any
-) -> tuple[UserScenario, list[str]]:
-    """(scenario, missing): the rewritten scenario, or the original plus what the rewrite lost."""
+    scenario: UserScenario,
+    model: str,
+    *,
+    judge: RewriteJudge,
+    label: str | None = None,
+    **completion_kwargs: Any,
+) -> Rewrite:
+    """Ask `model` to reword each request line; keep the rewrite only if `judge` finds nothing it
+    changes (synthesis judges with `checks.rewording.rewrite_problems`, which this layer cannot
+    import, hence no default). `label` names the model in `instruction_source`."""
     import litellm
 
-    response = await litellm.acompletion(
-        model=model,
-        messages=[{"role": "user", "content": REWRITE_PROMPT.format(instruction=scenario.instruction)}],
-        temperature=0,
-        **completion_kwargs,
+    said: list[str] = []
+    for line in request_lines(scenario.instruction):
+        response = await litellm.acompletion(
+            model=model,
+            messages=[{"role": "user", "content": REWRITE_PROMPT.format(request=line)}],
+            temperature=0,
+            **completion_kwargs,
+        )
+        said.append(" ".join((response.choices[0].message.content or "").split()))
+    proposed = with_request(scenario.instruction, said)
+    candidate = scenario.model_copy(
+        update={"instruction": proposed, "instruction_source": f"llm:{label or model}"}
     )
-    text = (response.choices[0].message.content or "").strip()
-    missing = missing_facts(scenario, text)
-    if missing or not text:
-        return scenario, missing or ["<empty rewrite>"]
-    return scenario.model_copy(update={"instruction": text, "instruction_source": f"llm:{model}"}), []
+    problems = ["empty: a request line came back empty"] if not all(said) else judge(scenario, candidate)
+    if problems:
+        return Rewrite(scenario, problems, proposed)
+    return Rewrite(candidate, [], proposed)

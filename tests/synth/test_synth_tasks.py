@@ -18,10 +18,12 @@ from envforge.synth import (
     SynthConfig,
     SynthContext,
     Task,
+    UserScenario,
     build_graph,
     cents_hash,
     diff_states,
     load_tasks,
+    rewrite_problems,
     rewrite_scenario,
     synthesize,
     tasks_jsonl,
@@ -175,16 +177,28 @@ async def test_nondeterministic_tool_fails_determinism(lucky_shop: Environment) 
         await fleet.aclose()
 
 
-async def test_llm_rewrite_is_rejected_when_a_fact_is_missing(shop_tasks: list[Task]) -> None:
-    scenario = next(t.scenario for t in shop_tasks if t.scenario.known_facts)
-    values = [f.value if isinstance(f.value, str) else json.dumps(f.value) for f in scenario.known_facts]
-    full = "Hi! " + " and ".join(values) + " " + " ".join(scenario.must_be_told)
-    ok, missing = await rewrite_scenario(scenario, "gpt-4o-mini", mock_response=full)
-    assert missing == [] and ok.instruction == full.strip() and ok.instruction_source == "llm:gpt-4o-mini"
-    kept, missing = await rewrite_scenario(
-        scenario, "gpt-4o-mini", mock_response="Please help me with my order."
+async def test_llm_rewrite_rewords_the_request_and_keeps_facts_and_answers_lines(
+    shop_tasks: list[Task],
+) -> None:
+    task = next(t for t in shop_tasks if t.scenario.known_facts and t.scenario.must_be_told)
+    scenario = task.scenario
+
+    def judge(template: UserScenario, rewritten: UserScenario) -> list[str]:
+        return rewrite_problems(task, rewritten, {})
+
+    request = [
+        ln for ln in scenario.instruction.splitlines() if not ln.startswith(("You know:", "Make sure"))
+    ]
+    kept_lines = [ln for ln in scenario.instruction.splitlines() if ln.startswith(("You know:", "Make sure"))]
+    ok = await rewrite_scenario(scenario, "gpt-4o-mini", judge=judge, mock_response=request[0])
+    # the answers line stays a line of its own, so agent-facing prompts still leave it out
+    assert ok.proposed.splitlines()[len(request) :] == kept_lines
+    if len(request) == 1:
+        assert ok.problems == [] and ok.scenario.instruction_source == "llm:gpt-4o-mini"
+    rejected = await rewrite_scenario(
+        scenario, "gpt-4o-mini", judge=judge, mock_response="Please help me with my order."
     )
-    assert missing and kept == scenario
+    assert rejected.problems and rejected.scenario == scenario
 
 
 def test_cli_synth_check_and_score(tmp_path: Path) -> None:
