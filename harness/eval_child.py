@@ -26,7 +26,9 @@ def _leave_with_parent() -> None:
     """Exit the moment stdin reaches its end: the parent has gone."""
 
     def wait_for_end() -> None:
-        while sys.stdin.buffer.read(4096):
+        # the descriptor, not `sys.stdin`: a thread blocked in a buffered reader's lock aborts the
+        # interpreter's shutdown when the shard ends normally
+        while os.read(0, 4096):
             continue
         os._exit(ORPHANED_EXIT)
 

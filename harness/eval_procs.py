@@ -149,13 +149,14 @@ async def run_in_processes(
     exits: list[tuple[int, int] | None] = [None] * len(specs)  # (pid, status) per child
 
     def report() -> None:
+        if on_record is None:
+            return
         for tail in tails:
             for record in tail.new():
-                if on_record:
-                    on_record(record)
+                on_record(record)
 
     async def follow() -> None:
-        while True:
+        while on_record is not None:  # nobody to tell: nothing to read until the fold
             await anyio.sleep(POLL_S)
             report()
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 from envforge.harness import EvalConfig, RunDir, run_eval
 
@@ -34,7 +35,9 @@ def comparable(log: Path) -> bytes:
     return RUN_FIELDS.sub(rb'"\1":_', log.read_bytes())
 
 
-def test_the_run_log_is_the_same_bytes_whatever_the_number_of_processes(tmp_path: Path) -> None:
+def test_the_run_log_is_the_same_bytes_whatever_the_number_of_processes(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     def run(out: Path, **kw: Any) -> None:
         config = EvalConfig(agent="random", trials=2, limit=4, seed=11, **kw)
         anyio.run(lambda: run_eval(ENVS, config, out))
@@ -45,6 +48,7 @@ def test_the_run_log_is_the_same_bytes_whatever_the_number_of_processes(tmp_path
     assert one.count(b"\n") == 16
     assert two == one
     assert not (tmp_path / "two" / "shards").exists()
+    assert "Fatal Python error" not in capfd.readouterr().err  # the children end cleanly
 
 
 def slow_brain(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
