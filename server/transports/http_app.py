@@ -101,20 +101,32 @@ class _SessionSlots:
             )(scope, receive, send)
             return
 
+        reserved = True
+
+        def release() -> None:
+            nonlocal reserved
+            if reserved:
+                reserved = False
+                self._opening[client] -= 1
+                if self._opening[client] <= 0:
+                    del self._opening[client]
+
         async def watch(message: Message) -> None:
             if message["type"] == "http.response.start" and message["status"] < 400:
                 for name, value in message.get("headers", []):
                     if name.lower() == b"mcp-session-id":
+                        # the session now holds the slot: release the reservation before the
+                        # answer goes out, or a client that opens its next session the moment
+                        # this answer arrives is counted twice for this one (a wrong 429 at the cap)
                         self._open.setdefault(client, {})[value.decode("latin-1")] = manager
+                        release()
             await send(message)
 
         self._opening[client] += 1
         try:
             await inner(scope, receive, watch)
         finally:
-            self._opening[client] -= 1
-            if self._opening[client] <= 0:
-                del self._opening[client]
+            release()
 
 
 class _MCPEndpoint:
