@@ -93,9 +93,6 @@ def main(argv: list[str]) -> None:
         sqlite_work_bytes=config.sqlite_work_bytes,
         episode_prefix=config.episode_prefix,
     )
-    limits = HTTPLimits(
-        max_sessions_per_client=config.max_sessions_per_client, max_connections_per_client=None
-    )
     app = build_app(
         fleet,
         host=config.host,

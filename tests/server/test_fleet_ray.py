@@ -7,6 +7,7 @@ imported unconditionally: CI installs the extra, so a missing ray is a failure, 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -18,7 +19,7 @@ import pytest
 from mcp import Client
 from ray.cluster_utils import Cluster
 
-from support.paths import BANK_DIR
+from support.paths import BANK_DIR, ENVS
 from support.serving import envforge_serve, free_port, run_envforge
 
 
@@ -41,7 +42,7 @@ def cluster() -> Iterator[Cluster]:
 @pytest.fixture(scope="module")
 def front(cluster: Cluster) -> Iterator[str]:
     args = ["--workers", "2", "--ray", cluster.address]
-    with envforge_serve([str(BANK_DIR)], args=args, timeout_s=120) as url:
+    with envforge_serve([str(BANK_DIR), str(ENVS / "library")], args=args, timeout_s=120) as url:
         yield url
 
 
@@ -86,6 +87,14 @@ async def test_episodes_on_actors_on_two_nodes_each_reached_through_the_one_url(
         assert httpx.post(f"http://{owner}{made[0]['mcp_path']}", json={}, timeout=10).status_code == 403
         for ep in made:
             assert (await http.delete(f"/control/episodes/{ep['episode_id']}")).json() == {"closed": True}
+
+
+def test_envforge_eval_plays_on_the_cluster_through_the_one_url(front, tmp_path) -> None:
+    args = ["eval", str(ENVS / "library"), "--agent", "oracle", "--limit", "4", "--concurrency", "4"]
+    done = run_envforge(*args, "--server", front, "--out", str(tmp_path / "run"), "--json", timeout=120)
+    assert done.returncode == 0, done.stderr
+    trials = [json.loads(line) for line in (tmp_path / "run" / "trials.jsonl").read_text().splitlines()]
+    assert len(trials) == 4 and all(t["reward"] == 1.0 for t in trials), done.stdout
 
 
 def test_bad_ray_settings_are_one_line_errors(cluster: Cluster) -> None:
