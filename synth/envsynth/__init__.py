@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from .report import GATES, SynthesisReport, read_report
     from .rules import gate_kept, gate_rules
     from .sandbox import SeedRunError, run_seed_generator
+    from .skeleton import speakable, tools_skeleton
 
 # name -> module (inside this subpackage) that defines it, imported on first access
 _LAZY = {
@@ -74,6 +75,8 @@ _LAZY = {
     "gate_rules": "rules",
     "SeedRunError": "sandbox",
     "run_seed_generator": "sandbox",
+    "speakable": "skeleton",
+    "tools_skeleton": "skeleton",
 }
 
 
@@ -113,6 +116,8 @@ __all__ = [
     "rejected_dir",
     "run_seed_generator",
     "schema_problems",
+    "speakable",
     "strip_fences",
     "synthesize_env",
+    "tools_skeleton",
 ]

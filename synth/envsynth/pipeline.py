@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import tempfile
 import time
@@ -37,6 +38,7 @@ from .probes import execute_proposals, probe_env
 from .report import REPORT_FILE, GateResult, RoundRecord, SynthesisReport, write_report
 from .rules import gate_kept, gate_rules
 from .sandbox import SeedRunError, run_seed_generator
+from .skeleton import speakable, tools_skeleton
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +95,16 @@ class Candidate:
 
 
 def _stage_context(stage: str, docs: list[ToolDoc], cand: Candidate) -> dict[str, str]:
+    """What a stage is shown. The tools stage gets the skeleton (`skeleton.py`) instead of the
+    documents when it holds every tool: the same names, parameters, types, allowed values and
+    descriptions, once, in the shape of the answer (a small model's 8k context fits it twice less)."""
     ctx = {"Tool documents (JSON)": docs_json(docs)}
+    if stage == "tools" and all(speakable(d) for d in docs):
+        del ctx["Tool documents (JSON)"]
     if stage in ("tools", "seed", "policy", "policy_rules", "tester", "checker"):
         ctx["schema.sql"] = cand.text.get("schema", "")
+    if stage == "tools":
+        ctx["tools.py skeleton"] = f"```python\n{tools_skeleton(docs)}```"
     if stage in ("policy", "policy_rules"):
         ctx["tools.py"] = cand.text.get("tools", "")
     if stage == "policy_rules":
@@ -137,7 +146,7 @@ def gate_static(cand: Candidate) -> GateResult:
     to a confined env), the Python by the static gate."""
     t0 = time.perf_counter()
     results: list[tuple[str, list[str]]] = [
-        ("schema", [f"schema.sql {v}" for v in schema_violations(cand.text["schema"])]),
+        ("schema", [f"schema.sql {v}" for v in schema_violations(cand.text["schema"])] + _stores_docs(cand)),
         ("tools", [f"tools.py {v}" for v in check_python(cand.text["tools"])]),
     ]
     if cand.seed_is_code():
@@ -148,6 +157,24 @@ def gate_static(cand: Candidate) -> GateResult:
     problems = [p for _, ps in results for p in ps]
     blame = [stage for stage, ps in results if ps]
     return _gate("static", len(results), sum(1 for _, ps in results if not ps), problems, blame, t0)
+
+
+_DOCS_TABLE = re.compile(
+    r"(?is)\bCREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?[\"`\[]?(?:tools?|functions?|endpoints?)[\"`\]]?\s*\((?=[^;]*\bdescription\b)(?=[^;]*\bparameters\b)"
+)
+
+
+def _stores_docs(cand: Candidate) -> list[str]:
+    """A schema that stores the tool documents themselves (a `tools` table of name, description,
+    parameters): valid SQL, and the misreading Qwen2.5-Coder-0.5B made on every corpus set it was
+    given (captured: Petstore, Slack), after which every later stage built on it."""
+    if _DOCS_TABLE.search(cand.text["schema"]) is None:
+        return []
+    return [
+        "schema.sql stores the tool documents (a table of tool names, descriptions and parameters):"
+        " its tables must hold the service's own records, the things the tools' parameters name"
+        " (users, orders, messages, ...), one column per field the tools read or write"
+    ]
 
 
 def _toml_str(s: str) -> str:
@@ -322,6 +349,7 @@ async def run_gates(
 def _evidence(gate: GateResult, cand: Candidate, stage: str) -> str:
     lines = [f"Gate '{gate.name}' failed ({gate.passed_checks}/{gate.checks} checks passed):"]
     lines += [f"- {p}" for p in gate.problems]
+    lines += [f"What to change: {hint}" for hint in prompts.repair_hints(gate.problems)]
     lines.append(f"\nYour previous {stage} answer:\n{cand.text.get(stage, '')}")
     return "\n".join(lines)
 

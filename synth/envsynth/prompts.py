@@ -10,8 +10,8 @@ import json
 from typing import Any
 
 PROMPT_VERSIONS: dict[str, str] = {
-    "schema": "schema/v1",
-    "tools": "tools/v1",
+    "schema": "schema/v2",
+    "tools": "tools/v2",
     "seed": "seed/v1",
     "policy": "policy/v1",
     "policy_rules": "policy_rules/v1",
@@ -77,10 +77,17 @@ Name only tools that tools.py defines, with their exact names. A tool with `writ
 write; every other tool is a read. Leave a section out when policy.md asks nothing of it."""
 
 STAGE_TASKS: dict[str, str] = {
-    "schema": "Design the state for these tools. Answer with schema.sql in a ```sql block.",
+    "schema": (
+        "Design the state for these tools: tables for the service's own records, the things the tools'"
+        " parameters name and their results hold (users, orders, messages, ...), never a table of the"
+        " tool documents themselves. Answer with schema.sql in a ```sql block."
+    ),
     "tools": (
-        "Implement EVERY documented tool in tools.py with exactly the documented name, parameter names,"
-        " types and required/optional split, against this schema. Answer in a ```python block."
+        "Complete tools.py: the skeleton below already has EVERY documented tool with its exact name,"
+        " parameters, types and docstring; keep those as they are and replace each"
+        " `raise ToolError(...: write this body)` with the tool's body against schema.sql. Mark a tool"
+        " that changes rows `@tool(writes=[...the tables it changes...])`. Answer with the whole"
+        " file in a ```python block."
     ),
     "seed": (
         "Write seed data for this schema: at least 100 rows in all, satisfying every constraint. Answer"
@@ -204,3 +211,32 @@ def json_schema(stage: str, messages: list[dict[str, str]]) -> dict[str, object]
         },
         "required": ["verdicts"],
     }
+
+
+REPAIR_HINTS: tuple[tuple[str, str], ...] = (
+    (
+        "statement at module top level",
+        "tools.py is a Python module: only imports, constants, helper functions and @tool async"
+        " functions at its top level. An answer that is the tool documents (a JSON object) or SQL is"
+        " not tools.py: start from the skeleton and write the bodies.",
+    ),
+    (
+        "forbidden SQL",
+        "No string may contain the words ATTACH, DETACH, PRAGMA, VACUUM, load_extension, readfile or"
+        " writefile, a docstring or message included, even as plain English: reword it"
+        ' ("add" for "attach").',
+    ),
+    (
+        "syntax error",
+        "The file must parse as Python: answer with the complete file in one ```python block, every"
+        " string and bracket closed, nothing after the block.",
+    ),
+)
+"""What to change, per kind of static-gate problem: the gate's own words say what is wrong
+("tools.py line 1: statement at module top level: Expr"), which Qwen2.5-Coder-0.5B answered
+with the same JSON three rounds running (captured on the corpus's Petstore set)."""
+
+
+def repair_hints(problems: list[str]) -> list[str]:
+    """The hints of `REPAIR_HINTS` whose kind of problem is among `problems`, once each."""
+    return [hint for kind, hint in REPAIR_HINTS if any(kind in p for p in problems)]

@@ -1,0 +1,91 @@
+"""A tools.py skeleton written from the tool documents: every documented tool's exact signature and
+docstring, with a body for the model to write.
+
+Asked to "implement every documented tool", Qwen2.5-Coder-0.5B answered with the tool documents
+themselves as a JSON dict in a python block (captured on the corpus's Petstore and Slack sets:
+the static gate's "statement at module top level: Expr", three rounds running). The surface is
+not the model's to invent anyway: names, parameter names, types, required/optional and allowed
+values are the docs', and the probes gate compares them exactly (`probes.schema_problems`). So
+the tools stage is given that surface written out, and only the bodies (and each write tool's
+`writes=[...]`) are left to it: a smaller stage, the same gates.
+"""
+
+from __future__ import annotations
+
+import json
+import keyword
+from typing import Any
+
+from envforge.server.sandbox.static_gate import DANGEROUS_SQL
+
+from .docs_input import ToolDoc
+
+_SCALARS = {"string": "str", "integer": "int", "number": "float", "boolean": "bool"}
+
+
+def _annotation(schema: dict[str, Any]) -> str:
+    """The Python type the server turns back into `schema`'s JSON type and allowed values
+    (`probes.schema_problems` reads both through `anyOf`). `List`/`Dict` rather than `list`/`dict`:
+    a tool named `list` (Redis's) would otherwise be the annotation."""
+    values = [v for opt in schema.get("anyOf") or [schema] for v in opt.get("enum") or []]
+    if values and all(isinstance(v, str) for v in values):
+        return f"Literal[{', '.join(json.dumps(v) for v in dict.fromkeys(values))}]"
+    kind = next(
+        (o.get("type") for o in schema.get("anyOf") or [schema] if o.get("type") not in (None, "null")), None
+    )
+    if isinstance(kind, list):  # ["string", "null"]: the first real type
+        kind = next((k for k in kind if k != "null"), None)
+    if kind in _SCALARS:
+        return _SCALARS[str(kind)]
+    if kind == "array":
+        items = schema.get("items")
+        return f"List[{_annotation(items) if isinstance(items, dict) else 'Any'}]"
+    if kind == "object":
+        return "Dict[str, Any]"
+    return "Any"
+
+
+# Words the static gate refuses in any string, a docstring too (`DANGEROUS_SQL`), as plain English
+# says them: "If you need to attach multiple uploaded files" (OpenAI's Files API) refused the
+# skeleton itself. A description keeps its meaning in other words.
+_REFUSED_WORDS = {"attach": "add", "detach": "remove", "pragma": "setting", "vacuum": "compact"}
+
+
+def _one_line(text: str) -> str:
+    """Description text as a docstring line the static gate takes: one line, no closing quotes,
+    no backslash, no double underscore, none of the SQL words it refuses in strings."""
+    text = " ".join(str(text).split()).replace('"""', "'''").replace("\\", "/")
+    while "__" in text:
+        text = text.replace("__", "_")
+    return DANGEROUS_SQL.sub(lambda m: _REFUSED_WORDS.get(m.group(0).lower(), "..."), text)
+
+
+def _tool(doc: ToolDoc) -> str:
+    required = [p for p in doc.properties if p in doc.required]
+    optional = [p for p in doc.properties if p not in doc.required]
+    params = ["db: Db"]
+    params += [f"{p}: {_annotation(doc.properties[p])}" for p in required]
+    params += [f"{p}: {_annotation(doc.properties[p])} | None = None" for p in optional]
+    args = [f"        {p}: {_one_line(s.get('description', '')) or p}" for p, s in doc.properties.items()]
+    lines = [
+        "@tool  # a tool that changes rows: @tool(writes=[<the tables it changes>])",
+        f"async def {doc.name}({', '.join(params)}) -> Any:",
+        f'    """{_one_line(doc.description) or doc.name}',
+    ]
+    if args:
+        lines += ["", "    Args:", *args]
+    lines += ['    """', f"    raise ToolError({json.dumps(doc.name + ': write this body')})"]
+    return "\n".join(lines)
+
+
+def speakable(doc: ToolDoc) -> bool:
+    """Whether every parameter of `doc` can be a Python parameter (a name, not a keyword)."""
+    return all(p.isidentifier() and not keyword.iskeyword(p) and p != "db" for p in doc.properties)
+
+
+def tools_skeleton(docs: list[ToolDoc]) -> str:
+    """tools.py with every documented tool's signature and docstring and a placeholder body; a tool
+    whose parameters are no Python names is left to the model (the gates then say what is wrong)."""
+    head = "from __future__ import annotations\n\nfrom typing import Any, Dict, List, Literal\n\n"
+    head += "from envforge.server import Db, ToolError, tool\n"
+    return head + "".join(f"\n\n{_tool(d)}\n" for d in docs if speakable(d))

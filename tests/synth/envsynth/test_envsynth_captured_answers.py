@@ -1,0 +1,69 @@
+"""The pipeline against what a real model wrote: the packaged 0.5B model's answers on the corpus's
+Petstore set (`tests/fixtures/envsynth/captured_petstore_0.5b/responses.json`).
+
+It was rejected at the static gate after three repair rounds, and each round was the pipeline's
+to improve: the schema stored the tool documents themselves (valid SQL, so no gate said so and
+every later stage built on it); tools.py was the documents as JSON, and the evidence it got back,
+"statement at module top level: Expr", did not say what to change (it answered with the same
+shape, then with echoes of the prompt). Now the static gate names the documents table and blames
+the schema, the repair evidence says what to change, and the tools stage is asked to fill in the
+skeleton of the documented tools rather than to invent their surface. The answers stay confined:
+nothing here is loaded, only gated.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from envforge.synth.envsynth import (
+    LLMError,
+    ReplayResponder,
+    Reply,
+    SynthSettings,
+    load_doc_set,
+    synthesize_env,
+)
+
+from support.paths import ENVSYNTH_FIXTURES, REPO
+
+CORPUS = REPO / "benchmarks" / "envsynth_corpus"
+CAPTURED = ENVSYNTH_FIXTURES / "captured_petstore_0.5b"
+
+
+class Asked:
+    """The captured answers, each prompt kept; a stage the capture has no answer for (the schema,
+    never blamed before) gets its round-0 answer again."""
+
+    def __init__(self) -> None:
+        self.replay = ReplayResponder.from_path(CAPTURED)
+        self.model = self.replay.model
+        self.prompts: dict[str, str] = {}
+
+    async def complete(self, stage: str, round_: int, messages: list[dict[str, str]]) -> Reply:
+        self.prompts[f"{stage}:{round_}"] = messages[-1]["content"]
+        try:
+            return await self.replay.complete(stage, round_, messages)
+        except LLMError:
+            return await self.replay.complete(stage, 0, messages)
+
+
+async def test_the_captured_answers_get_evidence_that_says_what_to_change(tmp_path: Path) -> None:
+    docs = load_doc_set(CORPUS, CORPUS / "openapi_petstore_users" / "docs")
+    asked = Asked()
+    settings = SynthSettings(name="petstore", max_rounds=1)
+    report = await synthesize_env(docs, tmp_path / "petstore", asked, settings)
+    assert report.status == "rejected" and not (tmp_path / "petstore").exists()
+    static = report.rounds[0].gates[0]
+    assert static.name == "static" and not static.passed
+    # the documents table is named, and the schema is asked again (before: only tools was)
+    assert any("stores the tool documents" in p for p in static.problems), static.problems
+    assert report.rounds[0].repaired == ["schema", "tools"]
+    assert "stores the tool documents" in asked.prompts["schema:1"]
+    # the JSON answer's evidence says what tools.py must be, not only where the gate stopped
+    tools_repair = asked.prompts["tools:1"]
+    assert "statement at module top level" in tools_repair
+    assert "What to change: tools.py is a Python module" in tools_repair
+    # the tools stage fills in the documented surface: every tool's signature is in the prompt
+    for doc in docs:
+        assert f"async def {doc.name}(db: Db" in asked.prompts["tools:0"], doc.name
+    assert "## Tool documents (JSON)" not in asked.prompts["tools:0"]
