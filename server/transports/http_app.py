@@ -82,6 +82,11 @@ class _SessionSlots:
                 del self._open[client]
         return len(self._open.get(client, ())) + self._opening[client]
 
+    def sessions_of(self, client: str) -> list[str]:
+        """The ids of `client`'s open sessions (a multi-worker front recounts a client from these)."""
+        self.held(client)
+        return sorted(self._open.get(client, ()))
+
     async def open(
         self,
         client: str,
@@ -336,10 +341,15 @@ def build_app(
     async def health(request: Request) -> Response:
         return JSONResponse({"ok": True})
 
+    async def list_sessions(request: Request) -> Response:
+        """The asking client's own open legacy MCP sessions (never another client's)."""
+        return JSONResponse({"sessions": slots.sessions_of(request.scope.get(CLIENT_SCOPE_KEY) or "")})
+
     routes: list[Route] = [
         Route("/healthz", health),
         Route("/control/envs", guard(list_envs)),
         Route("/control/stats", guard(stats)),
+        Route("/control/sessions", guard(list_sessions)),
         Route("/control/episodes", guard(create_episode), methods=["POST"]),
         Route("/control/episodes", guard(list_episodes), methods=["GET"]),
         Route("/control/episodes/{episode_id}/state", guard(export_episode), methods=["GET"]),

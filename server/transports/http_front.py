@@ -23,9 +23,15 @@ one whose worker has since been restarted answers 410 "episode lost: its worker 
 Per-client caps. The front counts each client's open episodes (those it created through the front,
 less those closed through it). Episodes also end by expiring or with their legacy session, which
 only the worker sees, so a client at its cap is recounted from the workers' own listings before it
-is refused: the count can be high, never low, and the refusal is exact. The episodes-in-all cap,
-each client's MiB budget and its legacy MCP sessions are split evenly over the workers (a worker's
-share is enforced there): a client may get less than its cap of those, never more.
+is refused: the count can be high, never low, and the refusal is exact. Legacy MCP sessions are
+counted the same way: a request that opens one (handshake era, no `Mcp-Session-Id`, on any MCP URL)
+holds a slot while it is served and its session holds it from the answer on; one ended by the
+client's DELETE frees it, and a client at its cap is recounted from the workers' own tables
+(`GET /control/sessions`, which names only the asking client's sessions) before it is refused.
+Each worker enforces the whole cap too, as a backstop. Connections end at the front, so their
+per-client cap (`serve_http`) counts every worker already. The episodes-in-all cap and each
+client's MiB budget are split evenly over the workers (a worker's share is enforced there): a
+client may get less than its cap of those, never more.
 
 Workers. Each is supervised: when one exits, its episodes are lost (their clients get 410), it is
 started again with the next generation (so no old id can reach the new process), and new episodes
@@ -45,13 +51,14 @@ import logging
 import re
 import secrets
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
 import anyio
 from anyio.abc import TaskStatus
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -119,6 +126,7 @@ class FleetFront:
         *,
         token: str | None,
         max_episodes_per_client: int,
+        max_sessions_per_client: int | None = None,
         launcher: Launcher | None = None,
     ) -> None:
         if workers < 1:
@@ -127,6 +135,9 @@ class FleetFront:
         self.launcher = launcher or LocalLauncher()
         self.token = token
         self.max_episodes_per_client = max_episodes_per_client
+        self.max_sessions_per_client = max_sessions_per_client
+        self._sessions: dict[str, set[str]] = {}
+        self._sessions_opening: Counter[str] = Counter()
         self.workers = [_Worker(i) for i in range(workers)]
         self._secret = config.token
         self._next = 0
@@ -214,7 +225,7 @@ class FleetFront:
             if isinstance(owner, JSONResponse):
                 await owner(scope, receive, send)
             else:
-                await self._forward(owner, scope, receive, send)
+                await self._mcp(owner, scope, receive, send)
             return
         if _ENV_MCP.match(path):
             await self._env_mcp(scope, receive, send)
@@ -321,19 +332,97 @@ class FleetFront:
 
     async def _gather(self, path: str) -> list[dict[str, Any]]:
         """`GET path` on every live worker; one that has just exited (not yet restarted) has nothing."""
+        return [answer for _, answer in await self._gather_from(path)]
+
+    async def _gather_from(
+        self, path: str, client: str | None = None
+    ) -> list[tuple[_Worker, dict[str, Any]]]:
+        """`_gather`, each answer with the worker that gave it; asked as `client` when one is named."""
         assert self._http is not None
+        headers = {"authorization": f"Bearer {self._secret}"}
+        if client is not None:
+            headers[FORWARDED_CLIENT_HEADER.decode("latin-1")] = client
         found = []
         for worker in self._live():
-            if worker.running is None:
+            running = worker.running
+            if running is None:
                 continue
             try:
-                url = f"http://{worker.running.netloc}{path}"
-                async with self._http.get(url, headers={"authorization": f"Bearer {self._secret}"}) as answer:
+                async with self._http.get(f"http://{running.netloc}{path}", headers=headers) as answer:
                     if answer.status == 200:
-                        found.append(await answer.json())
+                        found.append((worker, await answer.json()))
             except aiohttp.ClientError:
                 continue
         return found
+
+    # -- legacy MCP sessions, counted per client across workers ---------------------------------
+
+    def _sessions_held(self, client: str) -> int:
+        return len(self._sessions.get(client, ())) + self._sessions_opening[client]
+
+    async def _recount_sessions(self, client: str) -> None:
+        """`client`'s open sessions as the live workers' own tables have them (idled-out ones are gone)."""
+        ids = {
+            worker.prefix + session
+            for worker, listing in await self._gather_from("/control/sessions", client)
+            for session in listing.get("sessions", [])
+        }
+        if ids:
+            self._sessions[client] = ids
+        else:
+            self._sessions.pop(client, None)
+
+    async def _mcp(
+        self, worker: _Worker, scope: Scope, receive: Receive, send: Send, *, body: bytes | None = None
+    ) -> None:
+        """Forward an MCP request, holding the client to its session cap across every worker."""
+        client: str = scope.get(CLIENT_SCOPE_KEY, "")
+        headers = Headers(scope=scope)
+        session, version = headers.get("mcp-session-id"), headers.get("mcp-protocol-version")
+        cap = self.max_sessions_per_client
+        if session:
+            status = await self._forward(worker, scope, receive, send, body=body)
+            if scope["method"] == "DELETE" and status == 200:
+                self._sessions.get(client, set()).discard(session)
+            return
+        stateless = version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
+        if cap is None or not client or stateless:  # no session to open (as the workers decide it)
+            await self._forward(worker, scope, receive, send, body=body)
+            return
+        if self._sessions_held(client) >= cap:
+            await self._recount_sessions(client)
+        held = self._sessions_held(client)
+        if held >= cap:
+            message = (
+                f"client {client} has {held} MCP sessions open (limit {cap} per client, across every "
+                "worker); end one (HTTP DELETE with its Mcp-Session-Id) or let one idle out first"
+            )
+            error = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}
+            await _json(error, 429)(scope, receive, send)
+            return
+        reserved = True
+
+        def release() -> None:
+            nonlocal reserved
+            if reserved:
+                reserved = False
+                self._sessions_opening[client] -= 1
+                if self._sessions_opening[client] <= 0:
+                    del self._sessions_opening[client]
+
+        def started(status: int, out: list[tuple[bytes, bytes]]) -> None:
+            """The session holds its slot from its answer on (not the reservation too: that would
+            refuse a client opening its next one the moment this answer arrives)."""
+            opened = [v for k, v in out if k == b"mcp-session-id"] if status < 400 else []
+            for value in opened:
+                self._sessions.setdefault(client, set()).add(value.decode("latin-1"))
+            release()
+
+        self._sessions_opening[client] += 1
+        try:
+            await self._forward(worker, scope, receive, send, body=body, on_start=started)
+        finally:
+            release()
 
     async def _env_mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
         """An env-wide MCP URL: by legacy session, else by the episode in `_meta`, else round robin."""
@@ -346,7 +435,7 @@ class FleetFront:
                 error = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}
                 await _json(error, 404)(scope, receive, send)
                 return
-            await self._forward(target, scope, receive, send)
+            await self._mcp(target, scope, receive, send)
             return
         body = await _read_body(receive)
         worker: _Worker | JSONResponse | None = None
@@ -362,7 +451,7 @@ class FleetFront:
         elif isinstance(worker, JSONResponse):
             await worker(scope, receive, send)
         else:
-            await self._forward(worker, scope, receive, send, body=body)
+            await self._mcp(worker, scope, receive, send, body=body)
 
     async def _forward(
         self,
@@ -373,8 +462,10 @@ class FleetFront:
         *,
         body: bytes | None = None,
         keep: list[bytes] | None = None,
+        on_start: Callable[[int, list[tuple[bytes, bytes]]], None] | None = None,
     ) -> int:
-        """Send the request to `worker` as the front's client, stream the answer back; its status."""
+        """Send the request to `worker` as the front's client, stream the answer back; its status.
+        `on_start(status, headers)` sees the answer's head as it goes out."""
         assert self._http is not None
         running, prefix = worker.running, worker.prefix.encode()  # this generation's, read once
         if body is None:
@@ -406,6 +497,8 @@ class FleetFront:
                 for k, v in ((k.lower(), v) for k, v in response.raw_headers)
                 if k not in _HOP
             ]
+            if on_start is not None:
+                on_start(response.status, out)
             await send({"type": "http.response.start", "status": response.status, "headers": out})
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_cancel_on_disconnect, receive, tg.cancel_scope)
@@ -497,7 +590,7 @@ def build_front(
         max_episodes=max(1, max_episodes // workers),
         max_episodes_per_client=max_episodes_per_client,
         max_episode_bytes_per_client=max(1, max_episode_bytes_per_client // workers),
-        max_sessions_per_client=max(1, max_sessions_per_client // workers),
+        max_sessions_per_client=max_sessions_per_client,
         ttl=ttl,
         max_body_bytes=max_body_bytes,
         body_timeout=body_timeout,
@@ -506,7 +599,12 @@ def build_front(
     )
     launcher = RayLauncher(ray_address, workers) if ray_address is not None else None
     front = FleetFront(
-        config, workers, token=token, max_episodes_per_client=max_episodes_per_client, launcher=launcher
+        config,
+        workers,
+        token=token,
+        max_episodes_per_client=max_episodes_per_client,
+        max_sessions_per_client=max_sessions_per_client,
+        launcher=launcher,
     )
     app = HTTPGuard(
         front,
