@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .docs_input import (
         DOC_SUFFIXES,
+        MAX_REF_HOPS,
         DocsError,
         ToolDoc,
         introspect_mcp,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 # name -> module (inside this subpackage) that defines it, imported on first access
 _LAZY = {
     "DOC_SUFFIXES": "docs_input",
+    "MAX_REF_HOPS": "docs_input",
     "DocsError": "docs_input",
     "ToolDoc": "docs_input",
     "introspect_mcp": "docs_input",
@@ -93,6 +95,7 @@ __all__ = [
     "DOC_SUFFIXES",
     "GATES",
     "JSON_SCHEMAS",
+    "MAX_REF_HOPS",
     "DocsError",
     "LLMError",
     "LiteLLMResponder",

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from envforge.synth.envsynth import DocsError, parse_openapi
-from envforge.synth.envsynth.docs_input import MAX_REF_HOPS
+from envforge.synth.envsynth import MAX_REF_HOPS, DocsError, parse_openapi
 
 
 def _spec(body: dict[str, Any], schemas: dict[str, Any]) -> dict[str, Any]:
