@@ -60,3 +60,25 @@ async def test_one_client_gets_its_mcp_session_cap_once_over_every_worker() -> N
             assert [a.status_code for a in mine] == [200] * CAP + [429] * 2, [a.text for a in mine]
             assert len({a.headers["mcp-session-id"][:5] for a in mine[:CAP]}) == 1
             assert [a.status_code for a in theirs] == [200] * CAP + [429] * 2, [a.text for a in theirs]
+
+
+async def test_one_client_over_every_worker_never_holds_more_than_its_mib_budget() -> None:
+    """The MiB budget is split over the workers: spread over both, a client fits no more episodes
+    than one server with the whole budget gives it (fewer is allowed, more never)."""
+
+    async def fits(args: list[str]) -> list[str]:
+        with envforge_serve([str(BANK_DIR)], args=["--max-episode-mib-per-client", "8", *args]) as url:
+            async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+                made = []
+                for _ in range(40):
+                    answer = await http.post("/control/episodes", json={"env": "bank"})
+                    if answer.status_code != 201:
+                        assert answer.status_code == 429 and "MiB" in answer.json()["error"], answer.text
+                        return made
+                    made.append(answer.json()["episode_id"])
+        raise AssertionError("no MiB budget was reached")
+
+    alone = await fits([])
+    spread = await fits(["--workers", "2"])
+    assert {e[:5] for e in spread} == {"w0g0-", "w1g0-"}
+    assert 0 < len(spread) <= len(alone), (len(spread), len(alone))
