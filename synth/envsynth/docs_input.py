@@ -161,6 +161,26 @@ class _Resolver:
         return schema
 
 
+def _merged(schema: Any) -> dict[str, Any]:
+    """A request body's object with its `allOf` parts folded in: their properties and required
+    names are the body's (Box's sign request is a base schema and its own fields in `allOf`; read
+    without them, the tool required `signers` and had no parameters)."""
+    if not isinstance(schema, dict):
+        return {}
+    out = {k: v for k, v in schema.items() if k != "allOf"}
+    props = dict(out.get("properties") or {})
+    required = list(out.get("required") or [])
+    for part in schema.get("allOf") or []:
+        part = _merged(part)
+        props.update(part.get("properties") or {})
+        required += [r for r in part.get("required") or [] if r not in required]
+    if props:
+        out["properties"] = props
+    if required:
+        out["required"] = required
+    return out
+
+
 def parse_openapi(doc: dict[str, Any]) -> list[ToolDoc]:
     """One tool per operation: path/query parameters and JSON body properties become its parameters."""
     out = []
@@ -185,7 +205,7 @@ def parse_openapi(doc: dict[str, Any]) -> list[ToolDoc]:
                     required.append(p["name"])
             body = ((op.get("requestBody") or {}).get("content") or {}).get("application/json")
             if body:
-                schema = _resolve(body.get("schema") or {})
+                schema = _merged(_resolve(body.get("schema") or {}))
                 props.update(schema.get("properties") or {})
                 required.extend(schema.get("required") or [])
             params: dict[str, Any] = {"type": "object", "properties": props}

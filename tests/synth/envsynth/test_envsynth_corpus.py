@@ -82,6 +82,11 @@ def test_each_set_reads_into_4_to_15_named_described_tools(doc_set: Path) -> Non
     for d in docs:
         assert d.name and d.description.strip(), f"{doc_set.name}: {d.name!r} has no description"
         assert d.parameters.get("type") == "object"
+        # BFCL's sets once had "properties": null beside their required names (the conversion
+        # dropped them): no env could ever match such docs, and no reader complained
+        assert set(d.required) <= set(d.properties), (
+            f"{doc_set.name}: {d.name} requires undescribed parameters"
+        )
     row = _index_rows().get(doc_set.name)
     assert row is not None, f"{doc_set.name} is missing from the corpus README's table"
     assert int(row[2]) == len(docs), f"{doc_set.name}: README says {row[2]} tools, the docs {len(docs)}"
