@@ -55,6 +55,42 @@ def _security(host: str) -> TransportSecuritySettings | None:
     return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
+class Reservations:
+    """Slots being opened, per client: one is taken before an opening request is served and given
+    back once, when what it opened holds the slot itself or when the request ends, whichever
+    comes first (held on after the answer, it would count that session twice)."""
+
+    def __init__(self) -> None:
+        self._counts: Counter[str] = Counter()
+
+    def __getitem__(self, client: str) -> int:
+        return self._counts[client]
+
+    def take(self, client: str) -> Callable[[], None]:
+        """Reserve a slot for `client`; the returned function gives it back (later calls do nothing)."""
+        self._counts[client] += 1
+        given_back = False
+
+        def give_back() -> None:
+            nonlocal given_back
+            if not given_back:
+                given_back = True
+                self._counts[client] -= 1
+                if self._counts[client] <= 0:
+                    del self._counts[client]
+
+        return give_back
+
+
+def session_cap_refusal(client: str, held: int, cap: int, where: str = "") -> JSONResponse:
+    """The 429 for a client at its cap of legacy MCP sessions (`where`: how far the count reaches)."""
+    return _jsonrpc_error(
+        f"client {client} has {held} MCP sessions open (limit {cap} per client{where}); "
+        "end one (HTTP DELETE with its Mcp-Session-Id) or let one idle out first",
+        429,
+    )
+
+
 class _SessionSlots:
     """Legacy MCP sessions open per client, across every env of the app, capped per client.
 
@@ -70,7 +106,7 @@ class _SessionSlots:
     def __init__(self, per_client: int) -> None:
         self.per_client = per_client
         self._open: dict[str, dict[str, StreamableHTTPSessionManager]] = {}
-        self._opening: Counter[str] = Counter()
+        self._opening = Reservations()
 
     def held(self, client: str) -> int:
         sessions = self._open.get(client)
@@ -99,22 +135,9 @@ class _SessionSlots:
         """Serve a request that may open a session, if `client` has a slot left."""
         held = self.held(client)
         if held >= self.per_client:
-            await _jsonrpc_error(
-                f"client {client} has {held} MCP sessions open (limit {self.per_client} per client); "
-                "end one (HTTP DELETE with its Mcp-Session-Id) or let one idle out first",
-                429,
-            )(scope, receive, send)
+            await session_cap_refusal(client, held, self.per_client)(scope, receive, send)
             return
-
-        reserved = True
-
-        def release() -> None:
-            nonlocal reserved
-            if reserved:
-                reserved = False
-                self._opening[client] -= 1
-                if self._opening[client] <= 0:
-                    del self._opening[client]
+        release = self._opening.take(client)
 
         async def watch(message: Message) -> None:
             if message["type"] == "http.response.start" and message["status"] < 400:
@@ -127,7 +150,6 @@ class _SessionSlots:
                         release()
             await send(message)
 
-        self._opening[client] += 1
         try:
             await inner(scope, receive, watch)
         finally:

@@ -65,6 +65,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..core.errors import EpisodeNotFound
 from ..runtime.mcp_server import CLIENT_SCOPE_KEY, EPISODE_META_KEY
+from .http_app import Reservations, session_cap_refusal
 from .http_guard import FORWARDED_CLIENT_HEADER, HTTPGuard, bearer_matches, check_token, is_loopback
 from .http_worker import WorkerConfig
 from .launchers import WORKER_START_TIMEOUT, Launcher, LocalLauncher, RayLauncher, Running
@@ -137,7 +138,7 @@ class FleetFront:
         self.max_episodes_per_client = max_episodes_per_client
         self.max_sessions_per_client = max_sessions_per_client
         self._sessions: dict[str, set[str]] = {}
-        self._sessions_opening: Counter[str] = Counter()
+        self._sessions_opening = Reservations()
         self.workers = [_Worker(i) for i in range(workers)]
         self._secret = config.token
         self._next = 0
@@ -393,22 +394,9 @@ class FleetFront:
             await self._recount_sessions(client)
         held = self._sessions_held(client)
         if held >= cap:
-            message = (
-                f"client {client} has {held} MCP sessions open (limit {cap} per client, across every "
-                "worker); end one (HTTP DELETE with its Mcp-Session-Id) or let one idle out first"
-            )
-            error = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}
-            await _json(error, 429)(scope, receive, send)
+            await session_cap_refusal(client, held, cap, ", across every worker")(scope, receive, send)
             return
-        reserved = True
-
-        def release() -> None:
-            nonlocal reserved
-            if reserved:
-                reserved = False
-                self._sessions_opening[client] -= 1
-                if self._sessions_opening[client] <= 0:
-                    del self._sessions_opening[client]
+        release = self._sessions_opening.take(client)
 
         def started(status: int, out: list[tuple[bytes, bytes]]) -> None:
             """The session holds its slot from its answer on (not the reservation too: that would
@@ -418,7 +406,6 @@ class FleetFront:
                 self._sessions.setdefault(client, set()).add(value.decode("latin-1"))
             release()
 
-        self._sessions_opening[client] += 1
         try:
             await self._forward(worker, scope, receive, send, body=body, on_start=started)
         finally:
