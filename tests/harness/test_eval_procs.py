@@ -139,23 +139,9 @@ def test_ctrl_c_stops_every_process_and_keeps_what_they_finished(tmp_path: Path)
 
 
 def test_a_bad_process_count_is_one_line(tmp_path: Path) -> None:
+    arguments = f"eval {ENVS[0]} --agent oracle --procs -1 --out {tmp_path / 'run'}".split()
     run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "envforge.cli",
-            "eval",
-            str(ENVS[0]),
-            "--agent",
-            "oracle",
-            "--procs",
-            "-1",
-            "--out",
-            str(tmp_path / "run"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
+        [sys.executable, "-m", "envforge.cli", *arguments], capture_output=True, text=True, cwd=REPO
     )
     assert run.returncode == 2
     assert "--procs must be a number of processes" in run.stderr and "Traceback" not in run.stderr
