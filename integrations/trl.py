@@ -38,7 +38,7 @@ import json
 import re
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -225,10 +225,13 @@ def environments(
     split: str | None = None,
     limit: int | None = None,
     erpo: bool = False,
+    tasks: Mapping[str, Sequence[Task]] | None = None,
 ) -> TrlEnvironments:
     """The tasks of the envs in `env_dirs` (each folder's `tasks.jsonl`; those in `split` where
     given, the first `limit` per env where given) as trl's dataset, environment factories and
-    reward functions. `erpo=True` makes the reward ERPO's (`erpo_rewards`): train with
+    reward functions. `tasks` plays the given tasks of each env (keyed by env name) instead of its
+    folder's file: a task set made from the env, as `envforge.trainer.lookup_tasks` makes.
+    `erpo=True` makes the reward ERPO's (`erpo_rewards`): train with
     `GRPOConfig(scale_rewards="none")`. Raises ValueError, one line, for an env folder with no
     tasks trl can play, two envs of one name, or a tool trl could not expose."""
     from datasets import Dataset
@@ -243,21 +246,20 @@ def environments(
     playable: dict[str, list[Task]] = {}
     left_out: dict[str, list[str]] = {}
     for env, root in zip(loaded, dirs, strict=True):
-        tasks_file = root / "tasks.jsonl"
-        if not tasks_file.exists():
-            raise ValueError(f"{tasks_file} is missing: synthesize tasks first (envforge synth tasks)")
-        tasks = [t for t in load_tasks(root) if t.env == env.name and (split is None or split in t.split)]
+        given = _given_tasks(tasks, env.name, root)
+        env_tasks = [t for t in given if t.env == env.name and (split is None or split in t.split)]
         policy = load_policy_rules(env)
         needs_user = {
             t.id
-            for t in tasks
+            for t in env_tasks
             if policy is not None and any(policy.needs_confirmation(c.name) for c in t.golden_calls)
         }
         if needs_user:
             left_out[env.name] = sorted(needs_user)
-        kept = [t for t in tasks if t.id not in needs_user][:limit]
+        kept = [t for t in env_tasks if t.id not in needs_user][:limit]
         if not kept:
-            why = f"all {len(tasks)} need the user's yes before a write" if tasks else "none in that split"
+            n = len(env_tasks)
+            why = f"all {n} need the user's yes before a write" if n else "none in that split"
             raise ValueError(f"env {env.name!r} ({root}) has no task trl can play: {why}")
         playable[env.name] = kept
         _check_tool_names(env)
@@ -287,6 +289,18 @@ def environments(
         left_out=left_out,
         _runtime=runtime,
     )
+
+
+def _given_tasks(tasks: Mapping[str, Sequence[Task]] | None, env_name: str, root: Path) -> list[Task]:
+    """The tasks `environments` was handed for `env_name`, else its folder's `tasks.jsonl`."""
+    if tasks is not None:
+        if env_name not in tasks:
+            raise ValueError(f"no tasks given for env {env_name!r} ({root}): tasks= names {sorted(tasks)}")
+        return list(tasks[env_name])
+    tasks_file = root / "tasks.jsonl"
+    if not tasks_file.exists():
+        raise ValueError(f"{tasks_file} is missing: synthesize tasks first (envforge synth tasks)")
+    return load_tasks(root)
 
 
 def _factory(cls: type[EnvforgeEpisode]) -> Callable[[], EnvforgeEpisode]:

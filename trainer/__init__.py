@@ -48,7 +48,14 @@ if TYPE_CHECKING:
         parse_tool_call,
     )
     from .rollout import rollout as run_rollout
-    from .run import HeldOutScore, RunOptions, run_collection, run_training, write_user_errors
+    from .run import (
+        HeldOutScore,
+        RunOptions,
+        evaluate_held_out,
+        run_collection,
+        run_training,
+        write_user_errors,
+    )
     from .short_tasks import split_steps, step_tasks
     from .summary import RunSummary, summarize
     from .tiny import build_tiny_model
@@ -107,6 +114,7 @@ _LAZY = {
     "ToolOutcome": "rollout",
     "parse_tool_call": "rollout",
     "HeldOutScore": "run",
+    "evaluate_held_out": "run",
     "RunOptions": "run",
     "run_collection": "run",
     "run_training": "run",
@@ -191,6 +199,7 @@ __all__ = [
     "collect",
     "env_batch_stats",
     "erpo_advantages",
+    "evaluate_held_out",
     "held_out",
     "init_from_env",
     "job_stream",
