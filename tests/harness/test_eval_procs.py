@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
-from envforge.harness import EvalConfig, RunDir, run_eval
+from envforge.harness import EvalConfig, RunDir, read_trials, run_eval
 
 from support.fake_llm import FakeOpenAI, completion
 from support.paths import REPO
@@ -136,6 +136,30 @@ def test_ctrl_c_stops_every_process_and_keeps_what_they_finished(tmp_path: Path)
         _, err = again.communicate(timeout=120)
         assert again.returncode == 0, err
     assert sorted(keys(out)) == sorted(set(keys(out))) and len(keys(out)) == 6
+
+
+def test_a_killed_parent_leaves_no_process_and_resume_folds_what_they_finished(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with FakeOpenAI(slow_brain) as fake:
+        run = eval_cli(out, fake.url)
+        kids = wait_for(lambda: len(children(run.pid)) == 2 and children(run.pid))
+        wait_for(lambda: shard_records(out) >= 2)
+        run.kill()  # SIGKILL: no chance to stop the children or fold their logs
+        run.communicate(timeout=60)
+        wait_for(lambda: not any(pid_alive(k) for k in kids), timeout=15)
+        finished = {
+            r.trial_key: r.started_at
+            for log in (out / "shards").glob("*/trials.jsonl")
+            for r in read_trials(log).records
+        }
+        assert len(finished) >= 2 and keys(out) == []
+        again = eval_cli(out, fake.url, "--resume")
+        _, err = again.communicate(timeout=120)
+        assert again.returncode == 0, err
+    assert not (out / "shards").exists()
+    records = RunDir(out).read_records()
+    assert len(records) == len({r.trial_key for r in records}) == 6
+    assert {r.trial_key: r.started_at for r in records if r.trial_key in finished} == finished  # not re-run
 
 
 def test_a_bad_process_count_is_one_line(tmp_path: Path) -> None:
