@@ -47,11 +47,11 @@ def checked_run_options(options: RunOptions) -> RunOptions:
         raise SettingError("{ray_address} needs {ray_workers} N", "ray_address", "ray_workers")
     if options.eval_every and options.tasks == "all":
         raise SettingError(
-            "{eval_every} evaluates held-out tasks: use it with {tasks} lookup, steps or lookup+steps",
+            "{eval_every} evaluates held-out tasks: use it with {tasks} other than all",
             "eval_every",
             "tasks",
         )
-    if "steps" in options.tasks and options.env_kind == "fleet":
+    if ("steps" in options.tasks or "told" in options.tasks) and options.env_kind == "fleet":
         raise SettingError(
             "{tasks} " + options.tasks + " plays writes with the simulated user: {env_kind} harness",
             "tasks",

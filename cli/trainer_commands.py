@@ -111,7 +111,9 @@ TasksOption = Annotated[
         "--tasks",
         help="all: each env's tasks.jsonl; lookup: single-lookup tasks made from the env "
         "(one read call, one figure to state); steps: its tasks of 2-3 calls with one write; "
-        "lookup+steps: both, each set its own env. All but `all` split into train and held-out.",
+        "lookup+steps: both, each set its own env; told: 2-3-call tasks with one write "
+        "synthesized from the env at --seed, the user stating its facts in the request; "
+        "lookup+told: lookups and those. All but `all` split into train and held-out.",
     ),
 ]
 

@@ -41,7 +41,7 @@ from .loop import StepMetrics, TrainConfig, collect, train
 from .plots import write_plots
 from .remote_fleet import EpisodeFleet, RemoteFleet
 from .rollout import FleetRolloutEnv, RolloutConfig, RolloutEnv, rollout
-from .short_tasks import split_steps, step_tasks
+from .short_tasks import split_steps, step_tasks, told_tasks
 from .summary import peak_memory_mib, summarize
 from .trajectory import TokenizerLike, Trajectory
 
@@ -56,6 +56,9 @@ ENV_KIND_WHY = {
     ("lookup", "harness"): "multi-turn lookups with a simulated user that errs (--user-error-rate)",
     ("steps", "harness"): "2-3-call tasks with a write: the simulated user gives facts and consent",
     ("lookup+steps", "harness"): "lookups and 2-3-call tasks with a write, each set its own env, "
+    "with the simulated user",
+    ("told", "harness"): "synthesized 2-3-call tasks with a write whose user states its facts in the request",
+    ("lookup+told", "harness"): "lookups and synthesized 2-3-call tasks with a write, each set its own env, "
     "with the simulated user",
 }
 """Why a run's episodes took the shape `run.json` records (`--tasks lookup` turns the harness
@@ -84,7 +87,7 @@ class RunOptions(BaseModel):
     """The bearer token of `fleet_url`'s control plane; written to no file (`options` shows stars)."""
     ray_workers: int = 0
     ray_address: str | None = None
-    tasks: Literal["all", "lookup", "steps", "lookup+steps"] = "all"
+    tasks: Literal["all", "lookup", "steps", "lookup+steps", "told", "lookup+told"] = "all"
     eval_every: int = 0
     eval_samples: int = 2
     precision: Precision = "float32"
@@ -113,9 +116,10 @@ async def _build_split(fleet: EpisodeFleet, opts: RunOptions) -> tuple[list[Roll
     """(train envs, held-out envs) of the task sets `opts.tasks` names, one pair per env folder and set.
 
     Lookups play single-turn, or with the scripted user when the run has one (`env_kind="harness"`,
-    which a user that errs needs); step tasks always with it (a write needs its facts and consent).
-    With both sets an env's step tasks are their own env for ERPO (`<env>/steps`): their reward
-    spread is another env's. The held-out side's user never errs."""
+    which a user that errs needs); step tasks (`steps`: the env's own; `told`: synthesized at the
+    run's seed, `short_tasks.told_tasks`) always with it (a write needs its facts and consent).
+    With both sets an env's step tasks are their own env for ERPO (`<env>/steps`, `<env>/told`):
+    their reward spread is another env's. The held-out side's user never errs."""
     if opts.ray_workers or opts.fleet_url:
         raise ValueError(f"--tasks {opts.tasks} runs in this process (no --ray-workers, no --fleet-url)")
     sets = opts.tasks.split("+")
@@ -132,10 +136,17 @@ async def _build_split(fleet: EpisodeFleet, opts: RunOptions) -> tuple[list[Roll
             else:
                 train_envs.append(FleetRolloutEnv(fleet, name, train_tasks, use_mcp=opts.use_mcp))
                 held.append(FleetRolloutEnv(fleet, name, held_tasks, use_mcp=opts.use_mcp))
-        if "steps" in sets:
-            label = f"{name}/steps" if len(sets) > 1 else name
-            train_tasks, held_tasks = split_steps(step_tasks(load_tasks(Path(d))))
-            _enough(name, "step", train_tasks)
+        for kind in ("steps", "told"):
+            if kind not in sets:
+                continue
+            label = f"{name}/{kind}" if len(sets) > 1 else name
+            made = (
+                step_tasks(load_tasks(Path(d)))
+                if kind == "steps"
+                else await told_tasks(load_env(d), opts.seed)
+            )
+            train_tasks, held_tasks = split_steps(made)
+            _enough(name, kind, train_tasks)
             train_envs.append(_harness(fleet, d, train_tasks, opts, opts.user_error_rate, label))
             held.append(_harness(fleet, d, held_tasks, opts, 0.0, label))
     return train_envs, held

@@ -8,6 +8,7 @@ which makes the stored logprobs belong to different tokens than the ones trained
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -59,6 +60,35 @@ class Trajectory(BaseModel):
         return [t for t, m in zip(self.token_ids, self.loss_mask, strict=True) if m]
 
 
+_RESULT = "\x00result\x00"
+_CHATML_TOOL = (f"{IM_START}tool\n", f"{IM_END}\n")
+
+
+@functools.lru_cache(maxsize=8)
+def _template_tool_frame(tokenizer: Any) -> tuple[str, str]:
+    try:
+        before = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+        head = tokenizer.apply_chat_template(before, tokenize=False)
+        whole = tokenizer.apply_chat_template([*before, {"role": "tool", "content": _RESULT}], tokenize=False)
+    except Exception:  # a template that knows no tool role: the plain ChatML turn
+        return _CHATML_TOOL
+    if not isinstance(head, str) or not isinstance(whole, str) or not whole.startswith(head):
+        return _CHATML_TOOL
+    framed, found, after = whole[len(head) :].partition(_RESULT)
+    return (framed, after) if found and framed.startswith(IM_START) else _CHATML_TOOL
+
+
+def tool_frame(tokenizer: TokenizerLike) -> tuple[str, str]:
+    """(before, after) a tool result in the tokenizer's chat template; ChatML's `tool` turn when it
+    has none. Qwen2.5 was trained on results as a user turn (`<|im_start|>user\n<tool_response>\n
+    ...\n</tool_response><|im_end|>`): shown a `tool` turn instead, the packaged
+    Qwen2.5-Coder-0.5B went on writing JSON (the result echoed back, read as another call) where
+    it should have answered the user."""
+    if not getattr(tokenizer, "chat_template", None):
+        return _CHATML_TOOL
+    return _template_tool_frame(tokenizer)
+
+
 class SequenceBuilder:
     """Accumulates a ChatML conversation as token ids with a parallel loss mask and logprobs.
 
@@ -79,7 +109,12 @@ class SequenceBuilder:
         self.loss_mask += [0] * len(ids)
 
     def add_message(self, role: str, content: str) -> None:
-        """A whole non-policy message: `<|im_start|>role\\ncontent<|im_end|>\\n`."""
+        """A whole non-policy message: `<|im_start|>role\\ncontent<|im_end|>\\n`; a tool result as
+        the tokenizer's chat template frames one (`tool_frame`)."""
+        if role == "tool":
+            before, after = tool_frame(self.tok)
+            self.add_context(f"{before}{content}{after}")
+            return
         self.add_context(f"{IM_START}{role}\n{content}{IM_END}\n")
 
     def open_assistant(self) -> None:

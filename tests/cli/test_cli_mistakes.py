@@ -240,13 +240,16 @@ def test_collect_on_a_fleet_lacking_the_env(capsys, monkeypatch, tmp_path, model
     [
         (["--backend", "tgi"], ["--backend must be hf or vllm, not 'tgi'"]),
         (["--env-kind", "chat"], ["--env-kind must be harness or fleet, not 'chat'"]),
-        (["--tasks", "some"], ["--tasks must be all, lookup, steps or lookup+steps, not 'some'"]),
+        (
+            ["--tasks", "some"],
+            ["--tasks must be all, lookup, steps, lookup+steps, told or lookup+told, not 'some'"],
+        ),
         (["--backend", "vllm"], ["--backend vllm needs --vllm-url"]),
         (["--ray-workers", "-1"], ["--ray-workers must be >= 0"]),
         (["--ray-address", "ray://h:10001"], ["--ray-address needs --ray-workers N"]),
         (
             ["--eval-every", "2"],
-            ["--eval-every evaluates held-out tasks: use it with --tasks lookup, steps or lookup+steps"],
+            ["--eval-every evaluates held-out tasks: use it with --tasks other than all"],
         ),
     ],
 )

@@ -48,3 +48,22 @@ def test_context_ids_match_the_models_chat_template(name: str, tmp_path: Path) -
     builder.open_assistant()
     want = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
     assert builder.token_ids == list(want["input_ids"])
+
+
+@pytest.mark.skipif(local_model_missing(), reason=LOCAL_MODEL_MISSING)
+@pytest.mark.parametrize("name", ["smollm2", "qwen2.5-coder-0.5b"])
+def test_a_tool_result_is_framed_as_the_models_chat_template_frames_it(name: str, tmp_path: Path) -> None:
+    """Qwen2.5 reads a tool result as a user turn, `<tool_response>` inside: once written as a
+    `<|im_start|>tool` turn it never saw, after which the packaged 0.5B model echoed the result as
+    JSON (read as another call) instead of answering the user."""
+    tok = trainer_tokenizer(name, tmp_path)
+    messages = [
+        {"role": "system", "content": "Policy."},
+        {"role": "user", "content": "What is the daily rate cents of car V-601?"},
+        {"role": "tool", "content": '{"car_id": "V-601", "daily_rate_cents": 3500}'},
+    ]
+    builder = SequenceBuilder(tok)
+    for m in messages:
+        builder.add_message(m["role"], m["content"])
+    want = tok.apply_chat_template(messages, tokenize=True, return_dict=True)
+    assert builder.token_ids == list(want["input_ids"])

@@ -10,17 +10,36 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import anyio
+import pytest
 import typer
 from typer.testing import CliRunner
 
 from envforge.cli import trainer_commands
-from envforge.synth import load_tasks
-from envforge.trainer import build_tiny_model, held_out, split_steps, step_tasks
+from envforge.harness import EnvTasks, request_text
+from envforge.server import Fleet, load_env
+from envforge.synth import Task, load_policy_rules, load_tasks, tasks_jsonl
+from envforge.trainer import (
+    Generation,
+    HarnessRolloutEnv,
+    RolloutConfig,
+    Trajectory,
+    build_tiny_model,
+    collect,
+    held_out,
+    split_steps,
+    step_tasks,
+    unbatched_session,
+)
+from envforge.trainer.short_tasks import told_tasks
 
 from support.paths import REPO
+from support.tokenizer import EOS, ChunkTokenizer
 
 GYM = REPO / "envs" / "gym"
+PHARMACY = REPO / "envs" / "pharmacy"  # synthesizes its told set in ~1 s (gym: ~10 s)
 
 
 def test_step_tasks_are_the_envs_own_short_writes_split_by_id() -> None:
@@ -39,19 +58,23 @@ def _app() -> typer.Typer:
     return app
 
 
-def test_lookups_and_step_tasks_train_as_two_envs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["steps", "told"])
+def test_lookups_and_step_tasks_train_as_two_envs(tmp_path: Path, kind: str) -> None:
+    env_dir = GYM if kind == "steps" else PHARMACY
+    name = env_dir.name
     model = build_tiny_model(tmp_path / "model", ["get_member", "member_id", "The answer is"])
     out = tmp_path / "run"
-    args = ["train", "--model", str(model), "--envs", str(GYM), "--tasks", "lookup+steps", "--no-mcp"]
+    args = ["train", "--model", str(model), "--envs", str(env_dir), "--tasks", f"lookup+{kind}", "--no-mcp"]
     args += ["--steps", "1", "--tasks-per-step", "4", "--rollouts-per-task", "2", "--max-turns", "2"]
     args += ["--max-new-tokens", "3", "--staleness", "0", "--save-trajectories", "--out", str(out)]
     res = CliRunner().invoke(_app(), args)
     assert res.exit_code == 0, res.output
     step = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
-    assert sorted(step["per_env"]) == ["gym", "gym/steps"]
+    assert sorted(step["per_env"]) == [name, f"{name}/{kind}"]
     trajs = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
-    steps = {t["task_id"] for t in trajs if t["env"] == "gym/steps"}
-    assert steps and steps <= {t.id for t in step_tasks(load_tasks(GYM))}
+    steps = {t["task_id"] for t in trajs if t["env"] == f"{name}/{kind}"}
+    made = step_tasks(load_tasks(GYM)) if kind == "steps" else anyio.run(told_tasks, load_env(PHARMACY), 0)
+    assert steps and steps <= {t.id for t in made}
     assert json.loads((out / "run.json").read_text())["ran"]["env_kind"] == "harness"
 
 
@@ -60,3 +83,76 @@ def test_step_tasks_refuse_the_single_turn_env(tmp_path: Path) -> None:
     args = ["train", "--model", str(tmp_path), "--envs", str(GYM), "--out", str(tmp_path / "o")]
     res = CliRunner().invoke(_app(), [*args, "--tasks", "steps", "--env-kind", "fleet"])
     assert res.exit_code != 0 and "--env-kind harness" in res.output and "Traceback" not in res.output
+
+
+def test_told_tasks_are_synthesized_from_the_seed_with_the_facts_in_the_request() -> None:
+    """`--tasks told`: the same seed gives the same tasks byte for byte, another seed others; each
+    is 2-3 calls with one write, and its user says every fact in the opening instead of waiting to
+    be asked (the packaged model never asks: it guesses an id and repeats the failing write)."""
+    env = load_env(PHARMACY)
+    tasks = anyio.run(told_tasks, env, 0)
+    assert tasks_jsonl(tasks) == tasks_jsonl(anyio.run(told_tasks, env, 0))
+    assert tasks_jsonl(tasks) != tasks_jsonl(anyio.run(told_tasks, env, 1))
+    assert len(tasks) >= 10 and all(t.id.endswith("-told") for t in tasks)
+    assert all(2 <= t.difficulty.calls <= 3 and t.difficulty.writes == 1 for t in tasks)
+    for t in tasks:
+        opening = request_text(t)
+        assert t.scenario.known_facts and "only when asked" not in t.scenario.instruction
+        assert all(f"My {f.name.replace('_', ' ')} is {f.value}." in opening for f in t.scenario.known_facts)
+    train, held = split_steps(tasks)
+    assert len(train) >= 2 and held
+
+
+class Replayer:
+    """Replays each task's golden calls, one a turn, then reports with the task's outputs."""
+
+    def __init__(self, tok: ChunkTokenizer, tasks: list[Task], report: str) -> None:
+        self.tok, self.tasks, self.report, self.version, self.eos_id = tok, tasks, report, 0, EOS
+
+    def session(self) -> Any:
+        return unbatched_session()
+
+    async def generate(self, prompt_ids: list[int], *, max_new_tokens: int, seed=None, session=None):
+        prompt = self.tok.decode(prompt_ids)
+        task = next(t for t in self.tasks if request_text(t) in prompt)
+        turn = prompt.count("<|im_start|>assistant") - 1
+        calls = task.golden_calls
+        report = " ".join([self.report, *task.required_outputs])
+        text = f"{calls[turn].name} {json.dumps(calls[turn].arguments)}" if turn < len(calls) else report
+        ids = [*self.tok.encode(text), EOS]
+        return Generation(token_ids=ids, logprobs=[-0.5] * len(ids), version=self.version)
+
+    async def sync_weights(self, state_dict: Any, version: int, model: Any = None) -> None:
+        self.version = version
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def _replay(report: str) -> list[Trajectory]:
+    env = load_env(PHARMACY)
+    tasks = (await told_tasks(env, 0))[:4]
+    fleet = Fleet([env])
+    try:
+        et = EnvTasks(env_dir=PHARMACY, env=env, tasks=tasks, policy_rules=load_policy_rules(env))
+        harness = HarnessRolloutEnv(fleet, et, use_mcp=False)
+        tok = ChunkTokenizer()
+        return await collect(
+            [harness],
+            Replayer(tok, tasks, report),
+            tok,
+            groups=4,
+            rollouts_per_task=1,
+            rollout_config=RolloutConfig(max_turns=5, max_new_tokens=64, max_seq_len=10**6),
+            concurrency=1,
+        )
+    finally:
+        await fleet.aclose()
+
+
+def test_a_told_task_solved_is_paid_and_its_opening_is_no_user_error() -> None:
+    """The facts in the opening are the user's own, not a leak nor an invented fact: the golden
+    calls and a report earn 1 and the detector flags nothing."""
+    solved = anyio.run(_replay, "Done: it is all set.")
+    assert [t.reward for t in solved] == [1.0] * 4, [(t.parts, t.user_error_reason) for t in solved]
+    assert not any(t.user_error for t in solved), [t.user_error_reason for t in solved]
