@@ -194,7 +194,10 @@ async def _run_child(spec: ShardSpec, exits: list[tuple[int, int] | None], i: in
     )
     try:
         assert process.stdin is not None
-        await process.stdin.send(spec.model_dump_json().encode() + b"\n")
+        try:
+            await process.stdin.send(spec.model_dump_json().encode() + b"\n")
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass  # it died before reading its spec: its exit status says so below
         exits[i] = (process.pid, await process.wait())
     finally:
         with anyio.CancelScope(shield=True):
