@@ -17,8 +17,10 @@ mcp`, the user side `.../<id>/user/<key>/mcp`) goes to the worker its prefix nam
 URL (`/envs/<env>/mcp`) goes by the legacy `Mcp-Session-Id` (which the front prefixes with the
 worker's name on the way out), else by the episode named in the request's `_meta`, else round
 robin. Responses are streamed through unbuffered, so an MCP SSE stream reaches its client event by
-event. An id whose prefix names no worker is answered as the workers answer an unknown episode;
-one whose worker has since been restarted answers 410 "episode lost: its worker exited".
+event. A path with a `.` or `..` segment is refused (400): the front routes on the path as sent and
+the worker would get it with those segments resolved, i.e. another URL (a control one, say). An id
+whose prefix names no worker is answered as the workers answer an unknown episode; one whose worker
+has since been restarted answers 410 "episode lost: its worker exited".
 
 Per-client caps. The front counts each client's open episodes (those it created through the front,
 less those closed through it). Episodes also end by expiring or with their legacy session, which
@@ -210,6 +212,12 @@ class FleetFront:
         if scope["type"] != "http":
             return
         path: str = scope["path"]
+        if any(part in (".", "..") for part in path.split("/")):
+            # routed here as one URL, it would reach the worker as another: the HTTP client
+            # removes dot segments, so `/envs/e/episodes/<id>/../../../../control/episodes` (an MCP
+            # URL here, no public token asked) would arrive at the worker's control plane
+            await _json({"error": "a path with '.' or '..' segments is refused"}, 400)(scope, receive, send)
+            return
         if path == "/healthz":
             up = sum(w.up.is_set() for w in self.workers)
             await _json({"ok": True, "workers": len(self.workers), "up": up}, 200)(scope, receive, send)

@@ -1,14 +1,15 @@
 """One worker of a multi-process fleet (`http_front`): today's HTTP app on a private port.
 
-Run as `python -m envforge.server.transports.http_worker CONFIG_JSON` (`worker_command`) by the
-front, or on another machine by the front's Ray actor (`http_ray`), never by hand. It serves its own
-`Fleet` (episode ids start with the prefix the front gave it, so the front routes by id alone) on
-`config.host` (loopback, or its node's address under Ray), answers only requests that carry the
-front's private token (every one the front forwards does; a client that finds the worker's address
-cannot go round the front's guard and caps), and takes the client the front names
-(`http_guard.FORWARDED_CLIENT_HEADER`) for its per-client counts. It prints its port as one line on
-stdout once it listens, and exits when its stdin closes: a front (or actor) that dies, even by
-SIGKILL, leaves no worker behind.
+Run as `python -m envforge.server.transports.http_worker` (`worker_command`), its config as the
+first line of its stdin, by the front, or on another machine by the front's Ray actor (`launchers`),
+never by hand. It serves its own `Fleet` (episode ids start with the prefix the front gave it, so
+the front routes by id alone) on `config.host` (loopback, or its node's address under Ray), answers
+only requests that carry the front's private token (every one the front forwards does; a client
+that finds the worker's address cannot go round the front's guard and caps), and takes the client
+the front names (`http_guard.FORWARDED_CLIENT_HEADER`) for its per-client counts. It prints its
+port as one line on stdout once it listens, and exits when its stdin closes: a front (or actor)
+that dies, even by SIGKILL, leaves no worker behind. The config comes on stdin, not the command
+line, because it holds the private token and every local user can read every process's arguments.
 """
 
 from __future__ import annotations
@@ -51,9 +52,15 @@ class WorkerConfig:
         return json.dumps(asdict(self))
 
 
-def worker_command(config: WorkerConfig) -> list[str]:
-    """The command line that runs one worker with `config` (in this Python, whichever machine)."""
-    return [sys.executable, "-m", "envforge.server.transports.http_worker", config.to_json()]
+def worker_command() -> list[str]:
+    """The command line that runs one worker (in this Python, whichever machine); write
+    `worker_stdin(config)` to its stdin first, then hold the pipe open for as long as it should run."""
+    return [sys.executable, "-m", "envforge.server.transports.http_worker"]
+
+
+def worker_stdin(config: WorkerConfig) -> bytes:
+    """What a worker reads first on stdin: its config, one line (it holds the private token)."""
+    return config.to_json().encode() + b"\n"
 
 
 class _FrontOnly:
@@ -81,8 +88,8 @@ def _exit_when_orphaned() -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def main(argv: list[str]) -> None:
-    config = WorkerConfig(**json.loads(argv[0]))
+def main() -> None:
+    config = WorkerConfig(**json.loads(sys.stdin.buffer.readline()))
     _exit_when_orphaned()
     fleet = Fleet.from_dirs(
         config.env_dirs,
@@ -118,4 +125,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 import anyio
 from anyio.abc import Process
 
-from .http_worker import WorkerConfig, worker_command
+from .http_worker import WorkerConfig, worker_command, worker_stdin
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +70,10 @@ class LocalLauncher:
     """Workers as child processes of the front, on loopback ports of this machine."""
 
     async def run(self, config: WorkerConfig, listening: Callable[[Running], None]) -> object:
-        process = await anyio.open_process(worker_command(config), stderr=None)
+        process = await anyio.open_process(worker_command(), stderr=None)
         try:
+            assert process.stdin is not None  # held open: the worker exits when it closes
+            await process.stdin.send(worker_stdin(config))
             port = await _read_port(process)
             if port is not None:
                 listening(Running(config.host, port, process.pid))
@@ -123,8 +125,10 @@ class WorkerHost:
         config = replace(WorkerConfig(**json.loads(config_json)), host=host)
         # stdin stays open in this actor: the worker exits as soon as the actor is gone
         pipe = subprocess.PIPE
-        self._process = subprocess.Popen(worker_command(config), stdin=pipe, stdout=pipe)
-        assert self._process.stdout is not None
+        self._process = subprocess.Popen(worker_command(), stdin=pipe, stdout=pipe)
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.write(worker_stdin(config))
+        self._process.stdin.flush()
         line = self._process.stdout.readline()  # its port, or b"" once it has exited
         port = int(line) if line.strip().isdigit() else None
         return host, port, os.getpid(), ray.get_runtime_context().get_node_id()

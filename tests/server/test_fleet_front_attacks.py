@@ -1,0 +1,73 @@
+"""Attacks on `envforge serve --workers N`: ways round the front's token and guard.
+
+The front checks the public bearer token on `/control/*` only and adds the workers' private token to
+everything it forwards, so any request the front routes as an MCP call but a worker serves as a
+control call would reach the control plane with no public token. And the private token is the
+only thing between a local process and a worker's own port. Real processes on 127.0.0.1; requests
+go over a raw socket, since httpx removes dot segments from a URL before sending it.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import httpx
+import pytest
+
+from support.paths import BANK_DIR
+from support.serving import envforge_serve
+
+TOKEN = "front-secret-0123456789"
+GOOD = {"authorization": f"Bearer {TOKEN}"}
+
+
+def _raw(url: str, method: str, target: str, body: bytes = b"") -> tuple[int, bytes]:
+    """Send `METHOD TARGET` exactly as written (no client-side path cleanup); (status, body)."""
+    host, port = url.removeprefix("http://").split(":")
+    head = (
+        f"{method} {target} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(head.encode() + body)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    status_line, _, rest = answer.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
+
+
+@pytest.fixture(scope="module")
+def front() -> object:
+    with envforge_serve([str(BANK_DIR)], args=["--workers", "2", "--token", TOKEN]) as url:
+        yield url
+
+
+@pytest.mark.parametrize("up", ["..", "%2e%2e", ".%2E"])
+async def test_dot_segments_after_an_episode_id_do_not_reach_a_workers_control_plane(front, up):
+    """`/envs/bank/episodes/w0g0-x/../../../../control/episodes` is an MCP URL to the front (no
+    public token needed) and `/control/episodes` once an HTTP client normalises it on the way to
+    the worker, with the worker's token attached: a way to list, create or delete any episode."""
+    climb = "/".join([up] * 4)
+    for method, body in (("GET", b""), ("POST", b'{"env": "bank"}')):
+        status, answer = _raw(front, method, f"/envs/bank/episodes/w0g0-x/{climb}/control/episodes", body)
+        assert status == 400, (method, status, answer)
+        assert b"episode_id" not in answer and b"episodes" not in answer
+    status, _ = _raw(front, "GET", f"/envs/bank/episodes/w1g0-x/{climb}/control/stats")
+    assert status == 400
+    async with httpx.AsyncClient(base_url=front, timeout=30) as http:
+        listed = await http.get("/control/episodes", headers=GOOD)
+        assert listed.status_code == 200 and listed.json()["episodes"] == []
+
+
+async def test_the_workers_private_token_is_not_on_their_command_lines(front):
+    """Any local user reads every process's arguments (`ps`); with the workers' token it could go
+    straight to a worker's port, past the front's public token, guard and caps, and name any client."""
+    async with httpx.AsyncClient(base_url=front, timeout=30) as http:
+        stats = (await http.get("/control/stats", headers=GOOD)).json()
+    for pid, address in zip(stats["worker_pids"], stats["worker_addresses"], strict=True):
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert not any(b'"token"' in a for a in args), "the worker's token is on its command line"
+        refused = httpx.get(f"http://{address}/control/episodes", headers=GOOD)
+        assert refused.status_code == 403  # and the public token does not open it either
