@@ -233,7 +233,7 @@ def process_count(procs: str) -> int:
     """`--procs` as a number of processes: `0` or `auto` is one per core this process may use."""
     if procs.strip().lower() in ("0", "auto"):
         return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if not procs.strip().isdigit():
+    if not procs.strip().isdecimal():  # isdigit() also takes "²", which int() refuses
         fail(f"--procs must be a number of processes, 0 or auto, not {procs!r}")
     return int(procs)
 

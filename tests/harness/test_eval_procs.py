@@ -162,8 +162,9 @@ def test_a_killed_parent_leaves_no_process_and_resume_folds_what_they_finished(t
     assert {r.trial_key: r.started_at for r in records if r.trial_key in finished} == finished  # not re-run
 
 
-def test_a_bad_process_count_is_one_line(tmp_path: Path) -> None:
-    arguments = f"eval {ENVS[0]} --agent oracle --procs -1 --out {tmp_path / 'run'}".split()
+@pytest.mark.parametrize("procs", ["-1", "\u00b2"])  # "²" is a digit to str.isdigit, not to int()
+def test_a_bad_process_count_is_one_line(tmp_path: Path, procs: str) -> None:
+    arguments = [*f"eval {ENVS[0]} --agent oracle --out {tmp_path / 'run'}".split(), "--procs", procs]
     run = subprocess.run(
         [sys.executable, "-m", "envforge.cli", *arguments], capture_output=True, text=True, cwd=REPO
     )
