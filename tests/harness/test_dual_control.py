@@ -88,6 +88,7 @@ async def test_a_saved_run_is_rescored_from_its_stored_end_state(tmp_path):
     assert rec["parts"] == {"env_assertions": 1.0}
     # the stored end state says airplane mode stayed on: rescoring must judge that, not the record
     rec["final_diff"] = {}
+    rec["final_state_hash"] = None  # a record without a hash: nothing to check the edited diff against
     path.write_text(json.dumps(rec) + "\n")
     result = await rescore(tmp_path / "run")
     [again] = result.records
