@@ -8,7 +8,6 @@ which makes the stored logprobs belong to different tokens than the ones trained
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -64,7 +63,11 @@ _RESULT = "\x00result\x00"
 _CHATML_TOOL = (f"{IM_START}tool\n", f"{IM_END}\n")
 
 
-@functools.lru_cache(maxsize=8)
+_FRAMES: dict[str, tuple[str, str]] = {}
+"""Each chat template's tool frame, worked out once (rendering a template costs milliseconds, and
+every rollout builds its sequence anew)."""
+
+
 def _template_tool_frame(tokenizer: Any) -> tuple[str, str]:
     try:
         before = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
@@ -84,9 +87,12 @@ def tool_frame(tokenizer: TokenizerLike) -> tuple[str, str]:
     ...\n</tool_response><|im_end|>`): shown a `tool` turn instead, the packaged
     Qwen2.5-Coder-0.5B went on writing JSON (the result echoed back, read as another call) where
     it should have answered the user."""
-    if not getattr(tokenizer, "chat_template", None):
+    template = getattr(tokenizer, "chat_template", None)
+    if not isinstance(template, str) or not template:
         return _CHATML_TOOL
-    return _template_tool_frame(tokenizer)
+    if template not in _FRAMES:
+        _FRAMES[template] = _template_tool_frame(tokenizer)
+    return _FRAMES[template]
 
 
 class SequenceBuilder:
