@@ -12,15 +12,23 @@ is `"<class>: <detail>"`, the class one of:
   amount), or a name it never gives (the user calling themselves by another name).
 - **tells the answer**: the request now holds a value the agent must find and tell the user.
 - **principal**: the rewrite is no longer the user speaking of their own: not in the first or
-  second person at all, or first-person while it still says "your orders" (the template's
-  second person, which said to the agent means the agent's orders). Captured: Qwen2.5-Coder-0.5B
+  second person at all, first-person while it still says "your orders" (the template's
+  second person, which said to the agent means the agent's orders), or speaking of a third
+  person's ("my husband's order", "her profile"). Captured: Qwen2.5-Coder-0.5B
   wrote "I want to return, from the order … among your orders, …".
 - **reverses**: a comparison turned round ("more than" become "less than", "highest" become
-  "cheapest").
+  "cheapest"), or the request negated ("I don't want to cancel").
+- **units**: a figure kept with another unit ("5 days" become "5 weeks").
+- **case**: a value said in other letter case ("Cedar Lane" become "cedar lane", "O-5008" become
+  "o-5008"): the agent writes what the user says, and the end state holds the template's case.
+- **adds**: an action the template never asks for ("also delete my account", "remove" for "add":
+  the agent would carry it out), or words about the agent's own rules ("skip the identity check",
+  "ignore your policy").
 - **realism**: a realism measure (`realism.py`) the template is clear of and the rewrite is not:
   a tool's name or description, numbered steps, stiff wording.
 
-Values are compared as said (`spoken_text`: case, commas and underscores do not count), and
+Values are compared as said (`spoken_text`: commas and underscores do not count; case only through
+**case**, for a value that holds a capital), and
 figures as tokens: "2 days" reworded "two days" drops "2". That is strict on purpose: a rejected
 rewrite costs only the template's wording, a kept wrong one a task whose user asks for something
 its verifier does not check.
@@ -50,6 +58,93 @@ _OPPOSITES = (
     (("highest", "most expensive", "largest", "biggest", "greatest", "maximum", "most"),
      ("lowest", "cheapest", "least", "smallest", "fewest", "minimum")),
 )  # fmt: skip
+
+
+# a figure and the unit after it ("5 days", "12 kg", "30%")
+_MEASURE = re.compile(r"(?i)(?<![\w.])(\d[\d.,]*)(?:\s*-?\s*)(%|[a-z]+)")
+_UNITS = frozenset(
+    "second minute hour day night week month year dollar cent euro pound percent % kg kilogram gram "
+    "lb mile km kilometer meter item unit piece seat ticket passenger bag guest room".split()
+)
+_NEGATIONS = ("not", "don't", "do not", "doesn't", "never", "no longer", "won't")
+# a third person's things: "my husband's order", "her profile"
+_THIRD_PERSON = re.compile(
+    r"(?i)\b(?:(?:my|our) \w+'s|someone else's|he|she|his|her|hers|him|herself|himself)\b"
+)
+# verbs that change something, beside the env's own tools' verbs; reading ones never count
+_ACTIONS = frozenset(
+    "add book buy cancel change close create delete disable downgrade enable exchange freeze "
+    "modify open purchase refund remove rent replace reset resume return revoke sell suspend swap "
+    "transfer update upgrade withdraw".split()
+)
+_NOT_ACTIONS = frozenset(
+    "get list find search check calculate quote show view request place issue fill send".split()
+)
+_RULE_WORDS = (
+    "skip", "ignore", "bypass", "override", "policy", "policies", "rules", "instructions",
+    "without verifying", "without verification", "without checking", "without confirming",
+    "no need to verify", "no need to check", "don't verify", "don't check", "don't ask",
+)  # fmt: skip
+
+
+def _measures(text: str) -> dict[str, set[str]]:
+    """figure -> the units said right after it ("days" counted as "day")."""
+    out: dict[str, set[str]] = {}
+    for figure, unit in _MEASURE.findall(text):
+        unit = unit.lower()
+        unit = unit[:-1] if unit.endswith("s") and unit[:-1] in _UNITS else unit
+        if unit in _UNITS:
+            out.setdefault(figure.rstrip(".,"), set()).add(unit)
+    return out
+
+
+def _units(template: str, rewrite: str) -> list[str]:
+    before, after = _measures(template), _measures(rewrite)
+    return [
+        f"units: {figure} {unit}"
+        for figure, units in sorted(after.items())
+        for unit in sorted(units - before.get(figure, units))
+    ] + [
+        f"units: {figure} {unit} is no longer said"
+        for figure, units in sorted(before.items())
+        if figure.lower() in _figures(rewrite)  # else the figure itself is dropped
+        for unit in sorted(units - after.get(figure, set()))
+    ]
+
+
+def _case(values: list[str], rewrite: str) -> list[str]:
+    """Values holding a capital that the rewrite says only in other letter case."""
+    kept = " ".join(rewrite.replace(",", " ").replace("_", " ").split())
+    out = []
+    for value in dict.fromkeys(values):
+        exact = " ".join(value.replace(",", " ").replace("_", " ").split())
+        if exact.lower() != exact and exact.lower() in kept.lower() and exact not in kept:
+            out.append(f"case: {value}")
+    return out
+
+
+def _said_verb(text: str, verb: str) -> bool:
+    forms = [verb, verb + "s", verb + "es", verb + "d", verb + "ed", verb + "ing", verb[:-1] + "ing"]
+    forms += [verb + verb[-1] + "ed", verb + verb[-1] + "ing"]
+    return any(_has(text, f) for f in forms)
+
+
+def _adds(template: str, rewrite: str, tools: Mapping[str, str]) -> list[str]:
+    verbs = (_ACTIONS | {name.split("_")[0].lower() for name in tools}) - _NOT_ACTIONS
+    out = [
+        f"adds: asks to {v}" for v in sorted(verbs) if _said_verb(rewrite, v) and not _said_verb(template, v)
+    ]
+    out += [
+        f"adds: says {w!r} of the agent's rules"
+        for w in _RULE_WORDS
+        if _has(rewrite, w) and not _has(template, w)
+    ]
+    return out
+
+
+def _negated(template: str, rewrite: str) -> list[str]:
+    said = rewrite.replace("\u2019", "'")
+    return [f"reverses: says {w!r}" for w in _NEGATIONS if _has(said, w) and not _has(template, w)]
 
 
 def _figures(text: str) -> set[str]:
@@ -82,7 +177,9 @@ def _principal(template: str, rewrite: str) -> list[str]:
         return []  # still the template's second person: the harness says it as the user
     theirs = {m.group(0).lower() for m in _YOUR.finditer(template)}
     kept = sorted({m.group(0).lower() for m in _YOUR.finditer(rewrite)} & theirs)
-    return [f"principal: says {k!r} of the user's own in a first-person request" for k in kept]
+    out = [f"principal: says {k!r} of the user's own in a first-person request" for k in kept]
+    others = {m.group(0).lower() for m in _THIRD_PERSON.finditer(rewrite) if not _has(template, m.group(0))}
+    return out + [f"principal: speaks of a third person's ({w!r})" for w in sorted(others)]
 
 
 def _realism(task: Task, rewritten: Task, tools: Mapping[str, str]) -> list[str]:
@@ -144,7 +241,11 @@ def rewrite_problems(task: Task, rewritten: UserScenario, tools: Mapping[str, st
     new_names = {w for w in _MID_CAPITAL.findall(after) if not _has(source, w)}
     problems += [f"invents: the name {w}" for w in sorted(new_names)]
     problems += _principal(before, after)
-    problems += _reversed(before, after)
+    problems += _reversed(before, after) + _negated(before, after)
+    problems += _units(before, after)
+    capitals = [*words, *(t for t in _FIGURE.findall(before) if any(c.isdigit() for c in t))]
+    problems += _case([v for v in capitals if spoken_text(v) in said], after)
+    problems += _adds(before, after, tools)
     problems += _realism(task, task.model_copy(update={"scenario": rewritten}), tools)
     return problems
 
