@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from .report import GATES, SynthesisReport, read_report
     from .rules import gate_kept, gate_rules
     from .sandbox import SeedRunError, run_seed_generator
-    from .skeleton import speakable, tools_skeleton
+    from .skeleton import speakable, tools_skeleton, with_documented_signatures
 
 # name -> module (inside this subpackage) that defines it, imported on first access
 _LAZY = {
@@ -79,6 +79,7 @@ _LAZY = {
     "run_seed_generator": "sandbox",
     "speakable": "skeleton",
     "tools_skeleton": "skeleton",
+    "with_documented_signatures": "skeleton",
 }
 
 
@@ -123,4 +124,5 @@ __all__ = [
     "strip_fences",
     "synthesize_env",
     "tools_skeleton",
+    "with_documented_signatures",
 ]

@@ -45,8 +45,10 @@ class Usage:
     completion_tokens: int = 0
     cost: float = 0.0
     keys: list[str] = field(default_factory=list)
+    answers: dict[str, str] = field(default_factory=dict)  # "stage:round" -> the model's text
 
     def add(self, key: str, reply: Reply) -> None:
+        self.answers[key] = reply.text
         self.calls += 1
         self.prompt_tokens += reply.prompt_tokens
         self.completion_tokens += reply.completion_tokens

@@ -13,6 +13,7 @@ rejected or malicious candidate never becomes an env anyone loads.
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import re
@@ -38,7 +39,7 @@ from .probes import execute_proposals, probe_env
 from .report import REPORT_FILE, GateResult, RoundRecord, SynthesisReport, write_report
 from .rules import gate_kept, gate_rules
 from .sandbox import SeedRunError, run_seed_generator
-from .skeleton import speakable, tools_skeleton
+from .skeleton import speakable, tools_skeleton, with_documented_signatures
 
 log = logging.getLogger(__name__)
 
@@ -159,9 +160,9 @@ def gate_static(cand: Candidate) -> GateResult:
     return _gate("static", len(results), sum(1 for _, ps in results if not ps), problems, blame, t0)
 
 
-_DOCS_TABLE = re.compile(
-    r"(?is)\bCREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?[\"`\[]?(?:tools?|functions?|endpoints?)[\"`\]]?\s*\((?=[^;]*\bdescription\b)(?=[^;]*\bparameters\b)"
-)
+_DOCS_TABLE = re.compile(r"(?is)\bCREATE\s+TABLE\b[^(;]*\((?=[^;]*\bdescription\b)(?=[^;]*\bparameters\b)")
+"""A table with both a `description` and a `parameters` column, whatever its name (captured:
+`tools`, then `tool_documents` once the prompt said not to store the documents)."""
 
 
 def _stores_docs(cand: Candidate) -> list[str]:
@@ -346,6 +347,25 @@ async def run_gates(
     return gates
 
 
+def _parses(text: str) -> bool:
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def _as_written(stage: str, answer: str, docs: list[ToolDoc]) -> str:
+    """A stage's answer as the candidate file, out of its fence. A tools.py that does not parse
+    gets the documented tools' headers as the skeleton writes them
+    (`skeleton.with_documented_signatures`): a header is the docs', not the model's to get wrong;
+    one that parses is judged as written (the probes gate names any surface that differs)."""
+    text = strip_fences(answer)
+    if stage == "tools" and not _parses(text):
+        return with_documented_signatures(text, docs)
+    return text
+
+
 def _evidence(gate: GateResult, cand: Candidate, stage: str) -> str:
     lines = [f"Gate '{gate.name}' failed ({gate.passed_checks}/{gate.checks} checks passed):"]
     lines += [f"- {p}" for p in gate.problems]
@@ -381,9 +401,8 @@ async def synthesize_env(
         try:
             for stage in STAGES:
                 say(f"asking for {stage}")
-                cand.text[stage] = strip_fences(
-                    await _ask(responder, usage, stage, 0, _stage_context(stage, docs, cand))
-                )
+                answer = await _ask(responder, usage, stage, 0, _stage_context(stage, docs, cand))
+                cand.text[stage] = _as_written(stage, answer, docs)
             for round_ in range(settings.max_rounds + 1):
                 say(f"round {round_}: gates")
                 gates = await run_gates(cand, docs, settings, responder, usage, round_, staging)
@@ -403,7 +422,7 @@ async def synthesize_env(
                     evidence = _evidence(failed, cand, stage)
                     context = _stage_context(stage, docs, cand)
                     answer = await _ask(responder, usage, stage, round_ + 1, context, evidence)
-                    cand.text[stage] = strip_fences(answer)
+                    cand.text[stage] = _as_written(stage, answer, docs)
         except LLMError as exc:
             report.reasons = [str(exc)]
         report.llm_calls = usage.calls
@@ -418,7 +437,7 @@ async def synthesize_env(
             _move_into_place(staging, report, out_dir)
         else:
             kept = rejected_dir(out_dir)
-            _keep_rejected(cand, kept)
+            _keep_rejected(cand, kept, usage.answers, report.model)
             write_report(report, kept)
     return report
 
@@ -457,8 +476,11 @@ def _move_into_place(staging: Path, report: SynthesisReport, out_dir: Path) -> N
     shutil.rmtree(rejected_dir(out_dir), ignore_errors=True)
 
 
-def _keep_rejected(cand: Candidate, kept: Path) -> None:
-    """Keep the last candidate as inert text for a person to read: never as an env that could load."""
+def _keep_rejected(cand: Candidate, kept: Path, answers: dict[str, str], model: str) -> None:
+    """Keep the last candidate as inert text for a person to read: never as an env that could load.
+    Every answer of the run goes beside it as `responses.json`, in the recordings' format
+    (`load_recordings`): `--replay` runs the same rejection again offline, and a test can hold a
+    fix to what a real model wrote (`tests/fixtures/envsynth/captured_*`)."""
     target = kept / REJECTED_DIR
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
@@ -471,3 +493,7 @@ def _keep_rejected(cand: Candidate, kept: Path) -> None:
     }
     for stage, text in cand.text.items():
         (target / names[stage]).write_text(text, encoding="utf-8")
+    recorded = {"note": f"every answer of {model} in this rejected run", "responses": answers}
+    (target / "responses.json").write_text(
+        json.dumps(recorded, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import keyword
+import re
 from typing import Any
 
 from envforge.server.sandbox.static_gate import DANGEROUS_SQL
@@ -89,3 +90,69 @@ def tools_skeleton(docs: list[ToolDoc]) -> str:
     head = "from __future__ import annotations\n\nfrom typing import Any, Dict, List, Literal\n\n"
     head += "from envforge.server import Db, ToolError, tool\n"
     return head + "".join(f"\n\n{_tool(d)}\n" for d in docs if speakable(d))
+
+
+_HEADER = (
+    "from __future__ import annotations",
+    "from typing import Any, Dict, List, Literal",
+    "from envforge.server import Db, ToolError, tool",
+)
+_DEF = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)[ \t]*\(", re.MULTILINE)
+
+
+def _header_end(text: str, start: int) -> int | None:
+    """The index of the `:` that ends the def header whose `(` is at `start`, scanning brackets
+    and strings; None when a line ends first outside brackets (a header that is no header)."""
+    depth, quote, i = 0, "", start
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "\"'":
+            quote = c
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == ":" and depth == 0:
+            return i
+        elif c == "\n" and depth == 0:
+            return None
+        i += 1
+    return None
+
+
+def with_documented_signatures(tools_py: str, docs: list[ToolDoc]) -> str:
+    """The model's tools.py with each documented tool's header replaced by the skeleton's, and the
+    skeleton's imports made sure of: the surface is the docs', only bodies and `writes=` are the
+    model's. Captured: Qwen2.5-Coder-0.5B copied the skeleton but left `= None` off one optional
+    parameter ("non-default argument follows default argument"), and again each repair round;
+    it also dropped the typing import the annotations need. Only docs-derived text is written
+    (names are identifiers, allowed values JSON strings); the static gate still judges it all."""
+    headers = {d.name: _tool(d).splitlines()[1] for d in docs if speakable(d)}
+    edits: list[tuple[int, int, str]] = []
+    seen: set[str] = set()
+    for m in _DEF.finditer(tools_py):
+        name = m.group(1)
+        if name not in headers or name in seen:
+            continue
+        end = _header_end(tools_py, m.end() - 1)
+        if end is None:
+            continue
+        seen.add(name)
+        indent = m.group(0)[: len(m.group(0)) - len(m.group(0).lstrip())]
+        edits.append((m.start(), end + 1, indent + headers[name]))
+    text = tools_py
+    for start, end, header in reversed(edits):
+        text = text[:start] + header + text[end:]
+    lines = text.splitlines()
+    missing = [h for h in _HEADER[1:] if h not in lines]
+    if _HEADER[0] in lines:
+        at = lines.index(_HEADER[0]) + 1
+        lines[at:at] = missing
+    else:
+        lines[0:0] = [_HEADER[0], *missing]
+    return "\n".join(lines) + "\n"

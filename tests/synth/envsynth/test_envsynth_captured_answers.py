@@ -15,13 +15,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from envforge.server import check_python
 from envforge.synth.envsynth import (
     LLMError,
     ReplayResponder,
     Reply,
     SynthSettings,
     load_doc_set,
+    load_recordings,
+    rejected_dir,
+    strip_fences,
     synthesize_env,
+    with_documented_signatures,
 )
 
 from support.paths import ENVSYNTH_FIXTURES, REPO
@@ -67,3 +72,46 @@ async def test_the_captured_answers_get_evidence_that_says_what_to_change(tmp_pa
     for doc in docs:
         assert f"async def {doc.name}(db: Db" in asked.prompts["tools:0"], doc.name
     assert "## Tool documents (JSON)" not in asked.prompts["tools:0"]
+
+
+SKELETON_RUN = ENVSYNTH_FIXTURES / "captured_petstore_0.5b_skeleton"
+
+
+def test_a_copied_skeleton_with_a_broken_header_gets_the_documented_header() -> None:
+    # shown the skeleton, the model copied it but wrote `password: str | None` without `= None`
+    # after a defaulted parameter: a syntax error, repeated in all three repair rounds
+    docs = load_doc_set(CORPUS, CORPUS / "openapi_petstore_users" / "docs")
+    answer = strip_fences(load_recordings(SKELETON_RUN)["tools:0"])
+    assert [v.rule for v in check_python(answer)] == ["syntax error"]
+    fixed = with_documented_signatures(answer, docs)
+    assert check_python(fixed) == []
+    # only the headers changed: every body and decorator the model wrote is still there
+    assert [ln for ln in answer.splitlines() if ln.lstrip().startswith(("@tool", "raise", '"""'))] == [
+        ln for ln in fixed.splitlines() if ln.lstrip().startswith(("@tool", "raise", '"""'))
+    ]
+
+
+async def test_the_captured_skeleton_answers_fail_only_on_the_documents_table(tmp_path: Path) -> None:
+    docs = load_doc_set(CORPUS, CORPUS / "openapi_petstore_users" / "docs")
+    responder = ReplayResponder.from_path(SKELETON_RUN)
+    settings = SynthSettings(name="petstore", max_rounds=0)
+    report = await synthesize_env(docs, tmp_path / "petstore", responder, settings)
+    static = report.rounds[0].gates[0]
+    # `CREATE TABLE tool_documents (..., description TEXT, parameters JSON)`: the same misreading
+    # under the name the prompt did not forbid; tools.py now passes the static gate
+    assert static.blame == ["schema"], static.problems
+    assert all(p.startswith("schema.sql stores the tool documents") for p in static.problems)
+
+
+async def test_a_rejected_run_keeps_every_answer_to_replay_it(tmp_path: Path) -> None:
+    docs = load_doc_set(CORPUS, CORPUS / "openapi_petstore_users" / "docs")
+    settings = SynthSettings(name="petstore", max_rounds=0)
+    captured = ReplayResponder.from_path(SKELETON_RUN)
+    first = await synthesize_env(docs, tmp_path / "a" / "petstore", captured, settings)
+    kept = rejected_dir(tmp_path / "a" / "petstore") / "rejected_candidate" / "responses.json"
+    answers = load_recordings(kept)
+    assert answers == {k: v for k, v in load_recordings(SKELETON_RUN).items() if k.endswith(":0")}
+    again = await synthesize_env(docs, tmp_path / "b" / "petstore", ReplayResponder.from_path(kept), settings)
+    assert [g.model_dump(exclude={"seconds"}) for g in again.rounds[0].gates] == [
+        g.model_dump(exclude={"seconds"}) for g in first.rounds[0].gates
+    ]
