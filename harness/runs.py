@@ -346,7 +346,8 @@ class Rescored:
     mismatched: dict[str, str] = field(default_factory=dict)
     """trial key -> why its stored final state is not to be believed: the state rebuilt from the
     record's `final_diff` does not hash to its `final_state_hash` (the record was altered, or the
-    task's initial state is not the one the run started from). It keeps its stored score."""
+    task's initial state is not the one the run started from), the hash is missing, or the diff
+    cannot be rebuilt at all (`_checked_final`). It keeps its stored score."""
     read: TrialsRead = field(default_factory=TrialsRead)
     written: Path | None = None
 
@@ -417,13 +418,9 @@ async def _rescore(
             result.unscored[rec.trial_key] = why
             result.records.append(rec)
             continue
-        final = et.final_from_diff(task, _diff(rec.final_diff))
-        if rec.final_state_hash is not None and (rebuilt := state_hash(final)) != rec.final_state_hash:
-            result.mismatched[rec.trial_key] = (
-                f"the final state rebuilt from its stored diff hashes to {rebuilt[:12]}, not to its "
-                f"final_state_hash {rec.final_state_hash[:12]}: the record was altered, or the task's "
-                "initial state is not the run's"
-            )
+        final, why = _checked_final(et, task, rec)
+        if final is None:
+            result.mismatched[rec.trial_key] = why
             result.records.append(rec)
             continue
         ts = await score_trial(
@@ -447,6 +444,27 @@ async def _rescore(
             )
         )
     return result
+
+
+def _checked_final(et: EnvTasks, task: Task, rec: TrialRecord) -> tuple[State | None, str]:
+    """`rec`'s final state rebuilt from its stored diff, or None and why it is not to be believed:
+    the diff cannot be applied, or the state does not hash to `final_state_hash` (a run stores
+    the diff and the hash together, so one without the other was altered too)."""
+    assert rec.final_diff is not None
+    try:
+        final = et.final_from_diff(task, _diff(rec.final_diff))
+    except (ValueError, KeyError, TypeError) as exc:  # a diff of the wrong shape, or tables
+        text = str(exc).strip()
+        return None, f"its stored final state cannot be rebuilt ({text.splitlines()[0] if text else exc!r})"
+    if rec.final_state_hash is None:
+        return None, "it has a stored final state but no final_state_hash to check it against"
+    if (rebuilt := state_hash(final)) != rec.final_state_hash:
+        return None, (
+            f"the final state rebuilt from its stored diff hashes to {rebuilt[:12]}, not to its "
+            f"final_state_hash {rec.final_state_hash[:12]}: the record was altered, or the task's "
+            "initial state is not the run's"
+        )
+    return final, ""
 
 
 def _diff(raw: dict[str, Any]) -> Any:

@@ -92,3 +92,28 @@ async def test_a_record_whose_final_state_does_not_match_its_hash_is_reported(tm
         assert f"error: {line['trial_key']}: the final state rebuilt from its stored diff hashes to" in said
     assert "2 trial(s) failed the final-state hash check" in said and "Traceback" not in said
     assert lines[2]["trial_key"] not in said
+
+
+async def test_a_stored_final_state_without_its_hash_or_unreadable_is_reported(tmp_path: Path) -> None:
+    """The hash check is not skipped by removing the hash, and one record's unreadable diff (wrong
+    shape, a table the env has not) is that record's error, not the end of the whole rescore."""
+    ids = [t.id for t in load_tasks(RETAIL)[:4]]
+    run = tmp_path / "run"
+    _, records = await run_eval([RETAIL], EvalConfig(agent="oracle", task_ids=ids), run)
+    assert [r.reward for r in records] == [1.0] * 4
+    lines = [json.loads(line) for line in (run / "trials.jsonl").read_text().splitlines()]
+    lines[0]["final_state_hash"] = None  # the hash removed, the diff altered: the writes gone
+    lines[0]["final_diff"] = {}
+    lines[1]["final_diff"] = {"orders": "not a table diff"}
+    lines[2]["final_diff"] = {"no_such_table": {"inserted": [{"id": "X"}]}}
+    (run / "trials.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    result = await rescore(run)
+    assert sorted(result.mismatched) == sorted(line["trial_key"] for line in lines[:3])
+    assert [r.reward for r in result.records] == [1.0] * 4  # stored scores kept, the fourth rescored
+
+    done = cli("rescore", str(run), "--out", str(tmp_path / "new"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    said = " ".join(done.stderr.split())
+    assert all(f"error: {line['trial_key']}:" in said for line in lines[:3]), said
+    assert "3 trial(s) failed the final-state hash check" in said
