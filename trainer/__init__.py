@@ -56,7 +56,7 @@ if TYPE_CHECKING:
         run_training,
         write_user_errors,
     )
-    from .short_tasks import split_steps, step_tasks
+    from .short_tasks import split_steps, step_tasks, told_tasks
     from .summary import RunSummary, summarize
     from .tiny import build_tiny_model
     from .trajectory import IM_END, SequenceBuilder, Trajectory
@@ -128,6 +128,7 @@ _LAZY = {
     "held_out": "lookup",
     "step_tasks": "short_tasks",
     "split_steps": "short_tasks",
+    "told_tasks": "short_tasks",
     "svg_line_chart": "plots",
     "write_comparison": "plots",
     "write_plots": "plots",
@@ -221,6 +222,7 @@ __all__ = [
     "summarize",
     "svg_line_chart",
     "token_logprobs",
+    "told_tasks",
     "train",
     "unbatched_session",
     "unbiased_std",

@@ -31,9 +31,9 @@ from envforge.trainer import (
     held_out,
     split_steps,
     step_tasks,
+    told_tasks,
     unbatched_session,
 )
-from envforge.trainer.short_tasks import told_tasks
 
 from support.paths import REPO
 from support.tokenizer import EOS, ChunkTokenizer
