@@ -327,10 +327,14 @@ class FleetFront:
         return len(self._owned.get(client, ())) + self._opening[client]
 
     async def _recount(self, client: str) -> None:
-        """`client`'s open episodes as the live workers list them (expired ones are gone there)."""
+        """`client`'s open episodes as the live workers list them (expired ones are gone there),
+        and those created through the front while they were listed (a worker listed before one
+        of them was made lacks it: without these, concurrent creates got past the cap)."""
+        before = set(self._owned.get(client, ()))
         ids: set[str] = set()
         for listing in await self._gather("/control/episodes"):
             ids.update(row["episode_id"] for row in listing["episodes"] if row.get("owner") == client)
+        ids |= self._owned.get(client, set()) - before
         if ids:
             self._owned[client] = ids
         else:
@@ -370,12 +374,15 @@ class FleetFront:
         return len(self._sessions.get(client, ())) + self._sessions_opening[client]
 
     async def _recount_sessions(self, client: str) -> None:
-        """`client`'s open sessions as the live workers' own tables have them (idled-out ones are gone)."""
+        """`client`'s open sessions as the live workers' own tables have them (idled-out ones are
+        gone), and those opened while they were listed (as `_recount` does for episodes)."""
+        before = set(self._sessions.get(client, ()))
         ids = {
             worker.prefix + session
             for worker, listing in await self._gather_from("/control/sessions", client)
             for session in listing.get("sessions", [])
         }
+        ids |= self._sessions.get(client, set()) - before
         if ids:
             self._sessions[client] = ids
         else:

@@ -12,14 +12,16 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 
 from support.paths import BANK_DIR
-from support.serving import envforge_serve
+from support.serving import MCP_INITIALIZE, envforge_serve
 
 TOKEN = "front-secret-0123456789"
 GOOD = {"authorization": f"Bearer {TOKEN}"}
+HANDSHAKE = {"Accept": "application/json, text/event-stream", "Mcp-Protocol-Version": "2025-11-25"}
 
 
 def _raw(url: str, method: str, target: str, body: bytes = b"") -> tuple[int, bytes]:
@@ -71,3 +73,35 @@ async def test_the_workers_private_token_is_not_on_their_command_lines(front):
         assert not any(b'"token"' in a for a in args), "the worker's token is on its command line"
         refused = httpx.get(f"http://{address}/control/episodes", headers=GOOD)
         assert refused.status_code == 403  # and the public token does not open it either
+
+
+async def test_concurrent_opens_never_get_a_client_past_its_caps() -> None:
+    """A client at its cap is recounted from the workers' listings; an episode (or session) made
+    while a worker was being listed was missing from the recount, so a burst of concurrent creates
+    got 5 episodes under a cap of 3."""
+    cap = 3
+    caps = ["--max-episodes-per-client", str(cap), "--max-sessions-per-client", str(cap)]
+    with envforge_serve([str(BANK_DIR)], args=["--workers", "2", *caps]) as url:
+        limits = httpx.Limits(max_connections=100)
+        async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
+            made: list[str] = []
+            opened: list[str] = []
+
+            async def create() -> None:
+                answer = await http.post("/control/episodes", json={"env": "bank"})
+                if answer.status_code == 201:
+                    made.append(answer.json()["episode_id"])
+
+            async def open_session() -> None:
+                answer = await http.post("/envs/bank/mcp", json=MCP_INITIALIZE, headers=HANDSHAKE)
+                if answer.status_code == 200:
+                    opened.append(answer.headers["mcp-session-id"])
+
+            for _ in range(3):
+                async with anyio.create_task_group() as tg:
+                    for _ in range(40):
+                        tg.start_soon(create)
+                        tg.start_soon(open_session)
+            assert len(made) == cap, made
+            assert len(opened) == cap, opened
+            assert len((await http.get("/control/episodes")).json()["episodes"]) == cap
