@@ -93,6 +93,9 @@ _DROPPED = frozenset(
     }
 )
 _HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"te", b"upgrade"})
+_NOT_RELAYED = _HOP | {b"date", b"server"}
+"""A worker's answer headers the front does not pass on: hop-by-hop ones, and those the front's own
+server adds to every answer (relayed, each went out twice)."""
 
 
 @dataclass
@@ -497,7 +500,7 @@ class FleetFront:
             out = [
                 (k, prefix + v if k == b"mcp-session-id" else v)
                 for k, v in ((k.lower(), v) for k, v in response.raw_headers)
-                if k not in _HOP
+                if k not in _NOT_RELAYED
             ]
             if on_start is not None:
                 on_start(response.status, out)

@@ -63,6 +63,18 @@ async def test_dot_segments_after_an_episode_id_do_not_reach_a_workers_control_p
         assert listed.status_code == 200 and listed.json()["episodes"] == []
 
 
+async def test_an_answer_relayed_from_a_worker_has_one_date_and_one_server(front):
+    """The front's own server adds both to every answer; relayed too, each went out twice."""
+    async with httpx.AsyncClient(base_url=front, timeout=30, headers=GOOD) as http:
+        made = (await http.post("/control/episodes", json={"env": "bank"})).json()
+        try:
+            state = await http.get(f"/control/episodes/{made['episode_id']}/state")
+            assert state.status_code == 200
+            assert len(state.headers.get_list("date")) == len(state.headers.get_list("server")) == 1
+        finally:
+            await http.delete(f"/control/episodes/{made['episode_id']}")
+
+
 async def test_the_workers_private_token_is_not_on_their_command_lines(front):
     """Any local user reads every process's arguments (`ps`); with the workers' token it could go
     straight to a worker's port, past the front's public token, guard and caps, and name any client."""
