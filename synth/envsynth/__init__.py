@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     )
     from .pipeline import SynthSettings, rejected_dir, synthesize_env
     from .probes import schema_problems
-    from .prompts import JSON_SCHEMAS
+    from .prompts import JSON_SCHEMAS, repair_hints
     from .report import GATES, SynthesisReport, read_report
     from .rules import gate_kept, gate_rules
     from .sandbox import SeedRunError, run_seed_generator
@@ -66,6 +66,7 @@ _LAZY = {
     "Structured": "llm",
     "strip_fences": "llm",
     "JSON_SCHEMAS": "prompts",
+    "repair_hints": "prompts",
     "SynthSettings": "pipeline",
     "rejected_dir": "pipeline",
     "synthesize_env": "pipeline",
@@ -118,6 +119,7 @@ __all__ = [
     "parse_openapi",
     "read_report",
     "rejected_dir",
+    "repair_hints",
     "run_seed_generator",
     "schema_problems",
     "speakable",

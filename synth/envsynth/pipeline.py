@@ -104,6 +104,11 @@ def _stage_context(stage: str, docs: list[ToolDoc], cand: Candidate) -> dict[str
         del ctx["Tool documents (JSON)"]
     if stage in ("tools", "seed", "policy", "policy_rules", "tester", "checker"):
         ctx["schema.sql"] = cand.text.get("schema", "")
+    if stage == "seed":
+        # the seed's keys, spelled out: asked for `{table: [rows]}`, the 0.5B model wrote the key
+        # "table" (captured on Slack, all four rounds)
+        tables = _TABLE_NAME.findall(cand.text.get("schema", ""))
+        ctx["Tables to fill (the seed's keys)"] = ", ".join(dict.fromkeys(tables)) or "(none found)"
     if stage == "tools":
         ctx["tools.py skeleton"] = f"```python\n{tools_skeleton(docs)}```"
     if stage in ("policy", "policy_rules"):
@@ -160,6 +165,7 @@ def gate_static(cand: Candidate) -> GateResult:
     return _gate("static", len(results), sum(1 for _, ps in results if not ps), problems, blame, t0)
 
 
+_TABLE_NAME = re.compile(r"(?i)\bCREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?[\"`\[]?(\w+)")
 _DOCS_TABLE = re.compile(r"(?is)\bCREATE\s+TABLE\b[^(;]*\((?=[^;]*\bdescription\b)(?=[^;]*\bparameters\b)")
 """A table with both a `description` and a `parameters` column, whatever its name (captured:
 `tools`, then `tool_documents` once the prompt said not to store the documents)."""

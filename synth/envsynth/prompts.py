@@ -12,7 +12,7 @@ from typing import Any
 PROMPT_VERSIONS: dict[str, str] = {
     "schema": "schema/v2",
     "tools": "tools/v2",
-    "seed": "seed/v1",
+    "seed": "seed/v2",
     "policy": "policy/v1",
     "policy_rules": "policy_rules/v1",
     "tester": "tester/v1",
@@ -91,7 +91,8 @@ STAGE_TASKS: dict[str, str] = {
     ),
     "seed": (
         "Write seed data for this schema: at least 100 rows in all, satisfying every constraint. Answer"
-        " either ```json {table: [rows]}``` or a ```python block defining generate() -> dict[str, list[dict]]"
+        ' either ```json {"<table name>": [{"<column>": value, ...}, ...], ...}```, keyed by the schema\'s'
+        " own table names (listed below), or a ```python block defining generate() -> dict[str, list[dict]]"
         " (deterministic: use random.Random(seed) if you need randomness; imports from the allowlist and"
         " random only)."
     ),
@@ -227,6 +228,11 @@ REPAIR_HINTS: tuple[tuple[str, str], ...] = (
         ' ("add" for "attach").',
     ),
     (
+        "unknown table",
+        "seed.json's top-level keys are the schema's table names (under 'Tables to fill'), each"
+        " holding a list of rows: objects whose keys are that table's columns.",
+    ),
+    (
         "syntax error",
         "The file must parse as Python: answer with the complete file in one ```python block, every"
         " string and bracket closed, nothing after the block.",
@@ -234,7 +240,8 @@ REPAIR_HINTS: tuple[tuple[str, str], ...] = (
 )
 """What to change, per kind of static-gate problem: the gate's own words say what is wrong
 ("tools.py line 1: statement at module top level: Expr"), which Qwen2.5-Coder-0.5B answered
-with the same JSON three rounds running (captured on the corpus's Petstore set)."""
+with the same JSON three rounds running (captured on the corpus's Petstore set); "seed.json:2:
+unknown table 'table'" got `{"table": [...]}` back three times (Slack)."""
 
 
 def repair_hints(problems: list[str]) -> list[str]:

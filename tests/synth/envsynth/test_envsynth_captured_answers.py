@@ -24,6 +24,7 @@ from envforge.synth.envsynth import (
     load_doc_set,
     load_recordings,
     rejected_dir,
+    repair_hints,
     strip_fences,
     synthesize_env,
     with_documented_signatures,
@@ -39,8 +40,8 @@ class Asked:
     """The captured answers, each prompt kept; a stage the capture has no answer for (the schema,
     never blamed before) gets its round-0 answer again."""
 
-    def __init__(self) -> None:
-        self.replay = ReplayResponder.from_path(CAPTURED)
+    def __init__(self, captured: Path = CAPTURED) -> None:
+        self.replay = ReplayResponder.from_path(captured)
         self.model = self.replay.model
         self.prompts: dict[str, str] = {}
 
@@ -115,3 +116,19 @@ async def test_a_rejected_run_keeps_every_answer_to_replay_it(tmp_path: Path) ->
     assert [g.model_dump(exclude={"seconds"}) for g in again.rounds[0].gates] == [
         g.model_dump(exclude={"seconds"}) for g in first.rounds[0].gates
     ]
+
+
+SLACK_RUN = ENVSYNTH_FIXTURES / "captured_slack_0.5b_skeleton"
+
+
+async def test_the_seed_stage_is_told_its_keys_and_the_load_evidence_what_to_change(tmp_path: Path) -> None:
+    # asked for ```json {table: [rows]}```, the model answered {"table": ["tool_documents"]} in
+    # all four rounds; the load gate said "seed.json:2: unknown table 'table'" and no more
+    docs = load_doc_set(CORPUS, CORPUS / "mcp_slack" / "docs")
+    asked = Asked(SLACK_RUN)
+    await synthesize_env(docs, tmp_path / "slack", asked, SynthSettings(name="slack", max_rounds=0))
+    assert "## Tables to fill (the seed's keys)\ntool_documents" in asked.prompts["seed:0"]
+    assert '{"<table name>": [' in asked.prompts["seed:0"]
+    assert strip_fences(load_recordings(SLACK_RUN)["seed:0"]).startswith('{\n  "table"')
+    hints = repair_hints(["seed.json:2: unknown table 'table'"])
+    assert hints and "top-level keys are the schema's table names" in hints[0]
