@@ -21,11 +21,12 @@ from envforge.harness import (
     OracleAgent,
     TaskSelectionError,
     ToolCall,
+    load_env_tasks,
     rescore,
     run_eval,
     write_report,
 )
-from envforge.server import Fleet, build_app, load_env
+from envforge.server import Fleet, build_app, load_env, state_hash
 from envforge.synth import Call, load_tasks
 
 from support.fake_llm import FakeOpenAI, completion
@@ -88,7 +89,8 @@ async def test_a_saved_run_is_rescored_from_its_stored_end_state(tmp_path):
     assert rec["parts"] == {"env_assertions": 1.0}
     # the stored end state says airplane mode stayed on: rescoring must judge that, not the record
     rec["final_diff"] = {}
-    rec["final_state_hash"] = None  # a record without a hash: nothing to check the edited diff against
+    et = load_env_tasks(DUAL_PHONE_DIR)  # and its hash made to match, as a run that did that writes it
+    rec["final_state_hash"] = state_hash(et.final_from_diff(et.task(rec["task_id"]), {}))
     path.write_text(json.dumps(rec) + "\n")
     result = await rescore(tmp_path / "run")
     [again] = result.records

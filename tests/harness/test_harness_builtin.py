@@ -29,6 +29,7 @@ from envforge.harness import (
     score_trial,
     summarize,
 )
+from envforge.server import state_hash
 from envforge.synth import ActionCheck, load_tasks
 
 from support.paths import REPO, bundled_env_dirs
@@ -89,6 +90,8 @@ async def test_run_dir_refuses_overwrite_and_mismatched_resume_and_rescores(tmp_
     lines = (out / "trials.jsonl").read_text().splitlines()
     rec = json.loads(lines[0])
     rec["final_diff"] = {}
+    et = load_env_tasks(RETAIL)  # its hash made to match, as a run whose trial changed nothing writes it
+    rec["final_state_hash"] = state_hash(et.final_from_diff(et.task(rec["task_id"]), {}))
     (out / "trials.jsonl").write_text("\n".join([json.dumps(rec), *lines[1:]]) + "\n")
     rescored = {r.trial_key: r for r in (await rescore(out, write=True)).records}
     assert rescored[rec["trial_key"]].reward == 0.0 and not rescored[rec["trial_key"]].score.state_match
