@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -18,25 +17,19 @@ import typer
 from typer.testing import CliRunner
 
 from envforge.cli import trainer_commands
-from envforge.harness import EnvTasks, request_text
+from envforge.harness import request_text
 from envforge.server import Fleet, load_env
-from envforge.synth import Task, load_policy_rules, load_tasks, tasks_jsonl
+from envforge.synth import Task, load_tasks, tasks_jsonl
 from envforge.trainer import (
-    Generation,
-    HarnessRolloutEnv,
-    RolloutConfig,
-    Trajectory,
     build_tiny_model,
-    collect,
     held_out,
     split_steps,
     step_tasks,
     told_tasks,
-    unbatched_session,
 )
 
 from support.paths import REPO
-from support.tokenizer import EOS, ChunkTokenizer
+from support.scripted_policy import play_scripted
 
 GYM = REPO / "envs" / "gym"
 PHARMACY = REPO / "envs" / "pharmacy"  # synthesizes its told set in ~1 s (gym: ~10 s)
@@ -103,56 +96,24 @@ def test_told_tasks_are_synthesized_from_the_seed_with_the_facts_in_the_request(
     assert len(train) >= 2 and held
 
 
-class Replayer:
-    """Replays each task's golden calls, one a turn, then reports with the task's outputs."""
-
-    def __init__(self, tok: ChunkTokenizer, tasks: list[Task], report: str) -> None:
-        self.tok, self.tasks, self.report, self.version, self.eos_id = tok, tasks, report, 0, EOS
-
-    def session(self) -> Any:
-        return unbatched_session()
-
-    async def generate(self, prompt_ids: list[int], *, max_new_tokens: int, seed=None, session=None):
-        prompt = self.tok.decode(prompt_ids)
-        task = next(t for t in self.tasks if request_text(t) in prompt)
-        turn = prompt.count("<|im_start|>assistant") - 1
-        calls = task.golden_calls
-        report = " ".join([self.report, *task.required_outputs])
-        text = f"{calls[turn].name} {json.dumps(calls[turn].arguments)}" if turn < len(calls) else report
-        ids = [*self.tok.encode(text), EOS]
-        return Generation(token_ids=ids, logprobs=[-0.5] * len(ids), version=self.version)
-
-    async def sync_weights(self, state_dict: Any, version: int, model: Any = None) -> None:
-        self.version = version
-
-    async def aclose(self) -> None:
-        return None
+def replay(task: Task | None, turn: int) -> str:
+    """Each golden call, one a turn, then a report with the task's outputs."""
+    assert task is not None
+    calls = task.golden_calls
+    if turn < len(calls):
+        return f"{calls[turn].name} {json.dumps(calls[turn].arguments)}"
+    return " ".join(["Done: it is all set.", *task.required_outputs])
 
 
-async def _replay(report: str) -> list[Trajectory]:
-    env = load_env(PHARMACY)
-    tasks = (await told_tasks(env, 0))[:4]
-    fleet = Fleet([env])
-    try:
-        et = EnvTasks(env_dir=PHARMACY, env=env, tasks=tasks, policy_rules=load_policy_rules(env))
-        harness = HarnessRolloutEnv(fleet, et, use_mcp=False)
-        tok = ChunkTokenizer()
-        return await collect(
-            [harness],
-            Replayer(tok, tasks, report),
-            tok,
-            groups=4,
-            rollouts_per_task=1,
-            rollout_config=RolloutConfig(max_turns=5, max_new_tokens=64, max_seq_len=10**6),
-            concurrency=1,
-        )
-    finally:
-        await fleet.aclose()
+async def _four_told(fleet: Fleet) -> list[Task]:
+    return (await told_tasks(fleet.env("pharmacy"), 0))[:4]
 
 
 def test_a_told_task_solved_is_paid_and_its_opening_is_no_user_error() -> None:
     """The facts in the opening are the user's own, not a leak nor an invented fact: the golden
     calls and a report earn 1 and the detector flags nothing."""
-    solved = anyio.run(_replay, "Done: it is all set.")
+    solved = anyio.run(
+        lambda: play_scripted(PHARMACY, _four_told, replay, groups=4, rollouts_per_task=1, max_turns=5)
+    )
     assert [t.reward for t in solved] == [1.0] * 4, [(t.parts, t.user_error_reason) for t in solved]
     assert not any(t.user_error for t in solved), [t.user_error_reason for t in solved]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -21,91 +20,50 @@ import typer
 from typer.testing import CliRunner
 
 from envforge.cli import trainer_commands
-from envforge.harness import ERROR_KINDS, EnvTasks, request_text
-from envforge.server import Fleet, load_env
-from envforge.synth import Task, load_policy_rules
+from envforge.harness import ERROR_KINDS
+from envforge.server import Fleet
+from envforge.synth import Task
 from envforge.trainer import (
-    Generation,
-    HarnessRolloutEnv,
-    RolloutConfig,
     Trajectory,
     build_tiny_model,
-    collect,
     lookup_tasks,
     mask_scores,
-    unbatched_session,
 )
 
 from support.paths import REPO
-from support.tokenizer import EOS, ChunkTokenizer
+from support.scripted_policy import Say, play_scripted
 
 LIBRARY = REPO / "envs" / "library"
 
 
-class Announcer:
+def announce(task: Task | None, turn: int) -> str:
     """Says it will check, then gives a figure: a turn to ask and a turn to answer."""
-
-    def __init__(self, tok: ChunkTokenizer) -> None:
-        self.tok, self.version, self.eos_id = tok, 0, EOS
-
-    def session(self) -> Any:
-        return unbatched_session()
-
-    async def generate(self, prompt_ids: list[int], *, max_new_tokens: int, seed=None, session=None):
-        turn = self.tok.decode(prompt_ids).count("<|im_start|>assistant") - 1
-        text = "Let me check that for you." if turn == 0 else "The answer is 3."
-        ids = [*self.tok.encode(text), EOS]
-        return Generation(token_ids=ids, logprobs=[-0.5] * len(ids), version=self.version)
-
-    async def sync_weights(self, state_dict: Any, version: int, model: Any = None) -> None:
-        self.version = version
-
-    async def aclose(self) -> None:
-        return None
+    return "Let me check that for you." if turn == 0 else "The answer is 3."
 
 
 def in_a_sentence(task: Task) -> str:
     return f"The {task.seed.rsplit(':', 1)[-1].replace('_', ' ')} is {task.required_outputs[0]}."
 
 
-class Solver(Announcer):
-    """Calls the lookup's read, then answers (`answer`: its figure in a sentence by default)."""
+def solver(answer: Callable[[Task], str]) -> Say:
+    """Calls the lookup's read, then answers with `answer(task)`."""
 
-    def __init__(self, tok: ChunkTokenizer, tasks: list[Task], answer: Callable[[Task], str]) -> None:
-        super().__init__(tok)
-        self.tasks, self.answer = tasks, answer
-
-    async def generate(self, prompt_ids: list[int], *, max_new_tokens: int, seed=None, session=None):
-        prompt = self.tok.decode(prompt_ids)
-        task = next(t for t in self.tasks if request_text(t) in prompt)
+    def say(task: Task | None, turn: int) -> str:
+        assert task is not None  # played with the honest user, whose opening is the request
         call = task.golden_calls[0]
-        turn = prompt.count("<|im_start|>assistant") - 1
-        text = f"{call.name} {json.dumps(call.arguments)}" if turn == 0 else self.answer(task)
-        ids = [*self.tok.encode(text), EOS]
-        return Generation(token_ids=ids, logprobs=[-0.5] * len(ids), version=self.version)
+        return f"{call.name} {json.dumps(call.arguments)}" if turn == 0 else answer(task)
+
+    return say
 
 
 async def play(
     rate: float, seed: int = 0, groups: int = 6, solve: Callable[[Task], str] | None = None
 ) -> list[Trajectory]:
-    env = load_env(LIBRARY)
-    fleet = Fleet([env])
-    try:
-        tasks = (await lookup_tasks(fleet, "library"))[:3]
-        et = EnvTasks(env_dir=LIBRARY, env=env, tasks=tasks, policy_rules=load_policy_rules(env))
-        harness = HarnessRolloutEnv(fleet, et, use_mcp=False, user_error_rate=rate, user_error_seed=seed)
-        tok = ChunkTokenizer()
-        return await collect(
-            [harness],
-            Solver(tok, tasks, solve) if solve else Announcer(tok),
-            tok,
-            groups=groups,
-            rollouts_per_task=2,
-            rollout_config=RolloutConfig(max_turns=4, max_new_tokens=32, max_seq_len=10**6),
-            concurrency=1,
-        )
-    finally:
-        await fleet.aclose()
+    async def three_lookups(fleet: Fleet) -> list[Task]:
+        return (await lookup_tasks(fleet, "library"))[:3]
+
+    say = solver(solve) if solve else announce
+    return await play_scripted(LIBRARY, three_lookups, say, groups=groups, user_error_rate=rate, seed=seed)
 
 
 def test_every_injected_error_is_recorded_and_flagged() -> None:
