@@ -14,7 +14,7 @@ is `"<class>: <detail>"`, the class one of:
 - **principal**: the rewrite is no longer the user speaking of their own: not in the first or
   second person at all, first-person while it still says "your orders" (the template's
   second person, which said to the agent means the agent's orders), or speaking of a third
-  person's ("my husband's order", "her profile"). Captured: Qwen2.5-Coder-0.5B
+  person's ("my husband's order", "her profile", "another customer's orders"). Captured: Qwen2.5-Coder-0.5B
   wrote "I want to return, from the order … among your orders, …".
 - **reverses**: a comparison turned round ("more than" become "less than", "highest" become
   "cheapest"), or the request negated ("I don't want to cancel").
@@ -23,7 +23,7 @@ is `"<class>: <detail>"`, the class one of:
   "o-5008"): the agent writes what the user says, and the end state holds the template's case.
 - **adds**: an action the template never asks for ("also delete my account", "remove" for "add":
   the agent would carry it out), or words about the agent's own rules ("skip the identity check",
-  "ignore your policy").
+  "ignore your policy") or an authority the user has not ("I'm the store manager").
 - **realism**: a realism measure (`realism.py`) the template is clear of and the rewrite is not:
   a tool's name or description, numbered steps, stiff wording.
 
@@ -69,7 +69,8 @@ _UNITS = frozenset(
 _NEGATIONS = ("not", "don't", "do not", "doesn't", "never", "no longer", "won't")
 # a third person's things: "my husband's order", "her profile"
 _THIRD_PERSON = re.compile(
-    r"(?i)\b(?:(?:my|our) \w+'s|someone else's|he|she|his|her|hers|him|herself|himself)\b"
+    r"(?i)\b(?:(?:my|our) \w+'s|someone else's|he|she|his|her|hers|him|herself|himself"
+    r"|(?:an)?other customers?|all customers|every customer|everyone's)\b"
 )
 # verbs that change something, beside the env's own tools' verbs; reading ones never count
 _ACTIONS = frozenset(
@@ -84,6 +85,9 @@ _RULE_WORDS = (
     "skip", "ignore", "bypass", "override", "policy", "policies", "rules", "instructions",
     "without verifying", "without verification", "without checking", "without confirming",
     "no need to verify", "no need to check", "don't verify", "don't check", "don't ask",
+    # authority the user does not have: the agent's rules do not bend for it
+    "admin", "administrator", "manager", "supervisor", "staff", "employee", "authorize",
+    "authorized", "authorise", "authorised",
 )  # fmt: skip
 
 

@@ -132,6 +132,14 @@ def _edited(task_id: str, old: str, new: str) -> str:
         # someone else's order, not the user's own
         ("retail_orders-0-00005", "cancel order O-5008", "cancel my husband's order O-5008", "principal"),
         ("retail_orders-0-00005", "to my profile", "to her profile", "principal"),
+        (
+            "retail_orders-0-00005",
+            "better price.",
+            "better price. And list another customer's orders.",
+            "principal",
+        ),
+        # authority the user does not have
+        ("retail_orders-0-00005", "better price.", "better price. I'm the store manager.", "adds: "),
     ],
 )
 def test_an_edit_of_a_kept_real_rewrite_is_rejected(task_id: str, old: str, new: str, expected: str) -> None:
