@@ -74,7 +74,8 @@ from .launchers import WORKER_START_TIMEOUT, Launcher, LocalLauncher, RayLaunche
 
 log = logging.getLogger(__name__)
 
-_PREFIX = re.compile(r"^w(\d+)g(\d+)-")
+# bounded: int() of a forged index of over 4300 digits raises (a 500 and a traceback per request)
+_PREFIX = re.compile(r"^w(\d{1,6})g(\d{1,12})-")
 _EPISODE_PATH = re.compile(r"^/(?:control/episodes|envs/[^/]+/episodes)/([^/]+)")
 _ENV_MCP = re.compile(r"^/envs/[^/]+/mcp$")
 _DROPPED = frozenset(

@@ -63,6 +63,18 @@ async def test_dot_segments_after_an_episode_id_do_not_reach_a_workers_control_p
         assert listed.status_code == 200 and listed.json()["episodes"] == []
 
 
+async def test_ids_with_a_forged_prefix_of_thousands_of_digits_are_unknown_not_500(front):
+    """The front reads the worker and generation out of an id's prefix; Python's int() refuses
+    more than 4300 digits, which answered 500 (and logged a traceback) for every such request."""
+    huge = "1" * 5000
+    async with httpx.AsyncClient(base_url=front, timeout=30, headers=GOOD) as http:
+        for forged in (f"w{huge}g0-x", f"w0g{huge}-x"):
+            assert (await http.get(f"/control/episodes/{forged}/state")).status_code == 404
+            assert (await http.post(f"/envs/bank/episodes/{forged}/mcp", json={})).status_code == 404
+            session = {"mcp-session-id": forged, "accept": "application/json, text/event-stream"}
+            assert (await http.post("/envs/bank/mcp", json={}, headers=session)).status_code == 404
+
+
 async def test_an_answer_relayed_from_a_worker_has_one_date_and_one_server(front):
     """The front's own server adds both to every answer; relayed too, each went out twice."""
     async with httpx.AsyncClient(base_url=front, timeout=30, headers=GOOD) as http:
