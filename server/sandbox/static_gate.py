@@ -262,6 +262,7 @@ class _Checker(ast.NodeVisitor):
         self.file_bound: frozenset[str] = frozenset()  # every name the file binds, in any scope
         self.enum_classes: set[str] = set()  # the file's classes derived from an Enum
         self.class_fields: set[int] = set()  # ids of `name: type` targets in class bodies
+        self.params: list[frozenset[str]] = []  # the parameters of each enclosing function body
         self.factory_refs: set[int] = set()  # ids of nodes where a name factory may appear
         self.annotation_names: set[str] = set()
         self.assigned: dict[str, list[ast.expr]] = {}  # module and class level: name -> values
@@ -388,7 +389,12 @@ class _Checker(ast.NodeVisitor):
             self.bad(node, "forbidden attribute access", f"{name} (attributes are named in the code)")
         elif _dunder(name):
             self.bad(node, "forbidden name", name)
-        elif name in _BUILTIN_NAMES and name not in SAFE_BUILTINS and id(node) not in self.class_fields:
+        elif (
+            name in _BUILTIN_NAMES
+            and name not in SAFE_BUILTINS
+            and id(node) not in self.class_fields
+            and not any(name in params for params in self.params)
+        ):
             self.bad(node, "forbidden name", name)
         else:
             self.factory_reference(node)
@@ -505,9 +511,27 @@ class _Checker(ast.NodeVisitor):
     def _def(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
         if _dunder(node.name) or node.name in ATTR_FUNCS or node.name in self.modules:
             self.bad(node, "forbidden name", node.name)
-        if not isinstance(node, ast.ClassDef) and node.returns is not None:
+        if isinstance(node, ast.ClassDef):
+            self.generic_visit(node)
+            return
+        if node.returns is not None:
             self.annotation(node.returns)
-        self.generic_visit(node)
+            self.visit(node.returns)  # as generic_visit did
+        for decorator in node.decorator_list:
+            self.visit(decorator)
+        self.visit(node.args)
+        # In the body a parameter is the caller's value, never the builtin of its name: a tool
+        # documented with a parameter `id` (Petstore's createUser) reads it as `id`. Only the
+        # body: a default or an annotation is evaluated outside the function, where `id=id`
+        # would still be the builtin.
+        args = node.args
+        every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+        self.params.append(frozenset(a.arg for a in every if a is not None))
+        try:
+            for stmt in node.body:
+                self.visit(stmt)
+        finally:
+            self.params.pop()
 
     visit_FunctionDef = visit_AsyncFunctionDef = _def
 

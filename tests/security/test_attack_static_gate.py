@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from envforge.server import SEED_IMPORTS, EnvLoadError, check_python, load_env
+from envforge.synth.envsynth import load_recordings, strip_fences
 
 from support.confined import make_confined_env
-from support.paths import REPO
+from support.paths import ENVSYNTH_FIXTURES, REPO
 
 HEADER = "from __future__ import annotations\n\nfrom envforge.server import tool\n"
 
@@ -602,3 +603,33 @@ def test_a_field_may_have_a_builtins_name_but_the_builtin_stays_out_of_reach() -
     for leak in ("    where: int = id\n", "    kind: str = type\n"):
         sneaky = fields.replace('    body: str = ""\n', '    body: str = ""\n' + leak)
         assert any(v.rule == "forbidden name" for v in check_python(sneaky)), leak
+
+
+def test_a_parameter_named_like_a_builtin_is_the_callers_value_in_the_body() -> None:
+    # Petstore documents createUser(id, ...); Qwen2.5-Coder-1.5B wrote `(id, username, ...)` in
+    # its INSERT and the gate refused "forbidden name: id" in all four rounds (captured:
+    # tests/fixtures/envsynth/captured_petstore_1.5b). In the body `id` can only be the argument.
+    assert check_python(tool_with("return str(id)", params=", id: int")) == []
+    nested = "def inner() -> int:\n    return id\nreturn str(inner())"
+    assert check_python(tool_with(nested, params=", id: int")) == []
+
+
+@pytest.mark.parametrize(
+    ("body", "params"),
+    [
+        ("return str(id(db))", ""),  # no parameter of that name: the builtin
+        ("return str(x)", ", x: object = id"),  # a default is evaluated outside the function
+        ("return str(id)", ", id: object = id"),  # ... even beside a parameter of the name
+        ("f = lambda y=id: y\nreturn str(f())", ""),  # a lambda's default too
+    ],
+)
+def test_the_builtin_is_still_refused_wherever_no_parameter_shadows_it(body: str, params: str) -> None:
+    assert any(
+        v.rule == "forbidden name" and v.detail == "id" for v in check_python(tool_with(body, params=params))
+    )
+
+
+def test_the_captured_answers_of_the_larger_packaged_model_pass_the_static_gate() -> None:
+    answer = strip_fences(load_recordings(ENVSYNTH_FIXTURES / "captured_petstore_1.5b")["tools:0"])
+    assert "(id, username" in answer
+    assert check_python(answer) == []
