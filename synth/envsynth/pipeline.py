@@ -96,12 +96,16 @@ class Candidate:
 
 
 def _stage_context(stage: str, docs: list[ToolDoc], cand: Candidate) -> dict[str, str]:
-    """What a stage is shown. The tools stage gets the skeleton (`skeleton.py`) instead of the
-    documents when it holds every tool: the same names, parameters, types, allowed values and
+    """What a stage is shown. The schema and tools stages get the skeleton (`skeleton.py`) instead
+    of the documents when it holds every tool: the same names, parameters, types, allowed values and
     descriptions, once, in the shape of the answer (a small model's 8k context fits it twice less)."""
     ctx = {"Tool documents (JSON)": docs_json(docs)}
-    if stage == "tools" and all(speakable(d) for d in docs):
+    if stage in ("schema", "tools") and all(speakable(d) for d in docs):
         del ctx["Tool documents (JSON)"]
+    if stage == "schema" and all(speakable(d) for d in docs):
+        # shown the documents' JSON (name, description, parameters), both packaged models made
+        # that a table, `tool_documents`, even told not to (captured on Petstore and Slack)
+        ctx["The tools the tables must serve"] = f"```python\n{tools_skeleton(docs)}```"
     if stage in ("tools", "seed", "policy", "policy_rules", "tester", "checker"):
         ctx["schema.sql"] = cand.text.get("schema", "")
     if stage == "seed":

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 PROMPT_VERSIONS: dict[str, str] = {
-    "schema": "schema/v2",
+    "schema": "schema/v3",
     "tools": "tools/v2",
     "seed": "seed/v2",
     "policy": "policy/v1",

@@ -73,6 +73,10 @@ async def test_the_captured_answers_get_evidence_that_says_what_to_change(tmp_pa
     for doc in docs:
         assert f"async def {doc.name}(db: Db" in asked.prompts["tools:0"], doc.name
     assert "## Tool documents (JSON)" not in asked.prompts["tools:0"]
+    # nor is the schema stage shown the documents' JSON keys it made columns of, but the tools
+    assert '"parameters"' not in asked.prompts["schema:0"]
+    assert "## The tools the tables must serve" in asked.prompts["schema:0"]
+    assert "async def createUser(db: Db" in asked.prompts["schema:0"]
 
 
 SKELETON_RUN = ENVSYNTH_FIXTURES / "captured_petstore_0.5b_skeleton"
