@@ -512,7 +512,14 @@ class _Checker(ast.NodeVisitor):
         if _dunder(node.name) or node.name in ATTR_FUNCS or node.name in self.modules:
             self.bad(node, "forbidden name", node.name)
         if isinstance(node, ast.ClassDef):
-            self.generic_visit(node)
+            # A class body looks a name it binds up in itself, then the module, then the builtins,
+            # skipping the enclosing function: `open` read there before `open = 1` is the builtin
+            # even inside `def tool(db, open)`. No enclosing parameter shadows anything in it.
+            outer, self.params = self.params, []
+            try:
+                self.generic_visit(node)
+            finally:
+                self.params = outer
             return
         if node.returns is not None:
             self.annotation(node.returns)

@@ -621,6 +621,9 @@ def test_a_parameter_named_like_a_builtin_is_the_callers_value_in_the_body() -> 
         ("return str(x)", ", x: object = id"),  # a default is evaluated outside the function
         ("return str(id)", ", id: object = id"),  # ... even beside a parameter of the name
         ("f = lambda y=id: y\nreturn str(f())", ""),  # a lambda's default too
+        # a class body that binds the name looks it up in itself, the module, then the builtins,
+        # never in the enclosing function: this is the real builtin despite the parameter
+        ("class Leak:\n    got = id\n    id = 1\nreturn str(Leak.got)", ", id: int"),
     ],
 )
 def test_the_builtin_is_still_refused_wherever_no_parameter_shadows_it(body: str, params: str) -> None:
