@@ -91,6 +91,9 @@ def part_eval(args: argparse.Namespace) -> dict[str, Any]:
         torch.manual_seed(args.seed)
         tok = load_tokenizer(args.model)
         model = AutoModelForCausalLM.from_pretrained(str(args.weights))
+        # trl saves `use_cache: false` (its activation checkpointing); every model is sampled here
+        # as the base model is, with the KV cache
+        model.config.use_cache = True
         backend = HFBackend(
             model,
             eos_id=tok.eos_token_id,
