@@ -249,17 +249,28 @@ def environments(
         given = _given_tasks(tasks, env.name, root)
         env_tasks = [t for t in given if t.env == env.name and (split is None or split in t.split)]
         policy = load_policy_rules(env)
-        needs_user = {
+        # trl's loop has no user: a task whose write needs the user's yes, or whose user must act
+        # on their own device (dual control), cannot be played there and is left out, listed
+        confirming = {
             t.id
             for t in env_tasks
             if policy is not None and any(policy.needs_confirmation(c.name) for c in t.golden_calls)
         }
+        needs_user = confirming | {t.id for t in env_tasks if t.user_calls}
         if needs_user:
             left_out[env.name] = sorted(needs_user)
         kept = [t for t in env_tasks if t.id not in needs_user][:limit]
         if not kept:
             n = len(env_tasks)
-            why = f"all {n} need the user's yes before a write" if n else "none in that split"
+            why = (
+                (
+                    f"all {n} need the user's yes before a write"
+                    if needs_user == confirming
+                    else f"all {n} need the user's yes before a write or the user to act on their device"
+                )
+                if n
+                else "none in that split"
+            )
             raise ValueError(f"env {env.name!r} ({root}) has no task trl can play: {why}")
         playable[env.name] = kept
         _check_tool_names(env)

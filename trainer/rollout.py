@@ -33,11 +33,14 @@ from envforge.server import Environment, EpisodeClient, State
 from envforge.synth import (
     Call,
     Evidence,
+    PartScore,
     PolicyRules,
+    RewardPart,
     Step,
     Task,
     apply_diff,
     compose_reward,
+    judge_env_assertions,
     load_policy_rules,
     primary_keys,
     shown_results,
@@ -130,6 +133,9 @@ class _FleetEpisode:
             reward, parts = self.env.reward_fn(self.task, state, agent_messages)
             return RewardInfo(reward=reward, parts=parts)
         policy = self.env.policy
+        verdicts: dict[RewardPart, PartScore] = {}
+        if self.task.env_assertions:  # the env's check tools judge the end state, as `score` does
+            verdicts[RewardPart.ENV_ASSERTIONS] = await judge_env_assertions(self.env._env, self.task, state)
         evidence = Evidence(
             state,
             agent_messages,
@@ -138,6 +144,7 @@ class _FleetEpisode:
             agent_calls=self.calls,
             policy=policy,
             trajectory=self.steps if policy is not None else None,
+            verdicts=verdicts,
         )
         composed = compose_reward(self.task, evidence)
         return RewardInfo(reward=composed.value, parts={str(p): s.value for p, s in composed.parts.items()})
