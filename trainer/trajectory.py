@@ -59,40 +59,19 @@ class Trajectory(BaseModel):
         return [t for t, m in zip(self.token_ids, self.loss_mask, strict=True) if m]
 
 
-_RESULT = "\x00result\x00"
 _CHATML_TOOL = (f"{IM_START}tool\n", f"{IM_END}\n")
 
 
-_FRAMES: dict[str, tuple[str, str]] = {}
-"""Each chat template's tool frame, worked out once (rendering a template costs milliseconds, and
-every rollout builds its sequence anew)."""
-
-
-def _template_tool_frame(tokenizer: Any) -> tuple[str, str]:
-    try:
-        before = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
-        head = tokenizer.apply_chat_template(before, tokenize=False)
-        whole = tokenizer.apply_chat_template([*before, {"role": "tool", "content": _RESULT}], tokenize=False)
-    except Exception:  # a template that knows no tool role: the plain ChatML turn
-        return _CHATML_TOOL
-    if not isinstance(head, str) or not isinstance(whole, str) or not whole.startswith(head):
-        return _CHATML_TOOL
-    framed, found, after = whole[len(head) :].partition(_RESULT)
-    return (framed, after) if found and framed.startswith(IM_START) else _CHATML_TOOL
-
-
 def tool_frame(tokenizer: TokenizerLike) -> tuple[str, str]:
-    """(before, after) a tool result in the tokenizer's chat template; ChatML's `tool` turn when it
-    has none. Qwen2.5 was trained on results as a user turn (`<|im_start|>user\n<tool_response>\n
-    ...\n</tool_response><|im_end|>`): shown a `tool` turn instead, the packaged
-    Qwen2.5-Coder-0.5B went on writing JSON (the result echoed back, read as another call) where
-    it should have answered the user."""
-    template = getattr(tokenizer, "chat_template", None)
-    if not isinstance(template, str) or not template:
-        return _CHATML_TOOL
-    if template not in _FRAMES:
-        _FRAMES[template] = _template_tool_frame(tokenizer)
-    return _FRAMES[template]
+    """(before, after) a tool result in a rollout's sequence: ChatML's `tool` turn, whatever the
+    tokenizer's own template says. Qwen2.5's template writes a result as a user turn with
+    `<tool_response>` inside; framed that way, the packaged Qwen2.5-Coder-0.5B solved 1 of 120
+    held-out lookup episodes against 5 of 120 with the `tool` turn (same seed and sampling; with
+    the 60 of an earlier pair, 1 of 180 against 7 of 180), and its first training batch 0 of 32
+    against 3: the lookup figure ERPO learns from starts from those few successes. Measured with
+    `envforge train --tasks lookup --steps 0 --eval-samples 2` on the four lookup envs."""
+    del tokenizer  # one frame for every tokenizer, by measurement (above)
+    return _CHATML_TOOL
 
 
 class SequenceBuilder:
@@ -115,8 +94,8 @@ class SequenceBuilder:
         self.loss_mask += [0] * len(ids)
 
     def add_message(self, role: str, content: str) -> None:
-        """A whole non-policy message: `<|im_start|>role\\ncontent<|im_end|>\\n`; a tool result as
-        the tokenizer's chat template frames one (`tool_frame`)."""
+        """A whole non-policy message: `<|im_start|>role\\ncontent<|im_end|>\\n`; a tool result in
+        `tool_frame`'s turn."""
         if role == "tool":
             before, after = tool_frame(self.tok)
             self.add_context(f"{before}{content}{after}")

@@ -52,18 +52,15 @@ def test_context_ids_match_the_models_chat_template(name: str, tmp_path: Path) -
 
 @pytest.mark.skipif(local_model_missing(), reason=LOCAL_MODEL_MISSING)
 @pytest.mark.parametrize("name", ["smollm2", "qwen2.5-coder-0.5b"])
-def test_a_tool_result_is_framed_as_the_models_chat_template_frames_it(name: str, tmp_path: Path) -> None:
-    """Qwen2.5 reads a tool result as a user turn, `<tool_response>` inside: once written as a
-    `<|im_start|>tool` turn it never saw, after which the packaged 0.5B model echoed the result as
-    JSON (read as another call) instead of answering the user."""
+def test_a_tool_result_is_a_chatml_tool_turn_whatever_the_template(name: str, tmp_path: Path) -> None:
+    """Qwen2.5's template writes a result as a user turn with `<tool_response>`; framed so, the
+    packaged 0.5B model solved 1 of 120 held-out lookups against 5 of 120 as a `tool` turn, and
+    ERPO's lookup figure learns from those few first successes (`tool_frame`'s docstring). The
+    rollout keeps the `tool` turn, for every tokenizer, so the figure's start is not lost again."""
     tok = trainer_tokenizer(name, tmp_path)
-    messages = [
-        {"role": "system", "content": "Policy."},
-        {"role": "user", "content": "What is the daily rate cents of car V-601?"},
-        {"role": "tool", "content": '{"car_id": "V-601", "daily_rate_cents": 3500}'},
-    ]
+    result = '{"car_id": "V-601", "daily_rate_cents": 3500}'
     builder = SequenceBuilder(tok)
-    for m in messages:
-        builder.add_message(m["role"], m["content"])
-    want = tok.apply_chat_template(messages, tokenize=True, return_dict=True)
-    assert builder.token_ids == list(want["input_ids"])
+    builder.add_message("tool", result)
+    want = tok.encode(f"<|im_start|>tool\n{result}<|im_end|>\n", add_special_tokens=False)
+    assert builder.token_ids == list(want)
+    assert "tool_response" not in tok.decode(builder.token_ids)
