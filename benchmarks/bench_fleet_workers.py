@@ -47,13 +47,16 @@ def start(workers: int, port: int, ray_address: str | None = None) -> subprocess
             str(port),
             "--max-episodes-per-client",
             "100000",
+            "--max-episode-mib-per-client",
+            str(1 << 20),
         ]
     else:
         code = (
             "import sys; from envforge.server import build_front, serve_http, HTTPLimits;"
             "from envforge import listening_socket;"
             f"app, _ = build_front([{str(ENV)!r}], {workers},"
-            f" max_episodes=10**5, max_episodes_per_client=10**5, ray_address={ray_address!r});"
+            f" max_episodes=10**5, max_episodes_per_client=10**5, max_episode_bytes_per_client=1 << 40,"
+            f" ray_address={ray_address!r});"
             f"sock = listening_socket('127.0.0.1', {port});"
             f"serve_http(app, host='127.0.0.1', port={port}, limits=HTTPLimits(), sock=sock)"
         )
