@@ -18,6 +18,10 @@ from support.paths import REPO
 
 FRAMEWORKS = ("trl", "openenv", "verifiers", "inspect_ai", "datasets", "gradio")
 INSTALLED = [m for m in FRAMEWORKS if importlib.util.find_spec(m) is not None]
+NONE_INSTALLED = (
+    "none of trl, openenv, verifiers, inspect_ai, datasets, gradio is installed (make test installs "
+    "them): with nothing to import, no import could leak"
+)
 
 
 def _loaded_after(code: str) -> list[str]:
@@ -32,7 +36,7 @@ def _loaded_after(code: str) -> list[str]:
     return [m for m in out.stdout.strip().split(",") if m]
 
 
-@pytest.mark.skipif(not INSTALLED, reason="no integration's extra is installed: nothing could leak")
+@pytest.mark.skipif(not INSTALLED, reason=NONE_INSTALLED)
 def test_import_envforge_and_its_integrations_package_load_no_framework() -> None:
     code = (
         "import envforge, envforge.integrations\n"
@@ -41,7 +45,7 @@ def test_import_envforge_and_its_integrations_package_load_no_framework() -> Non
     assert _loaded_after(code) == []
 
 
-@pytest.mark.skipif(not INSTALLED, reason="no integration's extra is installed: nothing could leak")
+@pytest.mark.skipif(not INSTALLED, reason=NONE_INSTALLED)
 def test_the_cli_and_the_demos_evaluation_path_load_no_framework() -> None:
     """What `make demo` (`envforge demo`) imports: the CLI's commands, the demo, the harness's
     evaluation, report and agents, the in-process fleet."""
@@ -53,7 +57,7 @@ def test_the_cli_and_the_demos_evaluation_path_load_no_framework() -> None:
     assert _loaded_after(code) == []
 
 
-@pytest.mark.skipif(not INSTALLED, reason="no integration's extra is installed")
+@pytest.mark.skipif(not INSTALLED, reason=NONE_INSTALLED)
 def test_the_probe_sees_a_framework_that_is_imported() -> None:
     """The check can fail: an import of an installed framework is seen."""
     assert INSTALLED[0] in _loaded_after(f"import {INSTALLED[0]}")
