@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The GPU check of docs/benchmarks/training.md ("On a GPU"): the packaged 0.5B model trained on one GPU,
-# envforge's ERPO loop next to trl's GRPOTrainer on the same config, then the lookup ERPO run of
-# "ERPO on a real pretrained LM" on the GPU. Figures and logs go to OUT.
+# envforge's ERPO loop next to trl's GRPOTrainer on the same config (h2h), the lookup ERPO run of
+# "ERPO on a real pretrained LM" on the GPU (erpo), and trl's GRPOTrainer learning the lookup tasks
+# through `envforge.integrations.trl` next to envforge's own trainer, against the lr-0 control (trl).
+# Figures and logs go to OUT.
 #
 #   benchmarks/gpu_train_check.sh OUT            # needs torch with CUDA and envforge importable
+#   PARTS="trl" benchmarks/gpu_train_check.sh OUT          # some of the parts (default: h2h erpo trl)
 #   DEVICE=cpu QUICK=1 benchmarks/gpu_train_check.sh OUT   # the same path, tiny sizes, on a CPU
 #
 # `local/qwen2.5-coder-0.5b` must resolve: its packages installed, or its GGUF already in
@@ -27,6 +30,7 @@ else
     ERPO=(--steps 10 --tasks-per-step 8 --rollouts-per-task 4 --collectors 8 --max-batch 64
           --max-new-tokens 48 --eval-every 5)
 fi
+PARTS=" ${PARTS:-h2h erpo trl} "
 PRECISION=bfloat16
 [ "$DEVICE" = cpu ] && PRECISION=float32  # trl refuses bf16 without a GPU
 
@@ -40,10 +44,14 @@ timeout 240 "$PY" -c "import sys; from envforge.trainer import resolve_model; pr
     "$MODEL" >"$OUT/model.txt" 2>&1
 echo "exit $? in $((SECONDS - t0)) s"; tail -1 "$OUT/model.txt"
 
+if [[ $PARTS == *" h2h "* ]]; then
 echo "== envforge ERPO loop vs trl GRPOTrainer, same config"
 timeout 210 "$PY" benchmarks/bench_train.py --model "$MODEL" --device "$DEVICE" --precision "$PRECISION" \
     --lr 0 --staleness 0,1 "${H2H[@]}" --json "$OUT/bench_train.jsonl" >"$OUT/bench_train.log" 2>&1
 echo "exit $?"; grep -E "^(envforge|trl)" "$OUT/bench_train.log"
+fi
+
+if [[ $PARTS == *" erpo "* ]]; then
 
 echo "== ERPO on lookup tasks (docs/benchmarks/training.md, ERPO on a real pretrained LM)"
 t0=$SECONDS
@@ -68,3 +76,14 @@ print(f"steps {len(steps)}: {wall / len(timed):.2f} s a step after the first, "
       f"{sum(m.get('update_nonfinite', False) for m in steps)}")
 print("held-out:", ", ".join(f"step {e['step']}: {e['reward_mean']:.3f} ({e['episodes']} ep)" for e in evals))
 EOF
+fi
+
+if [[ $PARTS == *" trl "* ]]; then
+echo "== trl GRPOTrainer learning the lookup tasks through envforge.integrations.trl, next to envforge's trainer"
+t0=$SECONDS
+if [ "${QUICK:-0}" = 1 ]; then TRL=(--smoke); else TRL=(--model "$MODEL" --micro-batch 32 --trl-max-minutes 4); fi
+timeout "${TRL_TIMEOUT:-420}" "$PY" benchmarks/trl_vs_envforge.py "${TRL[@]}" --device "$DEVICE" \
+    --out "$OUT/trl_vs_envforge" >"$OUT/trl_vs_envforge.log" 2>&1
+echo "exit $? in $((SECONDS - t0)) s"; cat "$OUT/trl_vs_envforge/progress.log" 2>/dev/null | tail -40
+cat "$OUT/trl_vs_envforge/table.md" 2>/dev/null
+fi

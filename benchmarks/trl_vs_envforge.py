@@ -1,4 +1,4 @@
-"""trl's GRPOTrainer through `envforge.integrations.trl` next to envforge's own trainer, on the CPU.
+"""trl's GRPOTrainer through `envforge.integrations.trl` next to envforge's own trainer (CPU or GPU).
 
 Both train `local/qwen2.5-coder-0.5b` with ERPO on the lookup tasks of "ERPO on a real pretrained
 LM" (docs/benchmarks/training.md): the same train / held-out split, completions per step, learning
@@ -14,6 +14,7 @@ of `erpo_vs_control.py`.
 
     MALLOC_ARENA_MAX=2 OMP_NUM_THREADS=2 python benchmarks/trl_vs_envforge.py --out RUNS/trl_vs_envforge
     python benchmarks/trl_vs_envforge.py --smoke --out /tmp/smoke   # a tiny random model, 1 step
+    PARTS=trl benchmarks/gpu_train_check.sh OUT   # on a GPU: --device cuda --micro-batch 32
 
 Writes OUT/results.json, OUT/reward_per_step.png and OUT/table.md, and prints the ratio of the
 steps per CPU-hour (envforge's over trl's). `--trl-max-minutes` stops trl after the step that
@@ -101,6 +102,7 @@ def part_eval(args: argparse.Namespace) -> dict[str, Any]:
             seed=args.seed,
             precision=args.precision,
             max_batch=16,
+            device=args.device,
         )
         envs = [load_env(d) for d in dirs]
         try:
@@ -132,6 +134,7 @@ def part_envforge(args: argparse.Namespace) -> dict[str, Any]:
         env_kind="fleet",
         tasks="lookup",
         precision=args.precision,
+        device=args.device,
     )
     config = TrainConfig(
         steps=args.steps,
@@ -226,7 +229,7 @@ def part_trl(args: argparse.Namespace) -> dict[str, Any]:
             temperature=args.temperature,
             beta=0.0,
             scale_rewards="none",
-            use_cpu=True,
+            use_cpu=args.device == "cpu",
             bf16=args.precision == "bfloat16",
             gradient_checkpointing=True,
             logging_steps=1,
@@ -293,6 +296,7 @@ def forwarded(args: argparse.Namespace) -> list[str]:
         "trl_completion_len",
         "micro_batch",
         "trl_max_minutes",
+        "device",
     ):
         out += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     return out + (["--smoke"] if args.smoke else [])
@@ -426,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--precision", choices=["float32", "bfloat16"], default="bfloat16")
+    p.add_argument("--device", default="cpu", help="cpu or cuda: both trainers and the evaluations")
     p.add_argument(
         "--trl-completion-len",
         type=int,
