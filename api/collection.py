@@ -51,7 +51,7 @@ def checked_run_options(options: RunOptions) -> RunOptions:
             "eval_every",
             "tasks",
         )
-    if ("steps" in options.tasks or "told" in options.tasks) and options.env_kind == "fleet":
+    if options.tasks not in ("all", "lookup") and options.env_kind == "fleet":
         raise SettingError(
             "{tasks} " + options.tasks + " plays writes with the simulated user: {env_kind} harness",
             "tasks",

@@ -113,7 +113,8 @@ TasksOption = Annotated[
         "(one read call, one figure to state); steps: its tasks of 2-3 calls with one write; "
         "lookup+steps: both, each set its own env; told: 2-3-call tasks with one write "
         "synthesized from the env at --seed, the user stating its facts in the request; "
-        "lookup+told: lookups and those. All but `all` split into train and held-out.",
+        "lookup+told: lookups and those; pair: those cut to one read then the write; lookup+pair. "
+        "All but `all` split into train and held-out.",
     ),
 ]
 

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
         run_training,
         write_user_errors,
     )
-    from .short_tasks import split_steps, step_tasks, told_tasks
+    from .short_tasks import pair_tasks, split_steps, step_tasks, told_tasks
     from .summary import RunSummary, summarize
     from .tiny import build_tiny_model
     from .trajectory import IM_END, SequenceBuilder, Trajectory
@@ -129,6 +129,7 @@ _LAZY = {
     "step_tasks": "short_tasks",
     "split_steps": "short_tasks",
     "told_tasks": "short_tasks",
+    "pair_tasks": "short_tasks",
     "svg_line_chart": "plots",
     "write_comparison": "plots",
     "write_plots": "plots",
@@ -207,6 +208,7 @@ __all__ = [
     "load_tokenizer",
     "lookup_tasks",
     "mask_scores",
+    "pair_tasks",
     "parse_tool_call",
     "release_freed_memory",
     "resolve_model",

@@ -41,7 +41,7 @@ from .loop import StepMetrics, TrainConfig, collect, train
 from .plots import write_plots
 from .remote_fleet import EpisodeFleet, RemoteFleet
 from .rollout import FleetRolloutEnv, RolloutConfig, RolloutEnv, rollout
-from .short_tasks import split_steps, step_tasks, told_tasks
+from .short_tasks import pair_tasks, split_steps, step_tasks, told_tasks
 from .summary import peak_memory_mib, summarize
 from .trajectory import TokenizerLike, Trajectory
 
@@ -59,6 +59,10 @@ ENV_KIND_WHY = {
     "with the simulated user",
     ("told", "harness"): "synthesized 2-3-call tasks with a write whose user states its facts in the request",
     ("lookup+told", "harness"): "lookups and synthesized 2-3-call tasks with a write, each set its own env, "
+    "with the simulated user",
+    ("pair", "harness"): "synthesized tasks of one read then one write whose user states its facts "
+    "in the request",
+    ("lookup+pair", "harness"): "lookups and synthesized read-then-write tasks, each set its own env, "
     "with the simulated user",
 }
 """Why a run's episodes took the shape `run.json` records (`--tasks lookup` turns the harness
@@ -87,7 +91,9 @@ class RunOptions(BaseModel):
     """The bearer token of `fleet_url`'s control plane; written to no file (`options` shows stars)."""
     ray_workers: int = 0
     ray_address: str | None = None
-    tasks: Literal["all", "lookup", "steps", "lookup+steps", "told", "lookup+told"] = "all"
+    tasks: Literal["all", "lookup", "steps", "lookup+steps", "told", "lookup+told", "pair", "lookup+pair"] = (
+        "all"
+    )
     eval_every: int = 0
     eval_samples: int = 2
     precision: Precision = "float32"
@@ -117,7 +123,8 @@ async def _build_split(fleet: EpisodeFleet, opts: RunOptions) -> tuple[list[Roll
 
     Lookups play single-turn, or with the scripted user when the run has one (`env_kind="harness"`,
     which a user that errs needs); step tasks (`steps`: the env's own; `told`: synthesized at the
-    run's seed, `short_tasks.told_tasks`) always with it (a write needs its facts and consent).
+    run's seed, `short_tasks.told_tasks`; `pair`: those cut to a read and a write,
+    `short_tasks.pair_tasks`) always with it (a write needs its facts and consent).
     With both sets an env's step tasks are their own env for ERPO (`<env>/steps`, `<env>/told`):
     their reward spread is another env's. The held-out side's user never errs."""
     if opts.ray_workers or opts.fleet_url:
@@ -136,15 +143,14 @@ async def _build_split(fleet: EpisodeFleet, opts: RunOptions) -> tuple[list[Roll
             else:
                 train_envs.append(FleetRolloutEnv(fleet, name, train_tasks, use_mcp=opts.use_mcp))
                 held.append(FleetRolloutEnv(fleet, name, held_tasks, use_mcp=opts.use_mcp))
-        for kind in ("steps", "told"):
+        for kind in ("steps", "told", "pair"):
             if kind not in sets:
                 continue
             label = f"{name}/{kind}" if len(sets) > 1 else name
-            made = (
-                step_tasks(load_tasks(Path(d)))
-                if kind == "steps"
-                else await told_tasks(load_env(d), opts.seed)
-            )
+            if kind == "steps":
+                made = step_tasks(load_tasks(Path(d)))
+            else:
+                made = await (told_tasks if kind == "told" else pair_tasks)(load_env(d), opts.seed)
             train_tasks, held_tasks = split_steps(made)
             _enough(name, kind, train_tasks)
             train_envs.append(_harness(fleet, d, train_tasks, opts, opts.user_error_rate, label))

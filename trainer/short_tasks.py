@@ -14,6 +14,7 @@ same hash of the task id as the lookups.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from envforge.harness import confirmation_request
 from envforge.server import Environment, Fleet
@@ -44,6 +45,14 @@ TOLD_CONFIG = SynthConfig(
 """Straight tasks: no reasoning step to pick a record, no count to report, no refusal, no fresh
 entity; what is left is the read and the write the request names."""
 
+PAIR_TASKS = 160
+"""Tasks asked of the synthesizer per env for `--tasks pair`: a quarter of a set is held out by id
+hash, and two-call tasks are fewer to a draw, so twice the told set's draw keeps the held-out side
+near the told set's size."""
+
+PAIR_CONFIG = replace(TOLD_CONFIG, min_calls=2, max_calls=2)
+"""The told tasks cut to their shortest: one read, then the one write."""
+
 ASKED_ONLY = " Give these only when asked."
 
 
@@ -59,7 +68,9 @@ def split_steps(tasks: Sequence[Task]) -> tuple[list[Task], list[Task]]:
     return [t for t in tasks if not held_out(t.id)], [t for t in tasks if held_out(t.id)]
 
 
-async def told_tasks(env: Environment, seed: int, n: int = SYNTH_TASKS) -> list[Task]:
+async def told_tasks(
+    env: Environment, seed: int, n: int = SYNTH_TASKS, config: SynthConfig = TOLD_CONFIG
+) -> list[Task]:
     """`--tasks told`: `n` tasks of 2-3 calls synthesized from `env` at `seed` (`TOLD_CONFIG`),
     those with one write whose golden path keeps the env's policy (`_keeps_policy`), each with its
     user telling its facts in the request (`facts_told`).
@@ -69,7 +80,7 @@ async def told_tasks(env: Environment, seed: int, n: int = SYNTH_TASKS) -> list[
     repeats the failing write until the turn limit (0 of 24 episodes, 0 of 8 after the prompt
     fix). With the id in the request, what is left to learn is the read, the write and the
     report. Same env and seed: the same tasks, byte for byte."""
-    report = await synthesize(env, n, seed, TOLD_CONFIG)
+    report = await synthesize(env, n, seed, config)
     rules = load_policy_rules(env)
     fleet = Fleet([env])
     try:
@@ -77,6 +88,18 @@ async def told_tasks(env: Environment, seed: int, n: int = SYNTH_TASKS) -> list[
     finally:
         await fleet.aclose()
     return [facts_told(t) for t in kept]
+
+
+async def pair_tasks(env: Environment, seed: int, n: int = PAIR_TASKS) -> list[Task]:
+    """`--tasks pair`: the told tasks of exactly two calls, a read and then the write
+    (`PAIR_CONFIG`), with the values in the request.
+
+    The packaged 0.5B model scored 0 of 58 on the 2-3-call told set: it writes before the read
+    the policy asks for, or repeats the write until the turn limit. Two calls are the fewest a
+    read and a write take, and with the values told up front the read's result is not needed to
+    make the write: what is left is the order, the write and the report."""
+    tasks = await told_tasks(env, seed, n, PAIR_CONFIG)
+    return [t for t in tasks if len(t.golden_calls) == 2 and env.tools[t.golden_calls[0].name].read_only]
 
 
 async def _keeps_policy(fleet: Fleet, rules: PolicyRules, task: Task) -> bool:

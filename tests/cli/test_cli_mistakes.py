@@ -242,7 +242,10 @@ def test_collect_on_a_fleet_lacking_the_env(capsys, monkeypatch, tmp_path, model
         (["--env-kind", "chat"], ["--env-kind must be harness or fleet, not 'chat'"]),
         (
             ["--tasks", "some"],
-            ["--tasks must be all, lookup, steps, lookup+steps, told or lookup+told, not 'some'"],
+            [
+                "--tasks must be all, lookup, steps, lookup+steps, told, lookup+told, pair or "
+                "lookup+pair, not 'some'"
+            ],
         ),
         (["--backend", "vllm"], ["--backend vllm needs --vllm-url"]),
         (["--ray-workers", "-1"], ["--ray-workers must be >= 0"]),

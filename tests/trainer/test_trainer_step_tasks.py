@@ -23,6 +23,7 @@ from envforge.synth import Task, load_tasks, tasks_jsonl
 from envforge.trainer import (
     build_tiny_model,
     held_out,
+    pair_tasks,
     split_steps,
     step_tasks,
     told_tasks,
@@ -51,7 +52,7 @@ def _app() -> typer.Typer:
     return app
 
 
-@pytest.mark.parametrize("kind", ["steps", "told"])
+@pytest.mark.parametrize("kind", ["steps", "told", "pair"])
 def test_lookups_and_step_tasks_train_as_two_envs(tmp_path: Path, kind: str) -> None:
     env_dir = GYM if kind == "steps" else PHARMACY
     name = env_dir.name
@@ -66,15 +67,21 @@ def test_lookups_and_step_tasks_train_as_two_envs(tmp_path: Path, kind: str) -> 
     assert sorted(step["per_env"]) == [name, f"{name}/{kind}"]
     trajs = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     steps = {t["task_id"] for t in trajs if t["env"] == f"{name}/{kind}"}
-    made = step_tasks(load_tasks(GYM)) if kind == "steps" else anyio.run(told_tasks, load_env(PHARMACY), 0)
+    made = (
+        step_tasks(load_tasks(GYM))
+        if kind == "steps"
+        else anyio.run(told_tasks if kind == "told" else pair_tasks, load_env(PHARMACY), 0)
+    )
     assert steps and steps <= {t.id for t in made}
     assert json.loads((out / "run.json").read_text())["ran"]["env_kind"] == "harness"
 
 
-def test_step_tasks_refuse_the_single_turn_env(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["steps", "told", "pair", "lookup+pair"])
+def test_step_tasks_refuse_the_single_turn_env(tmp_path: Path, kind: str) -> None:
+    """A write played single-turn has no user to give its facts or its yes: refused in one line."""
     (tmp_path / "config.json").write_text("{}")
     args = ["train", "--model", str(tmp_path), "--envs", str(GYM), "--out", str(tmp_path / "o")]
-    res = CliRunner().invoke(_app(), [*args, "--tasks", "steps", "--env-kind", "fleet"])
+    res = CliRunner().invoke(_app(), [*args, "--tasks", kind, "--env-kind", "fleet"])
     assert res.exit_code != 0 and "--env-kind harness" in res.output and "Traceback" not in res.output
 
 
@@ -96,6 +103,26 @@ def test_told_tasks_are_synthesized_from_the_seed_with_the_facts_in_the_request(
     assert len(train) >= 2 and held
 
 
+def test_pair_tasks_are_one_read_then_the_write_with_the_facts_told() -> None:
+    """`--tasks pair`: the told set cut to two calls, a read-only tool and then the write, so no
+    read the policy asks for comes after the write (the packaged model's failure on the 2-3-call
+    set); same seed, same bytes; enough of them on each side of the split to train and evaluate."""
+    env = load_env(PHARMACY)
+    tasks = anyio.run(pair_tasks, env, 0)
+    assert tasks_jsonl(tasks) == tasks_jsonl(anyio.run(pair_tasks, env, 0))
+    assert tasks_jsonl(tasks) != tasks_jsonl(anyio.run(pair_tasks, env, 1))
+    assert len(tasks) >= 10 and all(t.id.endswith("-told") for t in tasks)
+    for t in tasks:
+        read, write = t.golden_calls  # exactly two
+        assert env.tools[read.name].read_only and not env.tools[write.name].read_only
+        assert t.difficulty.writes == 1
+        assert all(
+            f"My {f.name.replace('_', ' ')} is {f.value}." in request_text(t) for f in t.scenario.known_facts
+        )
+    train, held = split_steps(tasks)
+    assert len(train) >= 2 and held
+
+
 def replay(task: Task | None, turn: int) -> str:
     """Each golden call, one a turn, then a report with the task's outputs."""
     assert task is not None
@@ -109,11 +136,16 @@ async def _four_told(fleet: Fleet) -> list[Task]:
     return (await told_tasks(fleet.env("pharmacy"), 0))[:4]
 
 
-def test_a_told_task_solved_is_paid_and_its_opening_is_no_user_error() -> None:
+async def _four_pairs(fleet: Fleet) -> list[Task]:
+    return (await pair_tasks(fleet.env("pharmacy"), 0))[:4]
+
+
+@pytest.mark.parametrize("four", [_four_told, _four_pairs])
+def test_a_told_task_solved_is_paid_and_its_opening_is_no_user_error(four) -> None:
     """The facts in the opening are the user's own, not a leak nor an invented fact: the golden
     calls and a report earn 1 and the detector flags nothing."""
     solved = anyio.run(
-        lambda: play_scripted(PHARMACY, _four_told, replay, groups=4, rollouts_per_task=1, max_turns=5)
+        lambda: play_scripted(PHARMACY, four, replay, groups=4, rollouts_per_task=1, max_turns=5)
     )
     assert [t.reward for t in solved] == [1.0] * 4, [(t.parts, t.user_error_reason) for t in solved]
     assert not any(t.user_error for t in solved), [t.user_error_reason for t in solved]

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The base model on every candidate multi-step task set of docs/benchmarks/erpo-ablation.md ("A
+# multi-step set the base model can do"): the held-out evaluation `envforge train --steps 0` runs
+# before any update, one candidate a part, each under its own time limit. No training.
+#
+#   benchmarks/gpu_multistep_check.sh OUT            # needs torch with CUDA and envforge importable
+#   DEVICE=cpu QUICK=1 benchmarks/gpu_multistep_check.sh OUT   # the same path, tiny sizes, on a CPU
+#
+# Prints one line a candidate, `NAME: SOLVED/EPISODES solved, ...`, and writes it to OUT/summary.txt;
+# each candidate's run folder (eval.jsonl, run.json) and log are under OUT. On a GPU the candidates
+# run side by side (PARALLEL=0 runs them one after another); each holds its own copy of the 0.5B
+# model. `local/qwen2.5-coder-0.5b` must resolve (its packages installed, or its GGUF already in
+# $ENVFORGE_CACHE/models). Candidates:
+#   lookup          --tasks lookup on the four lookup envs, single turn: the set ERPO is known to learn
+#                   on (5 of 120 held-out on the CPU), here to compare this machine with that figure
+#   told            --tasks told on car_rental, library, gym, pharmacy: 2-3 calls, one write, facts
+#                   in the request (0 of 58 held-out on the CPU)
+#   told-helpdesk   --tasks told on helpdesk_lite: a policy with no identity read and no confirmation
+#   pair            --tasks pair on helpdesk_lite, car_rental, gym, pharmacy, library: one read, then
+#                   the one write, values in the request
+#   pair-turns10    pair with --max-turns 10 in place of 6
+set -uo pipefail
+OUT=${1:?usage: gpu_multistep_check.sh OUT}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+PY=${PYTHON:-python3}
+DEVICE=${DEVICE:-cuda}
+MODEL=${MODEL:-local/qwen2.5-coder-0.5b}
+export LITELLM_LOCAL_MODEL_COST_MAP=True PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/.."
+
+if [ "$DEVICE" = cpu ]; then PARALLEL=${PARALLEL:-0} BATCH=16; else PARALLEL=${PARALLEL:-1} BATCH=128; fi
+if [ "${QUICK:-0}" = 1 ]; then
+    LIMIT=600 SAMPLES=(1 1 1 1 1) TURNS=(1 2 2 2 3) TOKENS=8
+    LOOKUP=(envs/pharmacy) TOLD=(envs/pharmacy) HELPDESK=(envs/helpdesk_lite) PAIR=(envs/pharmacy)
+else
+    LIMIT=140 SAMPLES=(2 2 4 3 3) TURNS=(1 6 6 6 10) TOKENS=64
+    LOOKUP=(envs/car_rental envs/library envs/gym envs/pharmacy)
+    TOLD=(envs/car_rental envs/library envs/gym envs/pharmacy)
+    HELPDESK=(envs/helpdesk_lite)
+    PAIR=(envs/helpdesk_lite envs/car_rental envs/gym envs/pharmacy envs/library)
+fi
+NAMES=(lookup told told-helpdesk pair pair-turns10)
+KINDS=(lookup told told pair pair)
+ENVS=("${LOOKUP[*]}" "${TOLD[*]}" "${HELPDESK[*]}" "${PAIR[*]}" "${PAIR[*]}")
+# side by side, the cores are shared out
+[ "$PARALLEL" = 1 ] && export OMP_NUM_THREADS=$(( $(nproc) / ${#NAMES[@]} > 0 ? $(nproc) / ${#NAMES[@]} : 1 ))
+
+{ date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
+  "$PY" -c 'import sys, torch, transformers; print(sys.version.split()[0], "torch", torch.__version__,
+"transformers", transformers.__version__)'; } 2>&1 | tee "$OUT/machine.txt"
+
+echo "== model: $MODEL"
+t0=$SECONDS
+timeout 240 "$PY" -c "import sys; from envforge.trainer import resolve_model; print(resolve_model(sys.argv[1]))" \
+    "$MODEL" >"$OUT/model.txt" 2>&1
+echo "exit $? in $((SECONDS - t0)) s"; tail -1 "$OUT/model.txt"
+
+candidate() {  # index: the step-0 held-out evaluation of one candidate set, into OUT/NAME
+    local i=$1 name=${NAMES[$1]} envs=() e
+    for e in ${ENVS[$i]}; do envs+=(--envs "$e"); done
+    local t0=$SECONDS
+    timeout "$LIMIT" "$PY" -m envforge.cli train --model "$MODEL" --device "$DEVICE" "${envs[@]}" \
+        --tasks "${KINDS[$i]}" --steps 0 --tasks-per-step 8 --eval-every 1 --eval-samples "${SAMPLES[$i]}" \
+        --max-turns "${TURNS[$i]}" --max-new-tokens "$TOKENS" --max-batch "$BATCH" --temperature 0.7 \
+        --precision bfloat16 --seed 0 --out "$OUT/$name" >"$OUT/$name.log" 2>&1
+    echo "exit $? in $((SECONDS - t0)) s" >>"$OUT/$name.log"
+}
+
+echo "== candidates: ${NAMES[*]} (parallel: $PARALLEL)"
+t0=$SECONDS
+for i in "${!NAMES[@]}"; do
+    if [ "$PARALLEL" = 1 ]; then candidate "$i" & else candidate "$i"; fi
+done
+wait
+echo "all in $((SECONDS - t0)) s"
+
+"$PY" - "$OUT" "${NAMES[@]}" <<'EOF' | tee "$OUT/summary.txt"
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+for name in sys.argv[2:]:
+    log = out / f"{name}.log"
+    ended = log.read_text().strip().splitlines()[-1] if log.is_file() else "no log"
+    evals = out / name / "eval.jsonl"
+    rows = [json.loads(x) for x in evals.read_text().splitlines() if x] if evals.is_file() else []
+    if not rows:
+        print(f"{name}: no evaluation ({ended}; see {log})")
+        continue
+    r = rows[0]["rewards"]
+    solved = sum(x >= 1.0 for x in r)
+    print(f"{name}: {solved}/{len(r)} solved, {sum(x > 0 for x in r)} above 0, mean reward "
+          f"{sum(r) / len(r):.3f}, eval {rows[0]['seconds']} s ({ended})")
+EOF
