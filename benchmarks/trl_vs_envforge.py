@@ -169,7 +169,7 @@ def part_trl(args: argparse.Namespace) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from envforge.integrations.trl import environments
+    from envforge.integrations.trl import environments, read_tool_calls_as_envforge
     from envforge.trainer import load_tokenizer
 
     train_tasks, _ = anyio.run(lookup_split, env_dirs(args))
@@ -241,7 +241,7 @@ def part_trl(args: argparse.Namespace) -> dict[str, Any]:
             model=AutoModelForCausalLM.from_pretrained(str(args.model)),
             args=config,
             train_dataset=envs.dataset,
-            processing_class=tok,
+            processing_class=read_tool_calls_as_envforge(tok),
             environment_factory=envs.environment_factory,
             reward_funcs=[envforge_erpo_reward],
             callbacks=[Timer()],

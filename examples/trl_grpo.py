@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from envforge.integrations.trl import environments
+    from envforge.integrations.trl import environments, read_tool_calls_as_envforge
 
     env_dirs = args.env or [REPO / "envs" / "car_rental", REPO / "envs" / "gym"]
     limit = 2 if args.smoke and args.limit is None else args.limit
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             model=AutoModelForCausalLM.from_pretrained(model_dir),
             args=config,
             train_dataset=envs.dataset,
-            processing_class=tokenizer,
+            processing_class=read_tool_calls_as_envforge(tokenizer),
             environment_factory=envs.environment_factory,
             reward_funcs=envs.reward_funcs,
         )

@@ -3,6 +3,7 @@
     from envforge.integrations.trl import environments
     envs = environments(["envs/car_rental", "envs/gym"], split="train", erpo=True)
     trainer = GRPOTrainer(model, args, train_dataset=envs.dataset,
+                          processing_class=read_tool_calls_as_envforge(tokenizer),
                           environment_factory=envs.environment_factory, reward_funcs=envs.reward_funcs)
 
 What trl sees (trl 1.16, `trl/trainer/grpo_trainer.py`): a dataset row per task (the prompt as a
@@ -48,7 +49,7 @@ import anyio.from_thread
 
 from envforge.server import Environment, Fleet, load_env
 from envforge.synth import Task, load_policy_rules, load_tasks
-from envforge.trainer import FleetRolloutEnv, RewardInfo, unbiased_std
+from envforge.trainer import FleetRolloutEnv, RewardInfo, parse_tool_call, unbiased_std
 
 ERPO_EPS = 1e-6
 """The eps of ERPO's env-level std (`envforge.trainer.erpo_advantages`'s default)."""
@@ -160,6 +161,47 @@ class EnvforgeEpisode:
         self._runtime.open_episodes.discard(self)
         if scope is not None and not self._runtime.closed:
             scope.__exit__(None, None, None)
+
+
+def read_tool_calls_as_envforge(tokenizer: Any) -> Any:
+    """`tokenizer`, made to read the model's tool calls as envforge's rollout reads them.
+
+    trl finds a call with the tokenizer's `parse_response`, which for Qwen2.5's template reads only
+    `<tool_call>` tags. Small models often call without them: Qwen2.5-Coder-0.5B writes a bare or
+    ```json-fenced object, which `envforge train` and `envforge eval` execute and trl would take
+    for a final answer, so trl's episodes would make no calls and earn nothing. Here a turn is a
+    call exactly when `envforge.trainer.parse_tool_call` finds one in its text (the first, one per
+    turn, as the rollout plays it), and the reward then scores the same episodes both trainers
+    would play. Returns the same tokenizer object, its `parse_response` replaced."""
+
+    def parse_response(
+        response: Any, schema: Any = None, prefix: Any = None, tools: Sequence[Any] | None = None
+    ) -> dict[str, Any]:
+        text = response if isinstance(response, str) else tokenizer.decode(response, skip_special_tokens=True)
+        names = [_tool_name(t) for t in tools or ()]
+        call = parse_tool_call(text, names)
+        if call is None:
+            return {"role": "assistant", "content": text}
+        function = {"name": call.name, "arguments": call.arguments}
+        return {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": function}],
+        }
+
+    tokenizer.parse_response = parse_response
+    if getattr(tokenizer, "response_template", None) is None:
+        # trl parses with `parse_response` only when the tokenizer declares a response format, and
+        # would otherwise set its own; this one says which reader is in charge
+        tokenizer.response_template = {"reader": "envforge.trainer.parse_tool_call"}
+    return tokenizer
+
+
+def _tool_name(tool: Any) -> str:
+    if isinstance(tool, Mapping):
+        function = tool.get("function", tool)
+        return str(function.get("name", ""))
+    return str(getattr(tool, "__name__", ""))
 
 
 def agent_messages(completion: Any) -> list[str]:
