@@ -44,7 +44,8 @@ if TYPE_CHECKING:
     from .report import GATES, SynthesisReport, read_report
     from .rules import gate_kept, gate_rules
     from .sandbox import SeedRunError, run_seed_generator
-    from .skeleton import speakable, tools_skeleton, with_documented_signatures
+    from .seed_template import seed_skeleton
+    from .skeleton import speakable, tools_skeleton, with_declared_writes, with_documented_signatures
 
 # name -> module (inside this subpackage) that defines it, imported on first access
 _LAZY = {
@@ -81,6 +82,8 @@ _LAZY = {
     "speakable": "skeleton",
     "tools_skeleton": "skeleton",
     "with_documented_signatures": "skeleton",
+    "with_declared_writes": "skeleton",
+    "seed_skeleton": "seed_template",
 }
 
 
@@ -122,9 +125,11 @@ __all__ = [
     "repair_hints",
     "run_seed_generator",
     "schema_problems",
+    "seed_skeleton",
     "speakable",
     "strip_fences",
     "synthesize_env",
     "tools_skeleton",
+    "with_declared_writes",
     "with_documented_signatures",
 ]

@@ -39,7 +39,8 @@ from .probes import execute_proposals, probe_env
 from .report import REPORT_FILE, GateResult, RoundRecord, SynthesisReport, write_report
 from .rules import gate_kept, gate_rules
 from .sandbox import SeedRunError, run_seed_generator
-from .skeleton import speakable, tools_skeleton, with_documented_signatures
+from .seed_template import seed_skeleton
+from .skeleton import speakable, tools_skeleton, with_declared_writes, with_documented_signatures
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,9 @@ class Candidate:
             return True
 
 
-def _stage_context(stage: str, docs: list[ToolDoc], cand: Candidate) -> dict[str, str]:
+def _stage_context(
+    stage: str, docs: list[ToolDoc], cand: Candidate, min_seed_rows: int = 100
+) -> dict[str, str]:
     """What a stage is shown. The schema and tools stages get the skeleton (`skeleton.py`) instead
     of the documents when it holds every tool: the same names, parameters, types, allowed values and
     descriptions, once, in the shape of the answer (a small model's 8k context fits it twice less)."""
@@ -113,6 +116,9 @@ def _stage_context(stage: str, docs: list[ToolDoc], cand: Candidate) -> dict[str
         # "table" (captured on Slack, all four rounds)
         tables = _TABLE_NAME.findall(cand.text.get("schema", ""))
         ctx["Tables to fill (the seed's keys)"] = ", ".join(dict.fromkeys(tables)) or "(none found)"
+        skeleton = seed_skeleton(cand.text.get("schema", ""), min_seed_rows)
+        if skeleton is not None:
+            ctx["Seed skeleton"] = f"```python\n{skeleton}```"
     if stage == "tools":
         ctx["tools.py skeleton"] = f"```python\n{tools_skeleton(docs)}```"
     if stage in ("policy", "policy_rules"):
@@ -163,10 +169,22 @@ def gate_static(cand: Candidate) -> GateResult:
         found = [f"seed generator {v}" for v in check_python(cand.text["seed"], imports=SEED_IMPORTS)]
         if not found and "def generate" not in cand.text["seed"]:
             found.append("seed generator: defines no generate() (and is not JSON)")
+        found += _values_left(cand.text["seed"]) if not found else []
         results.append(("seed", found))
     problems = [p for _, ps in results for p in ps]
     blame = [stage for stage, ps in results if ps]
     return _gate("static", len(results), sum(1 for _, ps in results if not ps), problems, blame, t0)
+
+
+def _values_left(source: str) -> list[str]:
+    """The seed skeleton's `...` placeholders the answer kept: each would run, then fail as JSON
+    with no word of which column it was."""
+    lines = sorted(
+        {n.lineno for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Constant) and n.value is Ellipsis}
+    )
+    text = source.splitlines()
+    left = "seed generator line {}: a value is still `...`: write it ({})"
+    return [left.format(n, text[n - 1].strip()[:80]) for n in lines]
 
 
 _TABLE_NAME = re.compile(r"(?i)\bCREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?[\"`\[]?(\w+)")
@@ -184,7 +202,8 @@ def _stores_docs(cand: Candidate) -> list[str]:
     return [
         "schema.sql stores the tool documents (a table of tool names, descriptions and parameters):"
         " its tables must hold the service's own records, the things the tools' parameters name"
-        " (users, orders, messages, ...), one column per field the tools read or write"
+        " (the records the tools create, read, change or delete), one column per field the tools"
+        " read or write"
     ]
 
 
@@ -365,14 +384,18 @@ def _parses(text: str) -> bool:
     return True
 
 
-def _as_written(stage: str, answer: str, docs: list[ToolDoc]) -> str:
+def _as_written(stage: str, answer: str, docs: list[ToolDoc], schema: str = "") -> str:
     """A stage's answer as the candidate file, out of its fence. A tools.py that does not parse
     gets the documented tools' headers as the skeleton writes them
     (`skeleton.with_documented_signatures`): a header is the docs', not the model's to get wrong;
-    one that parses is judged as written (the probes gate names any surface that differs)."""
+    one that parses is judged as written (the probes gate names any surface that differs). Each
+    tool's `writes=` then includes the schema tables its own SQL writes
+    (`skeleton.with_declared_writes`)."""
     text = strip_fences(answer)
     if stage == "tools" and not _parses(text):
-        return with_documented_signatures(text, docs)
+        text = with_documented_signatures(text, docs)
+    if stage == "tools":
+        text = with_declared_writes(text, set(_TABLE_NAME.findall(schema)))
     return text
 
 
@@ -411,8 +434,10 @@ async def synthesize_env(
         try:
             for stage in STAGES:
                 say(f"asking for {stage}")
-                answer = await _ask(responder, usage, stage, 0, _stage_context(stage, docs, cand))
-                cand.text[stage] = _as_written(stage, answer, docs)
+                answer = await _ask(
+                    responder, usage, stage, 0, _stage_context(stage, docs, cand, settings.min_seed_rows)
+                )
+                cand.text[stage] = _as_written(stage, answer, docs, cand.text.get("schema", ""))
             for round_ in range(settings.max_rounds + 1):
                 say(f"round {round_}: gates")
                 gates = await run_gates(cand, docs, settings, responder, usage, round_, staging)
@@ -430,9 +455,9 @@ async def synthesize_env(
                 say(f"round {round_}: {failed.name} failed, repairing {', '.join(record.repaired)}")
                 for stage in record.repaired:
                     evidence = _evidence(failed, cand, stage)
-                    context = _stage_context(stage, docs, cand)
+                    context = _stage_context(stage, docs, cand, settings.min_seed_rows)
                     answer = await _ask(responder, usage, stage, round_ + 1, context, evidence)
-                    cand.text[stage] = _as_written(stage, answer, docs)
+                    cand.text[stage] = _as_written(stage, answer, docs, cand.text.get("schema", ""))
         except LLMError as exc:
             report.reasons = [str(exc)]
         report.llm_calls = usage.calls

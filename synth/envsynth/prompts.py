@@ -10,14 +10,14 @@ import json
 from typing import Any
 
 PROMPT_VERSIONS: dict[str, str] = {
-    "schema": "schema/v3",
-    "tools": "tools/v2",
-    "seed": "seed/v2",
-    "policy": "policy/v1",
-    "policy_rules": "policy_rules/v1",
-    "tester": "tester/v1",
-    "checker": "checker/v1",
-    "repair": "repair/v1",
+    "schema": "schema/v4",
+    "tools": "tools/v3",
+    "seed": "seed/v3",
+    "policy": "policy/v2",
+    "policy_rules": "policy_rules/v2",
+    "tester": "tester/v2",
+    "checker": "checker/v2",
+    "repair": "repair/v2",
 }
 
 SYSTEM = """envsynth stage={stage} round={round} prompt={version}
@@ -78,23 +78,28 @@ write; every other tool is a read. Leave a section out when policy.md asks nothi
 
 STAGE_TASKS: dict[str, str] = {
     "schema": (
-        "Design the state for these tools: tables for the service's own records, the things the tools'"
-        " parameters name and their results hold (users, orders, messages, ...), never a table of the"
-        " tool documents themselves. Answer with schema.sql in a ```sql block."
+        "Design the state for these tools: one table per kind of record the tools below create, read,"
+        " change or delete (the records themselves, never one table per tool), with a column for each"
+        " field the tools read or write. Name each table with a plural noun for its records, never a"
+        " tool's name or an SQL keyword. No table the tools never use, and never a table of the tool"
+        " documents themselves. Answer with schema.sql in a ```sql block."
     ),
     "tools": (
         "Complete tools.py: the skeleton below already has EVERY documented tool with its exact name,"
         " parameters, types and docstring; keep those as they are and replace each"
         " `raise ToolError(...: write this body)` with the tool's body against schema.sql. Mark a tool"
-        " that changes rows `@tool(writes=[...the tables it changes...])`. Answer with the whole"
+        " that changes rows `@tool(writes=[...the tables it changes...])` (the tables its SQL inserts into,"
+        " updates or deletes from are added to it). Answer with the whole"
         " file in a ```python block."
     ),
     "seed": (
-        "Write seed data for this schema: at least 100 rows in all, satisfying every constraint. Answer"
-        ' either ```json {"<table name>": [{"<column>": value, ...}, ...], ...}```, keyed by the schema\'s'
-        " own table names (listed below), or a ```python block defining generate() -> dict[str, list[dict]]"
-        " (deterministic: use random.Random(seed) if you need randomness; imports from the allowlist and"
-        " random only)."
+        "Write the seed data for this schema as a Python generator: complete generate() in the seed"
+        " skeleton below. Replace every `...` with an expression for that column's value in row i: a"
+        " realistic value of the service's domain that satisfies the column's constraints (use i in"
+        " every UNIQUE or key column so rows differ; rng, a random.Random, for variety). Keep the loops,"
+        " the keys and the references as written. Answer with the whole file in a ```python block."
+        " (Without a skeleton: a ```python block defining generate() returning {table name: [row dicts]},"
+        " at least 100 rows in all, keyed by the table names listed below.)"
     ),
     "policy": (
         "Write policy.md: the rules an agent using these tools must follow. Answer in a ```markdown block."
@@ -117,6 +122,20 @@ STAGE_TASKS: dict[str, str] = {
 
 REPAIRABLE = ("schema", "tools", "seed", "policy", "policy_rules")
 
+ANSWERS: dict[str, str] = {
+    "schema": "schema.sql (SQLite CREATE TABLE statements, no Python) in one ```sql block",
+    "tools": "tools.py in one ```python block",
+    "seed": "the seed generator (generate()) in one ```python block",
+    "policy": "policy.md (your own rules for an agent, not the documents) in one ```markdown block",
+    "policy_rules": "policy_rules.toml naming only tools of tools.py, in one ```toml block",
+    "tester": "the JSON list of calls in one ```json block",
+    "checker": "the JSON verdicts in one ```json block",
+}
+"""Each stage's answer, said again as the prompt's last line: a long context ends far from the
+task's first line, and after a repair's evidence Qwen2.5-Coder-1.5B answered the schema stage
+with the tools.py skeleton its context showed ("the complete corrected file"), three rounds
+running (captured on the corpus's Redis set)."""
+
 
 def system(stage: str, round_: int) -> str:
     version = PROMPT_VERSIONS["repair"] if round_ and stage in REPAIRABLE else None
@@ -135,8 +154,10 @@ def messages(
     if evidence is not None:
         parts.append(
             "## Your previous answer failed these checks\n"
-            f"{evidence}\nFix every problem and answer with the complete corrected file."
+            f"{evidence}\nFix every problem and answer with the complete corrected {ANSWERS[stage]}."
         )
+    else:
+        parts.append(f"Answer with {ANSWERS[stage]}.")
     return [
         {"role": "system", "content": system(stage, round_)},
         {"role": "user", "content": "\n\n".join(p for p in parts if p)},
@@ -215,6 +236,15 @@ def json_schema(stage: str, messages: list[dict[str, str]]) -> dict[str, object]
 
 
 REPAIR_HINTS: tuple[tuple[str, str], ...] = (
+    (
+        ": syntax error (statement: CREATE TABLE",
+        "A table named like an SQL keyword or a tool (SET, GET, DELETE, LIST, ...) does not parse:"
+        " name each table with a plural noun for the records it holds, one table per kind of record.",
+    ),
+    (
+        'SQLite cannot prepare it: near "from"',
+        "schema.sql is SQL: CREATE TABLE statements only, not the tools.py shown for reference.",
+    ),
     (
         "statement at module top level",
         "tools.py is a Python module: only imports, constants, helper functions and @tool async"

@@ -12,6 +12,7 @@ the tools stage is given that surface written out, and only the bodies (and each
 
 from __future__ import annotations
 
+import ast
 import json
 import keyword
 import re
@@ -69,7 +70,7 @@ def _tool(doc: ToolDoc) -> str:
     params += [f"{p}: {_annotation(doc.properties[p])} | None = None" for p in optional]
     args = [f"        {p}: {_one_line(s.get('description', '')) or p}" for p, s in doc.properties.items()]
     lines = [
-        "@tool  # a tool that changes rows: @tool(writes=[<the tables it changes>])",
+        "@tool",
         f"async def {doc.name}({', '.join(params)}) -> Any:",
         f'    """{_one_line(doc.description) or doc.name}',
     ]
@@ -156,3 +157,66 @@ def with_documented_signatures(tools_py: str, docs: list[ToolDoc]) -> str:
     else:
         lines[0:0] = [_HEADER[0], *missing]
     return "\n".join(lines) + "\n"
+
+
+_WRITE_SQL = re.compile(
+    r"(?i)\b(?:INSERT(?:\s+OR\s+\w+)?\s+INTO|REPLACE\s+INTO|UPDATE(?:\s+OR\s+\w+)?|DELETE\s+FROM)\s+[\"`\[]?(\w+)"
+)
+
+
+def _written_tables(fn: ast.AsyncFunctionDef | ast.FunctionDef, tables: set[str]) -> list[str]:
+    """The schema's tables that the SQL in `fn`'s string literals writes, in order of appearance."""
+    found: list[str] = []
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found += [t for t in _WRITE_SQL.findall(node.value) if t in tables]
+    return list(dict.fromkeys(found))
+
+
+def _declared(decorator: ast.expr) -> list[str] | None:
+    """What a `@tool` / `@tool(writes=[...])` decorator declares (None: not the tool decorator, or
+    a declaration that is no list of string literals, left as written)."""
+    if isinstance(decorator, ast.Name) and decorator.id == "tool":
+        return []
+    func = decorator.func if isinstance(decorator, ast.Call) else None
+    if isinstance(decorator, ast.Call) and isinstance(func, ast.Name) and func.id == "tool":
+        writes = next((k.value for k in decorator.keywords if k.arg == "writes"), None)
+        if writes is None and not decorator.keywords and not decorator.args:
+            return []
+        if isinstance(writes, ast.List | ast.Tuple) and all(
+            isinstance(e, ast.Constant) and isinstance(e.value, str) for e in writes.elts
+        ):
+            return [str(e.value) for e in writes.elts]  # type: ignore[attr-defined]
+    return None
+
+
+def with_declared_writes(tools_py: str, tables: set[str]) -> str:
+    """The model's tools.py with each tool's `writes=[...]` including every schema table its own SQL
+    inserts into, updates or deletes from. Captured: Qwen2.5-Coder-1.5B kept the skeleton's
+    comment about `writes=` on every tool and declared none, so each tool whose body wrote would
+    be refused at run time as a read tool writing. The declaration only ever names tables the
+    tool's own SQL text writes; the runtime still confines each call to its declared tables and the
+    probes gate measures what it writes (SQLite's authorizer), so nothing is granted that the code
+    did not already ask for in plain view. A file that does not parse is returned as it is."""
+    try:
+        tree = ast.parse(tools_py)
+    except (SyntaxError, ValueError):
+        return tools_py
+    lines = tools_py.splitlines(keepends=True)
+    edits: list[tuple[int, int, int, int, str]] = []
+    for fn in tree.body:
+        if not isinstance(fn, ast.AsyncFunctionDef | ast.FunctionDef):
+            continue
+        for dec in fn.decorator_list:
+            declared = _declared(dec)
+            if declared is None:
+                continue
+            wanted = list(dict.fromkeys([*declared, *_written_tables(fn, tables)]))
+            if wanted != declared and dec.end_lineno is not None and dec.end_col_offset is not None:
+                text = f"tool(writes={json.dumps(wanted)})"
+                edits.append((dec.lineno, dec.col_offset, dec.end_lineno, dec.end_col_offset, text))
+    for start, col, end, end_col, text in reversed(edits):
+        head = lines[start - 1].encode()[:col].decode()
+        tail = lines[end - 1].encode()[end_col:].decode()
+        lines[start - 1 : end] = [head + text + tail]
+    return "".join(lines)

@@ -132,7 +132,7 @@ async def test_the_seed_stage_is_told_its_keys_and_the_load_evidence_what_to_cha
     asked = Asked(SLACK_RUN)
     await synthesize_env(docs, tmp_path / "slack", asked, SynthSettings(name="slack", max_rounds=0))
     assert "## Tables to fill (the seed's keys)\ntool_documents" in asked.prompts["seed:0"]
-    assert '{"<table name>": [' in asked.prompts["seed:0"]
+    assert "return {'tool_documents': tool_documents_rows}" in asked.prompts["seed:0"]
     assert strip_fences(load_recordings(SLACK_RUN)["seed:0"]).startswith('{\n  "table"')
     hints = repair_hints(["seed.json:2: unknown table 'table'"])
     assert hints and "top-level keys are the schema's table names" in hints[0]

@@ -1,0 +1,194 @@
+"""The seed stage fills in a `generate()` skeleton written from the schema, the tools stage's
+`writes=` follows its own SQL, and the prompts' examples stay out of the answers.
+
+Each is a failure the packaged Qwen2.5-Coder-1.5B made on the corpus's Petstore set
+(`tests/fixtures/envsynth/captured_petstore_1.5b`): asked for a JSON seed of 100 rows it wrote 7,
+then 21 (the load gate's "seed has 21 rows; at least 100"); it kept the skeleton's comment about
+`writes=` on every tool and declared none, though createUser inserts into `users`; and its schema
+held `orders` and `messages` tables the docs never name, copied from the schema prompt's examples.
+Everything the model writes stays gated: the generator passes the seed allowlist and runs confined.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from envforge.server import SEED_IMPORTS, check_python, load_env
+from envforge.synth.envsynth import (
+    LLMError,
+    ReplayResponder,
+    Reply,
+    SynthSettings,
+    load_doc_set,
+    load_recordings,
+    rejected_dir,
+    repair_hints,
+    run_seed_generator,
+    seed_skeleton,
+    strip_fences,
+    synthesize_env,
+    with_declared_writes,
+)
+
+from support.paths import ENVSYNTH_FIXTURES, REPO
+
+CORPUS = REPO / "benchmarks" / "envsynth_corpus"
+PETSTORE_15B = ENVSYNTH_FIXTURES / "captured_petstore_1.5b_signatures"
+
+
+class Asked:
+    """The captured answers, each prompt kept; a stage the capture lacks for a round gets round 0's."""
+
+    def __init__(self, captured: Path) -> None:
+        self.replay = ReplayResponder.from_path(captured)
+        self.model = self.replay.model
+        self.prompts: dict[str, str] = {}
+
+    async def complete(self, stage: str, round_: int, messages: list[dict[str, str]]) -> Reply:
+        self.prompts[f"{stage}:{round_}"] = messages[-1]["content"]
+        try:
+            return await self.replay.complete(stage, round_, messages)
+        except LLMError:
+            return await self.replay.complete(stage, 0, messages)
+
+
+async def _petstore_run(tmp_path: Path) -> tuple[Asked, Path]:
+    docs = load_doc_set(CORPUS, CORPUS / "openapi_petstore_users" / "docs")
+    asked = Asked(PETSTORE_15B)
+    await synthesize_env(docs, tmp_path / "petstore", asked, SynthSettings(name="petstore", max_rounds=0))
+    return asked, rejected_dir(tmp_path / "petstore") / "rejected_candidate"
+
+
+def _filled(skeleton: str) -> str:
+    """The skeleton with every `...` written as a value unique per row, as an answer would."""
+    return skeleton.replace("...", 'f"v{i}"')
+
+
+async def test_the_seed_stage_is_given_a_generator_that_makes_every_row(tmp_path: Path) -> None:
+    asked, _ = await _petstore_run(tmp_path)
+    schema = strip_fences(load_recordings(PETSTORE_15B)["schema:0"])
+    skeleton = seed_skeleton(schema, 100)
+    assert skeleton is not None and f"```python\n{skeleton}```" in asked.prompts["seed:0"]
+    assert check_python(skeleton, imports=SEED_IMPORTS) == []
+    rows = await run_seed_generator(_filled(skeleton))
+    assert sum(len(v) for v in rows.values()) >= 100  # the JSON answer had 7, then 21
+    assert set(rows) == {"users", "orders", "messages"}
+    # the rows load into the schema: every key distinct, every NOT NULL and UNIQUE kept
+    root = tmp_path / "env"
+    root.mkdir()
+    (root / "env.toml").write_text('name = "env"\ndescription = "d"\nversion = "0.1.0"\nseed = "seed.json"\n')
+    (root / "schema.sql").write_text(schema)
+    (root / "seed.json").write_text(json.dumps(rows))
+    (root / "policy.md").write_text("# Policy\n")
+    tool = '@tool\nasync def t(db: Db) -> int:\n    """T."""\n    return 1\n'
+    (root / "tools.py").write_text(f"from envforge.server import Db, tool\n\n\n{tool}")
+    assert sum(len(v) for v in load_env(root).seed_state().values()) >= 100
+
+
+async def test_references_are_drawn_from_the_rows_they_name() -> None:
+    schema = (
+        "CREATE TABLE shelf (code TEXT PRIMARY KEY, label TEXT NOT NULL);\n"
+        "CREATE TABLE book (id INTEGER PRIMARY KEY, shelf_code TEXT NOT NULL REFERENCES shelf(code),"
+        " title TEXT UNIQUE);\n"
+    )
+    skeleton = seed_skeleton(schema, 100)
+    assert skeleton is not None
+    assert "rng.choice(shelf_rows)['code']" in skeleton
+    assert skeleton.index("shelf_rows = []") < skeleton.index("book_rows = []")
+    rows = await run_seed_generator(_filled(skeleton))
+    codes = {r["code"] for r in rows["shelf"]}
+    assert rows["book"] and all(r["shelf_code"] in codes for r in rows["book"])
+
+
+async def test_a_value_left_as_the_placeholder_is_named_by_the_static_gate(tmp_path: Path) -> None:
+    schema = strip_fences(load_recordings(PETSTORE_15B)["schema:0"])
+    skeleton = seed_skeleton(schema, 100)
+    assert skeleton is not None
+    half = skeleton.replace("'username': ...", "'username': f\"user{i}\"")
+    recordings = {**load_recordings(PETSTORE_15B), "seed:0": f"```python\n{half}```"}
+    path = tmp_path / "responses.json"
+    path.write_text(json.dumps({"note": "petstore, seed left half done", "responses": recordings}))
+    docs = load_doc_set(CORPUS, CORPUS / "openapi_petstore_users" / "docs")
+    settings = SynthSettings(name="petstore", max_rounds=0)
+    replay = ReplayResponder.from_path(path)
+    report = await synthesize_env(docs, tmp_path / "b" / "petstore", replay, settings)
+    static = report.rounds[0].gates[0]
+    assert "seed" in static.blame
+    left = [p for p in static.problems if "a value is still `...`" in p]
+    assert left and all(p.startswith("seed generator line ") for p in left)
+    assert not any("'username'" in p for p in left) and any("'email'" in p for p in left)
+
+
+def test_a_tool_whose_sql_writes_declares_what_it_writes() -> None:
+    # captured (the 1.5B's tools.py of an earlier Petstore run, `captured_petstore_1.5b`):
+    # `@tool  # a tool that changes rows: @tool(writes=["table_a"])` over createUser, whose body
+    # inserts into users: a read tool by its decorator, refused when it wrote; the users table is
+    # the one the model's later schema holds (`captured_petstore_1.5b_signatures`)
+    answer = strip_fences(load_recordings(ENVSYNTH_FIXTURES / "captured_petstore_1.5b")["tools:0"])
+    schema = strip_fences(load_recordings(PETSTORE_15B)["schema:0"])
+    tables = set(re.findall(r"CREATE TABLE (\w+)", schema))
+    before = dict((name, dec) for dec, name in re.findall(r"(@tool[^\n]*)\n(?:async )?def (\w+)", answer))
+    assert before["createUser"].startswith("@tool  #")  # declared nothing
+    tools_py = with_declared_writes(answer, tables)
+    by_tool = dict((name, dec) for dec, name in re.findall(r"(@tool[^\n]*)\n(?:async )?def (\w+)", tools_py))
+    assert by_tool["createUser"].startswith('@tool(writes=["users"])')
+    assert by_tool["updateUser"].startswith('@tool(writes=["users"])')
+    assert by_tool["getUserByName"] == before["getUserByName"]  # it only reads
+    assert check_python(tools_py) == check_python(answer)
+
+
+def test_writes_are_only_ever_tables_the_schema_has_and_the_sql_names() -> None:
+    tools_py = (
+        "from envforge.server import Db, tool\n\n\n"
+        "@tool\nasync def a(db: Db) -> None:\n"
+        '    await db.execute("DELETE FROM sqlite_master")\n'
+        '    await db.execute("UPDATE notes SET x = 1")\n\n\n'
+        '@tool(writes=["notes"])\nasync def b(db: Db) -> None:\n    return None\n\n\n'
+        "@tool\nasync def c(db: Db) -> str:\n"
+        '    return "UPDATE notes is what b would do"  # not SQL it runs, but named: declared\n'
+    )
+    out = with_declared_writes(tools_py, {"notes"})
+    assert '@tool(writes=["notes"])\nasync def a' in out
+    assert "sqlite_master" not in out.split("async def a")[0]
+    assert '@tool(writes=["notes"])\nasync def b' in out
+    assert check_python(out) == []
+    assert with_declared_writes("def broken(:\n", {"notes"}) == "def broken(:\n"
+
+
+async def test_the_schema_prompt_has_no_example_tables_to_copy(tmp_path: Path) -> None:
+    # captured: `CREATE TABLE orders (...)` and `CREATE TABLE messages (...)` for a user-accounts
+    # API, copied from "(users, orders, messages, ...)" in the schema stage's task
+    asked, _ = await _petstore_run(tmp_path)
+    docs_text = (CORPUS / "openapi_petstore_users" / "docs" / "openapi.json").read_text().lower()
+    schema = strip_fences(load_recordings(PETSTORE_15B)["schema:0"])
+    copied = {t for t in re.findall(r"CREATE TABLE (\w+)", schema) if t.lower() not in docs_text}
+    assert copied == {"orders", "messages"}
+    prompt = asked.prompts["schema:0"].lower()
+    assert [t for t in sorted(copied) if re.search(rf"\b{t}\b", prompt)] == []
+
+
+REDIS_15B = ENVSYNTH_FIXTURES / "captured_redis_1.5b"
+
+
+async def test_every_prompt_ends_with_the_answer_it_wants_and_a_repair_names_its_file(tmp_path: Path) -> None:
+    # captured on Redis: tables SET, GET, DELETE, LIST (one per tool, SQL keywords); told to
+    # "answer with the complete corrected file", the schema stage answered with tools.py, 3 rounds
+    docs = load_doc_set(CORPUS, CORPUS / "md_redis" / "docs")
+    asked = Asked(REDIS_15B)
+    report = await synthesize_env(docs, tmp_path / "redis", asked, SynthSettings(name="redis", max_rounds=1))
+    static = report.rounds[0].gates[0]
+    assert static.blame == ["schema"] and 'near "SET": syntax error' in static.problems[0]
+    for stage in ("schema", "tools", "seed", "policy", "policy_rules"):
+        assert asked.prompts[f"{stage}:0"].splitlines()[-1].startswith("Answer with "), stage
+    schema_repair = asked.prompts["schema:1"]
+    assert schema_repair.splitlines()[-1].endswith(
+        "the complete corrected schema.sql (SQLite CREATE TABLE statements, no Python) in one ```sql block."
+    )
+    assert "What to change: A table named like an SQL keyword or a tool" in schema_repair
+    assert "never one table per tool" in asked.prompts["schema:0"]
+    # the Python answer it gave gets told what schema.sql is
+    python_answer = report.rounds[1].gates[0].problems[0]
+    assert 'near "from"' in python_answer
+    assert any("schema.sql is SQL" in h for h in repair_hints([python_answer]))
