@@ -12,7 +12,9 @@ the set the packaged model has learned on), or with `--tasks lookup+steps` also 
 tasks of 2-3 calls with one write, each set an env of its own for ERPO: eight envs whose reward
 spreads differ (the table's last line gives each one's at step 0). `--tasks told` (or
 `lookup+told`) plays instead 2-3-call tasks with one write synthesized at the run's seed whose user
-states its facts in the request: the multi-step set the packaged model starts above 0 on. The
+states its facts in the request, and `--tasks pair` (or `lookup+pair`) those cut to one read then
+the write; the packaged model starts at 0 on each (docs/benchmarks/erpo-ablation.md), so `--model`
+takes a checkpoint to start from (a lookup run's, the curriculum of that page). The
 training episodes' scripted user errs in `--user-error-rate` of them
 (`harness/user_error_inject.py`), the held-out evaluations' never does. Runs go to
 `OUT/<arm>/seed<k>/`; a run whose `run.json` exists is not run again, so a stopped table resumes.
@@ -68,9 +70,9 @@ FULL = {
 x 4 episodes, held-out evaluations of 60 episodes at steps 0, 3 and 6: ~370 episodes a run, ~20
 minutes of the 2 cores, ~4-4.5 hours for the table (docs/benchmarks/erpo-ablation.md: measured)."""
 WITH_STEPS = {"rollouts_per_task": 2, "max_turns": 6, "max_new_tokens": 64}
-"""`--tasks lookup+steps` or `lookup+told`: 16 groups of 2 a step (8 envs), turns enough for a read,
-a question and a write; `told` alone: 8 groups of 2 (4 envs). The budget of each is in
-docs/benchmarks/erpo-ablation.md."""
+"""`--tasks lookup+steps`, `lookup+told` or `lookup+pair`: 16 groups of 2 a step (8 envs), turns
+enough for a read, a question and a write; `told` or `pair` alone: 8 groups of 2 (4 envs). The
+budget of each is in docs/benchmarks/erpo-ablation.md."""
 SMOKE_ENVS = ["car_rental", "pharmacy"]
 SMOKE = {
     "steps": 2,
@@ -321,10 +323,10 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cuda on a lent GPU (8 collectors, batches of 64)")
     parser.add_argument(
         "--tasks",
-        choices=["lookup", "steps", "lookup+steps", "told", "lookup+told"],
+        choices=["lookup", "steps", "lookup+steps", "told", "lookup+told", "pair", "lookup+pair"],
         default=None,
         help="default: lookup (smoke: lookup+steps, so both sets run); told: synthesized 2-3-call "
-        "writes whose user states its facts, the multi-step set the base model is not at 0 on",
+        "writes whose user states its facts; pair: those cut to one read then the write",
     )
     parser.add_argument("--report-only", action="store_true", help="only the table and figure of runs made")
     args = parser.parse_args()
@@ -336,7 +338,7 @@ def main() -> None:
     envs = args.envs or (SMOKE_ENVS if args.smoke else FULL_ENVS)
     args.tasks = args.tasks or ("lookup+steps" if args.smoke else "lookup")
     cfg["tasks"] = args.tasks
-    if ("steps" in args.tasks or "told" in args.tasks) and not args.smoke:
+    if args.tasks != "lookup" and not args.smoke:
         cfg.update(WITH_STEPS)
     cfg["device"] = args.device
     cfg["tasks_per_step"] = 2 * len(envs) * len(args.tasks.split("+"))  # two task groups per env
