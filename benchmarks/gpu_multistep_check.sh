@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The base model on every candidate multi-step task set of docs/benchmarks/erpo-ablation.md ("A
 # multi-step set the base model can do"): the held-out evaluation `envforge train --steps 0` runs
-# before any update, one candidate a part, each under its own time limit. No training.
+# before any update, one candidate a part, each under its own time limit. Nothing is trained but the
+# curriculum's lookup run (below).
 #
 #   benchmarks/gpu_multistep_check.sh OUT            # needs torch with CUDA and envforge importable
 #   DEVICE=cpu QUICK=1 benchmarks/gpu_multistep_check.sh OUT   # the same path, tiny sizes, on a CPU
@@ -10,12 +11,14 @@
 # each candidate's run folder (eval.jsonl, run.json) and log are under OUT. On a GPU the candidates
 # run side by side (PARALLEL=0 runs them one after another); each holds its own copy of the 0.5B
 # model. `local/qwen2.5-coder-0.5b` must resolve (its packages installed, or its GGUF already in
-# $ENVFORGE_CACHE/models). Candidates:
+# $ENVFORGE_CACHE/models). The curriculum's checkpoint is deleted once evaluated (KEEP_CHECKPOINT=1
+# keeps it). Candidates:
 #   lookup          --tasks lookup on the four lookup envs, single turn: the set ERPO is known to learn
 #                   on (5 of 120 held-out on the CPU), here to compare this machine with that figure
 #   told            --tasks told on car_rental, library, gym, pharmacy: 2-3 calls, one write, facts
 #                   in the request (0 of 58 held-out on the CPU)
-#   told-helpdesk   --tasks told on helpdesk_lite: a policy with no identity read and no confirmation
+#   told-helpdesk   --tasks told on helpdesk_lite: no identity, no confirmation; only the ticket is
+#                   read before a write
 #   pair            --tasks pair on helpdesk_lite, car_rental, gym, pharmacy, library: one read, then
 #                   the one write, values in the request
 #   pair-turns10    pair with --max-turns 10 in place of 6
@@ -86,6 +89,7 @@ curriculum() {  # ERPO on the lookups, then candidates pair and told (indexes 3,
     candidate 3 pair@lookup "$ckpt" "$left" &
     candidate 1 told@lookup "$ckpt" "$left" &
     wait
+    [ "${KEEP_CHECKPOINT:-0}" = 1 ] || rm -rf "$OUT/curriculum/checkpoints"  # ~2 GB: OUT stays small
 }
 
 echo "== candidates: ${NAMES[*]}, pair@lookup, told@lookup (parallel: $PARALLEL)"
