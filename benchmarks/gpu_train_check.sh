@@ -81,7 +81,7 @@ fi
 if [[ $PARTS == *" trl "* ]]; then
 echo "== trl GRPOTrainer learning the lookup tasks through envforge.integrations.trl, next to envforge's trainer"
 t0=$SECONDS
-if [ "${QUICK:-0}" = 1 ]; then TRL=(--smoke); else TRL=(--model "$MODEL" --micro-batch 32 --trl-max-minutes 4); fi
+if [ "${QUICK:-0}" = 1 ]; then TRL=(--smoke); else TRL=(--model "$MODEL" --micro-batch 32 --trl-max-minutes 3); fi
 timeout "${TRL_TIMEOUT:-420}" "$PY" benchmarks/trl_vs_envforge.py "${TRL[@]}" --device "$DEVICE" \
     --out "$OUT/trl_vs_envforge" >"$OUT/trl_vs_envforge.log" 2>&1
 echo "exit $? in $((SECONDS - t0)) s"; cat "$OUT/trl_vs_envforge/progress.log" 2>/dev/null | tail -40
