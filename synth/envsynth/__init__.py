@@ -45,7 +45,13 @@ if TYPE_CHECKING:
     from .rules import gate_kept, gate_rules
     from .sandbox import SeedRunError, run_seed_generator
     from .seed_template import seed_skeleton
-    from .skeleton import speakable, tools_skeleton, with_declared_writes, with_documented_signatures
+    from .skeleton import (
+        speakable,
+        tools_skeleton,
+        with_awaited_db_calls,
+        with_declared_writes,
+        with_documented_signatures,
+    )
 
 # name -> module (inside this subpackage) that defines it, imported on first access
 _LAZY = {
@@ -83,6 +89,7 @@ _LAZY = {
     "tools_skeleton": "skeleton",
     "with_documented_signatures": "skeleton",
     "with_declared_writes": "skeleton",
+    "with_awaited_db_calls": "skeleton",
     "seed_skeleton": "seed_template",
 }
 
@@ -130,6 +137,7 @@ __all__ = [
     "strip_fences",
     "synthesize_env",
     "tools_skeleton",
+    "with_awaited_db_calls",
     "with_declared_writes",
     "with_documented_signatures",
 ]

@@ -40,7 +40,13 @@ from .report import REPORT_FILE, GateResult, RoundRecord, SynthesisReport, write
 from .rules import gate_kept, gate_rules
 from .sandbox import SeedRunError, run_seed_generator
 from .seed_template import seed_skeleton
-from .skeleton import speakable, tools_skeleton, with_declared_writes, with_documented_signatures
+from .skeleton import (
+    speakable,
+    tools_skeleton,
+    with_awaited_db_calls,
+    with_declared_writes,
+    with_documented_signatures,
+)
 
 log = logging.getLogger(__name__)
 
@@ -156,15 +162,34 @@ def _gate(
     )
 
 
-def gate_static(cand: Candidate) -> GateResult:
+def schema_problems_of(cand: Candidate, docs: list[ToolDoc]) -> list[str]:
+    """What the static gate finds in schema.sql alone: SQLite's and the confinement's refusals, a
+    table of the tool documents, one table per tool."""
+    found = [f"schema.sql {v}" for v in schema_violations(cand.text["schema"])]
+    return found + _stores_docs(cand) + _table_per_tool(cand, docs)
+
+
+def gate_schema(cand: Candidate, docs: list[ToolDoc]) -> GateResult:
+    """The static gate on schema.sql as soon as it is written: every later stage is written against
+    it (captured on Redis: the tools and the seed named the tables SET and GET, which do not parse,
+    and after the schema's repair still named them, three rounds running)."""
+    t0 = time.perf_counter()
+    problems = schema_problems_of(cand, docs)
+    return _gate("static", 1, 0 if problems else 1, problems, "schema", t0)
+
+
+def gate_static(cand: Candidate, docs: list[ToolDoc] | None = None) -> GateResult:
     """Parse and allowlist-check everything that will be executed, without executing any of it:
     the schema by SQLite's own parser and authorizer (`schema_violations`, what `load_env` applies
     to a confined env), the Python by the static gate."""
     t0 = time.perf_counter()
     results: list[tuple[str, list[str]]] = [
-        ("schema", [f"schema.sql {v}" for v in schema_violations(cand.text["schema"])] + _stores_docs(cand)),
+        ("schema", schema_problems_of(cand, docs or [])),
         ("tools", [f"tools.py {v}" for v in check_python(cand.text["tools"])]),
     ]
+    echoed = _echoed_sections(cand.text.get("policy", ""))
+    if echoed:
+        results.append(("policy", echoed))
     if cand.seed_is_code():
         found = [f"seed generator {v}" for v in check_python(cand.text["seed"], imports=SEED_IMPORTS)]
         if not found and "def generate" not in cand.text["seed"]:
@@ -204,6 +229,38 @@ def _stores_docs(cand: Candidate) -> list[str]:
         " its tables must hold the service's own records, the things the tools' parameters name"
         " (the records the tools create, read, change or delete), one column per field the tools"
         " read or write"
+    ]
+
+
+_ECHO_HEADINGS = ("## Tool documents (JSON)", "## schema.sql", "## tools.py")
+
+
+def _echoed_sections(policy: str) -> list[str]:
+    """policy.md that repeats the prompt's own sections (captured on Redis: the tool documents'
+    JSON and schema.sql under their prompt headings, as the whole policy, two runs running): no
+    rule in it, and an agent would be shown the implementation as its policy."""
+    lines = {ln.strip() for ln in policy.splitlines()}
+    found = [h for h in _ECHO_HEADINGS if h in lines]
+    if not found:
+        return []
+    return [
+        f"policy.md repeats the prompt's sections ({', '.join(found)}): write only the rules an agent"
+        " using these tools must follow, as short markdown bullets"
+    ]
+
+
+def _table_per_tool(cand: Candidate, docs: list[ToolDoc]) -> list[str]:
+    """Tables named after the tools (captured on Redis: SET, GET, DELETE, LIST, then SETS, GETS,
+    ...): a record of each call rather than the service's state, which no tool could share."""
+    tools = {d.name.lower() for d in docs}
+    tables = _TABLE_NAME.findall(cand.text["schema"])
+    named = [t for t in tables if t.lower() in tools or t.lower()[:-1] in tools]
+    if len(named) < 2:
+        return []
+    return [
+        f"schema.sql makes a table per tool ({', '.join(named)}): make one table per kind of record the"
+        " tools share (the rows one tool writes and another reads or removes are one table), named with"
+        " a plural noun for its records"
     ]
 
 
@@ -351,7 +408,7 @@ async def run_gates(
     root: Path,
 ) -> list[GateResult]:
     """The gates in order; the first failure ends the round (later gates have nothing sound to test)."""
-    gates = [gate_static(cand)]
+    gates = [gate_static(cand, docs)]
     if not gates[-1].passed:
         return gates  # nothing was written, let alone imported
     gates.append(await gate_load(cand, settings, docs, root))
@@ -390,12 +447,12 @@ def _as_written(stage: str, answer: str, docs: list[ToolDoc], schema: str = "") 
     (`skeleton.with_documented_signatures`): a header is the docs', not the model's to get wrong;
     one that parses is judged as written (the probes gate names any surface that differs). Each
     tool's `writes=` then includes the schema tables its own SQL writes
-    (`skeleton.with_declared_writes`)."""
+    (`skeleton.with_declared_writes`), and each call of `db` is awaited (`with_awaited_db_calls`)."""
     text = strip_fences(answer)
     if stage == "tools" and not _parses(text):
         text = with_documented_signatures(text, docs)
     if stage == "tools":
-        text = with_declared_writes(text, set(_TABLE_NAME.findall(schema)))
+        text = with_declared_writes(with_awaited_db_calls(text), set(_TABLE_NAME.findall(schema)))
     return text
 
 
@@ -432,13 +489,16 @@ async def synthesize_env(
     with tempfile.TemporaryDirectory(prefix=f"envsynth-{settings.name}-") as tmp:
         staging = Path(tmp) / settings.name
         try:
+            first = 0
             for stage in STAGES:
                 say(f"asking for {stage}")
                 answer = await _ask(
                     responder, usage, stage, 0, _stage_context(stage, docs, cand, settings.min_seed_rows)
                 )
                 cand.text[stage] = _as_written(stage, answer, docs, cand.text.get("schema", ""))
-            for round_ in range(settings.max_rounds + 1):
+                if stage == "schema":
+                    first = await _settle_schema(cand, docs, settings, responder, usage, report, say)
+            for round_ in range(first, settings.max_rounds + 1):
                 say(f"round {round_}: gates")
                 gates = await run_gates(cand, docs, settings, responder, usage, round_, staging)
                 record = RoundRecord(round=round_, gates=gates)
@@ -452,9 +512,12 @@ async def synthesize_env(
                     report.reasons += failed.problems[:10]
                     break
                 record.repaired = failed.blame or ["tools"]
+                if "schema" in record.repaired:  # written against the old tables: asked again
+                    record.repaired = [s for s in STAGES if s in (*record.repaired, "tools", "seed")]
                 say(f"round {round_}: {failed.name} failed, repairing {', '.join(record.repaired)}")
                 for stage in record.repaired:
-                    evidence = _evidence(failed, cand, stage)
+                    blamed = stage in failed.blame or not failed.blame
+                    evidence = _evidence(failed, cand, stage) if blamed else None
                     context = _stage_context(stage, docs, cand, settings.min_seed_rows)
                     answer = await _ask(responder, usage, stage, round_ + 1, context, evidence)
                     cand.text[stage] = _as_written(stage, answer, docs, cand.text.get("schema", ""))
@@ -475,6 +538,32 @@ async def synthesize_env(
             _keep_rejected(cand, kept, usage.answers, report.model)
             write_report(report, kept)
     return report
+
+
+async def _settle_schema(
+    cand: Candidate,
+    docs: list[ToolDoc],
+    settings: SynthSettings,
+    responder: Responder,
+    usage: Usage,
+    report: SynthesisReport,
+    say: Progress,
+) -> int:
+    """Repair schema.sql until its static gate passes, before any stage is written against it;
+    each repair is a round of the budget (recorded with that one gate). The round the full gates
+    start at is returned; a schema still failing at the last round is left to them to report."""
+    round_ = 0
+    while round_ < settings.max_rounds:
+        gate = gate_schema(cand, docs)
+        if gate.passed:
+            break
+        report.rounds.append(RoundRecord(round=round_, gates=[gate], repaired=["schema"]))
+        say(f"round {round_}: static failed, repairing schema")
+        context = _stage_context("schema", docs, cand, settings.min_seed_rows)
+        answer = await _ask(responder, usage, "schema", round_ + 1, context, _evidence(gate, cand, "schema"))
+        cand.text["schema"] = _as_written("schema", answer, docs)
+        round_ += 1
+    return round_
 
 
 def rejected_dir(out_dir: str | Path) -> Path:

@@ -220,3 +220,40 @@ def with_declared_writes(tools_py: str, tables: set[str]) -> str:
         tail = lines[end - 1].encode()[end_col:].decode()
         lines[start - 1 : end] = [head + text + tail]
     return "".join(lines)
+
+
+_DB_CALLS = frozenset(
+    {"execute", "executemany", "execute_fetchall", "fetch_all", "fetch_one", "fetch_value", "require_one"}
+)
+
+
+def with_awaited_db_calls(tools_py: str) -> str:
+    """The model's tools.py with `await` before each call of the tool's `db` that lacks it inside
+    an async function. Captured: Qwen2.5-Coder-1.5B wrote `db.execute("INSERT ...")` and
+    `result = db.fetch_one(...)` unawaited (Redis): the statement never runs, and the result is a
+    coroutine, so the tool reports a write it never made. Only the keyword is added, in front of
+    a call the model wrote; the file is judged by the static gate as before."""
+    try:
+        tree = ast.parse(tools_py)
+    except (SyntaxError, ValueError):
+        return tools_py
+    awaited = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Await)}
+    spots: list[tuple[int, int]] = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.AsyncFunctionDef) or not fn.args.args or fn.args.args[0].arg != "db":
+            continue
+        for node in ast.walk(fn):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "db"
+                and node.func.attr in _DB_CALLS
+                and id(node) not in awaited
+            ):
+                spots.append((node.lineno, node.col_offset))
+    lines = tools_py.splitlines(keepends=True)
+    for lineno, col in sorted(set(spots), reverse=True):
+        raw = lines[lineno - 1].encode()
+        lines[lineno - 1] = (raw[:col] + b"await " + raw[col:]).decode()
+    return "".join(lines)

@@ -40,13 +40,16 @@ class Asked:
     """The captured answers, each prompt kept; a stage the capture has no answer for (the schema,
     never blamed before) gets its round-0 answer again."""
 
-    def __init__(self, captured: Path = CAPTURED) -> None:
+    def __init__(self, captured: Path = CAPTURED, overrides: dict[str, str] | None = None) -> None:
         self.replay = ReplayResponder.from_path(captured)
+        self.overrides = overrides or {}
         self.model = self.replay.model
         self.prompts: dict[str, str] = {}
 
     async def complete(self, stage: str, round_: int, messages: list[dict[str, str]]) -> Reply:
         self.prompts[f"{stage}:{round_}"] = messages[-1]["content"]
+        if f"{stage}:{round_}" in self.overrides:
+            return Reply(self.overrides[f"{stage}:{round_}"])
         try:
             return await self.replay.complete(stage, round_, messages)
         except LLMError:
@@ -55,18 +58,25 @@ class Asked:
 
 async def test_the_captured_answers_get_evidence_that_says_what_to_change(tmp_path: Path) -> None:
     docs = load_doc_set(CORPUS, CORPUS / "openapi_petstore_users" / "docs")
-    asked = Asked()
-    settings = SynthSettings(name="petstore", max_rounds=1)
+    # the schema's repair is the 1.5B model's real answer (a users table), so the gates go on
+    later_schema = load_recordings(ENVSYNTH_FIXTURES / "captured_petstore_1.5b_signatures")["schema:0"]
+    asked = Asked(overrides={"schema:1": later_schema})
+    settings = SynthSettings(name="petstore", max_rounds=2)
     report = await synthesize_env(docs, tmp_path / "petstore", asked, settings)
     assert report.status == "rejected" and not (tmp_path / "petstore").exists()
     static = report.rounds[0].gates[0]
     assert static.name == "static" and not static.passed
-    # the documents table is named, and the schema is asked again (before: only tools was)
+    # the documents table is named, and the schema is asked again (before: only tools was),
+    # first on its own, before any stage is written against it
     assert any("stores the tool documents" in p for p in static.problems), static.problems
-    assert report.rounds[0].repaired == ["schema", "tools"]
+    assert report.rounds[0].repaired == ["schema"]
     assert "stores the tool documents" in asked.prompts["schema:1"]
+    # tools.py (written after the repair) is still the JSON answer, and policy.md the prompt's
+    # sections: the full gates blame those two
+    assert [g.name for g in report.rounds[1].gates] == ["static"]
+    assert report.rounds[1].repaired == ["tools", "policy"]
     # the JSON answer's evidence says what tools.py must be, not only where the gate stopped
-    tools_repair = asked.prompts["tools:1"]
+    tools_repair = asked.prompts["tools:2"]
     assert "statement at module top level" in tools_repair
     assert "What to change: tools.py is a Python module" in tools_repair
     # the tools stage fills in the documented surface: every tool's signature is in the prompt
@@ -103,9 +113,12 @@ async def test_the_captured_skeleton_answers_fail_only_on_the_documents_table(tm
     report = await synthesize_env(docs, tmp_path / "petstore", responder, settings)
     static = report.rounds[0].gates[0]
     # `CREATE TABLE tool_documents (..., description TEXT, parameters JSON)`: the same misreading
-    # under the name the prompt did not forbid; tools.py now passes the static gate
-    assert static.blame == ["schema"], static.problems
-    assert all(p.startswith("schema.sql stores the tool documents") for p in static.problems)
+    # under the name the prompt did not forbid; tools.py now passes the static gate (policy.md
+    # repeats the prompt's sections, named too)
+    assert static.blame == ["schema", "policy"], static.problems
+    assert static.problems[0].startswith("schema.sql stores the tool documents")
+    named = ("schema.sql stores the tool documents", "policy.md repeats")
+    assert all(p.startswith(named) for p in static.problems)
 
 
 async def test_a_rejected_run_keeps_every_answer_to_replay_it(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from envforge.synth.envsynth import (
     seed_skeleton,
     strip_fences,
     synthesize_env,
+    with_awaited_db_calls,
     with_declared_writes,
 )
 
@@ -180,6 +181,10 @@ async def test_every_prompt_ends_with_the_answer_it_wants_and_a_repair_names_its
     report = await synthesize_env(docs, tmp_path / "redis", asked, SynthSettings(name="redis", max_rounds=1))
     static = report.rounds[0].gates[0]
     assert static.blame == ["schema"] and 'near "SET": syntax error' in static.problems[0]
+    assert "makes a table per tool (SET, GET, DELETE, LIST)" in static.problems[1]
+    # the schema is gated and repaired before any stage is written against its tables
+    assert len(report.rounds[0].gates) == 1 and report.rounds[0].repaired == ["schema"]
+    assert list(asked.prompts).index("schema:1") < list(asked.prompts).index("tools:0")
     for stage in ("schema", "tools", "seed", "policy", "policy_rules"):
         assert asked.prompts[f"{stage}:0"].splitlines()[-1].startswith("Answer with "), stage
     schema_repair = asked.prompts["schema:1"]
@@ -192,3 +197,47 @@ async def test_every_prompt_ends_with_the_answer_it_wants_and_a_repair_names_its
     python_answer = report.rounds[1].gates[0].problems[0]
     assert 'near "from"' in python_answer
     assert any("schema.sql is SQL" in h for h in repair_hints([python_answer]))
+
+
+def test_a_db_call_left_unawaited_is_awaited() -> None:
+    # captured on Redis: `db.execute("INSERT ...")` and `result = db.fetch_one(...)` without
+    # await: the insert never ran and `result` was a coroutine, never None
+    answer = strip_fences(load_recordings(ENVSYNTH_FIXTURES / "captured_redis_1.5b_schema_first")["tools:0"])
+    unawaited = re.findall(r"(?<!await )\bdb\.(?:execute|fetch_one|fetch_all)\(", answer)
+    assert len(unawaited) == 5
+    fixed = with_awaited_db_calls(answer)
+    assert re.findall(r"(?<!await )\bdb\.(?:execute|fetch_one|fetch_all)\(", fixed) == []
+    assert fixed.count("await db.") == answer.count("await db.") + 5
+    assert check_python(fixed) == check_python(answer) == []
+    # a sync helper or a name other than the tool's db is left as written
+    other = "def f(db):\n    db.execute('x')\n\n\nasync def g(conn):\n    conn.execute('x')\n"
+    assert with_awaited_db_calls(other) == other
+
+
+async def test_a_schema_repair_asks_again_for_what_was_written_against_it(tmp_path: Path) -> None:
+    # captured on Redis: the schema repaired to SETS, GETS, ... but tools.py and the seed, written
+    # against SET and GET, were never asked again: "unknown table 'SET'" at load, three rounds
+    captured = ENVSYNTH_FIXTURES / "captured_redis_1.5b_schema_first"
+    docs = load_doc_set(CORPUS, CORPUS / "md_redis" / "docs")
+    asked = Asked(captured)
+    await synthesize_env(docs, tmp_path / "redis", asked, SynthSettings(name="redis", max_rounds=1))
+    order = list(asked.prompts)
+    assert order[:2] == ["schema:0", "schema:1"]  # the schema settled first
+    # tools.py and the seed are written against the repaired schema, not the first one
+    tools_prompt = asked.prompts["tools:0"]
+    assert "CREATE TABLE SETS" in tools_prompt and "CREATE TABLE SET (" not in tools_prompt
+    assert "CREATE TABLE SETS" in asked.prompts["seed:0"]
+
+
+async def test_a_policy_that_repeats_the_prompt_is_sent_back(tmp_path: Path) -> None:
+    # captured on Redis (two runs): policy.md was the prompt's "## Tool documents (JSON)" and
+    # "## schema.sql" sections, no rule in it; no gate read it as anything but a policy
+    captured = ENVSYNTH_FIXTURES / "captured_redis_1.5b_schema_first"
+    assert strip_fences(load_recordings(captured)["policy:0"]).startswith("## Tool documents (JSON)")
+    docs = load_doc_set(CORPUS, CORPUS / "md_redis" / "docs")
+    replay = ReplayResponder.from_path(captured)
+    report = await synthesize_env(docs, tmp_path / "redis", replay, SynthSettings(name="redis", max_rounds=0))
+    static = report.rounds[-1].gates[0]
+    assert "policy" in static.blame
+    echo = "policy.md repeats the prompt's sections (## Tool documents (JSON)"
+    assert any(p.startswith(echo) for p in static.problems)
