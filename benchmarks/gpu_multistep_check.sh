@@ -69,7 +69,7 @@ candidate() {  # INDEX [NAME MODEL LIMIT]: the step-0 held-out evaluation of one
     local i=$1 name=${2:-${NAMES[$1]}} model=${3:-$MODEL} limit=${4:-$LIMIT} envs=() e t0=$SECONDS
     for e in ${ENVS[$i]}; do envs+=(--envs "$e"); done
     timeout "$limit" "$PY" -m envforge.cli train --model "$model" --device "$DEVICE" "${envs[@]}" \
-        --tasks "${KINDS[$i]}" --steps 0 --tasks-per-step 8 --eval-every 1 --eval-samples "${SAMPLES[$i]}" \
+        --tasks "${KINDS[$i]}" --steps 0 --tasks-per-step 16 --eval-every 1 --eval-samples "${SAMPLES[$i]}" \
         --max-turns "${TURNS[$i]}" --max-new-tokens "$TOKENS" --max-batch "$BATCH" --temperature 0.7 \
         --precision bfloat16 --seed 0 --out "$OUT/$name" >"$OUT/$name.log" 2>&1
     echo "exit $? in $((SECONDS - t0)) s" >>"$OUT/$name.log"
