@@ -13,8 +13,9 @@
 # model. `local/qwen2.5-coder-0.5b` must resolve (its packages installed, or its GGUF already in
 # $ENVFORGE_CACHE/models). The curriculum's checkpoint is deleted once evaluated (KEEP_CHECKPOINT=1
 # keeps it). Candidates:
-#   lookup          --tasks lookup on the four lookup envs, single turn: the set ERPO is known to learn
-#                   on (5 of 120 held-out on the CPU), here to compare this machine with that figure
+#   lookup          --tasks lookup on the four lookup envs, single turn (a call, then the answer): the
+#                   set ERPO is known to learn on, in the config of docs/benchmarks/training.md (2 of
+#                   60 held-out at step 0 on the CPU), here to compare this machine with that figure
 #   told            --tasks told on car_rental, library, gym, pharmacy: 2-3 calls, one write, facts
 #                   in the request (0 of 58 held-out on the CPU)
 #   told-helpdesk   --tasks told on helpdesk_lite: no identity, no confirmation; only the ticket is
@@ -37,11 +38,11 @@ cd "$(dirname "$0")/.."
 
 if [ "$DEVICE" = cpu ]; then PARALLEL=${PARALLEL:-0} BATCH=16; else PARALLEL=${PARALLEL:-1} BATCH=128; fi
 if [ "${QUICK:-0}" = 1 ]; then
-    LIMIT=600 SAMPLES=(1 1 1 1 1) TURNS=(1 2 2 2 3) TOKENS=8
+    LIMIT=600 SAMPLES=(1 1 1 1 1) TURNS=(2 2 2 2 3) TOKENS=(8 8 8 8 8)
     LOOKUP=(envs/pharmacy) TOLD=(envs/pharmacy) HELPDESK=(envs/helpdesk_lite) PAIR=(envs/pharmacy)
     LEARN=(--steps 1 --tasks-per-step 2 --rollouts-per-task 2 --collectors 1 --max-new-tokens 8)
 else
-    LIMIT=140 SAMPLES=(2 2 4 3 3) TURNS=(1 6 6 6 10) TOKENS=64
+    LIMIT=140 SAMPLES=(2 2 4 3 3) TURNS=(2 6 6 6 10) TOKENS=(48 64 64 64 64)
     LOOKUP=(envs/car_rental envs/library envs/gym envs/pharmacy)
     TOLD=(envs/car_rental envs/library envs/gym envs/pharmacy)
     HELPDESK=(envs/helpdesk_lite)
@@ -70,7 +71,7 @@ candidate() {  # INDEX [NAME MODEL LIMIT]: the step-0 held-out evaluation of one
     for e in ${ENVS[$i]}; do envs+=(--envs "$e"); done
     timeout "$limit" "$PY" -m envforge.cli train --model "$model" --device "$DEVICE" "${envs[@]}" \
         --tasks "${KINDS[$i]}" --steps 0 --tasks-per-step 16 --eval-every 1 --eval-samples "${SAMPLES[$i]}" \
-        --max-turns "${TURNS[$i]}" --max-new-tokens "$TOKENS" --max-batch "$BATCH" --temperature 0.7 \
+        --max-turns "${TURNS[$i]}" --max-new-tokens "${TOKENS[$i]}" --max-batch "$BATCH" --temperature 0.7 \
         --precision bfloat16 --seed 0 --out "$OUT/$name" >"$OUT/$name.log" 2>&1
     echo "exit $? in $((SECONDS - t0)) s" >>"$OUT/$name.log"
 }
