@@ -299,12 +299,25 @@ _FILE_STAGE = {
 }
 
 
+_SEED_LINE = re.compile(r'File "seed_generator", line (\d+)')
+
+
+def _quoted_line(error: str, cand: Candidate) -> str:
+    """The generator's line a traceback names, quoted: told only "line 24 ... AttributeError",
+    Qwen2.5-Coder-1.5B answered with the same generator three rounds running (Petstore)."""
+    found = _SEED_LINE.findall(error)
+    lines = cand.text.get("seed", "").splitlines()
+    if not found or not 0 < int(found[-1]) <= len(lines):
+        return ""
+    return f" (line {found[-1]}: {lines[int(found[-1]) - 1].strip()[:160]})"
+
+
 async def gate_load(cand: Candidate, settings: SynthSettings, docs: list[ToolDoc], root: Path) -> GateResult:
     t0 = time.perf_counter()
     try:
         await materialise(cand, settings, docs, root)
     except SeedRunError as exc:
-        return _gate("load", 3, 0, [f"seed generator: {exc}"], "seed", t0)
+        return _gate("load", 3, 0, [f"seed generator: {exc}{_quoted_line(str(exc), cand)}"], "seed", t0)
     try:
         env = load_env(root)
     except EnvLoadError as exc:

@@ -8,6 +8,11 @@ scratch, no environment variables; then resource limits and the seccomp filter o
 time limit, a builtins table without `open`/`eval`/`exec`/`__import__` (imports go through a
 guard that admits only `SEED_IMPORTS`), and its only output is the JSON of `generate()` on
 stdout. A hang or a crash costs a child process, never the pipeline.
+
+Dates, times and decimals in the rows are written as SQLite stores them (ISO text, a number), and
+the `random` module's own functions are seeded: Qwen2.5-Coder-1.5B filled a skeleton with
+`datetime.datetime.now() + ...` and `random.randint(1, 3)` beside the skeleton's seeded `rng`
+(captured on the corpus's Petstore set), a generator that was otherwise right.
 """
 
 from __future__ import annotations
@@ -46,10 +51,18 @@ def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
 safe = {n: getattr(builtins, n) for n in SAFE if hasattr(builtins, n)}
 safe["__import__"] = guarded_import
 namespace = {"__builtins__": safe, "__name__": "seed_generator"}
+import datetime, decimal, random
+random.seed(0)  # the module's own functions, used in place of the skeleton's rng, same rows each run
+def plain(value):
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    raise TypeError(f"a value of type {type(value).__name__} is no JSON value")
 exec(compile(source, "seed_generator", "exec"), namespace)
 if "generate" not in namespace:
     raise SystemExit("seed generator defines no generate()")
-sys.stdout.write(json.dumps(namespace["generate"]()))
+sys.stdout.write(json.dumps(namespace["generate"](), default=plain))
 """
 
 

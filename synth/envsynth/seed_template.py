@@ -115,6 +115,25 @@ def _ordered(tables: list[Table]) -> list[Table]:
     return done
 
 
+_HEAD = (
+    "import datetime",
+    "import random",
+    "",
+    "",
+    "def generate() -> dict:",
+    "    rng = random.Random(7)",
+    "    start = datetime.datetime(2025, 1, 6, 9, 0)  # dates: start + datetime.timedelta(days=i)",
+)
+
+
+def _hint(decl: str) -> str:
+    """What kind of value a column's declared type asks for, where a model got it wrong."""
+    kind = decl.split()[1].upper() if len(decl.split()) > 1 else ""
+    if "DATE" in kind or "TIME" in kind:
+        return " (an ISO date string)"
+    return ""
+
+
 def _var(name: str) -> str:
     var = "".join(c if c.isalnum() or c == "_" else "_" for c in name).lower()
     return f"{var}_rows" if var.isidentifier() else "rows"
@@ -134,7 +153,7 @@ def seed_skeleton(schema_sql: str, min_rows: int) -> str | None:
         while var in variables.values() or var in ("rng", "i", "random", "generate"):
             var += "_"
         variables[t.name] = var
-    lines = ["import random", "", "", "def generate() -> dict:", "    rng = random.Random(7)"]
+    lines = [*_HEAD]
     for table in tables:
         var = variables[table.name]
         lines += [f"    {var} = []", f"    for i in range(1, {per_table + 1}):", f"        {var}.append({{"]
@@ -147,7 +166,7 @@ def seed_skeleton(schema_sql: str, min_rows: int) -> str | None:
                 value = f"rng.choice({variables[parent.name]})[{key!r}]" if key else "..."
             else:
                 value = "..."
-            lines.append(f"            {col.name!r}: {value},  # {col.decl}")
+            lines.append(f"            {col.name!r}: {value},  # {col.decl}{_hint(col.decl)}")
         lines.append("        })")
     returned = ", ".join(f"{t.name!r}: {variables[t.name]}" for t in tables)
     lines.append(f"    return {{{returned}}}")

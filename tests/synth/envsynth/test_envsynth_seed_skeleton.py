@@ -42,13 +42,16 @@ PETSTORE_15B = ENVSYNTH_FIXTURES / "captured_petstore_1.5b_signatures"
 class Asked:
     """The captured answers, each prompt kept; a stage the capture lacks for a round gets round 0's."""
 
-    def __init__(self, captured: Path) -> None:
+    def __init__(self, captured: Path, overrides: dict[str, str] | None = None) -> None:
         self.replay = ReplayResponder.from_path(captured)
+        self.overrides = overrides or {}
         self.model = self.replay.model
         self.prompts: dict[str, str] = {}
 
     async def complete(self, stage: str, round_: int, messages: list[dict[str, str]]) -> Reply:
         self.prompts[f"{stage}:{round_}"] = messages[-1]["content"]
+        if f"{stage}:{round_}" in self.overrides:
+            return Reply(self.overrides[f"{stage}:{round_}"])
         try:
             return await self.replay.complete(stage, round_, messages)
         except LLMError:
@@ -241,3 +244,35 @@ async def test_a_policy_that_repeats_the_prompt_is_sent_back(tmp_path: Path) -> 
     assert "policy" in static.blame
     echo = "policy.md repeats the prompt's sections (## Tool documents (JSON)"
     assert any(p.startswith(echo) for p in static.problems)
+
+
+SEED_RUN = ENVSYNTH_FIXTURES / "captured_petstore_1.5b_seed_skeleton"
+
+
+async def test_dates_and_the_random_module_in_a_generator_make_the_same_rows() -> None:
+    # captured: the skeleton filled right but for `datetime.datetime.now() + ...` (a datetime,
+    # no JSON value) with no import, and `random.randint(1, 3)` beside the seeded rng
+    answer = strip_fences(load_recordings(SEED_RUN)["seed:0"])
+    assert "random.randint(1, 3)" in answer and "datetime.datetime.now()" in answer
+    source = "import datetime\n" + answer  # the import the skeleton now starts with
+    first, again = await run_seed_generator(source), await run_seed_generator(source)
+    assert len(first["users"]) + len(first["sessions"]) == 100
+    assert isinstance(first["sessions"][0]["expiresAt"], str)  # ISO text, as SQLite keeps dates
+    assert [r["userStatus"] for r in first["users"]] == [r["userStatus"] for r in again["users"]]
+    schema = strip_fences(load_recordings(SEED_RUN)["schema:0"])
+    skeleton = seed_skeleton(schema, 100)
+    assert skeleton is not None and skeleton.startswith("import datetime\n")
+    assert "expiresAt TIMESTAMP DEFAULT CURRENT_TIMESTAMP (an ISO date string)" in skeleton
+
+
+async def test_a_failing_generator_line_is_quoted_in_the_evidence(tmp_path: Path) -> None:
+    # told only 'line 24, in generate | AttributeError: ...', the model answered with the same
+    # generator three rounds running
+    docs = load_doc_set(CORPUS, CORPUS / "openapi_petstore_users" / "docs")
+    # (its policy.md repeated the prompt, which the static gate now sends back: a policy of rules)
+    asked = Asked(SEED_RUN, overrides={"policy:0": "# Policy\n\n- Confirm each change with the user.\n"})
+    report = await synthesize_env(docs, tmp_path / "p", asked, SynthSettings(name="p", max_rounds=1))
+    load = report.rounds[0].gates[1]
+    assert load.name == "load" and load.blame == ["seed"]
+    assert "(line 24: 'expiresAt': datetime.datetime.now() + datetime.timedelta(days=1)," in load.problems[0]
+    assert "(line 24: 'expiresAt': datetime.datetime.now()" in asked.prompts["seed:1"]
