@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from .sandbox import SeedRunError, run_seed_generator
     from .seed_template import seed_skeleton
     from .skeleton import (
+        left_placeholders,
         speakable,
         tools_skeleton,
         with_awaited_db_calls,
@@ -90,6 +91,7 @@ _LAZY = {
     "with_documented_signatures": "skeleton",
     "with_declared_writes": "skeleton",
     "with_awaited_db_calls": "skeleton",
+    "left_placeholders": "skeleton",
     "seed_skeleton": "seed_template",
 }
 
@@ -122,6 +124,7 @@ __all__ = [
     "gate_kept",
     "gate_rules",
     "introspect_mcp",
+    "left_placeholders",
     "load_doc_set",
     "load_docs",
     "load_recordings",

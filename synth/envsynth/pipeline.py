@@ -41,6 +41,7 @@ from .rules import gate_kept, gate_rules
 from .sandbox import SeedRunError, run_seed_generator
 from .seed_template import seed_skeleton
 from .skeleton import (
+    left_placeholders,
     speakable,
     tools_skeleton,
     with_awaited_db_calls,
@@ -185,7 +186,7 @@ def gate_static(cand: Candidate, docs: list[ToolDoc] | None = None) -> GateResul
     t0 = time.perf_counter()
     results: list[tuple[str, list[str]]] = [
         ("schema", schema_problems_of(cand, docs or [])),
-        ("tools", [f"tools.py {v}" for v in check_python(cand.text["tools"])]),
+        ("tools", [f"tools.py {v}" for v in check_python(cand.text["tools"])] + _placeholders(cand)),
     ]
     echoed = _echoed_sections(cand.text.get("policy", ""))
     if echoed:
@@ -229,6 +230,14 @@ def _stores_docs(cand: Candidate) -> list[str]:
         " its tables must hold the service's own records, the things the tools' parameters name"
         " (the records the tools create, read, change or delete), one column per field the tools"
         " read or write"
+    ]
+
+
+def _placeholders(cand: Candidate) -> list[str]:
+    return [
+        f"tools.py: {name} still raises the skeleton's placeholder: replace the TODO and the raise with"
+        " its body (the SQL it runs and the result it returns)"
+        for name in left_placeholders(cand.text["tools"])
     ]
 
 

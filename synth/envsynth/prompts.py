@@ -11,7 +11,7 @@ from typing import Any
 
 PROMPT_VERSIONS: dict[str, str] = {
     "schema": "schema/v4",
-    "tools": "tools/v3",
+    "tools": "tools/v4",
     "seed": "seed/v3",
     "policy": "policy/v2",
     "policy_rules": "policy_rules/v2",
@@ -87,7 +87,7 @@ STAGE_TASKS: dict[str, str] = {
     "tools": (
         "Complete tools.py: the skeleton below already has EVERY documented tool with its exact name,"
         " parameters, types and docstring; keep those as they are and replace each"
-        " `raise ToolError(...: write this body)` with the tool's body against schema.sql. Mark a tool"
+        " `# TODO` and `raise NotImplementedError` with the tool's body against schema.sql. Mark a tool"
         " that changes rows `@tool(writes=[...the tables it changes...])` (the tables its SQL inserts into,"
         " updates or deletes from are added to it). Answer with the whole"
         " file in a ```python block."

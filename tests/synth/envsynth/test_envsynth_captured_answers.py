@@ -113,11 +113,12 @@ async def test_the_captured_skeleton_answers_fail_only_on_the_documents_table(tm
     report = await synthesize_env(docs, tmp_path / "petstore", responder, settings)
     static = report.rounds[0].gates[0]
     # `CREATE TABLE tool_documents (..., description TEXT, parameters JSON)`: the same misreading
-    # under the name the prompt did not forbid; tools.py now passes the static gate (policy.md
-    # repeats the prompt's sections, named too)
-    assert static.blame == ["schema", "policy"], static.problems
+    # under the name the prompt did not forbid; tools.py parses (it keeps the skeleton's
+    # placeholders, named; policy.md repeats the prompt's sections, named too)
+    assert static.blame == ["schema", "tools", "policy"], static.problems
     assert static.problems[0].startswith("schema.sql stores the tool documents")
-    named = ("schema.sql stores the tool documents", "policy.md repeats")
+    named = ("schema.sql stores the tool documents", "policy.md repeats", "tools.py: ")
+    assert not [p for p in static.problems if "line" in p.split(":")[0]]  # no syntax problem
     assert all(p.startswith(named) for p in static.problems)
 
 

@@ -21,6 +21,7 @@ from envforge.synth.envsynth import (
     ReplayResponder,
     Reply,
     SynthSettings,
+    left_placeholders,
     load_doc_set,
     load_recordings,
     rejected_dir,
@@ -29,6 +30,7 @@ from envforge.synth.envsynth import (
     seed_skeleton,
     strip_fences,
     synthesize_env,
+    tools_skeleton,
     with_awaited_db_calls,
     with_declared_writes,
 )
@@ -269,10 +271,25 @@ async def test_a_failing_generator_line_is_quoted_in_the_evidence(tmp_path: Path
     # told only 'line 24, in generate | AttributeError: ...', the model answered with the same
     # generator three rounds running
     docs = load_doc_set(CORPUS, CORPUS / "openapi_petstore_users" / "docs")
-    # (its policy.md repeated the prompt, which the static gate now sends back: a policy of rules)
-    asked = Asked(SEED_RUN, overrides={"policy:0": "# Policy\n\n- Confirm each change with the user.\n"})
+    # (its policy.md repeated the prompt and its tools kept the skeleton's placeholder, both sent
+    # back by the static gate now: here a policy of rules, and the placeholders made returns)
+    captured_tools = load_recordings(SEED_RUN)["tools:0"]
+    tools = re.sub(r'raise ToolError\("\w+: write this body"\)', "return None", captured_tools)
+    policy = "# Policy\n\n- Confirm each change with the user.\n"
+    asked = Asked(SEED_RUN, overrides={"policy:0": policy, "tools:0": tools})
     report = await synthesize_env(docs, tmp_path / "p", asked, SynthSettings(name="p", max_rounds=1))
     load = report.rounds[0].gates[1]
     assert load.name == "load" and load.blame == ["seed"]
     assert "(line 24: 'expiresAt': datetime.datetime.now() + datetime.timedelta(days=1)," in load.problems[0]
     assert "(line 24: 'expiresAt': datetime.datetime.now()" in asked.prompts["seed:1"]
+
+
+def test_a_tool_left_as_the_skeleton_placeholder_is_named() -> None:
+    # captured on Petstore: the model wrote a check above the placeholder and kept
+    # `raise ToolError("createUser: write this body")` as its refusal, in five of seven tools
+    answer = strip_fences(load_recordings(SEED_RUN)["tools:0"])
+    assert left_placeholders(answer) == ["createUser", "loginUser", "updateUser", "deleteUser"]
+    docs = load_doc_set(CORPUS, CORPUS / "openapi_petstore_users" / "docs")
+    skeleton = tools_skeleton(docs)
+    assert "raise NotImplementedError" in skeleton and "write this body" not in skeleton
+    assert left_placeholders(skeleton) == [d.name for d in docs]
