@@ -14,7 +14,7 @@ PROMPT_VERSIONS: dict[str, str] = {
     "tools": "tools/v4",
     "seed": "seed/v3",
     "policy": "policy/v2",
-    "policy_rules": "policy_rules/v2",
+    "policy_rules": "policy_rules/v3",
     "tester": "tester/v2",
     "checker": "checker/v2",
     "repair": "repair/v2",
@@ -49,29 +49,31 @@ eval/exec, dunders."""
 
 RULES_FORMAT = """policy_rules.toml declares the rules of policy.md that a verifier checks from an
 episode's record (the calls, their results, who said what, in order). Every key is optional;
-declare only what policy.md says, and quote the sentence each rule stands for in a # comment:
+declare only what policy.md says, and quote the sentence each rule stands for in a # comment.
+The sections, commented out (a file with no rule at all is valid: uncomment and fill in only the
+sections policy.md asks for, with this env's own tool and parameter names):
 
-    [identity]              # the person the task acts for is verified before a write
-    tools = ["get_x"]       # READ tools whose result names that one person by their key; their
-                            # required parameters are columns of that person's row
-    exempt = []             # WRITE tools that act for no person (a restock)
+    # [identity]              # the person the task acts for is verified before a write
+    # tools = ["get_x"]       # READ tools whose result names that one person by their key; their
+    #                         # required parameters are columns of that person's row
+    # exempt = []             # WRITE tools that act for no person (a restock)
 
-    [confirmation]          # the user's explicit yes before each write
-    required = true
-    exempt = []             # WRITE tools that need no yes
+    # [confirmation]          # the user's explicit yes before each write
+    # required = true
+    # exempt = []             # WRITE tools that need no yes
 
-    [[lookup]]              # a WRITE naming param = X comes after a READ that showed X
-    param = "x_id"          # a parameter of at least one write tool
-    tools = ["get_x"]       # READ tools; the first one takes `param`
+    # [[lookup]]              # a WRITE naming param = X comes after a READ that showed X
+    # param = "x_id"          # a parameter of at least one write tool
+    # tools = ["get_x"]       # READ tools; the first one takes `param`
 
-    [[forbidden]]           # a call policy.md bans outright (every listed argument equal)
-    tool = "delete_x"
-    arguments = {}          # keys are parameters of `tool`
-    reason = "why"
+    # [[forbidden]]           # a call policy.md bans outright (every listed argument equal)
+    # tool = "delete_x"
+    # arguments = {}          # keys are parameters of `tool`
+    # reason = "why"
 
-    [transfer]              # handing the user to a human
-    allowed = true          # true | false | "when_expected" (only where the task needs it)
-    tools = []
+    # [transfer]              # handing the user to a human
+    # allowed = true          # true | false | "when_expected" (only where the task needs it)
+    # tools = []
 
 Name only tools that tools.py defines, with their exact names. A tool with `writes=[...]` is a
 write; every other tool is a read. Leave a section out when policy.md asks nothing of it."""

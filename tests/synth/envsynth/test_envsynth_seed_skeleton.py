@@ -293,3 +293,17 @@ def test_a_tool_left_as_the_skeleton_placeholder_is_named() -> None:
     skeleton = tools_skeleton(docs)
     assert "raise NotImplementedError" in skeleton and "write this body" not in skeleton
     assert left_placeholders(skeleton) == [d.name for d in docs]
+
+
+def test_the_rules_format_copied_as_it_is_declares_no_rule() -> None:
+    # captured on Petstore and Redis: policy_rules.toml was the format's example, get_x, x_id and
+    # delete_x included, tools this env does not have; the example is now commented out
+    import textwrap
+    import tomllib
+
+    from envforge.synth.envsynth.prompts import RULES_FORMAT
+
+    copied = strip_fences(load_recordings(SEED_RUN)["policy_rules:0"])
+    assert 'param = "x_id"' in copied and 'tool = "delete_x"' in copied
+    example = textwrap.dedent("\n".join(ln for ln in RULES_FORMAT.splitlines() if ln.startswith("    ")))
+    assert "get_x" in example and tomllib.loads(example) == {}
