@@ -109,8 +109,7 @@ def test_pair_tasks_are_one_read_then_the_write_with_the_facts_told() -> None:
     set); same seed, same bytes; enough of them on each side of the split to train and evaluate."""
     env = load_env(PHARMACY)
     tasks = anyio.run(pair_tasks, env, 0)
-    assert tasks_jsonl(tasks) == tasks_jsonl(anyio.run(pair_tasks, env, 0))
-    assert tasks_jsonl(tasks) != tasks_jsonl(anyio.run(pair_tasks, env, 1))
+    assert tasks_jsonl(tasks) == tasks_jsonl(anyio.run(pair_tasks, env, 0))  # the seed: `told_tasks`' test
     assert len(tasks) >= 10 and all(t.id.endswith("-told") for t in tasks)
     for t in tasks:
         read, write = t.golden_calls  # exactly two
