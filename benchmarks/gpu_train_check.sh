@@ -81,8 +81,9 @@ fi
 if [[ $PARTS == *" trl "* ]]; then
 echo "== trl GRPOTrainer learning the lookup tasks through envforge.integrations.trl, next to envforge's trainer"
 t0=$SECONDS
-if [ "${QUICK:-0}" = 1 ]; then TRL=(--smoke); else TRL=(--model "$MODEL" --micro-batch 32 --trl-max-minutes 3); fi
-timeout "${TRL_TIMEOUT:-420}" "$PY" benchmarks/trl_vs_envforge.py "${TRL[@]}" --device "$DEVICE" \
+if [ "${QUICK:-0}" = 1 ]; then TRL=(--smoke); else TRL=(--model "$MODEL" --micro-batch 32 --trl-max-minutes "${TRL_MAX_MINUTES:-3}"); fi
+# TRL_ARGS: more flags for the script, e.g. "--staleness 0 --collectors 8" for envforge's side
+timeout "${TRL_TIMEOUT:-420}" "$PY" benchmarks/trl_vs_envforge.py "${TRL[@]}" ${TRL_ARGS:-} --device "$DEVICE" \
     --out "$OUT/trl_vs_envforge" >"$OUT/trl_vs_envforge.log" 2>&1
 echo "exit $? in $((SECONDS - t0)) s"; cat "$OUT/trl_vs_envforge/progress.log" 2>/dev/null | tail -40
 cat "$OUT/trl_vs_envforge/table.md" 2>/dev/null

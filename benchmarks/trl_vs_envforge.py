@@ -140,8 +140,8 @@ def part_envforge(args: argparse.Namespace) -> dict[str, Any]:
         steps=args.steps,
         tasks_per_step=args.tasks_per_step,
         rollouts_per_task=args.rollouts_per_task,
-        staleness=1,
-        collectors=2,
+        staleness=args.staleness,
+        collectors=args.collectors,
         seed=args.seed,
         rollout=RolloutConfig(max_turns=args.max_turns, max_new_tokens=args.max_new_tokens),
     )
@@ -297,6 +297,8 @@ def forwarded(args: argparse.Namespace) -> list[str]:
         "micro_batch",
         "trl_max_minutes",
         "device",
+        "staleness",
+        "collectors",
     ):
         out += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     return out + (["--smoke"] if args.smoke else [])
@@ -438,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         help="trl caps a whole completion (both turns and the tool result between), not each turn",
     )
     p.add_argument("--micro-batch", type=int, default=4, help="trl's rows per forward and backward")
+    p.add_argument("--staleness", type=int, default=1, help="envforge's collection ahead of its update")
+    p.add_argument("--collectors", type=int, default=2, help="envforge's concurrent collectors")
     p.add_argument("--trl-max-minutes", type=float, default=0.0, help="stop trl after the step passing it")
     p.add_argument("--smoke", action="store_true", help="a tiny random model, 1 step, 2 envs")
     p.add_argument("--resume", action="store_true", help="keep the parts whose results are in OUT")
