@@ -463,19 +463,47 @@ def _parses(text: str) -> bool:
     return True
 
 
+_MYSQL_ONLY = (
+    re.compile(r"(?i)\s+ON\s+UPDATE\s+CURRENT_TIMESTAMP(?:\s*\(\s*\))?"),
+    re.compile(
+        r"(?i)(?<=\))(?:\s*(?:ENGINE|(?:DEFAULT\s+)?CHARSET|COLLATE|AUTO_INCREMENT)\s*=\s*\w+)+(?=\s*;)"
+    ),
+)
+"""MySQL clauses SQLite has no words for, and whose loss changes no row a tool reads: a column's
+`ON UPDATE CURRENT_TIMESTAMP` (Qwen2.5-Coder-1.5B wrote it on Slack's channels and users, and
+answered the same schema three repair rounds running to "near "ON": syntax error"), and table
+options after the closing parenthesis. Only these clauses are cut; the schema is then gated as
+any other."""
+
+
+def _as_sqlite(schema: str) -> str:
+    for clause in _MYSQL_ONLY:
+        schema = clause.sub("", schema)
+    return schema
+
+
 def _as_written(stage: str, answer: str, docs: list[ToolDoc], schema: str = "") -> str:
     """A stage's answer as the candidate file, out of its fence. A tools.py that does not parse
     gets the documented tools' headers as the skeleton writes them
     (`skeleton.with_documented_signatures`): a header is the docs', not the model's to get wrong;
-    one that parses is judged as written (the probes gate names any surface that differs). Each
+    one that parses is judged as written (the probes gate names any surface that differs). A
+    schema loses the MySQL clauses SQLite cannot read (`_MYSQL_ONLY`). Each
     tool's `writes=` then includes the schema tables its own SQL writes
     (`skeleton.with_declared_writes`), and each call of `db` is awaited (`with_awaited_db_calls`)."""
     text = strip_fences(answer)
+    if stage == "schema":
+        text = _as_sqlite(text)
     if stage == "tools" and not _parses(text):
         text = with_documented_signatures(text, docs)
     if stage == "tools":
         text = with_declared_writes(with_awaited_db_calls(text), set(_TABLE_NAME.findall(schema)))
     return text
+
+
+def _first(gate: GateResult) -> str:
+    """The gate's first problem, short: what the progress line says a repair is for."""
+    text = gate.problems[0] if gate.problems else ""
+    return text if len(text) <= 90 else text[:89] + "…"
 
 
 def _evidence(gate: GateResult, cand: Candidate, stage: str) -> str:
@@ -536,7 +564,8 @@ async def synthesize_env(
                 record.repaired = failed.blame or ["tools"]
                 if "schema" in record.repaired:  # written against the old tables: asked again
                     record.repaired = [s for s in STAGES if s in (*record.repaired, "tools", "seed")]
-                say(f"round {round_}: {failed.name} failed, repairing {', '.join(record.repaired)}")
+                repairing = ", ".join(record.repaired)
+                say(f"round {round_}: {failed.name} failed, repairing {repairing}: {_first(failed)}")
                 for stage in record.repaired:
                     blamed = stage in failed.blame or not failed.blame
                     evidence = _evidence(failed, cand, stage) if blamed else None
@@ -580,7 +609,7 @@ async def _settle_schema(
         if gate.passed:
             break
         report.rounds.append(RoundRecord(round=round_, gates=[gate], repaired=["schema"]))
-        say(f"round {round_}: static failed, repairing schema")
+        say(f"round {round_}: static failed, repairing schema: {_first(gate)}")
         context = _stage_context("schema", docs, cand, settings.min_seed_rows)
         answer = await _ask(responder, usage, "schema", round_ + 1, context, _evidence(gate, cand, "schema"))
         cand.text["schema"] = _as_written("schema", answer, docs)

@@ -307,3 +307,22 @@ def test_the_rules_format_copied_as_it_is_declares_no_rule() -> None:
     assert 'param = "x_id"' in copied and 'tool = "delete_x"' in copied
     example = textwrap.dedent("\n".join(ln for ln in RULES_FORMAT.splitlines() if ln.startswith("    ")))
     assert "get_x" in example and tomllib.loads(example) == {}
+
+
+async def test_mysql_clauses_sqlite_cannot_read_are_cut_from_the_schema(tmp_path: Path) -> None:
+    # captured on Slack: `updated_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP`
+    # answered to 'near "ON": syntax error' unchanged in all three repair rounds
+    captured = ENVSYNTH_FIXTURES / "captured_slack_1.5b"
+    answer = strip_fences(load_recordings(captured)["schema:0"])
+    assert "ON UPDATE CURRENT_TIMESTAMP" in answer
+    docs = load_doc_set(CORPUS, CORPUS / "mcp_slack" / "docs")
+    asked = Asked(captured)
+    report = await synthesize_env(docs, tmp_path / "slack", asked, SynthSettings(name="slack", max_rounds=0))
+    static = report.rounds[0].gates[0]
+    assert not any(p.startswith("schema.sql") for p in static.problems), static.problems
+    kept = (rejected_dir(tmp_path / "slack") / "rejected_candidate" / "schema.sql.txt").read_text()
+    assert "ON UPDATE" not in kept
+    assert kept.count("DEFAULT CURRENT_TIMESTAMP") == answer.count("DEFAULT CURRENT_TIMESTAMP")
+    # the schema parsing, the seed stage gets its skeleton (the capture's seed imported sqlite3)
+    seed_prompt = asked.prompts["seed:0"]
+    assert "## Seed skeleton" in seed_prompt and "slack_channels_rows = []" in seed_prompt
