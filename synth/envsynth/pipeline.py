@@ -39,7 +39,7 @@ from .probes import execute_proposals, probe_env
 from .report import REPORT_FILE, GateResult, RoundRecord, SynthesisReport, write_report
 from .rules import gate_kept, gate_rules
 from .sandbox import SeedRunError, run_seed_generator
-from .seed_template import seed_skeleton
+from .seed_template import reference_problems, seed_skeleton
 from .skeleton import (
     left_placeholders,
     speakable,
@@ -165,8 +165,9 @@ def _gate(
 
 def schema_problems_of(cand: Candidate, docs: list[ToolDoc]) -> list[str]:
     """What the static gate finds in schema.sql alone: SQLite's and the confinement's refusals, a
-    table of the tool documents, one table per tool."""
+    table of the tool documents, one table per tool, a reference to a column that is no key."""
     found = [f"schema.sql {v}" for v in schema_violations(cand.text["schema"])]
+    found += reference_problems(cand.text["schema"])
     return found + _stores_docs(cand) + _table_per_tool(cand, docs)
 
 

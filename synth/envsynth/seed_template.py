@@ -171,3 +171,47 @@ def seed_skeleton(schema_sql: str, min_rows: int) -> str | None:
     returned = ", ".join(f"{t.name!r}: {variables[t.name]}" for t in tables)
     lines.append(f"    return {{{returned}}}")
     return "\n".join(lines) + "\n"
+
+
+def reference_problems(schema_sql: str) -> list[str]:
+    """Foreign keys whose parent columns are no key of their table (neither the primary key nor
+    UNIQUE): SQLite accepts the schema and then refuses every row written to the child table
+    ("foreign key mismatch"), at load. Captured on Slack: `FOREIGN KEY (thread_ts) REFERENCES
+    slack_messages(timestamp)`. A schema that is not one a confined env may hold is left to the
+    static gate's other checks (empty list here)."""
+    if schema_violations(schema_sql):
+        return []
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+    problems: list[str] = []
+    try:
+        conn.executescript(schema_sql)
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")]
+        for table in tables:
+            for fk in conn.execute("SELECT * FROM pragma_foreign_key_list(?)", (table,)):
+                parent, child_col, parent_col = fk[2], fk[3], fk[4]
+                if parent not in tables or parent_col is None:
+                    continue
+                if not _is_key(conn, parent, parent_col):
+                    problems.append(
+                        f"schema.sql: {table}.{child_col} references {parent}.{parent_col}, which is not a"
+                        f" key of {parent} (SQLite then refuses every {table} row): reference its PRIMARY KEY"
+                        " or make that column UNIQUE"
+                    )
+    except sqlite3.Error:
+        return []
+    finally:
+        conn.close()
+    return problems
+
+
+def _is_key(conn: sqlite3.Connection, table: str, column: str) -> bool:
+    """Whether `column` alone is the primary key of `table` or has a UNIQUE index of its own."""
+    info = list(conn.execute("SELECT name, pk FROM pragma_table_info(?)", (table,)))
+    if [r[0] for r in info if r[1]] == [column]:
+        return True
+    for index in conn.execute('SELECT name, "unique" FROM pragma_index_list(?)', (table,)):
+        cols = [r[0] for r in conn.execute("SELECT name FROM pragma_index_info(?)", (index[0],))]
+        if index[1] and cols == [column]:
+            return True
+    return False
