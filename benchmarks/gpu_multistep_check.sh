@@ -8,7 +8,8 @@
 #   DEVICE=cpu QUICK=1 benchmarks/gpu_multistep_check.sh OUT   # the same path, tiny sizes, on a CPU
 #
 # Prints one line a candidate, `NAME: SOLVED/EPISODES solved, ...`, and writes it to OUT/summary.txt;
-# each candidate's run folder (eval.jsonl, run.json) and log are under OUT. On a GPU the candidates
+# each candidate's run folder (eval.jsonl, its episodes in eval_trajectories/step_0.jsonl,
+# run.json) and log are under OUT. On a GPU the candidates
 # run side by side (PARALLEL=0 runs them one after another); each holds its own copy of the 0.5B
 # model. `local/qwen2.5-coder-0.5b` must resolve (its packages installed, or its GGUF already in
 # $ENVFORGE_CACHE/models). The curriculum's checkpoint is deleted once evaluated (KEEP_CHECKPOINT=1
@@ -72,7 +73,7 @@ candidate() {  # INDEX [NAME MODEL LIMIT]: the step-0 held-out evaluation of one
     timeout "$limit" "$PY" -m envforge.cli train --model "$model" --device "$DEVICE" "${envs[@]}" \
         --tasks "${KINDS[$i]}" --steps 0 --tasks-per-step 16 --eval-every 1 --eval-samples "${SAMPLES[$i]}" \
         --max-turns "${TURNS[$i]}" --max-new-tokens "${TOKENS[$i]}" --max-batch "$BATCH" --temperature 0.7 \
-        --precision bfloat16 --seed 0 --out "$OUT/$name" >"$OUT/$name.log" 2>&1
+        --precision bfloat16 --seed 0 --save-trajectories --out "$OUT/$name" >"$OUT/$name.log" 2>&1
     echo "exit $? in $((SECONDS - t0)) s" >>"$OUT/$name.log"
 }
 

@@ -309,7 +309,12 @@ def train_cmd(
     temperature: float = typer.Option(1.0, "--temperature"),
     seed: int = typer.Option(0, "--seed"),
     mcp: bool = typer.Option(True, "--mcp/--no-mcp", help="Call tools over in-process MCP or directly."),
-    save_trajectories: bool = typer.Option(False, "--save-trajectories"),
+    save_trajectories: bool = typer.Option(
+        False,
+        "--save-trajectories",
+        help="Write the training episodes to trajectories.jsonl and each held-out evaluation's to "
+        "eval_trajectories/step_<n>.jsonl.",
+    ),
     env_kind: EnvKindOption = "harness",
     user: UserOption = UserName.SCRIPTED,
     user_api_base: UserApiBaseOption = None,

@@ -1,7 +1,9 @@
 """What `envforge train` and `envforge collect` do, as functions: build the pieces, run, write the outputs.
 
 Outputs of a training run in `out/`: `metrics.jsonl` (one StepMetrics per line), `trajectories.jsonl`
-(optional), `checkpoints/step_<n>/` (HF model + tokenizer) and `plots/`. With the harness env (the
+(optional), `eval.jsonl` and, with `save_trajectories`, `eval_trajectories/step_<n>.jsonl` (each
+held-out evaluation's episodes, in `eval.jsonl`'s order), `checkpoints/step_<n>/` (HF model +
+tokenizer) and `plots/`. With the harness env (the
 default) `user_errors.jsonl` lists every masked episode with the detector's verdict (the reason is
 also on each `Trajectory`; the file adds termination and the user's messages).
 
@@ -351,10 +353,13 @@ async def evaluate_held_out(
     *,
     samples: int,
     seed: int,
+    played: list[Trajectory] | None = None,
 ) -> HeldOutScore:
     """Mean reward of the current weights on every held-out task, `samples` episodes each, with
     seeds fixed by task and sample: two runs from the same weights score the same episodes, so a
-    learning run and its learning-rate-0 control differ only by what was learned."""
+    learning run and its learning-rate-0 control differ only by what was learned. `played`, when
+    given, gets the episodes themselves, in the order of `rewards`: a reward of 0 says nothing of
+    how the episode went wrong."""
     episodes = [
         (env, task_id, seed + 1000 * i + 97 * k)
         for env in held
@@ -362,15 +367,18 @@ async def evaluate_held_out(
         for k in range(samples)
     ]
     rewards: list[float] = [0.0] * len(episodes)
+    trajectories: list[Trajectory | None] = [None] * len(episodes)
 
     async def play(n: int) -> None:
         env, task_id, episode_seed = episodes[n]
         t = await rollout(env, task_id, backend, tok, rollout_config, seed=episode_seed)
-        rewards[n] = t.reward
+        rewards[n], trajectories[n] = t.reward, t
 
     async with anyio.create_task_group() as tg:  # all at once, so the backend can batch them
         for n in range(len(episodes)):
             tg.start_soon(play, n)
+    if played is not None:
+        played.extend(t for t in trajectories if t is not None)
     return {
         "episodes": len(rewards),
         "reward_mean": sum(rewards) / len(rewards) if rewards else 0.0,
@@ -399,9 +407,14 @@ async def _train_leader(
         if backend is None or not held:
             return
         started = time.time()
+        played: list[Trajectory] | None = [] if opts.save_trajectories else None
         score = await evaluate_held_out(
-            held, backend, tok, config.rollout, samples=opts.eval_samples, seed=opts.seed
+            held, backend, tok, config.rollout, samples=opts.eval_samples, seed=opts.seed, played=played
         )
+        if played is not None:
+            (opts.out / "eval_trajectories").mkdir(exist_ok=True)
+            path = opts.out / "eval_trajectories" / f"step_{step}.jsonl"
+            path.write_text("".join(t.model_dump_json() + "\n" for t in played))
         row = {
             **score,
             "step": step,

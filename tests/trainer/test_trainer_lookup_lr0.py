@@ -196,8 +196,9 @@ def _app() -> typer.Typer:
 
 def test_lr0_control_through_envforge_train_on_lookup_tasks(tmp_path: Path, model_dir: Path) -> None:
     """`envforge train --tasks lookup --lr 0`: evaluations at step 0 and after every step are the
-    same episodes (same seeds, same weights), the checkpoint equals the starting weights, and no
-    held-out task is ever played in training."""
+    same episodes (same seeds, same weights), the checkpoint equals the starting weights, no
+    held-out task is ever played in training, and `--save-trajectories` keeps each evaluation's
+    episodes apart from the training ones."""
     out = tmp_path / "run"
     args = ["train", "--model", str(model_dir), "--envs", str(ENVS / "car_rental"), "--tasks", "lookup"]
     args += ["--steps", "2", "--tasks-per-step", "2", "--rollouts-per-task", "2", "--max-turns", "1"]
@@ -213,6 +214,11 @@ def test_lr0_control_through_envforge_train_on_lookup_tasks(tmp_path: Path, mode
     assert all(e["episodes"] == len(held) for e in evals)
     played = {json.loads(line)["task_id"] for line in (out / "trajectories.jsonl").read_text().splitlines()}
     assert played and not played & {t.id for t in held}
+    for e in evals:  # each evaluation's episodes, in eval.jsonl's order: how a 0 came about
+        kept = (out / "eval_trajectories" / f"step_{e['step']}.jsonl").read_text().splitlines()
+        episodes = [json.loads(line) for line in kept]
+        assert [t["task_id"] for t in episodes] == [t.id for t in held]
+        assert [t["reward"] for t in episodes] == e["rewards"] and all(t["messages"] for t in episodes)
     ran = json.loads((out / "run.json").read_text())["ran"]
     if ran["updates_applied"]:  # applied at lr 0: the checkpoint holds the starting weights
         start = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
