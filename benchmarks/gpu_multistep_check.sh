@@ -9,11 +9,10 @@
 #
 # Prints one line a candidate, `NAME: SOLVED/EPISODES solved, ...`, and writes it to OUT/summary.txt;
 # each candidate's run folder (eval.jsonl, its episodes in eval_trajectories/step_0.jsonl,
-# run.json) and log are under OUT. On a GPU the candidates
-# run side by side (PARALLEL=0 runs them one after another); each holds its own copy of the 0.5B
-# model. `local/qwen2.5-coder-0.5b` must resolve (its packages installed, or its GGUF already in
-# $ENVFORGE_CACHE/models). The curriculum's checkpoint is deleted once evaluated (KEEP_CHECKPOINT=1
-# keeps it). Candidates:
+# run.json) and log are under OUT. On a GPU the candidates run side by side (PARALLEL=0 runs them
+# one after another); each holds its own copy of the 0.5B model. `local/qwen2.5-coder-0.5b` must
+# resolve (its packages installed, or its GGUF already in $ENVFORGE_CACHE/models). The
+# curriculum's checkpoint is deleted once evaluated (KEEP_CHECKPOINT=1 keeps it). Candidates:
 #   lookup          --tasks lookup on the four lookup envs, single turn (a call, then the answer): the
 #                   set ERPO is known to learn on, in the config of docs/benchmarks/training.md (2 of
 #                   60 held-out at step 0 on the CPU), here to compare this machine with that figure
