@@ -43,6 +43,7 @@ from .seed_template import reference_problems, seed_skeleton
 from .skeleton import (
     left_placeholders,
     speakable,
+    tool_list,
     tools_skeleton,
     with_awaited_db_calls,
     with_declared_writes,
@@ -108,15 +109,17 @@ def _stage_context(
 ) -> dict[str, str]:
     """What a stage is shown. The schema and tools stages get the skeleton (`skeleton.py`) instead
     of the documents when it holds every tool: the same names, parameters, types, allowed values and
-    descriptions, once, in the shape of the answer (a small model's 8k context fits it twice less)."""
+    descriptions, once, in the shape of the answer (a small model's 8k context fits it twice less);
+    the seed and policy stages are not shown the documents at all (the seed has its own skeleton,
+    the policy stages a line per tool)."""
     ctx = {"Tool documents (JSON)": docs_json(docs)}
-    if stage in ("schema", "tools") and all(speakable(d) for d in docs):
+    if stage in ("schema", "tools", "seed", "policy", "policy_rules") and all(speakable(d) for d in docs):
         del ctx["Tool documents (JSON)"]
     if stage == "schema" and all(speakable(d) for d in docs):
         # shown the documents' JSON (name, description, parameters), both packaged models made
         # that a table, `tool_documents`, even told not to (captured on Petstore and Slack)
         ctx["The tools the tables must serve"] = f"```python\n{tools_skeleton(docs)}```"
-    if stage in ("tools", "seed", "policy", "policy_rules", "tester", "checker"):
+    if stage in ("tools", "seed", "policy_rules", "tester", "checker"):
         ctx["schema.sql"] = cand.text.get("schema", "")
     if stage == "seed":
         # the seed's keys, spelled out: asked for `{table: [rows]}`, the 0.5B model wrote the key
@@ -128,7 +131,11 @@ def _stage_context(
             ctx["Seed skeleton"] = f"```python\n{skeleton}```"
     if stage == "tools":
         ctx["tools.py skeleton"] = f"```python\n{tools_skeleton(docs)}```"
-    if stage in ("policy", "policy_rules"):
+    if stage in ("policy", "policy_rules") and "Tool documents (JSON)" not in ctx:
+        # the tools in a line each, not the documents, schema.sql and tools.py: shown those, the
+        # 1.5B model answered policy.md with them copied under their headings (three sets)
+        ctx["The tools (? marks an optional parameter)"] = tool_list(docs, cand.text.get("tools", ""))
+    elif stage in ("policy", "policy_rules"):
         ctx["tools.py"] = cand.text.get("tools", "")
     if stage == "policy_rules":
         ctx["policy.md"] = cand.text.get("policy", "")

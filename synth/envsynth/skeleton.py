@@ -286,3 +286,27 @@ def with_awaited_db_calls(tools_py: str) -> str:
         raw = lines[lineno - 1].encode()
         lines[lineno - 1] = (raw[:col] + b"await " + raw[col:]).decode()
     return "".join(lines)
+
+
+def tool_list(docs: list[ToolDoc], tools_py: str) -> str:
+    """One line per documented tool: its call, what it does, and whether it reads or writes (as
+    tools.py declares). What the policy stages need of the tools; shown the documents' JSON,
+    schema.sql and tools.py instead, Qwen2.5-Coder-1.5B answered policy.md with those sections
+    copied under their headings (captured on Redis, Petstore and Slack)."""
+    try:
+        tree = ast.parse(tools_py)
+    except (SyntaxError, ValueError):
+        tree = ast.Module(body=[], type_ignores=[])
+    writes: dict[str, list[str]] = {}
+    for fn in tree.body:
+        if isinstance(fn, ast.AsyncFunctionDef | ast.FunctionDef):
+            for dec in fn.decorator_list:
+                declared = _declared(dec)
+                if declared is not None:
+                    writes[fn.name] = declared
+    lines = []
+    for doc in docs:
+        params = ", ".join(p + ("" if p in doc.required else "?") for p in doc.properties)
+        kind = f"writes {', '.join(writes[doc.name])}" if writes.get(doc.name) else "reads only"
+        lines.append(f"- {doc.name}({params}): {_one_line(doc.description)[:160]} [{kind}]")
+    return "\n".join(lines)

@@ -73,12 +73,13 @@ async def test_a_good_rules_file_passes_and_ships(tmp_path: Path) -> None:
     assert rules is not None and rules.identity_tools == ("get_member",) and rules.confirms
     # the model was asked from the policy.md and tools.py it had written, in the format
     prompt = spy.prompts[("policy_rules", 0)]
-    assert "envsynth stage=policy_rules round=0 prompt=policy_rules/v3" in prompt
-    assert "## policy.md\n# Library desk policy" in prompt and "async def checkout_book(" in prompt
+    assert "envsynth stage=policy_rules round=0 prompt=policy_rules/v4" in prompt
+    assert "## policy.md\n# Library desk policy" in prompt and "\n- checkout_book(" in prompt
+    assert "[writes " in prompt.split("\n- checkout_book(")[1].splitlines()[0]  # its kind, from tools.py
     assert "[identity]" in prompt and "[[lookup]]" in prompt
     assert (
         json.loads((tmp_path / "library" / "synthesis.json").read_text())["prompt_versions"]["policy_rules"]
-        == "policy_rules/v3"
+        == "policy_rules/v4"
     )
 
 

@@ -341,3 +341,17 @@ async def test_a_reference_to_a_column_that_is_no_key_is_named_before_load(tmp_p
     named = "slack_thread_replies.thread_ts references slack_messages.timestamp, which is not a key"
     assert any(named in p for p in first.gates[0].problems), first.gates[0].problems
     assert named in asked.prompts["schema:1"]
+
+
+async def test_the_policy_stage_is_shown_a_line_per_tool_not_the_files(tmp_path: Path) -> None:
+    # captured on Redis, Petstore and Slack: policy.md was the prompt's "## Tool documents (JSON)"
+    # and "## schema.sql" sections copied; the policy stages now see a line per tool instead
+    docs = load_doc_set(CORPUS, CORPUS / "mcp_slack" / "docs")
+    asked = Asked(ENVSYNTH_FIXTURES / "captured_slack_1.5b")
+    await synthesize_env(docs, tmp_path / "slack", asked, SynthSettings(name="slack", max_rounds=0))
+    for stage in ("policy:0", "policy_rules:0"):
+        prompt = asked.prompts[stage].split("## policy.md")[0]  # (the captured policy.md is an echo)
+        assert "## Tool documents (JSON)" not in prompt and "## tools.py" not in prompt, stage
+        assert "\n- slack_post_message(channel_id, text): Post a new message to a Slack channel [" in prompt
+    assert "## schema.sql" not in asked.prompts["policy:0"]
+    assert "## Tool documents (JSON)" not in asked.prompts["seed:0"]  # it has its skeleton
