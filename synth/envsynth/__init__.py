@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     )
     from .pipeline import SynthSettings, rejected_dir, synthesize_env
     from .probes import schema_problems
-    from .prompts import JSON_SCHEMAS, repair_hints
+    from .prompts import JSON_SCHEMAS, RULES_FORMAT, repair_hints
     from .report import GATES, SynthesisReport, read_report
     from .rules import gate_kept, gate_rules
     from .sandbox import SeedRunError, run_seed_generator
@@ -74,6 +74,7 @@ _LAZY = {
     "Structured": "llm",
     "strip_fences": "llm",
     "JSON_SCHEMAS": "prompts",
+    "RULES_FORMAT": "prompts",
     "repair_hints": "prompts",
     "SynthSettings": "pipeline",
     "rejected_dir": "pipeline",
@@ -110,6 +111,7 @@ __all__ = [
     "GATES",
     "JSON_SCHEMAS",
     "MAX_REF_HOPS",
+    "RULES_FORMAT",
     "DocsError",
     "LLMError",
     "LiteLLMResponder",

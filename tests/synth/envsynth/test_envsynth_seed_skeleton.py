@@ -301,7 +301,7 @@ def test_the_rules_format_copied_as_it_is_declares_no_rule() -> None:
     import textwrap
     import tomllib
 
-    from envforge.synth.envsynth.prompts import RULES_FORMAT
+    from envforge.synth.envsynth import RULES_FORMAT
 
     copied = strip_fences(load_recordings(SEED_RUN)["policy_rules:0"])
     assert 'param = "x_id"' in copied and 'tool = "delete_x"' in copied
