@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from .report import GATES, SynthesisReport, read_report
     from .rules import gate_kept, gate_rules
     from .sandbox import SeedRunError, run_seed_generator
-    from .seed_template import seed_skeleton
+    from .seed_template import reference_problems, seed_skeleton
     from .skeleton import (
         left_placeholders,
         speakable,
@@ -94,6 +94,7 @@ _LAZY = {
     "with_awaited_db_calls": "skeleton",
     "left_placeholders": "skeleton",
     "seed_skeleton": "seed_template",
+    "reference_problems": "seed_template",
 }
 
 
@@ -133,6 +134,7 @@ __all__ = [
     "parse_markdown",
     "parse_openapi",
     "read_report",
+    "reference_problems",
     "rejected_dir",
     "repair_hints",
     "run_seed_generator",

@@ -39,7 +39,7 @@ from .probes import execute_proposals, probe_env
 from .report import REPORT_FILE, GateResult, RoundRecord, SynthesisReport, write_report
 from .rules import gate_kept, gate_rules
 from .sandbox import SeedRunError, run_seed_generator
-from .seed_template import reference_problems, seed_skeleton
+from .seed_template import reference_problems, seed_skeleton, without_keyless_references
 from .skeleton import (
     left_placeholders,
     speakable,
@@ -495,12 +495,13 @@ def _as_written(stage: str, answer: str, docs: list[ToolDoc], schema: str = "") 
     gets the documented tools' headers as the skeleton writes them
     (`skeleton.with_documented_signatures`): a header is the docs', not the model's to get wrong;
     one that parses is judged as written (the probes gate names any surface that differs). A
-    schema loses the MySQL clauses SQLite cannot read (`_MYSQL_ONLY`). Each
+    schema loses the MySQL clauses SQLite cannot read (`_MYSQL_ONLY`) and the foreign keys no
+    row could ever satisfy (`seed_template.without_keyless_references`). Each
     tool's `writes=` then includes the schema tables its own SQL writes
     (`skeleton.with_declared_writes`), and each call of `db` is awaited (`with_awaited_db_calls`)."""
     text = strip_fences(answer)
     if stage == "schema":
-        text = _as_sqlite(text)
+        text = without_keyless_references(_as_sqlite(text))
     if stage == "tools" and not _parses(text):
         text = with_documented_signatures(text, docs)
     if stage == "tools":

@@ -14,6 +14,7 @@ gated, then confined (`sandbox.run_seed_generator`).
 from __future__ import annotations
 
 import math
+import re
 import sqlite3
 from dataclasses import dataclass, field
 
@@ -173,36 +174,66 @@ def seed_skeleton(schema_sql: str, min_rows: int) -> str | None:
     return "\n".join(lines) + "\n"
 
 
-def reference_problems(schema_sql: str) -> list[str]:
-    """Foreign keys whose parent columns are no key of their table (neither the primary key nor
-    UNIQUE): SQLite accepts the schema and then refuses every row written to the child table
-    ("foreign key mismatch"), at load. Captured on Slack: `FOREIGN KEY (thread_ts) REFERENCES
-    slack_messages(timestamp)`. A schema that is not one a confined env may hold is left to the
-    static gate's other checks (empty list here)."""
+def _keyless_references(schema_sql: str) -> list[tuple[str, str, str, str]]:
+    """(table, column, parent, parent column) of each foreign key whose parent column is no key
+    of its table; empty when SQLite cannot read the schema or it is not one a confined env may
+    hold (the static gate's other checks say why)."""
     if schema_violations(schema_sql):
         return []
     conn = sqlite3.connect(":memory:", isolation_level=None)
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-    problems: list[str] = []
+    found: list[tuple[str, str, str, str]] = []
     try:
         conn.executescript(schema_sql)
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")]
         for table in tables:
             for fk in conn.execute("SELECT * FROM pragma_foreign_key_list(?)", (table,)):
                 parent, child_col, parent_col = fk[2], fk[3], fk[4]
-                if parent not in tables or parent_col is None:
-                    continue
-                if not _is_key(conn, parent, parent_col):
-                    problems.append(
-                        f"schema.sql: {table}.{child_col} references {parent}.{parent_col}, which is not a"
-                        f" key of {parent} (SQLite then refuses every {table} row): reference its PRIMARY KEY"
-                        " or make that column UNIQUE"
-                    )
+                if parent in tables and parent_col is not None and not _is_key(conn, parent, parent_col):
+                    found.append((table, child_col, parent, parent_col))
     except sqlite3.Error:
         return []
     finally:
         conn.close()
-    return problems
+    return found
+
+
+_ACTIONS = r"(?:\s+ON\s+(?:DELETE|UPDATE)\s+(?:SET\s+NULL|SET\s+DEFAULT|CASCADE|RESTRICT|NO\s+ACTION))*"
+
+
+def without_keyless_references(schema_sql: str) -> str:
+    """schema.sql without the foreign keys that reference a column which is no key of its table
+    (`FOREIGN KEY (c) REFERENCES p(x)` as a table constraint, or `REFERENCES p(x)` on the column):
+    SQLite refuses every row of the child table under such a key ("foreign key mismatch"), so it
+    constrains nothing that could ever be written. Captured on Slack: Qwen2.5-Coder-1.5B kept
+    `FOREIGN KEY (thread_ts) REFERENCES slack_messages(timestamp)` through three repairs that
+    named it. Only such clauses are cut; the schema is then gated as any other."""
+    for _table, column, parent, parent_col in _keyless_references(schema_sql):
+        names = [re.escape(n) for n in (column, parent, parent_col)]
+        q = '["`\\[]?'
+        clause = (
+            rf"(?i),\s*(?:CONSTRAINT\s+\w+\s+)?FOREIGN\s+KEY\s*\(\s*{q}{names[0]}{q}\s*\)\s*REFERENCES\s+"
+            rf"{q}{names[1]}{q}\s*\(\s*{q}{names[2]}{q}\s*\){_ACTIONS}"
+        )
+        inline = rf"(?i)\s+REFERENCES\s+{q}{names[1]}{q}\s*\(\s*{q}{names[2]}{q}\s*\){_ACTIONS}"
+        cut = re.sub(clause, "", schema_sql)
+        if cut == schema_sql:
+            cut = re.sub(inline, "", schema_sql, count=1)
+        schema_sql = cut
+    return schema_sql
+
+
+def reference_problems(schema_sql: str) -> list[str]:
+    """Foreign keys whose parent columns are no key of their table (neither the primary key nor
+    UNIQUE): SQLite accepts the schema and then refuses every row written to the child table
+    ("foreign key mismatch"), at load. Captured on Slack: `FOREIGN KEY (thread_ts) REFERENCES
+    slack_messages(timestamp)`; the pipeline cuts such keys (`without_keyless_references`), and
+    names any it could not cut."""
+    return [
+        f"schema.sql: {table}.{column} references {parent}.{parent_col}, which is not a key of {parent}"
+        f" (SQLite then refuses every {table} row): reference its PRIMARY KEY or make that column UNIQUE"
+        for table, column, parent, parent_col in _keyless_references(schema_sql)
+    ]
 
 
 def _is_key(conn: sqlite3.Connection, table: str, column: str) -> bool:
