@@ -17,7 +17,7 @@ PROMPT_VERSIONS: dict[str, str] = {
     "policy_rules": "policy_rules/v4",
     "tester": "tester/v2",
     "checker": "checker/v2",
-    "repair": "repair/v2",
+    "repair": "repair/v3",
 }
 
 SYSTEM = """envsynth stage={stage} round={round} prompt={version}
@@ -238,6 +238,21 @@ def json_schema(stage: str, messages: list[dict[str, str]]) -> dict[str, object]
 
 
 REPAIR_HINTS: tuple[tuple[str, str], ...] = (
+    (
+        "was not refused",
+        'Look each id up before using it: `row = await db.require_one("SELECT ... WHERE id = ?", (x,),'
+        ' "x not found")` raises ToolError for an unknown id; an empty list or null is no refusal.',
+    ),
+    (
+        "Cursor object",
+        "db.execute returns a cursor, not a result: after a write, return a dict (the row written,"
+        " read back with `await db.fetch_one(...)`).",
+    ),
+    (
+        "ConfinedToolCrash",
+        "The tool crashed (a bug, not a refusal): every name it uses must be one of its parameters or"
+        ' set in its body, and rows are dicts keyed by column name (row["id"], not row[0]).',
+    ),
     (
         ": syntax error (statement: CREATE TABLE",
         "A table named like an SQL keyword or a tool (SET, GET, DELETE, LIST, ...) does not parse:"

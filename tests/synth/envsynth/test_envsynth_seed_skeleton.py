@@ -359,3 +359,22 @@ async def test_the_policy_stage_is_shown_a_line_per_tool_not_the_files(tmp_path:
         assert "\n- slack_post_message(channel_id, text): Post a new message to a Slack channel [" in prompt
     assert "## schema.sql" not in asked.prompts["policy:0"]
     assert "## Tool documents (JSON)" not in asked.prompts["seed:0"]  # it has its skeleton
+
+
+async def test_the_probes_evidence_on_the_captured_tools_says_what_to_change(tmp_path: Path) -> None:
+    # the 1.5B's Slack tools.py against a seed the skeleton makes: an unknown channel answered []
+    # or null, a write returning db.execute's cursor, a body naming `text` it never set
+    captured = ENVSYNTH_FIXTURES / "captured_slack_1.5b"
+    schema = strip_fences(load_recordings(captured)["schema:0"]).replace(" ON UPDATE CURRENT_TIMESTAMP", "")
+    schema = schema.replace(",\n    FOREIGN KEY (thread_ts) REFERENCES slack_messages(timestamp)", "")
+    skeleton = seed_skeleton(schema, 100)
+    assert skeleton is not None
+    policy = "# Policy\n\n- Confirm each change with the user.\n"
+    asked = Asked(captured, overrides={"seed:0": f"```python\n{_filled(skeleton)}```", "policy:0": policy})
+    docs = load_doc_set(CORPUS, CORPUS / "mcp_slack" / "docs")
+    report = await synthesize_env(docs, tmp_path / "slack", asked, SynthSettings(name="slack", max_rounds=1))
+    probes = report.rounds[0].gates[-1]
+    assert probes.name == "probes" and report.rounds[0].repaired == ["tools"]
+    repair = asked.prompts["tools:1"]
+    for hint in ("Look each id up before using it", "db.execute returns a cursor", "The tool crashed"):
+        assert f"What to change: {hint}" in repair, hint
