@@ -17,9 +17,7 @@ from pathlib import Path
 
 from envforge.server import check_python
 from envforge.synth.envsynth import (
-    LLMError,
     ReplayResponder,
-    Reply,
     SynthSettings,
     load_doc_set,
     load_recordings,
@@ -30,37 +28,18 @@ from envforge.synth.envsynth import (
     with_documented_signatures,
 )
 
+from support.envsynth_asked import Asked
 from support.paths import ENVSYNTH_FIXTURES, REPO
 
 CORPUS = REPO / "benchmarks" / "envsynth_corpus"
 CAPTURED = ENVSYNTH_FIXTURES / "captured_petstore_0.5b"
 
 
-class Asked:
-    """The captured answers, each prompt kept; a stage the capture has no answer for (the schema,
-    never blamed before) gets its round-0 answer again."""
-
-    def __init__(self, captured: Path = CAPTURED, overrides: dict[str, str] | None = None) -> None:
-        self.replay = ReplayResponder.from_path(captured)
-        self.overrides = overrides or {}
-        self.model = self.replay.model
-        self.prompts: dict[str, str] = {}
-
-    async def complete(self, stage: str, round_: int, messages: list[dict[str, str]]) -> Reply:
-        self.prompts[f"{stage}:{round_}"] = messages[-1]["content"]
-        if f"{stage}:{round_}" in self.overrides:
-            return Reply(self.overrides[f"{stage}:{round_}"])
-        try:
-            return await self.replay.complete(stage, round_, messages)
-        except LLMError:
-            return await self.replay.complete(stage, 0, messages)
-
-
 async def test_the_captured_answers_get_evidence_that_says_what_to_change(tmp_path: Path) -> None:
     docs = load_doc_set(CORPUS, CORPUS / "openapi_petstore_users" / "docs")
     # the schema's repair is the 1.5B model's real answer (a users table), so the gates go on
     later_schema = load_recordings(ENVSYNTH_FIXTURES / "captured_petstore_1.5b_signatures")["schema:0"]
-    asked = Asked(overrides={"schema:1": later_schema})
+    asked = Asked(CAPTURED, overrides={"schema:1": later_schema})
     settings = SynthSettings(name="petstore", max_rounds=2)
     report = await synthesize_env(docs, tmp_path / "petstore", asked, settings)
     assert report.status == "rejected" and not (tmp_path / "petstore").exists()

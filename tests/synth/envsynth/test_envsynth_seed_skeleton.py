@@ -17,9 +17,7 @@ from pathlib import Path
 
 from envforge.server import SEED_IMPORTS, check_python, load_env
 from envforge.synth.envsynth import (
-    LLMError,
     ReplayResponder,
-    Reply,
     SynthSettings,
     left_placeholders,
     load_doc_set,
@@ -36,29 +34,11 @@ from envforge.synth.envsynth import (
     with_declared_writes,
 )
 
+from support.envsynth_asked import Asked
 from support.paths import ENVSYNTH_FIXTURES, REPO
 
 CORPUS = REPO / "benchmarks" / "envsynth_corpus"
 PETSTORE_15B = ENVSYNTH_FIXTURES / "captured_petstore_1.5b_signatures"
-
-
-class Asked:
-    """The captured answers, each prompt kept; a stage the capture lacks for a round gets round 0's."""
-
-    def __init__(self, captured: Path, overrides: dict[str, str] | None = None) -> None:
-        self.replay = ReplayResponder.from_path(captured)
-        self.overrides = overrides or {}
-        self.model = self.replay.model
-        self.prompts: dict[str, str] = {}
-
-    async def complete(self, stage: str, round_: int, messages: list[dict[str, str]]) -> Reply:
-        self.prompts[f"{stage}:{round_}"] = messages[-1]["content"]
-        if f"{stage}:{round_}" in self.overrides:
-            return Reply(self.overrides[f"{stage}:{round_}"])
-        try:
-            return await self.replay.complete(stage, round_, messages)
-        except LLMError:
-            return await self.replay.complete(stage, 0, messages)
 
 
 async def _petstore_run(tmp_path: Path) -> tuple[Asked, Path]:

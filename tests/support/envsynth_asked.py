@@ -1,0 +1,31 @@
+"""A responder that answers env synthesis from a real model's captured answers, and keeps every
+prompt it was asked (`prompts["<stage>:<round>"]`) for assertions on what the pipeline showed.
+
+A stage the capture has no answer for in a round gets that stage's round-0 answer again (the
+capture's model was not asked it: a stage the pipeline now repairs that it did not then);
+`overrides` answers chosen keys with given text, so a test can move a run past a failure it is not
+about.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from envforge.synth.envsynth import LLMError, ReplayResponder, Reply
+
+
+class Asked:
+    def __init__(self, captured: Path, overrides: dict[str, str] | None = None) -> None:
+        self.replay = ReplayResponder.from_path(captured)
+        self.overrides = overrides or {}
+        self.model = self.replay.model
+        self.prompts: dict[str, str] = {}
+
+    async def complete(self, stage: str, round_: int, messages: list[dict[str, str]]) -> Reply:
+        self.prompts[f"{stage}:{round_}"] = messages[-1]["content"]
+        if f"{stage}:{round_}" in self.overrides:
+            return Reply(self.overrides[f"{stage}:{round_}"])
+        try:
+            return await self.replay.complete(stage, round_, messages)
+        except LLMError:
+            return await self.replay.complete(stage, 0, messages)
