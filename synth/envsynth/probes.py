@@ -8,6 +8,7 @@ tables they declare, measured by SQLite's authorizer (`synth/graph/footprint.py`
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,10 @@ from envforge.synth.graph.footprint import Footprint, set_authorizer
 
 from .docs_input import ToolDoc
 
+RUNTIME_LOG = "envforge.server.runtime.calls"
+"""The logger the runtime reports a tool's unexpected exception to, with the exception."""
+ENV_ERROR_PREFIX = "Error: internal error of the environment"
+"""How a call's result begins when the tool crashed (the runtime's wording, as agents see it)."""
 UNKNOWN_STR = "UNKNOWN-ID-0000"
 UNKNOWN_INT = 987_654_321
 
@@ -92,8 +97,38 @@ async def _state_hash(fleet: Fleet, episode_id: str) -> str:
     return (await fleet.export(episode_id))[1]
 
 
+class _Crashes(logging.Handler):
+    """What each tool's last crash said, from the runtime's own log of it: an agent is told only
+    "internal error of the environment", but the model repairing the tool needs the error itself
+    (Qwen2.5-Coder-1.5B's Slack tools crashed on `name 'text' is not defined`, and the evidence
+    did not say so)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.said: dict[str, str] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and isinstance(record.args, tuple) and len(record.args) >= 2:
+            self.said[str(record.args[1])] = f"{type(exc).__name__}: {exc}"[:200]
+
+    def why(self, tool: str, text: str) -> str:
+        crashed = text.startswith(ENV_ERROR_PREFIX) and tool in self.said
+        return f" [it crashed: {self.said[tool]}]" if crashed else ""
+
+
 async def probe_env(env: Environment, docs: list[ToolDoc], *, attempts: int = 12) -> ProbeOutcome:
     """Run every deterministic probe; each contributes one check to the gate's pass rate."""
+    crashes = _Crashes()
+    runtime_log = logging.getLogger(RUNTIME_LOG)
+    runtime_log.addHandler(crashes)
+    try:
+        return await _probe_env(env, docs, attempts, crashes)
+    finally:
+        runtime_log.removeHandler(crashes)
+
+
+async def _probe_env(env: Environment, docs: list[ToolDoc], attempts: int, crashes: _Crashes) -> ProbeOutcome:
     out = ProbeOutcome()
     documented = {d.name for d in docs}
     for extra in sorted(set(env.tools) - documented):
@@ -108,7 +143,8 @@ async def probe_env(env: Environment, docs: list[ToolDoc], *, attempts: int = 12
     try:
         for doc in docs:
             if doc.name in env.tools:
-                await _probe_tool(fleet, env, doc.name, domains[doc.name], values, ids, attempts, out)
+                domain = domains[doc.name]
+                await _probe_tool(fleet, env, doc.name, domain, values, ids, attempts, out, crashes)
     finally:
         await fleet.aclose()
     return out
@@ -123,6 +159,7 @@ async def _probe_tool(
     ids: set[str],
     attempts: int,
     out: ProbeOutcome,
+    crashes: _Crashes,
 ) -> None:
     spec = env.tools[name]
     rng = random.Random(f"envsynth-probe:{env.name}:{name}")
@@ -150,9 +187,9 @@ async def _probe_tool(
                 valid = args
                 break
             last_error = res.text
-        out.check(
-            valid is not None, f"{name}: no valid call from seed data succeeded (last: {last_error[:200]})"
-        )
+        why = crashes.why(name, last_error)
+        none_ok = f"{name}: no valid call from seed data succeeded (last: {last_error[:200]}){why}"
+        out.check(valid is not None, none_ok)
         if valid is not None:
             out.valid_args[name] = valid
         written = set(footprint.writes)

@@ -358,3 +358,18 @@ async def test_the_probes_evidence_on_the_captured_tools_says_what_to_change(tmp
     repair = asked.prompts["tools:1"]
     for hint in ("Look each id up before using it", "db.execute returns a cursor", "The tool crashed"):
         assert f"What to change: {hint}" in repair, hint
+
+
+async def test_a_crashing_tool_s_error_reaches_the_repair(tmp_path: Path) -> None:
+    # captured on Slack (static and load passed): two tools crashed, and the evidence said only
+    # "internal error of the environment ... (ConfinedToolCrash; a bug in the env, not a refusal)",
+    # which is all an agent may see; the model repairing the tool needs the error itself
+    captured = ENVSYNTH_FIXTURES / "captured_slack_1.5b_probes"
+    docs = load_doc_set(CORPUS, CORPUS / "mcp_slack" / "docs")
+    asked = Asked(captured)
+    report = await synthesize_env(docs, tmp_path / "slack", asked, SynthSettings(name="slack", max_rounds=1))
+    probes = report.rounds[0].gates[-1]
+    assert [g.name for g in report.rounds[0].gates] == ["static", "load", "probes"]
+    crashed = [p for p in probes.problems if "no valid call" in p]
+    assert crashed and all("[it crashed: ConfinedToolCrash: " in p for p in crashed), crashed
+    assert "[it crashed: ConfinedToolCrash: " in asked.prompts["tools:1"]
