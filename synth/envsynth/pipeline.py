@@ -37,7 +37,7 @@ from .docs_input import ToolDoc, docs_json
 from .llm import LLMError, Responder, Usage, strip_fences
 from .probes import execute_proposals, probe_env
 from .report import REPORT_FILE, GateResult, RoundRecord, SynthesisReport, write_report
-from .rules import gate_kept, gate_rules
+from .rules import gate_kept, gate_rules, without_the_example
 from .sandbox import SeedRunError, run_seed_generator
 from .seed_template import reference_problems, seed_skeleton, without_keyless_references
 from .skeleton import (
@@ -496,12 +496,15 @@ def _as_written(stage: str, answer: str, docs: list[ToolDoc], schema: str = "") 
     (`skeleton.with_documented_signatures`): a header is the docs', not the model's to get wrong;
     one that parses is judged as written (the probes gate names any surface that differs). A
     schema loses the MySQL clauses SQLite cannot read (`_MYSQL_ONLY`) and the foreign keys no
-    row could ever satisfy (`seed_template.without_keyless_references`). Each
+    row could ever satisfy (`seed_template.without_keyless_references`); policy_rules.toml the
+    sections that are the format's example copied (`rules.without_the_example`). Each
     tool's `writes=` then includes the schema tables its own SQL writes
     (`skeleton.with_declared_writes`), and each call of `db` is awaited (`with_awaited_db_calls`)."""
     text = strip_fences(answer)
     if stage == "schema":
         text = without_keyless_references(_as_sqlite(text))
+    if stage == "policy_rules":
+        text = without_the_example(text)
     if stage == "tools" and not _parses(text):
         text = with_documented_signatures(text, docs)
     if stage == "tools":

@@ -24,6 +24,7 @@ the file.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -270,3 +271,34 @@ async def gate_kept(env: Environment, root: Path) -> GateResult:
         ctx.replayer.close()
         await fleet.aclose()
     return _result("policy_kept", len(tasks), problems, t0)
+
+
+# --------------------------------------------------------------------------- the format's example
+
+EXAMPLE_NAMES = frozenset({"get_x", "x_id", "delete_x"})
+"""The names the rules format's example uses (`prompts.RULES_FORMAT`), none of them any env's."""
+_SECTION = re.compile(r"^[ \t]*\[\[?[ \t]*\w+[ \t]*\]\]?[ \t]*(?:#.*)?$", re.MULTILINE)
+_QUOTED = re.compile(r"\"([^\"\n]*)\"|'([^'\n]*)'")
+
+
+def without_the_example(rules_toml: str) -> str:
+    """policy_rules.toml without the sections that still carry the format's example names
+    (`tools = ["get_x"]`, `param = "x_id"`, `tool = "delete_x"`): those are the example copied,
+    not a rule of this env's policy. Captured: Qwen2.5-Coder-1.5B answered with the example on
+    Petstore, Redis and Slack, uncommented when it came commented out, and again in repairs that
+    named the unknown tools. What is left is judged by the rules gate as any file."""
+    starts = [m.start() for m in _SECTION.finditer(rules_toml)]
+    if not starts:
+        return rules_toml
+    kept = [rules_toml[: starts[0]]]
+    for start, end in zip(starts, [*starts[1:], len(rules_toml)], strict=True):
+        block = rules_toml[start:end]
+        said = {a or b for a, b in _QUOTED.findall(_code(block))}
+        if not said & EXAMPLE_NAMES:
+            kept.append(block)
+    return "".join(kept)
+
+
+def _code(block: str) -> str:
+    """The block's lines without their `#` comments (a quoted name in a comment is no rule)."""
+    return "\n".join(line.split("#", 1)[0] for line in block.splitlines())

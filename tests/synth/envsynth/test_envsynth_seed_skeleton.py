@@ -373,3 +373,16 @@ async def test_a_crashing_tool_s_error_reaches_the_repair(tmp_path: Path) -> Non
     crashed = [p for p in probes.problems if "no valid call" in p]
     assert crashed and all("[it crashed: ConfinedToolCrash: " in p for p in crashed), crashed
     assert "[it crashed: ConfinedToolCrash: " in asked.prompts["tools:1"]
+
+
+async def test_rules_that_are_the_format_s_example_are_dropped(tmp_path: Path) -> None:
+    # captured on Slack: the commented-out example uncommented, `tools = ["get_x"]`,
+    # `param = "x_id"`, `tool = "delete_x"`; the sections it wrote of its own are kept
+    captured = ENVSYNTH_FIXTURES / "captured_slack_1.5b_probes"
+    answer = strip_fences(load_recordings(captured)["policy_rules:0"])
+    assert 'tools = ["get_x"]' in answer and "[confirmation]" in answer
+    docs = load_doc_set(CORPUS, CORPUS / "mcp_slack" / "docs")
+    await synthesize_env(docs, tmp_path / "slack", Asked(captured), SynthSettings(name="slack", max_rounds=0))
+    kept = (rejected_dir(tmp_path / "slack") / "rejected_candidate" / "policy_rules.toml.txt").read_text()
+    assert not any(name in kept for name in ("get_x", "x_id", "delete_x")), kept
+    assert "[confirmation]\nrequired = true" in kept and "[transfer]" in kept
