@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         with_declared_writes,
         with_documented_signatures,
     )
+    from .splice import function_source, problems_by_tool, splice_tool
 
 # name -> module (inside this subpackage) that defines it, imported on first access
 _LAZY = {
@@ -95,6 +96,9 @@ _LAZY = {
     "left_placeholders": "skeleton",
     "seed_skeleton": "seed_template",
     "reference_problems": "seed_template",
+    "function_source": "splice",
+    "problems_by_tool": "splice",
+    "splice_tool": "splice",
 }
 
 
@@ -124,6 +128,7 @@ __all__ = [
     "SynthSettings",
     "SynthesisReport",
     "ToolDoc",
+    "function_source",
     "gate_kept",
     "gate_rules",
     "introspect_mcp",
@@ -133,6 +138,7 @@ __all__ = [
     "load_recordings",
     "parse_markdown",
     "parse_openapi",
+    "problems_by_tool",
     "read_report",
     "reference_problems",
     "rejected_dir",
@@ -141,6 +147,7 @@ __all__ = [
     "schema_problems",
     "seed_skeleton",
     "speakable",
+    "splice_tool",
     "strip_fences",
     "synthesize_env",
     "tools_skeleton",

@@ -49,6 +49,7 @@ from .skeleton import (
     with_declared_writes,
     with_documented_signatures,
 )
+from .splice import function_source, problems_by_tool, splice_tool, tables_touched
 
 log = logging.getLogger(__name__)
 
@@ -526,6 +527,57 @@ def _evidence(gate: GateResult, cand: Candidate, stage: str) -> str:
     return "\n".join(lines)
 
 
+def _per_tool(failed: GateResult, docs: list[ToolDoc]) -> dict[str, list[str]] | None:
+    """The probes' problems by tool when every one names a documented tool: those tools are
+    repaired one function each (`splice`); any other failure gets the whole-file repair."""
+    if failed.name != "probes":
+        return None
+    return problems_by_tool(failed.problems, [d.name for d in docs])
+
+
+def _tool_evidence(problems: list[str]) -> str:
+    lines = [f"- {p}" for p in problems]
+    lines += [f"It must: {e}" for e in dict.fromkeys(filter(None, map(prompts.expected_behaviour, problems)))]
+    lines += [f"What to change: {hint}" for hint in prompts.repair_hints(problems)]
+    return "\n".join(lines)
+
+
+async def _repair_tools(
+    per_tool: dict[str, list[str]],
+    cand: Candidate,
+    docs: list[ToolDoc],
+    responder: Responder,
+    usage: Usage,
+    round_: int,
+    say: Progress,
+) -> None:
+    """Ask for each failing tool's function alone, one request per tool, and splice each answer
+    into tools.py in place of the old function (a refused answer keeps the old one). Asked for the
+    whole file with the probes' evidence, Qwen2.5-Coder-1.5B returned it unchanged three rounds
+    running (captured on Slack); the spliced file is gated whole again."""
+    schema = cand.text.get("schema", "")
+    listed = tool_list(docs, cand.text["tools"]).splitlines()
+    for name, problems in per_tool.items():
+        current = function_source(cand.text["tools"], name)
+        if current is None:
+            continue
+        context = {
+            "What the docs say it does": next((ln for ln in listed if ln.startswith(f"- {name}(")), ""),
+            f"The current {name}": f"```python\n{current}```",
+            "The tables it touches (schema.sql)": f"```sql\n{tables_touched(schema, current)}\n```",
+        }
+        messages = prompts.tool_messages(name, round_, context, _tool_evidence(problems))
+        reply = await responder.complete(f"tool_{name}", round_, messages)
+        usage.add(f"tool_{name}:{round_}", reply)
+        spliced, refused = splice_tool(cand.text["tools"], name, strip_fences(reply.text))
+        if refused is not None:
+            say(f"round {round_ - 1}: {name}'s answer refused, the old function kept: {refused}")
+            continue
+        cand.text["tools"] = with_declared_writes(
+            with_awaited_db_calls(spliced), set(_TABLE_NAME.findall(schema))
+        )
+
+
 async def synthesize_env(
     docs: list[ToolDoc],
     out_dir: str | Path,
@@ -574,6 +626,11 @@ async def synthesize_env(
                     report.reasons += failed.problems[:10]
                     break
                 record.repaired = failed.blame or ["tools"]
+                per_tool = _per_tool(failed, docs)
+                if per_tool is not None:
+                    say(f"round {round_}: probes failed, repairing {', '.join(per_tool)}: {_first(failed)}")
+                    await _repair_tools(per_tool, cand, docs, responder, usage, round_ + 1, say)
+                    continue
                 if "schema" in record.repaired:  # written against the old tables: asked again
                     record.repaired = [s for s in STAGES if s in (*record.repaired, "tools", "seed")]
                 repairing = ", ".join(record.repaired)

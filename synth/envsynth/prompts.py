@@ -7,6 +7,7 @@ so two envs can be compared knowing whether they were asked the same thing.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 PROMPT_VERSIONS: dict[str, str] = {
@@ -18,6 +19,7 @@ PROMPT_VERSIONS: dict[str, str] = {
     "tester": "tester/v2",
     "checker": "checker/v2",
     "repair": "repair/v3",
+    "tool": "tool/v1",
 }
 
 SYSTEM = """envsynth stage={stage} round={round} prompt={version}
@@ -115,6 +117,12 @@ STAGE_TASKS: dict[str, str] = {
         ' sample rows: valid calls and calls that must be refused. Answer ```json [{"tool": ..., '
         '"arguments": {...}, "expect": "success"|"error", "why": ...}]```.'
     ),
+    "tool": (
+        "Rewrite ONE tool of tools.py so that it passes the checks below: keep its name, parameters,"
+        " decorator and docstring, and change its body against schema.sql. Answer with only this one"
+        " function (its decorator included) in a ```python block: no imports, no other function, no"
+        " other code."
+    ),
     "checker": (
         "You are the CHECKER. For each executed call judge whether the result agrees with the docs."
         ' Answer ```json {"verdicts": [{"call": index, "ok": true|false, "reason": ...}]}```.'
@@ -130,6 +138,7 @@ ANSWERS: dict[str, str] = {
     "seed": "the seed generator (generate()) in one ```python block",
     "policy": "policy.md (your own rules for an agent, not the documents) in one ```markdown block",
     "policy_rules": "policy_rules.toml naming only tools of tools.py, in one ```toml block",
+    "tool": "only the one corrected function in one ```python block",
     "tester": "the JSON list of calls in one ```json block",
     "checker": "the JSON verdicts in one ```json block",
 }
@@ -164,6 +173,44 @@ def messages(
         {"role": "system", "content": system(stage, round_)},
         {"role": "user", "content": "\n\n".join(p for p in parts if p)},
     ]
+
+
+def tool_messages(name: str, round_: int, context: dict[str, str], evidence: str) -> list[dict[str, str]]:
+    """The chat messages asking for one tool's function (`splice`): the stage line names the tool
+    (`stage=tool_<name>`), so each tool's answer is its own recording key."""
+    parts = [STAGE_TASKS["tool"], *(f"## {title}\n{body}" for title, body in context.items())]
+    parts.append(f"## The checks {name} fails\n{evidence}\nAnswer with {ANSWERS['tool']}.")
+    line = SYSTEM.format(stage=f"tool_{name}", round=round_, version=PROMPT_VERSIONS["tool"])
+    return [{"role": "system", "content": line}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+_UNKNOWN = re.compile(r"unknown id (\w+)=(\S+) was not refused \(got: (.*)\)$")
+_MISSING = re.compile(r"(missing|wrong-typed) '(\w+)' was not refused")
+_CRASH = re.compile(r"\[it crashed: ([^\]]*)\]")
+
+
+def expected_behaviour(problem: str) -> str | None:
+    """What one probe problem asks the tool to do, said as the change to make: told only that an
+    unknown id "was not refused", the 1.5B model returned the same function."""
+    m = _UNKNOWN.search(problem)
+    if m:
+        return (
+            f'an unknown {m[1]} (such as {m[2]}) must raise ToolError("{m[1]} not found") instead of'
+            f" returning {m[3].strip() or 'nothing'}: look the row up first and raise when there is none"
+        )
+    m = _MISSING.search(problem)
+    if m:
+        what = "a call without" if m[1] == "missing" else "a call with a wrongly typed"
+        return f"{what} {m[2]} must raise ToolError, changing no row"
+    m = _CRASH.search(problem)
+    if m and re.search(r"no (?:such )?column|has no column", m[1]):
+        return f"it crashed ({m[1]}): its SQL must name only the columns its tables have (shown above)"
+    if m:
+        return (
+            f"it crashed ({m[1]}): every name it uses must be one of its parameters, a variable it sets"
+            " first, or an import tools.py already has"
+        )
+    return None
 
 
 VERDICT: dict[str, Any] = {

@@ -355,7 +355,7 @@ async def test_the_probes_evidence_on_the_captured_tools_says_what_to_change(tmp
     report = await synthesize_env(docs, tmp_path / "slack", asked, SynthSettings(name="slack", max_rounds=1))
     probes = report.rounds[0].gates[-1]
     assert probes.name == "probes" and report.rounds[0].repaired == ["tools"]
-    repair = asked.prompts["tools:1"]
+    repair = "\n".join(v for k, v in asked.prompts.items() if k.startswith("tool_"))  # one per tool
     for hint in ("Look each id up before using it", "db.execute returns a cursor", "The tool crashed"):
         assert f"What to change: {hint}" in repair, hint
 
@@ -372,7 +372,7 @@ async def test_a_crashing_tool_s_error_reaches_the_repair(tmp_path: Path) -> Non
     assert [g.name for g in report.rounds[0].gates] == ["static", "load", "probes"]
     crashed = [p for p in probes.problems if "no valid call" in p]
     assert crashed and all("[it crashed: ConfinedToolCrash: " in p for p in crashed), crashed
-    assert "[it crashed: ConfinedToolCrash: " in asked.prompts["tools:1"]
+    assert "[it crashed: ConfinedToolCrash: " in asked.prompts["tool_slack_add_reaction:1"]
 
 
 async def test_rules_that_are_the_format_s_example_are_dropped(tmp_path: Path) -> None:

@@ -1,0 +1,102 @@
+"""Per-tool repair at the probes gate: which tools the probes name, one tool's source, and its
+answered function spliced into tools.py in place of the old one.
+
+Asked to rewrite the whole tools.py with the probes' evidence, Qwen2.5-Coder-1.5B returned its
+previous file unchanged, three rounds running (captured on the corpus's Slack set: two tools
+crashing on a name never set, three answering an unknown id with `[]` or `null`). Asked for one
+function at a time, the answer is short and the evidence is all about it. The splice takes only
+that function: an answer that does not parse, defines another name, or brings any other
+module-level statement (an import tools.py does not already have, an assignment, a call) is
+refused and the old function kept. The spliced file then goes through every gate again, as a
+whole-file answer would: nothing the model writes runs outside them.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+_TABLE = re.compile(r"(?is)\bCREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?[\"`\[]?(\w+)[\"`\]]?[^;]*;?")
+
+
+def problems_by_tool(problems: list[str], names: list[str]) -> dict[str, list[str]] | None:
+    """The probes' problems grouped by the tool each names first (`name: ...` or `name.param: ...`),
+    tools in the documents' order; None when a problem names no documented tool (a tool missing
+    or one not in the docs: only the whole file can answer that)."""
+    found: dict[str, list[str]] = {}
+    for problem in problems:
+        head = re.match(r"(\w+)[.:]", problem)
+        if head is None or head[1] not in names:
+            return None
+        found.setdefault(head[1], []).append(problem)
+    return {n: found[n] for n in names if n in found} or None
+
+
+def _function(tree: ast.Module, name: str) -> ast.AsyncFunctionDef | ast.FunctionDef | None:
+    for node in tree.body:
+        if isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef) and node.name == name:
+            return node
+    return None
+
+
+def _span(node: ast.AsyncFunctionDef | ast.FunctionDef) -> tuple[int, int]:
+    """The 1-based first and last lines of a function, its decorators included."""
+    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    return first, node.end_lineno or node.lineno
+
+
+def function_source(tools_py: str, name: str) -> str | None:
+    """`name`'s function as tools.py has it, decorators included; None if absent or unparsable."""
+    try:
+        node = _function(ast.parse(tools_py), name)
+    except (SyntaxError, ValueError):
+        return None
+    if node is None:
+        return None
+    first, last = _span(node)
+    return "\n".join(tools_py.splitlines()[first - 1 : last]) + "\n"
+
+
+def tables_touched(schema: str, function: str) -> str:
+    """The CREATE TABLE statements of schema.sql whose table the function's text names."""
+    words = set(re.findall(r"\w+", function))
+    return "\n".join(m[0].strip() for m in _TABLE.finditer(schema) if m[1] in words)
+
+
+def _imports_of(tree: ast.Module) -> set[str]:
+    return {ast.unparse(n) for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)}
+
+
+def splice_tool(tools_py: str, name: str, answer: str) -> tuple[str, str | None]:
+    """tools.py with `name`'s function replaced by the one `answer` defines, every other line kept
+    byte for byte; or tools.py unchanged and why the answer was refused."""
+    try:
+        old_tree = ast.parse(tools_py)
+    except (SyntaxError, ValueError):
+        return tools_py, "tools.py does not parse"
+    old = _function(old_tree, name)
+    if old is None:
+        return tools_py, f"tools.py has no function {name}"
+    try:
+        new_tree = ast.parse(answer)
+    except (SyntaxError, ValueError) as exc:
+        return tools_py, f"the answer does not parse: {exc}"
+    have = _imports_of(old_tree)
+    functions = [n for n in new_tree.body if isinstance(n, ast.AsyncFunctionDef | ast.FunctionDef)]
+    if len(functions) != 1 or functions[0].name != name:
+        got = ", ".join(f.name for f in functions) or "no function"
+        return tools_py, f"the answer must define only {name} (it defines {got})"
+    kept = (n for n in new_tree.body if n is not functions[0])
+    extra = [n for n in kept if not (isinstance(n, ast.Import | ast.ImportFrom) and ast.unparse(n) in have)]
+    if extra:
+        where = f"line {extra[0].lineno}"
+        return tools_py, f"the answer adds module-level code ({where}): only {name} may be written"
+    if not functions[0].decorator_list:
+        return tools_py, f"the answer's {name} has no @tool decorator"
+    first, last = _span(functions[0])
+    body = answer.splitlines()[first - 1 : last]
+    lines = tools_py.splitlines(keepends=True)
+    start, end = _span(old)
+    ending = "\n" if lines[end - 1].endswith("\n") else ""
+    spliced = "".join(lines[: start - 1]) + "\n".join(body) + ending + "".join(lines[end:])
+    return spliced, None

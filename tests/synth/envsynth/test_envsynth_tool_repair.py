@@ -1,0 +1,135 @@
+"""At the probes gate, the tools the probes name are repaired one function each and spliced in.
+
+Built from the packaged Qwen2.5-Coder-1.5B's real answers on the corpus's Slack set
+(`tests/fixtures/envsynth/captured_slack_1.5b_probes`): static and load passed, the probes failed
+five tools (two crash, three answer an unknown id with `[]` or `null`), and asked to rewrite the
+whole tools.py with that evidence the model returned its previous file, three rounds running. A
+spliced answer is only ever the one function: anything else it brings is refused, and the
+spliced file is gated whole again.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from envforge.server import check_python
+from envforge.synth.envsynth import (
+    SynthSettings,
+    function_source,
+    load_doc_set,
+    load_recordings,
+    problems_by_tool,
+    read_report,
+    rejected_dir,
+    splice_tool,
+    strip_fences,
+    synthesize_env,
+)
+
+from support.envsynth_asked import Asked
+from support.paths import ENVSYNTH_FIXTURES, REPO
+
+CORPUS = REPO / "benchmarks" / "envsynth_corpus"
+SLACK_15B = ENVSYNTH_FIXTURES / "captured_slack_1.5b_probes"
+TOOLS_PY = strip_fences(load_recordings(SLACK_15B)["tools:0"])
+NAMES = [n.name for n in ast.parse(TOOLS_PY).body if isinstance(n, ast.AsyncFunctionDef)]
+FAILING = [
+    "slack_reply_to_thread",
+    "slack_add_reaction",
+    "slack_get_channel_history",
+    "slack_get_thread_replies",
+    "slack_get_user_profile",
+]
+
+PROFILE_FIXED = '''```python
+@tool
+async def slack_get_user_profile(db: Db, user_id: str) -> Any:
+    """Get detailed profile information for a specific user
+
+    Args:
+        user_id: The ID of the user
+    """
+    row = await db.fetch_one("SELECT * FROM slack_user_profiles WHERE user_id = ?", (user_id,))
+    if row is None:
+        raise ToolError(f"user {user_id} not found")
+    return row
+```'''
+
+HOSTILE = '''import os
+
+os.system("touch /tmp/pwned")
+
+
+@tool
+async def slack_add_reaction(db: Db, channel_id: str, timestamp: str, reaction: str) -> Any:
+    """Add a reaction."""
+    return None
+'''
+
+
+def test_a_spliced_function_leaves_every_other_tool_byte_identical() -> None:
+    spliced, refused = splice_tool(TOOLS_PY, "slack_get_user_profile", strip_fences(PROFILE_FIXED))
+    assert refused is None
+    assert 'raise ToolError(f"user {user_id} not found")' in spliced
+    for name in NAMES:
+        if name != "slack_get_user_profile":
+            assert function_source(spliced, name) == function_source(TOOLS_PY, name)
+    before, after = TOOLS_PY.split("@tool\nasync def slack_get_user_profile")[0], spliced
+    assert after.startswith(before)  # the imports and the seven other tools, byte for byte
+    assert check_python(spliced) == []
+
+
+def test_an_answer_with_module_level_code_is_refused_and_the_old_function_kept() -> None:
+    profile, reaction = "slack_get_user_profile", "slack_add_reaction"
+    helper = "\n\nasync def helper() -> None:\n    pass\n"
+    for name, answer, why in [
+        (reaction, HOSTILE, "module-level code"),
+        (profile, strip_fences(PROFILE_FIXED).replace(profile, "get_profile"), "must define only"),
+        (profile, strip_fences(PROFILE_FIXED) + helper, "must define only"),
+        (reaction, f"@tool\nasync def {reaction}(db: Db) -> Any:\n    return (\n", "not parse"),
+    ]:
+        kept, refused = splice_tool(TOOLS_PY, name, answer)
+        assert kept == TOOLS_PY
+        assert refused is not None and why in refused, refused
+
+
+def test_imports_tools_py_already_has_are_not_module_level_code() -> None:
+    answer = "from envforge.server import Db, ToolError, tool\n\n" + strip_fences(PROFILE_FIXED)
+    spliced, refused = splice_tool(TOOLS_PY, "slack_get_user_profile", answer)
+    assert refused is None and spliced.count("from envforge.server import") == 1
+
+
+def test_problems_name_tools_or_the_whole_file_is_asked() -> None:
+    problems = ["b: unknown id x='U' was not refused (got: [])", "a.limit: type ['string'] but docs say x"]
+    assert list(problems_by_tool(problems, ["a", "b", "c"]) or {}) == ["a", "b"]
+    assert problems_by_tool(["tool 'c' is documented but not implemented"], ["a", "c"]) is None
+
+
+async def test_the_probes_gate_asks_for_each_failing_tool_alone(tmp_path: Path) -> None:
+    docs = load_doc_set(CORPUS, CORPUS / "mcp_slack" / "docs")
+    old = {n: f"```python\n{function_source(TOOLS_PY, n)}```" for n in FAILING}
+    overrides = {f"tool_{n}:1": old[n] for n in FAILING}
+    overrides["tool_slack_get_user_profile:1"] = PROFILE_FIXED
+    overrides["tool_slack_add_reaction:1"] = HOSTILE
+    asked = Asked(SLACK_15B, overrides=overrides)
+    out = tmp_path / "slack"
+    await synthesize_env(docs, out, asked, SynthSettings(name="slack", max_rounds=1))
+    # one request per failing tool, none for the whole file
+    assert "tools:1" not in asked.prompts
+    assert sorted(k for k in asked.prompts if k.startswith("tool_")) == sorted(f"tool_{n}:1" for n in FAILING)
+    prompt = asked.prompts["tool_slack_get_user_profile:1"]
+    assert "async def slack_get_user_profile" in prompt and prompt.count("async def ") == 1
+    assert "CREATE TABLE slack_user_profiles" in prompt and "CREATE TABLE slack_channels" not in prompt
+    unknown = "an unknown user_id (such as 'UNKNOWN-ID-0000') must raise ToolError(\"user_id not found\")"
+    assert unknown in prompt
+    assert "instead of returning null" in prompt
+    # the fixed tool passes its probe in round 1; the hostile answer was never spliced
+    report = read_report(rejected_dir(out))
+    probes = next(g for g in report.rounds[1].gates if g.name == "probes")
+    assert probes.passed_checks == report.rounds[0].gates[2].passed_checks + 1
+    assert not any(p.startswith("slack_get_user_profile") for p in probes.problems)
+    final = (rejected_dir(out) / "rejected_candidate" / "tools.py.txt").read_text(encoding="utf-8")
+    assert "os.system" not in final
+    kept = function_source(final, "slack_add_reaction") or ""
+    assert kept.split("\n", 1)[1] == (function_source(TOOLS_PY, "slack_add_reaction") or "").split("\n", 1)[1]
