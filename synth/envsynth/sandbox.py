@@ -123,6 +123,11 @@ async def _communicate(proc: asyncio.subprocess.Process, source: bytes) -> tuple
     return out, err, out_flood or err_flood
 
 
+def _no_constant(name: str) -> Any:
+    """Refuse NaN and Infinity, which `json.loads` accepts and no JSON reader after it need."""
+    raise ValueError(f"{name} is no JSON value (write a number or null)")
+
+
 async def run_seed_generator(source: str, *, timeout: float = 20.0) -> dict[str, list[dict[str, Any]]]:
     limits = confinement.Limits()
     allowed = json.dumps(sorted(SEED_IMPORTS))
@@ -152,7 +157,10 @@ async def run_seed_generator(source: str, *, timeout: float = 20.0) -> dict[str,
     if proc.returncode != 0:
         tail = err.decode(errors="replace").strip().splitlines()[-3:]
         raise SeedRunError("seed generator failed: " + " | ".join(tail))
-    data = json.loads(out)
+    try:
+        data = json.loads(out, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:  # the child's JSON is its to shape: too deep, NaN
+        raise SeedRunError(f"generate() returned no JSON the loader reads: {str(exc)[:200]}") from exc
     if not isinstance(data, dict) or not all(
         isinstance(k, str) and isinstance(v, list) and all(isinstance(r, dict) for r in v)
         for k, v in data.items()
