@@ -13,7 +13,10 @@ pytestmark = pytest.mark.anyio
 
 async def test_nesting_the_host_cannot_decode_is_a_seed_error() -> None:
     # 990 levels: the confined child's encoder writes them, the host's decoder then overflows.
-    src = "def generate():\n    x = []\n    for _ in range(990):\n        x = [x]\n    return {'t': [{'a': x}]}\n"
+    src = (
+        "def generate():\n    x = []\n    for _ in range(990):\n        x = [x]\n"
+        "    return {'t': [{'a': x}]}\n"
+    )
     with pytest.raises(SeedRunError, match="JSON"):
         await run_seed_generator(src)
 
