@@ -274,8 +274,17 @@ def parse_tool_call(text: str, tool_names: Sequence[str]) -> ParsedCall | None:
     """`<tool_call>{"name":..., "arguments":...}</tool_call>` or `name {json}` / bare `name`; else None.
 
     Word-level tokenizers decode with spaces between tokens, so JSON is parsed after removing the
-    spaces a decoder may have put around punctuation only when plain parsing fails.
+    spaces a decoder may have put around punctuation only when plain parsing fails. JSON nested
+    deeper than the decoder recurses is no call: the text is the policy's, and a RecursionError
+    here stopped the rollout (envforge's, and trl's through `read_tool_calls_as_envforge`).
     """
+    try:
+        return _parse_tool_call(text, tool_names)
+    except RecursionError:
+        return None
+
+
+def _parse_tool_call(text: str, tool_names: Sequence[str]) -> ParsedCall | None:
     m = _TAGGED.search(text)
     if m:
         try:
