@@ -53,7 +53,7 @@ if TYPE_CHECKING:
         with_declared_writes,
         with_documented_signatures,
     )
-    from .splice import function_source, problems_by_tool, splice_tool
+    from .splice import function_source, problems_by_tool, splice_tool, tables_touched
 
 # name -> module (inside this subpackage) that defines it, imported on first access
 _LAZY = {
@@ -99,6 +99,7 @@ _LAZY = {
     "function_source": "splice",
     "problems_by_tool": "splice",
     "splice_tool": "splice",
+    "tables_touched": "splice",
 }
 
 
@@ -150,6 +151,7 @@ __all__ = [
     "splice_tool",
     "strip_fences",
     "synthesize_env",
+    "tables_touched",
     "tools_skeleton",
     "with_awaited_db_calls",
     "with_declared_writes",

@@ -19,7 +19,7 @@ PROMPT_VERSIONS: dict[str, str] = {
     "tester": "tester/v2",
     "checker": "checker/v2",
     "repair": "repair/v3",
-    "tool": "tool/v1",
+    "tool": "tool/v2",
 }
 
 SYSTEM = """envsynth stage={stage} round={round} prompt={version}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import re
 
+_REFERENCES = re.compile(r"(?i)\bREFERENCES\s+[\"`\[]?(\w+)")
 _TABLE = re.compile(r"(?is)\bCREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?[\"`\[]?(\w+)[\"`\]]?[^;]*;?")
 
 
@@ -58,9 +59,19 @@ def function_source(tools_py: str, name: str) -> str | None:
 
 
 def tables_touched(schema: str, function: str) -> str:
-    """The CREATE TABLE statements of schema.sql whose table the function's text names."""
-    words = set(re.findall(r"\w+", function))
-    return "\n".join(m[0].strip() for m in _TABLE.finditer(schema) if m[1] in words)
+    """The CREATE TABLE statements of schema.sql whose table the function's text names, and the
+    tables those reference, at any depth: shown only the tables its SQL named, Qwen2.5-Coder-1.5B
+    made `slack_get_channel_history` refuse an unknown channel by looking it up in
+    `slack_messages` (captured on Slack), the table `slack_channels` never in sight."""
+    tables = {m[1]: m[0].strip() for m in _TABLE.finditer(schema)}
+    shown = set(re.findall(r"\w+", function)) & set(tables)
+    todo = list(shown)
+    while todo:
+        for ref in _REFERENCES.findall(tables[todo.pop()]):
+            if ref in tables and ref not in shown:
+                shown.add(ref)
+                todo.append(ref)
+    return "\n".join(text for name, text in tables.items() if name in shown)
 
 
 def _imports_of(tree: ast.Module) -> set[str]:

@@ -25,6 +25,7 @@ from envforge.synth.envsynth import (
     splice_tool,
     strip_fences,
     synthesize_env,
+    tables_touched,
 )
 
 from support.envsynth_asked import Asked
@@ -34,6 +35,13 @@ CORPUS = REPO / "benchmarks" / "envsynth_corpus"
 SLACK_15B = ENVSYNTH_FIXTURES / "captured_slack_1.5b_probes"
 TOOLS_PY = strip_fences(load_recordings(SLACK_15B)["tools:0"])
 NAMES = [n.name for n in ast.parse(TOOLS_PY).body if isinstance(n, ast.AsyncFunctionDef)]
+NAMED_TABLES = [
+    "slack_channels",
+    "slack_messages",
+    "slack_thread_replies",
+    "slack_users",
+    "slack_user_profiles",
+]
 FAILING = [
     "slack_reply_to_thread",
     "slack_add_reaction",
@@ -155,3 +163,16 @@ async def test_the_captured_per_tool_repairs_fix_two_tools_and_keep_the_rest(tmp
     for name in NAMES:
         if name not in FAILING:  # never asked, never changed (but `writes=`, added in round 0)
             assert _body(final, name) == _body(TOOLS_PY, name)
+
+
+def test_a_tool_is_shown_the_tables_its_tables_reference() -> None:
+    # captured: shown only slack_messages, the 1.5B looked an unknown channel_id up there
+    schema = strip_fences(load_recordings(SLACK_15B)["schema:0"])
+    shown = tables_touched(schema, function_source(TOOLS_PY, "slack_get_thread_replies") or "")
+    assert [t for t in NAMED_TABLES if f"CREATE TABLE {t} " in shown] == [
+        "slack_channels",
+        "slack_messages",
+        "slack_thread_replies",
+    ]
+    profile = tables_touched(schema, function_source(TOOLS_PY, "slack_get_user_profile") or "")
+    assert "CREATE TABLE slack_user_profiles" in profile and "slack_channels" not in profile
