@@ -18,7 +18,7 @@ import pytest
 from envforge.integrations.trl import read_tool_calls_as_envforge
 from envforge.trainer import parse_tool_call
 
-trl = pytest.importorskip("trl")
+trl = pytest.importorskip("trl", reason="trl comes with the train extra, which make test installs")
 from trl.chat_template_utils import add_response_schema, parse_response  # noqa: E402
 
 CALL = '{"name": "get_car", "arguments": {"car_id": "V-601"}}'
