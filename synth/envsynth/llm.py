@@ -22,6 +22,14 @@ STAGE_LINE = re.compile(r"envsynth stage=(?P<stage>\w+) round=(?P<round>\d+)")
 # Stages whose recorded answer carries over to later rounds when none is recorded for that round:
 # the probe agents are re-asked every round, but their proposals rarely need to change.
 CARRY_OVER_STAGES = frozenset({"tester", "checker"})
+RESAMPLE_TEMPERATURE = 0.7
+"""The temperature of a resampled answer (`sample` k > 0, seeded with k); every first answer is
+greedy (temperature 0), so a run is repeatable, and so is each resample."""
+
+
+def answer_key(stage: str, round_: int, sample: int = 0) -> str:
+    """An answer's recording key: `stage:round`, or `stage~k:round` for the k-th resample."""
+    return f"{stage}~{sample}:{round_}" if sample else f"{stage}:{round_}"
 
 
 class LLMError(RuntimeError):
@@ -57,9 +65,14 @@ class Usage:
 
 
 class Responder(Protocol):
+    """Answers one prompt. `sample` 0 asks for the greedy answer; k > 0 for the k-th sampled one
+    (`RESAMPLE_TEMPERATURE`, seed k), asked when the greedy answer was unusable as it stood."""
+
     model: str
 
-    async def complete(self, stage: str, round_: int, messages: list[dict[str, str]]) -> Reply: ...
+    async def complete(
+        self, stage: str, round_: int, messages: list[dict[str, str]], *, sample: int = 0
+    ) -> Reply: ...
 
 
 LLM_TIMEOUT_S = 300.0
@@ -120,7 +133,9 @@ class LiteLLMResponder:
         self.structured = structured
         self.kwargs = kwargs
 
-    async def complete(self, stage: str, round_: int, messages: list[dict[str, str]]) -> Reply:
+    async def complete(
+        self, stage: str, round_: int, messages: list[dict[str, str]], *, sample: int = 0
+    ) -> Reply:
         import litellm
 
         kwargs = dict(self.kwargs)
@@ -134,12 +149,16 @@ class LiteLLMResponder:
         fmt = response_format(stage, self.structured, messages)
         if fmt is not None:
             kwargs["response_format"] = fmt
+        if sample:
+            kwargs["seed"] = sample
+        temperature = RESAMPLE_TEMPERATURE if sample else 0
         try:
             resp = await litellm.acompletion(
-                model=self.litellm_model, messages=messages, temperature=0, **kwargs
+                model=self.litellm_model, messages=messages, temperature=temperature, **kwargs
             )
         except Exception as exc:
-            raise LLMError(f"{stage}:{round_}: model call failed: {type(exc).__name__}: {exc}") from exc
+            key = answer_key(stage, round_, sample)
+            raise LLMError(f"{key}: model call failed: {type(exc).__name__}: {exc}") from exc
         text = resp.choices[0].message.content or ""
         usage = getattr(resp, "usage", None)
         try:
@@ -194,8 +213,10 @@ class ReplayResponder:
     def from_path(cls, path: str | Path) -> ReplayResponder:
         return cls(load_recordings(path), model=f"replay:{Path(path).name}")
 
-    async def complete(self, stage: str, round_: int, messages: list[dict[str, str]]) -> Reply:
-        text = lookup(self.recordings, stage, round_)
+    async def complete(
+        self, stage: str, round_: int, messages: list[dict[str, str]], *, sample: int = 0
+    ) -> Reply:
+        text = lookup(self.recordings, f"{stage}~{sample}" if sample else stage, round_)
         prompt_chars = sum(len(m["content"]) for m in messages)
         return Reply(text, prompt_chars // 4, len(text) // 4, 0.0)
 

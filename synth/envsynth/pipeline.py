@@ -34,12 +34,12 @@ from envforge.synth.wording.phrases import write_phrases
 
 from . import prompts
 from .docs_input import ToolDoc, docs_json
-from .llm import LLMError, Responder, Usage, strip_fences
+from .llm import LLMError, Responder, Usage, answer_key, strip_fences
 from .probes import execute_proposals, probe_env
 from .report import REPORT_FILE, GateResult, RoundRecord, SynthesisReport, write_report
 from .rules import gate_kept, gate_rules, without_the_example
 from .sandbox import SeedRunError, run_seed_generator
-from .seed_template import reference_problems, seed_skeleton, without_keyless_references
+from .seed_template import reference_problems, schema_tables, seed_skeleton, without_keyless_references
 from .skeleton import (
     left_placeholders,
     speakable,
@@ -535,11 +535,49 @@ def _per_tool(failed: GateResult, docs: list[ToolDoc]) -> dict[str, list[str]] |
     return problems_by_tool(failed.problems, [d.name for d in docs])
 
 
-def _tool_evidence(problems: list[str]) -> str:
+def _tool_evidence(
+    problems: list[str],
+    schema: str = "",
+    function: str = "",
+    seed: dict[str, list[dict[str, Any]]] | None = None,
+) -> str:
     lines = [f"- {p}" for p in problems]
     lines += [f"It must: {e}" for e in dict.fromkeys(filter(None, map(prompts.expected_behaviour, problems)))]
+    lines += prompts.table_facts(problems, schema_tables(schema), function, seed)
     lines += [f"What to change: {hint}" for hint in prompts.repair_hints(problems)]
     return "\n".join(lines)
+
+
+TOOL_RESAMPLES = 2
+"""Sampled answers asked for one tool after its greedy answer could not be used (refused by the
+splice, or the function it had): Qwen2.5-Coder-1.5B returned `slack_reply_to_thread` unchanged,
+still inserting a column its table lacks, in three rounds running at temperature 0 (captured on
+the corpus's Slack set), its evidence and the table's columns in front of it every time."""
+
+
+def _same_function(a: str, b: str, name: str) -> bool:
+    """Whether two sources define `name` with the same arguments and body (decorators aside: the
+    pipeline rewrites `writes=` itself), whatever the layout."""
+
+    def shape(source: str) -> str | None:
+        found = function_source(source, name)
+        if found is None:
+            return None
+        node = ast.parse(found).body[0]
+        assert isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef)
+        node.decorator_list = []
+        return ast.dump(node)
+
+    return shape(a) is not None and shape(a) == shape(b)
+
+
+def _seed_rows(staging: Path) -> dict[str, list[dict[str, Any]]]:
+    """The candidate's seed rows as the probes drew from them (its env loaded at the probes
+    gate), or none if it does not load now."""
+    try:
+        return {t: list(rows) for t, rows in load_env(staging).seed_state().items()}
+    except EnvLoadError:
+        return {}
 
 
 async def _repair_tools(
@@ -550,11 +588,13 @@ async def _repair_tools(
     usage: Usage,
     round_: int,
     say: Progress,
+    seed: dict[str, list[dict[str, Any]]] | None = None,
 ) -> None:
     """Ask for each failing tool's function alone, one request per tool, and splice each answer
-    into tools.py in place of the old function (a refused answer keeps the old one). Asked for the
-    whole file with the probes' evidence, Qwen2.5-Coder-1.5B returned it unchanged three rounds
-    running (captured on Slack); the spliced file is gated whole again."""
+    into tools.py in place of the old function. Asked for the whole file with the probes'
+    evidence, Qwen2.5-Coder-1.5B returned it unchanged three rounds running (captured on Slack);
+    an answer refused or unchanged is asked again, sampled (`TOOL_RESAMPLES`), and when none can
+    be used the old function stays. The spliced file is gated whole again."""
     schema = cand.text.get("schema", "")
     listed = tool_list(docs, cand.text["tools"]).splitlines()
     for name, problems in per_tool.items():
@@ -566,12 +606,26 @@ async def _repair_tools(
             f"The current {name}": f"```python\n{current}```",
             "The tables it touches (schema.sql)": f"```sql\n{tables_touched(schema, current)}\n```",
         }
-        messages = prompts.tool_messages(name, round_, context, _tool_evidence(problems))
-        reply = await responder.complete(f"tool_{name}", round_, messages)
-        usage.add(f"tool_{name}:{round_}", reply)
-        spliced, refused = splice_tool(cand.text["tools"], name, strip_fences(reply.text))
-        if refused is not None:
-            say(f"round {round_ - 1}: {name}'s answer refused, the old function kept: {refused}")
+        evidence = _tool_evidence(problems, schema, current, seed)
+        why: str | None = None
+        for sample in range(TOOL_RESAMPLES + 1):
+            note = f"\nYour last answer could not be used ({why}): write {name} anew." if sample else ""
+            messages = prompts.tool_messages(name, round_, context, evidence + note)
+            stage = f"tool_{name}"
+            reply = await (
+                responder.complete(stage, round_, messages, sample=sample)
+                if sample
+                else responder.complete(stage, round_, messages)
+            )
+            usage.add(answer_key(stage, round_, sample), reply)
+            spliced, why = splice_tool(cand.text["tools"], name, strip_fences(reply.text))
+            if why is None and _same_function(spliced, cand.text["tools"], name):
+                why = "the function unchanged"
+            if why is None:
+                break
+            then = "asking again, sampled" if sample < TOOL_RESAMPLES else "the old function kept"
+            say(f"round {round_ - 1}: {name}'s answer refused, {then}: {why}")
+        else:
             continue
         cand.text["tools"] = with_declared_writes(
             with_awaited_db_calls(spliced), set(_TABLE_NAME.findall(schema))
@@ -629,7 +683,8 @@ async def synthesize_env(
                 per_tool = _per_tool(failed, docs)
                 if per_tool is not None:
                     say(f"round {round_}: probes failed, repairing {', '.join(per_tool)}: {_first(failed)}")
-                    await _repair_tools(per_tool, cand, docs, responder, usage, round_ + 1, say)
+                    seed = _seed_rows(staging)
+                    await _repair_tools(per_tool, cand, docs, responder, usage, round_ + 1, say, seed)
                     continue
                 if "schema" in record.repaired:  # written against the old tables: asked again
                     record.repaired = [s for s in STAGES if s in (*record.repaired, "tools", "seed")]

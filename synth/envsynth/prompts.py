@@ -6,9 +6,13 @@ so two envs can be compared knowing whether they were asked the same thing.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .seed_template import Table
 
 PROMPT_VERSIONS: dict[str, str] = {
     "schema": "schema/v4",
@@ -211,6 +215,99 @@ def expected_behaviour(problem: str) -> str | None:
             " first, or an import tools.py already has"
         )
     return None
+
+
+_NO_COLUMN = re.compile(r"table (\w+) has no column named (\w+)")
+_WRITTEN = re.compile(r"(?i)\b(?:INSERT\s+(?:OR\s+\w+\s+)?INTO|UPDATE(?:\s+OR\s+\w+)?)\s+[\"`\[]?(\w+)")
+
+
+def table_facts(
+    problems: list[str],
+    tables: list[Table],
+    function: str,
+    seed: dict[str, list[dict[str, Any]]] | None = None,
+) -> list[str]:
+    """What the schema says that a crash shows the tool got wrong, said as the change to make.
+
+    A column its table lacks: that table's columns, and what to do with a parameter that has none
+    (told only "its SQL must name only the columns its tables have", Qwen2.5-Coder-1.5B kept
+    inserting `channel_id` into a replies table with no such column, three rounds running). A
+    foreign key that failed: each reference of the tables the tool writes, and the lookup that
+    fills it (the same model, past the column, wrote the call's `thread_ts` into
+    `parent_message_id`, a reference to a message's id, told the reference in words three rounds
+    running). Both captured on the corpus's Slack set. With the seed rows, the lookup is written
+    out: which column of the referenced table holds the values a parameter takes
+    (`reference_lookups`)."""
+    by_name = {t.name: t for t in tables}
+    out: dict[str, None] = {}
+    for table, column in (m.groups() for p in problems if (m := _NO_COLUMN.search(p))):
+        if table in by_name:
+            names = ", ".join(c.name for c in by_name[table].columns)
+            out[
+                f"The table {table} has exactly these columns: {names}. {column} is not one of them:"
+                " write only these columns; a parameter with no column here is checked (look its row"
+                " up in the table it names, raise ToolError when there is none), not stored."
+            ] = None
+    if any("FOREIGN KEY constraint failed" in p for p in problems):
+        for name in dict.fromkeys(_WRITTEN.findall(function)):
+            for col in by_name[name].columns if name in by_name else []:
+                if col.references:
+                    ref_table, ref_col = col.references
+                    out[
+                        f"{name}.{col.name} must hold the {ref_col} of an existing {ref_table} row: look"
+                        f" that row up first from the call's arguments (SELECT {ref_col} FROM {ref_table}"
+                        " WHERE ... = ?), raise ToolError when there is none, and write the"
+                        f" {ref_col} it found, not an argument as it came."
+                    ] = None
+                    for line in reference_lookups(
+                        function, col.name, ref_table, ref_col, by_name, seed or {}
+                    ):
+                        out[line] = None
+    return list(out)
+
+
+def _parameters(function: str) -> list[str]:
+    try:
+        tree = ast.parse(function)
+    except (SyntaxError, ValueError):
+        return []
+    fn = next((n for n in tree.body if isinstance(n, ast.AsyncFunctionDef | ast.FunctionDef)), None)
+    return [a.arg for a in fn.args.args if a.arg != "db"] if fn else []
+
+
+def _values(seed: dict[str, list[dict[str, Any]]], table: str, column: str) -> set[str]:
+    return {str(r[column]) for r in seed.get(table, []) if r.get(column) is not None}
+
+
+def reference_lookups(
+    function: str,
+    column: str,
+    ref_table: str,
+    ref_col: str,
+    tables: dict[str, Table],
+    seed: dict[str, list[dict[str, Any]]],
+) -> list[str]:
+    """The lookup that fills `column` (a reference to `ref_table.ref_col`), written out: for a
+    parameter whose values (the seed's values of the other columns named like it, which the probes
+    draw from) are values of a column of `ref_table` that tells its rows apart, that column is the
+    one to look the row up by. On the Slack capture: the call's `thread_ts` (drawn from the replies'
+    `thread_ts`) is a message's `timestamp`."""
+    rows = seed.get(ref_table, [])
+    out = []
+    for param in _parameters(function):
+        named = [t for t, shape in tables.items() if param in {c.name for c in shape.columns}]
+        for by in [c.name for c in tables[ref_table].columns] if ref_table in tables else []:
+            given = set().union(*(_values(seed, t, param) for t in named if (t, param) != (ref_table, by)))
+            held = [str(r[by]) for r in rows if r.get(by) is not None]
+            if given & set(held) and len(held) == len(set(held)):
+                article = ref_table[:-1] if ref_table.endswith("s") else ref_table
+                out.append(
+                    f"The {param} a call gives is a {ref_table}.{by}: write it as"
+                    f' `row = await db.require_one("SELECT {ref_col} FROM {ref_table} WHERE {by} = ?",'
+                    f' ({param},), "{article} not found")` and then {column} = row["{ref_col}"].'
+                )
+                break
+    return out
 
 
 VERDICT: dict[str, Any] = {

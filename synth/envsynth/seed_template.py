@@ -69,6 +69,12 @@ def _tables(schema_sql: str) -> list[Table] | None:
         conn.close()
 
 
+def schema_tables(schema_sql: str) -> list[Table]:
+    """The schema's tables, columns and references as SQLite reads them (none when the schema is
+    not one a confined env may hold)."""
+    return _tables(schema_sql) or []
+
+
 def _definitions(create_sql: str) -> list[str]:
     """The comma-separated parts of a CREATE TABLE's body, split at the top level only."""
     start = create_sql.find("(")

@@ -4,8 +4,8 @@ prompt it was asked (`prompts["<stage>:<round>"]`) for assertions on what the pi
 A stage the capture has no answer for in a round gets that stage's round-0 answer again (the
 capture's model was not asked it: a stage the pipeline now repairs that it did not then); a
 per-tool repair (`tool_<name>`) it has no answer for gets an empty one, which the splice refuses;
-`overrides` answers chosen keys with given text, so a test can move a run past a failure it is not
-about.
+a resample (`sample` k) is keyed `<stage>~k:<round>`; `overrides` answers chosen keys with given
+text, so a test can move a run past a failure it is not about.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from envforge.synth.envsynth import LLMError, ReplayResponder, Reply
+from envforge.synth.envsynth.llm import answer_key
 
 
 class Asked:
@@ -22,12 +23,15 @@ class Asked:
         self.model = self.replay.model
         self.prompts: dict[str, str] = {}
 
-    async def complete(self, stage: str, round_: int, messages: list[dict[str, str]]) -> Reply:
-        self.prompts[f"{stage}:{round_}"] = messages[-1]["content"]
-        if f"{stage}:{round_}" in self.overrides:
-            return Reply(self.overrides[f"{stage}:{round_}"])
+    async def complete(
+        self, stage: str, round_: int, messages: list[dict[str, str]], *, sample: int = 0
+    ) -> Reply:
+        key = answer_key(stage, round_, sample)
+        self.prompts[key] = messages[-1]["content"]
+        if key in self.overrides:
+            return Reply(self.overrides[key])
         try:
-            return await self.replay.complete(stage, round_, messages)
+            return await self.replay.complete(stage, round_, messages, sample=sample)
         except LLMError:
             if stage.startswith("tool_"):  # one tool's repair the capture never asked: none
                 return Reply("")  # (the splice refuses it and keeps the old function)

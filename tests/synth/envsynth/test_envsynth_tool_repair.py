@@ -27,6 +27,9 @@ from envforge.synth.envsynth import (
     synthesize_env,
     tables_touched,
 )
+from envforge.synth.envsynth.pipeline import _as_written, _same_function
+from envforge.synth.envsynth.prompts import table_facts
+from envforge.synth.envsynth.seed_template import schema_tables
 
 from support.envsynth_asked import Asked
 from support.paths import ENVSYNTH_FIXTURES, REPO
@@ -128,9 +131,13 @@ async def test_the_probes_gate_asks_for_each_failing_tool_alone(tmp_path: Path) 
     asked = Asked(SLACK_15B, overrides=overrides)
     out = tmp_path / "slack"
     await synthesize_env(docs, out, asked, SynthSettings(name="slack", max_rounds=1))
-    # one request per failing tool, none for the whole file
+    # one request per failing tool, none for the whole file; an answer refused (the hostile one) or
+    # unchanged (the old function) is asked again, sampled, of that tool alone
     assert "tools:1" not in asked.prompts
-    assert sorted(k for k in asked.prompts if k.startswith("tool_")) == sorted(f"tool_{n}:1" for n in FAILING)
+    greedy = sorted(k for k in asked.prompts if k.startswith("tool_") and "~" not in k)
+    assert greedy == sorted(f"tool_{n}:1" for n in FAILING)
+    resampled = {k.split("~")[0] for k in asked.prompts if "~" in k}
+    assert resampled == {f"tool_{n}" for n in FAILING if n != "slack_get_user_profile"}
     prompt = asked.prompts["tool_slack_get_user_profile:1"]
     assert "async def slack_get_user_profile" in prompt and prompt.count("async def ") == 1
     assert "CREATE TABLE slack_user_profiles" in prompt and "CREATE TABLE slack_channels" not in prompt
@@ -176,3 +183,87 @@ def test_a_tool_is_shown_the_tables_its_tables_reference() -> None:
     ]
     profile = tables_touched(schema, function_source(TOOLS_PY, "slack_get_user_profile") or "")
     assert "CREATE TABLE slack_user_profiles" in profile and "slack_channels" not in profile
+
+
+RESAMPLED = ENVSYNTH_FIXTURES / "captured_slack_1.5b_resample"
+
+
+async def test_an_unchanged_answer_is_asked_again_sampled_and_the_sample_spliced(tmp_path: Path) -> None:
+    # captured: the 1.5B's greedy repair of slack_reply_to_thread was the function unchanged, still
+    # inserting channel_id into slack_thread_replies, which has no such column; its first sample
+    # brought an import (refused), its second wrote only the table's columns
+    docs = load_doc_set(CORPUS, CORPUS / "mcp_slack" / "docs")
+    asked = Asked(RESAMPLED)
+    out = tmp_path / "slack"
+    report = await synthesize_env(docs, out, asked, SynthSettings(name="slack", max_rounds=1))
+    probes = [next(g for g in r.gates if g.name == "probes") for r in report.rounds]
+    assert [(g.passed_checks, g.checks) for g in probes] == [(52, 57), (57, 58)]
+    (before,) = [p for p in probes[0].problems if p.startswith("slack_reply_to_thread")]
+    (after,) = probes[1].problems
+    assert "has no column named channel_id" in before
+    assert after.startswith("slack_reply_to_thread") and "FOREIGN KEY constraint failed" in after
+    columns = "slack_thread_replies has exactly these columns: id, thread_ts, parent_message_id, text"
+    assert columns in asked.prompts["tool_slack_reply_to_thread:1"]
+    assert "could not be used (the function unchanged)" in asked.prompts["tool_slack_reply_to_thread~1:1"]
+    assert (
+        "could not be used (the answer adds module-level code"
+        in asked.prompts["tool_slack_reply_to_thread~2:1"]
+    )
+    # the tools that were fixed greedily were asked once each
+    assert not any(k.startswith("tool_slack_get_user_profile~") for k in asked.prompts)
+
+
+def test_a_failed_foreign_key_names_the_reference_and_the_lookup_that_fills_it() -> None:
+    answers = load_recordings(RESAMPLED)
+    docs = load_doc_set(CORPUS, CORPUS / "mcp_slack" / "docs")
+    schema = _as_written("schema", answers["schema:0"], docs)  # as the pipeline keeps it
+    function = strip_fences(answers["tool_slack_reply_to_thread:3"])
+    crash = "slack_reply_to_thread: ... [it crashed: ConfinedToolCrash: FOREIGN KEY constraint failed]"
+    (fact,) = table_facts([crash], schema_tables(schema), function)
+    assert fact.startswith(
+        "slack_thread_replies.parent_message_id must hold the id of an existing slack_messages row"
+    )
+    assert table_facts([crash.replace("FOREIGN KEY", "CHECK")], schema_tables(schema), function) == []
+
+
+def test_an_answer_reformatted_or_redecorated_is_the_same_function() -> None:
+    old = function_source(TOOLS_PY, "slack_reply_to_thread") or ""
+    tree = ast.parse(old)
+    fn = tree.body[0]
+    assert isinstance(fn, ast.AsyncFunctionDef)
+    fn.decorator_list = [ast.parse('tool(writes=["slack_thread_replies"])', mode="eval").body]
+    same = ast.unparse(tree) + "\n"
+    assert same != old and _same_function(same, old, "slack_reply_to_thread")
+    changed = old.replace("channel_id, ", "", 1)
+    assert changed != old and not _same_function(changed, old, "slack_reply_to_thread")
+
+
+def test_the_lookup_that_fills_a_reference_is_written_from_the_seed_rows() -> None:
+    # the captured seed's shape: a reply's thread_ts is its message's timestamp, its text is not
+    # a message's; the 1.5B, told the reference in words, wrote thread_ts into parent_message_id
+    answers = load_recordings(RESAMPLED)
+    docs = load_doc_set(CORPUS, CORPUS / "mcp_slack" / "docs")
+    tables = schema_tables(_as_written("schema", answers["schema:0"], docs))
+    function = strip_fences(answers["tool_slack_reply_to_thread:3"])
+    days = [f"2025-01-0{i} 09:00:00" for i in range(1, 4)]
+    seed = {
+        "slack_messages": [
+            {"id": f"m{i}", "channel_id": "c1", "text": f"Message {i}", "timestamp": d}
+            for i, d in enumerate(days)
+        ],
+        "slack_thread_replies": [
+            {"id": f"r{i}", "thread_ts": d, "parent_message_id": f"m{i}", "text": f"Reply {i}"}
+            for i, d in enumerate(days)
+        ],
+    }
+    crash = "slack_reply_to_thread: ... [it crashed: ConfinedToolCrash: FOREIGN KEY constraint failed]"
+    facts = table_facts([crash], tables, function, seed)
+    lookup = 'row = await db.require_one("SELECT id FROM slack_messages WHERE timestamp = ?", (thread_ts,)'
+    assert [f for f in facts if "require_one" in f] == [
+        f'The thread_ts a call gives is a slack_messages.timestamp: write it as `{lookup}, "slack_message not'
+        ' found")` and then parent_message_id = row["id"].'
+    ]
+    # a channel shared by every message tells none apart: no lookup by it
+    assert not any("WHERE channel_id" in f for f in facts)
+    # with no seed rows, only the reference in words
+    assert [f for f in table_facts([crash], tables, function) if "require_one" in f] == []
