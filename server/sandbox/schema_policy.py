@@ -110,8 +110,9 @@ def _judge(actions: list[Action]) -> tuple[str, str] | str:
     made = [
         (action, a1 or "")
         for action, a1, *_ in actions
-        if action in _CREATIONS and not (a1 or "").startswith("sqlite_autoindex_")
-    ]  # an autoindex is the one SQLite makes for a PRIMARY KEY or UNIQUE column
+        if action in _CREATIONS and not (a1 or "").startswith("sqlite_autoindex_") and a1 != "sqlite_sequence"
+    ]  # an autoindex is the one SQLite makes for a PRIMARY KEY or UNIQUE column, sqlite_sequence
+    # the table it keeps AUTOINCREMENT's counters in (made with the first such table)
     kind = _CREATIONS[made[0][0]] if len(made) == 1 else None
     for action, _a1, a2, _db, _src in actions:  # the named rules first: they say most
         if action == sqlite3.SQLITE_RECURSIVE:

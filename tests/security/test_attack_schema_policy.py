@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from envforge.server import EnvLoadError, load_env, schema_violations
+from envforge.server import EnvLoadError, Fleet, load_env, schema_violations
 
 from support.confined import make_confined_env
 from support.paths import REPO
@@ -154,3 +154,43 @@ def test_nested_views_cannot_make_the_check_itself_slow() -> None:
 @pytest.mark.parametrize("name", ["library", "pharmacy", "car_rental", "gym", "helpdesk_lite"])
 def test_the_synthesized_envs_schemas_pass(name: str) -> None:
     assert schema_violations((REPO / "envs" / name / "schema.sql").read_text()) == []
+
+
+ADD_NOTE_TOOLS = '''
+from envforge.server import Db, tool
+
+
+@tool(writes=["notes"])
+async def add_note(db: Db, body: str) -> dict:
+    """Add a note."""
+    await db.execute("INSERT INTO notes (body) VALUES (?)", (body,))
+    return await db.fetch_one("SELECT id, body FROM notes ORDER BY id DESC LIMIT 1")
+'''
+
+
+async def test_an_autoincrement_key_is_a_plain_creation_and_its_env_runs(tmp_path: Path) -> None:
+    """AUTOINCREMENT makes SQLite create its `sqlite_sequence` beside the table: the check counted
+    two creations in one statement and refused the schema (Qwen2.5-Coder-1.5B's Petstore
+    `users` table, captured, three repairs running). The counter table is SQLite's bookkeeping; a
+    schema still may not create or write it by name."""
+    schema = "CREATE TABLE notes (id INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL);\n"
+    assert schema_violations(schema) == []
+    assert (
+        "reserved for internal use"
+        in schema_violations(schema + "CREATE TABLE sqlite_sequence (name, seq);")[0].rule
+    )
+    assert schema_violations(schema + "INSERT INTO sqlite_sequence VALUES ('notes', 99);")
+    root = make_confined_env(tmp_path / "env", ADD_NOTE_TOOLS)
+    (root / "schema.sql").write_text(schema)
+    env = load_env(root)
+    assert {t.name for t in env.tables} == {"notes"}
+    fleet = Fleet([env])
+    try:
+        episode = await fleet.create_episode(env.name)
+        result = await fleet.call(episode.id, "add_note", {"body": "second"})
+        assert not result.is_error, result.text
+        assert '"id": 2' in result.text
+        state = (await fleet.export(episode.id))[0]
+        assert state == {"notes": [{"id": 1, "body": "seed"}, {"id": 2, "body": "second"}]}
+    finally:
+        await fleet.aclose()
