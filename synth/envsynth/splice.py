@@ -74,8 +74,18 @@ def tables_touched(schema: str, function: str) -> str:
     return "\n".join(text for name, text in tables.items() if name in shown)
 
 
-def _imports_of(tree: ast.Module) -> set[str]:
-    return {ast.unparse(n) for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)}
+def _bindings(node: ast.Import | ast.ImportFrom) -> set[tuple[str, str, str]]:
+    """What an import binds, name by name: (module, name, bound as)."""
+    module = (node.module or "") if isinstance(node, ast.ImportFrom) else ""
+    return {(module, a.name, a.asname or a.name) for a in node.names}
+
+
+def _imports_of(tree: ast.Module) -> set[tuple[str, str, str]]:
+    found: set[tuple[str, str, str]] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found |= _bindings(node)
+    return found
 
 
 def splice_tool(tools_py: str, name: str, answer: str) -> tuple[str, str | None]:
@@ -98,7 +108,10 @@ def splice_tool(tools_py: str, name: str, answer: str) -> tuple[str, str | None]
         got = ", ".join(f.name for f in functions) or "no function"
         return tools_py, f"the answer must define only {name} (it defines {got})"
     kept = (n for n in new_tree.body if n is not functions[0])
-    extra = [n for n in kept if not (isinstance(n, ast.Import | ast.ImportFrom) and ast.unparse(n) in have)]
+    # an import binding only what tools.py's imports already bind is redundant, not code: the 1.5B
+    # wrote `from typing import Any` above its function where tools.py has `from typing import Any,
+    # Dict, List, Literal` (captured on Slack), and the answer was refused for it
+    extra = [n for n in kept if not (isinstance(n, ast.Import | ast.ImportFrom) and _bindings(n) <= have)]
     if extra:
         where = f"line {extra[0].lineno}"
         return tools_py, f"the answer adds module-level code ({where}): only {name} may be written"

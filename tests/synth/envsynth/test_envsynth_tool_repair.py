@@ -191,7 +191,8 @@ RESAMPLED = ENVSYNTH_FIXTURES / "captured_slack_1.5b_resample"
 async def test_an_unchanged_answer_is_asked_again_sampled_and_the_sample_spliced(tmp_path: Path) -> None:
     # captured: the 1.5B's greedy repair of slack_reply_to_thread was the function unchanged, still
     # inserting channel_id into slack_thread_replies, which has no such column; its first sample
-    # brought an import (refused), its second wrote only the table's columns
+    # was the same function under an import tools.py already had, its second wrote only the
+    # table's columns
     docs = load_doc_set(CORPUS, CORPUS / "mcp_slack" / "docs")
     asked = Asked(RESAMPLED)
     out = tmp_path / "slack"
@@ -204,11 +205,11 @@ async def test_an_unchanged_answer_is_asked_again_sampled_and_the_sample_spliced
     assert after.startswith("slack_reply_to_thread") and "FOREIGN KEY constraint failed" in after
     columns = "slack_thread_replies has exactly these columns: id, thread_ts, parent_message_id, text"
     assert columns in asked.prompts["tool_slack_reply_to_thread:1"]
-    assert "could not be used (the function unchanged)" in asked.prompts["tool_slack_reply_to_thread~1:1"]
-    assert (
-        "could not be used (the answer adds module-level code"
-        in asked.prompts["tool_slack_reply_to_thread~2:1"]
-    )
+    for sample in (1, 2):
+        assert (
+            "could not be used (the function unchanged)"
+            in asked.prompts[f"tool_slack_reply_to_thread~{sample}:1"]
+        )
     # the tools that were fixed greedily were asked once each
     assert not any(k.startswith("tool_slack_get_user_profile~") for k in asked.prompts)
 
@@ -267,3 +268,17 @@ def test_the_lookup_that_fills_a_reference_is_written_from_the_seed_rows() -> No
     assert not any("WHERE channel_id" in f for f in facts)
     # with no seed rows, only the reference in words
     assert [f for f in table_facts([crash], tables, function) if "require_one" in f] == []
+
+
+def test_an_import_tools_py_already_binds_is_redundant_and_a_new_one_still_refused() -> None:
+    # captured: the 1.5B's sample put `from typing import Any` over its function; tools.py binds
+    # Any through `from typing import Any, Dict, List, Literal`
+    answers = load_recordings(RESAMPLED)
+    tools_py = strip_fences(answers["tools:0"])
+    sampled = strip_fences(answers["tool_slack_reply_to_thread~1:1"])
+    assert sampled.startswith("from typing import Any\n")
+    spliced, refused = splice_tool(tools_py, "slack_reply_to_thread", sampled)
+    assert refused is None and spliced.count("from typing import") == 1
+    for new in ("import sqlite3\n", "from typing import Any as Anything\n", "from os import system as Any\n"):
+        kept, refused = splice_tool(tools_py, "slack_reply_to_thread", new + sampled.split("\n", 1)[1])
+        assert kept == tools_py and refused is not None and "module-level code" in refused, new
