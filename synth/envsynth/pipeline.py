@@ -96,6 +96,8 @@ class Candidate:
 
     def __init__(self) -> None:
         self.text: dict[str, str] = {}
+        self.lessons: dict[str, list[str]] = {}
+        """Per tool, what each per-tool repair was told it must do, in the order it was told."""
 
     def seed_is_code(self) -> bool:
         try:
@@ -540,12 +542,22 @@ def _tool_evidence(
     schema: str = "",
     function: str = "",
     seed: dict[str, list[dict[str, Any]]] | None = None,
-) -> str:
-    lines = [f"- {p}" for p in problems]
-    lines += [f"It must: {e}" for e in dict.fromkeys(filter(None, map(prompts.expected_behaviour, problems)))]
-    lines += prompts.table_facts(problems, schema_tables(schema), function, seed)
+    earlier: list[str] | None = None,
+) -> tuple[str, list[str]]:
+    """The evidence for one tool's repair, and the lessons it holds (what the tool must do). The
+    lessons of earlier rounds that still hold are repeated: told only of the unknown channel it
+    let through, the 1.5B dropped the message lookup its previous round's lesson had given it and
+    crashed on the foreign key again (captured on Slack)."""
+    lessons = [
+        f"It must: {e}" for e in dict.fromkeys(filter(None, map(prompts.expected_behaviour, problems)))
+    ]
+    lessons += prompts.table_facts(problems, schema_tables(schema), function, seed)
+    kept = [e for e in earlier or [] if e not in lessons]
+    lines = [f"- {p}" for p in problems] + lessons
+    lines += ["Earlier rounds' lessons, still true (keep them):", *kept] if kept else []
     lines += [f"What to change: {hint}" for hint in prompts.repair_hints(problems)]
-    return "\n".join(lines)
+    # a crash is this round's news, not a lesson: what it teaches is in the schema facts
+    return "\n".join(lines), [e for e in lessons if not e.startswith("It must: it crashed")]
 
 
 TOOL_RESAMPLES = 2
@@ -606,7 +618,9 @@ async def _repair_tools(
             f"The current {name}": f"```python\n{current}```",
             "The tables it touches (schema.sql)": f"```sql\n{tables_touched(schema, current)}\n```",
         }
-        evidence = _tool_evidence(problems, schema, current, seed)
+        earlier = cand.lessons.get(name, [])
+        evidence, lessons = _tool_evidence(problems, schema, current, seed, earlier)
+        cand.lessons[name] = list(dict.fromkeys([*earlier, *lessons]))
         why: str | None = None
         for sample in range(TOOL_RESAMPLES + 1):
             note = f"\nYour last answer could not be used ({why}): write {name} anew." if sample else ""

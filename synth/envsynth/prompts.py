@@ -209,6 +209,10 @@ def expected_behaviour(problem: str) -> str | None:
     m = _CRASH.search(problem)
     if m and re.search(r"no (?:such )?column|has no column", m[1]):
         return f"it crashed ({m[1]}): its SQL must name only the columns its tables have (shown above)"
+    if m and "FOREIGN KEY constraint failed" in m[1]:
+        return (
+            f"it crashed ({m[1]}): a column that references another table must hold a key of an existing row"
+        )
     if m:
         return (
             f"it crashed ({m[1]}): every name it uses must be one of its parameters, a variable it sets"

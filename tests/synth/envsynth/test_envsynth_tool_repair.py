@@ -282,3 +282,18 @@ def test_an_import_tools_py_already_binds_is_redundant_and_a_new_one_still_refus
     for new in ("import sqlite3\n", "from typing import Any as Anything\n", "from os import system as Any\n"):
         kept, refused = splice_tool(tools_py, "slack_reply_to_thread", new + sampled.split("\n", 1)[1])
         assert kept == tools_py and refused is not None and "module-level code" in refused, new
+
+
+async def test_a_tools_earlier_lessons_are_repeated_in_its_later_repairs(tmp_path: Path) -> None:
+    # captured: given the lookup that fills parent_message_id, the 1.5B wrote it (58 of 59 checks);
+    # told next only of the unknown channel it let through, it dropped the lookup
+    docs = load_doc_set(CORPUS, CORPUS / "mcp_slack" / "docs")
+    asked = Asked(ENVSYNTH_FIXTURES / "captured_slack_1.5b_lookup")
+    report = await synthesize_env(docs, tmp_path / "slack", asked, SynthSettings(name="slack", max_rounds=3))
+    probes = [next(g for g in r.gates if g.name == "probes") for r in report.rounds]
+    assert [(g.passed_checks, g.checks) for g in probes][:3] == [(52, 57), (57, 58), (58, 59)]
+    lookup = 'row = await db.require_one("SELECT id FROM slack_messages WHERE timestamp = ?", (thread_ts,)'
+    assert lookup in asked.prompts["tool_slack_reply_to_thread:2"]
+    last = asked.prompts["tool_slack_reply_to_thread:3"]
+    assert "unknown channel_id" in last and "FOREIGN KEY constraint failed" not in last
+    assert "Earlier rounds' lessons, still true (keep them):" in last and lookup in last
