@@ -53,7 +53,13 @@ if TYPE_CHECKING:
         with_declared_writes,
         with_documented_signatures,
     )
-    from .splice import function_source, problems_by_tool, splice_tool, tables_touched
+    from .splice import (
+        function_source,
+        problems_by_tool,
+        splice_tool,
+        static_problems_by_tool,
+        tables_touched,
+    )
 
 # name -> module (inside this subpackage) that defines it, imported on first access
 _LAZY = {
@@ -99,6 +105,7 @@ _LAZY = {
     "function_source": "splice",
     "problems_by_tool": "splice",
     "splice_tool": "splice",
+    "static_problems_by_tool": "splice",
     "tables_touched": "splice",
 }
 
@@ -149,6 +156,7 @@ __all__ = [
     "seed_skeleton",
     "speakable",
     "splice_tool",
+    "static_problems_by_tool",
     "strip_fences",
     "synthesize_env",
     "tables_touched",

@@ -49,7 +49,7 @@ from .skeleton import (
     with_declared_writes,
     with_documented_signatures,
 )
-from .splice import function_source, problems_by_tool, splice_tool, tables_touched
+from .splice import function_source, problems_by_tool, splice_tool, static_problems_by_tool, tables_touched
 
 log = logging.getLogger(__name__)
 
@@ -529,12 +529,16 @@ def _evidence(gate: GateResult, cand: Candidate, stage: str) -> str:
     return "\n".join(lines)
 
 
-def _per_tool(failed: GateResult, docs: list[ToolDoc]) -> dict[str, list[str]] | None:
-    """The probes' problems by tool when every one names a documented tool: those tools are
-    repaired one function each (`splice`); any other failure gets the whole-file repair."""
-    if failed.name != "probes":
-        return None
-    return problems_by_tool(failed.problems, [d.name for d in docs])
+def _per_tool(failed: GateResult, docs: list[ToolDoc], cand: Candidate) -> dict[str, list[str]] | None:
+    """The probes' problems, or the static gate's when tools.py alone is blamed, by tool when each
+    lies in a documented tool: those tools are repaired one function each (`splice`); any other
+    failure gets the whole-file repair."""
+    names = [d.name for d in docs]
+    if failed.name == "probes":
+        return problems_by_tool(failed.problems, names)
+    if failed.name == "static" and failed.blame == ["tools"]:
+        return static_problems_by_tool(failed.problems, cand.text["tools"], names)
+    return None
 
 
 def _tool_evidence(
@@ -586,9 +590,11 @@ def _same_function(a: str, b: str, name: str) -> bool:
 def _seed_rows(staging: Path) -> dict[str, list[dict[str, Any]]]:
     """The candidate's seed rows as the probes drew from them (its env loaded at the probes
     gate), or none if it does not load now."""
+    if not (staging / "env.toml").is_file():
+        return {}
     try:
         return {t: list(rows) for t, rows in load_env(staging).seed_state().items()}
-    except EnvLoadError:
+    except (EnvLoadError, OSError):
         return {}
 
 
@@ -694,9 +700,10 @@ async def synthesize_env(
                     report.reasons += failed.problems[:10]
                     break
                 record.repaired = failed.blame or ["tools"]
-                per_tool = _per_tool(failed, docs)
+                per_tool = _per_tool(failed, docs, cand)
                 if per_tool is not None:
-                    say(f"round {round_}: probes failed, repairing {', '.join(per_tool)}: {_first(failed)}")
+                    repairing = ", ".join(per_tool)
+                    say(f"round {round_}: {failed.name} failed, repairing {repairing}: {_first(failed)}")
                     seed = _seed_rows(staging)
                     await _repair_tools(per_tool, cand, docs, responder, usage, round_ + 1, say, seed)
                     continue

@@ -252,6 +252,14 @@ def table_facts(
                 " write only these columns; a parameter with no column here is checked (look its row"
                 " up in the table it names, raise ToolError when there is none), not stored."
             ] = None
+    for param in dict.fromkeys(m[1] for p in problems if (m := _UNKNOWN.search(p))):
+        home = _home_of(param, tables)
+        if home is not None:
+            table, key = home
+            out[
+                f'Check the {param} first, before any other read or write: `await db.require_one("SELECT'
+                f' {key} FROM {table} WHERE {key} = ?", ({param},), "{param} not found")`.'
+            ] = None
     if any("FOREIGN KEY constraint failed" in p for p in problems):
         for name in dict.fromkeys(_WRITTEN.findall(function)):
             for col in by_name[name].columns if name in by_name else []:
@@ -268,6 +276,20 @@ def table_facts(
                     ):
                         out[line] = None
     return list(out)
+
+
+def _home_of(param: str, tables: list[Table]) -> tuple[str, str] | None:
+    """The table and key column an id parameter names rows of: the table a column named like it
+    references, else a table whose primary key has its name."""
+    for table in tables:
+        for col in table.columns:
+            if col.name == param and col.references is not None:
+                return col.references
+    for table in tables:
+        for col in table.columns:
+            if col.name == param and col.primary:
+                return table.name, col.name
+    return None
 
 
 def _parameters(function: str) -> list[str]:
@@ -415,6 +437,11 @@ REPAIR_HINTS: tuple[tuple[str, str], ...] = (
         "tools.py is a Python module: only imports, constants, helper functions and @tool async"
         " functions at its top level. An answer that is the tool documents (a JSON object) or SQL is"
         " not tools.py: start from the skeleton and write the bodies.",
+    ),
+    (
+        "forbidden name",
+        "A Python builtin outside the gate's allowlist (id, type, open, input, ...) or a __dunder__ name may"
+        ' not be used: rename the variable (user_id, kind), and read a column as row["id"].',
     ),
     (
         "forbidden SQL",

@@ -33,6 +33,44 @@ def problems_by_tool(problems: list[str], names: list[str]) -> dict[str, list[st
     return {n: found[n] for n in names if n in found} or None
 
 
+_AT_LINE = re.compile(r"^tools\.py line (\d+): (.*)$")
+_NAMING = re.compile(r"^tools\.py: (\w+) ")
+
+
+def static_problems_by_tool(
+    problems: list[str], tools_py: str, names: list[str]
+) -> dict[str, list[str]] | None:
+    """The static gate's tools.py problems grouped by the documented tool whose function holds
+    each (its line quoted, since the repair sees the function alone), tools in the documents'
+    order; None when one lies outside every tool (an import, module code) or the file does not
+    parse: only the whole file can answer those. Asked for the whole tools.py over one forbidden
+    name in one function, Qwen2.5-Coder-1.5B rewrote the whole file (captured on Petstore)."""
+    try:
+        tree = ast.parse(tools_py)
+    except (SyntaxError, ValueError):
+        return None
+    spans = {
+        n.name: _span(n)
+        for n in tree.body
+        if isinstance(n, ast.AsyncFunctionDef | ast.FunctionDef) and n.name in names
+    }
+    lines = tools_py.splitlines()
+    found: dict[str, list[str]] = {}
+    for problem in problems:
+        at, named = _AT_LINE.match(problem), _NAMING.match(problem)
+        if at is not None:
+            line = int(at[1])
+            owner = next((n for n, (first, last) in spans.items() if first <= line <= last), None)
+            if owner is None:
+                return None
+            found.setdefault(owner, []).append(f"{owner}: `{lines[line - 1].strip()}`: {at[2]}")
+        elif named is not None and named[1] in spans:
+            found.setdefault(named[1], []).append(problem)
+        else:
+            return None
+    return {n: found[n] for n in names if n in found} or None
+
+
 def _function(tree: ast.Module, name: str) -> ast.AsyncFunctionDef | ast.FunctionDef | None:
     for node in tree.body:
         if isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef) and node.name == name:

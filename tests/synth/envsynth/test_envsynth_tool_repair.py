@@ -23,6 +23,7 @@ from envforge.synth.envsynth import (
     read_report,
     rejected_dir,
     splice_tool,
+    static_problems_by_tool,
     strip_fences,
     synthesize_env,
     tables_touched,
@@ -297,3 +298,39 @@ async def test_a_tools_earlier_lessons_are_repeated_in_its_later_repairs(tmp_pat
     last = asked.prompts["tool_slack_reply_to_thread:3"]
     assert "unknown channel_id" in last and "FOREIGN KEY constraint failed" not in last
     assert "Earlier rounds' lessons, still true (keep them):" in last and lookup in last
+
+
+def test_static_problems_inside_one_tool_are_that_tools_and_module_code_is_the_files() -> None:
+    profile = function_source(TOOLS_PY, "slack_get_user_profile") or ""
+    body = profile.rstrip("\n").split("\n")
+    marked = profile.replace(body[-1], "    id = user_id\n" + body[-1])
+    tools_py = TOOLS_PY.replace(profile, marked)
+    problems = [f"tools.py {v}" for v in check_python(tools_py)]
+    assert problems and all("forbidden name: id" in p for p in problems)
+    grouped = static_problems_by_tool(problems, tools_py, NAMES)
+    assert grouped is not None and list(grouped) == ["slack_get_user_profile"]
+    assert grouped["slack_get_user_profile"][0].startswith(
+        "slack_get_user_profile: `id = user_id`: forbidden name"
+    )
+    # a problem outside every tool (module code), or a file that does not parse: the whole file
+    module_level = [f"tools.py {v}" for v in check_python(tools_py + "\nid = 3\n")]
+    assert static_problems_by_tool(module_level, tools_py + "\nid = 3\n", NAMES) is None
+    assert static_problems_by_tool(problems, tools_py + "\ndef (", NAMES) is None
+
+
+def test_an_unknown_id_let_through_gets_the_lookup_of_the_table_it_names() -> None:
+    # captured: the 1.5B's slack_reply_to_thread passed every check but this one, round after round
+    answers = load_recordings(RESAMPLED)
+    docs = load_doc_set(CORPUS, CORPUS / "mcp_slack" / "docs")
+    tables = schema_tables(_as_written("schema", answers["schema:0"], docs))
+    problem = "slack_reply_to_thread: unknown id channel_id='UNKNOWN-ID-0000' was not refused (got: [])"
+    assert table_facts([problem], tables, "") == [
+        'Check the channel_id first, before any other read or write: `await db.require_one("SELECT id FROM'
+        ' slack_channels WHERE id = ?", (channel_id,), "channel_id not found")`.'
+    ]
+    profile = problem.replace("channel_id", "user_id")  # a primary key's own table
+    assert (
+        "SELECT user_id FROM slack_user_profiles WHERE user_id = ?" in table_facts([profile], tables, "")[0]
+    )
+    unknown = problem.replace("channel_id", "workspace_id")  # no table's column: nothing invented
+    assert table_facts([unknown], tables, "") == []
