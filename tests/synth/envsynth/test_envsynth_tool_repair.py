@@ -334,3 +334,20 @@ def test_an_unknown_id_let_through_gets_the_lookup_of_the_table_it_names() -> No
     )
     unknown = problem.replace("channel_id", "workspace_id")  # no table's column: nothing invented
     assert table_facts([unknown], tables, "") == []
+
+
+async def test_a_static_problem_in_one_tool_is_repaired_as_that_tool(tmp_path: Path) -> None:
+    # captured on Petstore: round 0's one static problem was a variable named id in one tool; the
+    # whole-file repair it used to get rewrote tools.py. Its seed then calls strftime, which the
+    # seed sandbox refused (datetime imports time) and now runs.
+    docs = load_doc_set(CORPUS, CORPUS / "openapi_petstore_users" / "docs")
+    asked = Asked(ENVSYNTH_FIXTURES / "captured_petstore_1.5b_static_tool")
+    report = await synthesize_env(docs, tmp_path / "pet", asked, SynthSettings(name="pet", max_rounds=1))
+    first = report.rounds[0].gates[0]
+    assert first.name == "static" and not first.passed
+    assert [p.split(": ", 1)[1] for p in first.problems] == ["forbidden name: id"]
+    assert "tools:1" not in asked.prompts
+    prompt = asked.prompts["tool_createUsersWithListInput:1"]
+    assert "createUsersWithListInput: `" in prompt and "rename the variable" in prompt
+    gates = {g.name: g for g in report.rounds[1].gates}
+    assert gates["static"].passed and gates["load"].passed, gates["load"].problems
