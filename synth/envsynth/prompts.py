@@ -191,6 +191,7 @@ def tool_messages(name: str, round_: int, context: dict[str, str], evidence: str
 _UNKNOWN = re.compile(r"unknown id (\w+)=(\S+) was not refused \(got: (.*)\)$")
 _MISSING = re.compile(r"(missing|wrong-typed) '(\w+)' was not refused")
 _CRASH = re.compile(r"\[it crashed: ([^\]]*)\]")
+_ALL_REFUSED = re.compile(r"no valid call from seed data succeeded \(last: Error: (?!internal error)(.*)\)$")
 
 
 def expected_behaviour(problem: str) -> str | None:
@@ -206,6 +207,14 @@ def expected_behaviour(problem: str) -> str | None:
     if m:
         what = "a call without" if m[1] == "missing" else "a call with a wrongly typed"
         return f"{what} {m[2]} must raise ToolError, changing no row"
+    m = _ALL_REFUSED.search(problem)
+    if m:
+        return (
+            f"a call with the seed's own values must succeed; every one was refused ({m[1][:80]}). Check"
+            " each refusal's condition: `db.require_one` raises when NO row matches, so use it for a row"
+            " that must exist; refuse a duplicate with `if await db.fetch_one(...) is not None: raise"
+            ' ToolError("... already exists")`'
+        )
     m = _CRASH.search(problem)
     if m and re.search(r"no (?:such )?column|has no column", m[1]):
         return f"it crashed ({m[1]}): its SQL must name only the columns its tables have (shown above)"

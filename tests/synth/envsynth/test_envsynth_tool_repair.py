@@ -351,3 +351,19 @@ async def test_a_static_problem_in_one_tool_is_repaired_as_that_tool(tmp_path: P
     assert "createUsersWithListInput: `" in prompt and "rename the variable" in prompt
     gates = {g.name: g for g in report.rounds[1].gates}
     assert gates["static"].passed and gates["load"].passed, gates["load"].problems
+
+
+async def test_a_tool_that_refuses_every_seed_call_is_told_which_way_require_one_cuts(tmp_path: Path) -> None:
+    # captured on Petstore: `if not db.require_one(... username ..., "user already exists")`
+    # refused every call, the check inverted (require_one raises when no row matches)
+    docs = load_doc_set(CORPUS, CORPUS / "openapi_petstore_users" / "docs")
+    asked = Asked(ENVSYNTH_FIXTURES / "captured_petstore_1.5b_static_tool")
+    report = await synthesize_env(docs, tmp_path / "pet", asked, SynthSettings(name="pet", max_rounds=2))
+    probes = next(g for g in report.rounds[1].gates if g.name == "probes")
+    assert (
+        "createUser: no valid call from seed data succeeded (last: Error: user already exists)"
+        in probes.problems
+    )
+    prompt = asked.prompts["tool_createUser:2"]
+    assert "every one was refused (user already exists)" in prompt
+    assert "`db.require_one` raises when NO row matches" in prompt
