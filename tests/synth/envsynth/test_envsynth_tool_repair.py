@@ -164,9 +164,12 @@ async def test_the_captured_per_tool_repairs_fix_two_tools_and_keep_the_rest(tmp
     out = tmp_path / "slack"
     report = await synthesize_env(docs, out, Asked(captured), SynthSettings(name="slack", max_rounds=2))
     probes = [next(g for g in r.gates if g.name == "probes") for r in report.rounds]
-    assert [(g.passed_checks, g.checks) for g in probes] == [(52, 57), (52, 56), (54, 57)]
+    # unverified, the run went (52, 57), (52, 56), (54, 57): round 1's slack_get_channel_history
+    # looked its channel up in slack_messages and refused every call; that repair lowers the probes
+    # and is no longer kept
+    assert [(g.passed_checks, g.checks) for g in probes] == [(52, 57), (53, 57), (55, 58)]
     failing = {p.split(":")[0] for p in probes[-1].problems}
-    assert failing == {"slack_reply_to_thread", "slack_get_channel_history", "slack_get_thread_replies"}
+    assert "slack_get_user_profile" not in failing and "slack_add_reaction" not in failing
     final = (rejected_dir(out) / "rejected_candidate" / "tools.py.txt").read_text(encoding="utf-8")
     for name in NAMES:
         if name not in FAILING:  # never asked, never changed (but `writes=`, added in round 0)
@@ -367,3 +370,19 @@ async def test_a_tool_that_refuses_every_seed_call_is_told_which_way_require_one
     prompt = asked.prompts["tool_createUser:2"]
     assert "every one was refused (user already exists)" in prompt
     assert "`db.require_one` raises when NO row matches" in prompt
+
+
+async def test_a_repair_that_lowers_the_probes_is_not_kept(tmp_path: Path) -> None:
+    # captured over five rounds: at 58 of 59 checks, the 1.5B's round-4 repair of
+    # slack_reply_to_thread traded its message lookup for the channel's and fell to 57 of 58
+    docs = load_doc_set(CORPUS, CORPUS / "mcp_slack" / "docs")
+    said: list[str] = []
+    asked = Asked(ENVSYNTH_FIXTURES / "captured_slack_1.5b_five_rounds")
+    report = await synthesize_env(
+        docs, tmp_path / "slack", asked, SynthSettings(name="slack", max_rounds=4), progress=said.append
+    )
+    probes = [next(g for g in r.gates if g.name == "probes") for r in report.rounds]
+    scores = [(g.passed_checks, g.checks) for g in probes]
+    assert scores[3] == (58, 59)
+    assert scores[4][0] >= 58, scores  # was (57, 58): the worse function was spliced
+    assert any("with it the probes pass 57 checks, 58 before" in line for line in said), said
