@@ -35,16 +35,17 @@ if TYPE_CHECKING:
         Reply,
         Responder,
         Structured,
+        answer_key,
         load_recordings,
         strip_fences,
     )
-    from .pipeline import SynthSettings, rejected_dir, synthesize_env
+    from .pipeline import SynthSettings, rejected_dir, schema_as_kept, synthesize_env
     from .probes import schema_problems
-    from .prompts import JSON_SCHEMAS, RULES_FORMAT, repair_hints
+    from .prompts import JSON_SCHEMAS, RULES_FORMAT, repair_hints, table_facts
     from .report import GATES, SynthesisReport, read_report
     from .rules import gate_kept, gate_rules
     from .sandbox import SeedRunError, run_seed_generator
-    from .seed_template import reference_problems, seed_skeleton
+    from .seed_template import reference_problems, schema_tables, seed_skeleton
     from .skeleton import (
         left_placeholders,
         speakable,
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     from .splice import (
         function_source,
         problems_by_tool,
+        same_function,
         splice_tool,
         static_problems_by_tool,
         tables_touched,
@@ -72,6 +74,11 @@ _LAZY = {
     "load_docs": "docs_input",
     "parse_markdown": "docs_input",
     "parse_openapi": "docs_input",
+    "answer_key": "llm",
+    "schema_as_kept": "pipeline",
+    "table_facts": "prompts",
+    "schema_tables": "seed_template",
+    "same_function": "splice",
     "LiteLLMResponder": "llm",
     "ReplayResponder": "llm",
     "Responder": "llm",
@@ -136,6 +143,7 @@ __all__ = [
     "SynthSettings",
     "SynthesisReport",
     "ToolDoc",
+    "answer_key",
     "function_source",
     "gate_kept",
     "gate_rules",
@@ -152,13 +160,17 @@ __all__ = [
     "rejected_dir",
     "repair_hints",
     "run_seed_generator",
+    "same_function",
+    "schema_as_kept",
     "schema_problems",
+    "schema_tables",
     "seed_skeleton",
     "speakable",
     "splice_tool",
     "static_problems_by_tool",
     "strip_fences",
     "synthesize_env",
+    "table_facts",
     "tables_touched",
     "tools_skeleton",
     "with_awaited_db_calls",

@@ -49,7 +49,14 @@ from .skeleton import (
     with_declared_writes,
     with_documented_signatures,
 )
-from .splice import function_source, problems_by_tool, splice_tool, static_problems_by_tool, tables_touched
+from .splice import (
+    function_source,
+    problems_by_tool,
+    same_function,
+    splice_tool,
+    static_problems_by_tool,
+    tables_touched,
+)
 
 log = logging.getLogger(__name__)
 
@@ -493,6 +500,12 @@ def _as_sqlite(schema: str) -> str:
     return schema
 
 
+def schema_as_kept(answer: str, docs: list[ToolDoc]) -> str:
+    """schema.sql as the pipeline keeps a model's schema answer (fences off, MySQL clauses and
+    references to no key cut): what every later stage and gate reads."""
+    return _as_written("schema", answer, docs)
+
+
 def _as_written(stage: str, answer: str, docs: list[ToolDoc], schema: str = "") -> str:
     """A stage's answer as the candidate file, out of its fence. A tools.py that does not parse
     gets the documented tools' headers as the skeleton writes them
@@ -569,22 +582,6 @@ TOOL_RESAMPLES = 2
 splice, or the function it had): Qwen2.5-Coder-1.5B returned `slack_reply_to_thread` unchanged,
 still inserting a column its table lacks, in three rounds running at temperature 0 (captured on
 the corpus's Slack set), its evidence and the table's columns in front of it every time."""
-
-
-def _same_function(a: str, b: str, name: str) -> bool:
-    """Whether two sources define `name` with the same arguments and body (decorators aside: the
-    pipeline rewrites `writes=` itself), whatever the layout."""
-
-    def shape(source: str) -> str | None:
-        found = function_source(source, name)
-        if found is None:
-            return None
-        node = ast.parse(found).body[0]
-        assert isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef)
-        node.decorator_list = []
-        return ast.dump(node)
-
-    return shape(a) is not None and shape(a) == shape(b)
 
 
 def _seed_rows(staging: Path) -> dict[str, list[dict[str, Any]]]:
@@ -671,7 +668,7 @@ async def _repair_tools(
             )
             usage.add(answer_key(stage, round_, sample), reply)
             spliced, why = splice_tool(cand.text["tools"], name, strip_fences(reply.text))
-            if why is None and _same_function(spliced, cand.text["tools"], name):
+            if why is None and same_function(spliced, cand.text["tools"], name):
                 why = "the function unchanged"
             if why is None and verify is not None:
                 why = await verify(

@@ -118,6 +118,22 @@ def _bindings(node: ast.Import | ast.ImportFrom) -> set[tuple[str, str, str]]:
     return {(module, a.name, a.asname or a.name) for a in node.names}
 
 
+def same_function(a: str, b: str, name: str) -> bool:
+    """Whether two sources define `name` with the same arguments and body (decorators aside: the
+    pipeline rewrites `writes=` itself), whatever the layout."""
+
+    def shape(source: str) -> str | None:
+        found = function_source(source, name)
+        if found is None:
+            return None
+        node = ast.parse(found).body[0]
+        assert isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef)
+        node.decorator_list = []
+        return ast.dump(node)
+
+    return shape(a) is not None and shape(a) == shape(b)
+
+
 def _imports_of(tree: ast.Module) -> set[tuple[str, str, str]]:
     found: set[tuple[str, str, str]] = set()
     for node in tree.body:

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envforge.synth.envsynth import LLMError, ReplayResponder, Reply
-from envforge.synth.envsynth.llm import answer_key
+from envforge.synth.envsynth import LLMError, ReplayResponder, Reply, answer_key
 
 
 class Asked:

@@ -22,15 +22,16 @@ from envforge.synth.envsynth import (
     problems_by_tool,
     read_report,
     rejected_dir,
+    same_function,
+    schema_as_kept,
+    schema_tables,
     splice_tool,
     static_problems_by_tool,
     strip_fences,
     synthesize_env,
+    table_facts,
     tables_touched,
 )
-from envforge.synth.envsynth.pipeline import _as_written, _same_function
-from envforge.synth.envsynth.prompts import table_facts
-from envforge.synth.envsynth.seed_template import schema_tables
 
 from support.envsynth_asked import Asked
 from support.paths import ENVSYNTH_FIXTURES, REPO
@@ -221,7 +222,7 @@ async def test_an_unchanged_answer_is_asked_again_sampled_and_the_sample_spliced
 def test_a_failed_foreign_key_names_the_reference_and_the_lookup_that_fills_it() -> None:
     answers = load_recordings(RESAMPLED)
     docs = load_doc_set(CORPUS, CORPUS / "mcp_slack" / "docs")
-    schema = _as_written("schema", answers["schema:0"], docs)  # as the pipeline keeps it
+    schema = schema_as_kept(answers["schema:0"], docs)  # as the pipeline keeps it
     function = strip_fences(answers["tool_slack_reply_to_thread:3"])
     crash = "slack_reply_to_thread: ... [it crashed: ConfinedToolCrash: FOREIGN KEY constraint failed]"
     (fact,) = table_facts([crash], schema_tables(schema), function)
@@ -231,16 +232,16 @@ def test_a_failed_foreign_key_names_the_reference_and_the_lookup_that_fills_it()
     assert table_facts([crash.replace("FOREIGN KEY", "CHECK")], schema_tables(schema), function) == []
 
 
-def test_an_answer_reformatted_or_redecorated_is_the_same_function() -> None:
+def test_an_answer_reformatted_or_redecorated_is_thesame_function() -> None:
     old = function_source(TOOLS_PY, "slack_reply_to_thread") or ""
     tree = ast.parse(old)
     fn = tree.body[0]
     assert isinstance(fn, ast.AsyncFunctionDef)
     fn.decorator_list = [ast.parse('tool(writes=["slack_thread_replies"])', mode="eval").body]
     same = ast.unparse(tree) + "\n"
-    assert same != old and _same_function(same, old, "slack_reply_to_thread")
+    assert same != old and same_function(same, old, "slack_reply_to_thread")
     changed = old.replace("channel_id, ", "", 1)
-    assert changed != old and not _same_function(changed, old, "slack_reply_to_thread")
+    assert changed != old and not same_function(changed, old, "slack_reply_to_thread")
 
 
 def test_the_lookup_that_fills_a_reference_is_written_from_the_seed_rows() -> None:
@@ -248,7 +249,7 @@ def test_the_lookup_that_fills_a_reference_is_written_from_the_seed_rows() -> No
     # a message's; the 1.5B, told the reference in words, wrote thread_ts into parent_message_id
     answers = load_recordings(RESAMPLED)
     docs = load_doc_set(CORPUS, CORPUS / "mcp_slack" / "docs")
-    tables = schema_tables(_as_written("schema", answers["schema:0"], docs))
+    tables = schema_tables(schema_as_kept(answers["schema:0"], docs))
     function = strip_fences(answers["tool_slack_reply_to_thread:3"])
     days = [f"2025-01-0{i} 09:00:00" for i in range(1, 4)]
     seed = {
@@ -325,7 +326,7 @@ def test_an_unknown_id_let_through_gets_the_lookup_of_the_table_it_names() -> No
     # captured: the 1.5B's slack_reply_to_thread passed every check but this one, round after round
     answers = load_recordings(RESAMPLED)
     docs = load_doc_set(CORPUS, CORPUS / "mcp_slack" / "docs")
-    tables = schema_tables(_as_written("schema", answers["schema:0"], docs))
+    tables = schema_tables(schema_as_kept(answers["schema:0"], docs))
     problem = "slack_reply_to_thread: unknown id channel_id='UNKNOWN-ID-0000' was not refused (got: [])"
     assert table_facts([problem], tables, "") == [
         'Check the channel_id first, before any other read or write: `await db.require_one("SELECT id FROM'
