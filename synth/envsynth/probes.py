@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import random
+import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +95,32 @@ def _wrong_value(schema: dict[str, Any]) -> Any:
     return 12345 if types & {"string", "array", "object"} else "not-a-number"
 
 
+OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-f]+>")
+"""How a result shows an object that is no value (`str()` of it): Qwen2.5-Coder-1.5B's write tools
+returned `await db.execute(...)`, a cursor, and every result read "<...LocalCursor object at
+0x7f...>": it tells the agent nothing, and its address differs from run to run."""
+
+
+def _keyless_rows(
+    state: dict[str, list[dict[str, Any]]], env: Environment, tables: Collection[str]
+) -> list[str]:
+    """The written tables holding a row whose primary key is NULL. SQLite lets a key that is not
+    INTEGER PRIMARY KEY be NULL, so an INSERT that leaves out a TEXT `id` succeeds with a row no
+    later call can name, and two such rows look like one to whatever compares states by key
+    (captured on Slack: every message the 1.5B's tools posted had the id NULL)."""
+    seed = env.seed_state()
+    found = []
+    for table in env.tables:
+        keys = table.primary_key if table.name in tables else ()
+
+        def keyless(rows: list[dict[str, Any]], keys: tuple[str, ...] = keys) -> int:
+            return sum(1 for row in rows if any(row.get(k) is None for k in keys))
+
+        if keys and keyless(state.get(table.name, [])) > keyless(seed.get(table.name, [])):
+            found.append(f"inserted a row into {table.name} with no {'/'.join(keys)} (NULL)")
+    return found
+
+
 async def _state_hash(fleet: Fleet, episode_id: str) -> str:
     return (await fleet.export(episode_id))[1]
 
@@ -169,6 +197,8 @@ async def _probe_tool(
         valid: dict[str, Any] | None = None
         footprint = Footprint()
         last_error = ""
+        result = ""
+        keyless: list[str] = []
         for attempt in range(attempts):
             order = list(required)
             rng.shuffle(order)
@@ -184,7 +214,9 @@ async def _probe_tool(
             res = await fleet.call(episode.id, name, args)
             await set_authorizer(episode, None)
             if not res.is_error:
-                valid = args
+                valid, result = args, res.text
+                if not spec.read_only:
+                    keyless = _keyless_rows(await fleet.export_state(episode.id), env, spec.writes)
                 break
             last_error = res.text
         why = crashes.why(name, last_error)
@@ -192,6 +224,13 @@ async def _probe_tool(
         out.check(valid is not None, none_ok)
         if valid is not None:
             out.valid_args[name] = valid
+            shown = OBJECT_REPR.search(result)
+            out.check(
+                shown is None,
+                f"{name}: its result is a Python object, not a value (got: {shown[0] if shown else ''})",
+            )
+            if not spec.read_only:
+                out.check(not keyless, f"{name}: {'; '.join(keyless)}")
         written = set(footprint.writes)
         if spec.read_only:
             out.check(not written, f"{name}: a read tool wrote {sorted(written)}")
@@ -236,10 +275,20 @@ class ExecutedCall:
     expect: str
     is_error: bool
     result: str
+    crash: str = ""
+    """The tool's own exception when it crashed (` [it crashed: ...]`), else ""."""
+
+    @property
+    def crashed(self) -> bool:
+        return self.is_error and self.result.startswith(ENV_ERROR_PREFIX)
 
 
 async def execute_proposals(env: Environment, proposals: list[dict[str, Any]]) -> list[ExecutedCall]:
-    """Run the tester's calls, each in a fresh episode on the seed state, and keep what came back."""
+    """Run the tester's calls, each in a fresh episode on the seed state, and keep what came back
+    (a crash with the tool's own exception, which the agent-facing result does not say)."""
+    crashes = _Crashes()
+    runtime_log = logging.getLogger(RUNTIME_LOG)
+    runtime_log.addHandler(crashes)
     fleet = Fleet([env], max_episodes=64)
     done = []
     try:
@@ -247,11 +296,21 @@ async def execute_proposals(env: Environment, proposals: list[dict[str, Any]]) -
             episode = await fleet.create_episode(env.name)
             given = p.get("arguments")
             args: dict[str, Any] = given if isinstance(given, dict) else {}
-            res = await fleet.call(episode.id, str(p.get("tool", "")), args)
+            tool = str(p.get("tool", ""))
+            crashes.said.pop(tool, None)
+            res = await fleet.call(episode.id, tool, args)
             await fleet.close_episode(episode.id)
             done.append(
-                ExecutedCall(str(p.get("tool")), args, str(p.get("expect", "")), res.is_error, res.text[:800])
+                ExecutedCall(
+                    tool,
+                    args,
+                    str(p.get("expect", "")),
+                    res.is_error,
+                    res.text[:800],
+                    crashes.why(tool, res.text),
+                )
             )
     finally:
+        runtime_log.removeHandler(crashes)
         await fleet.aclose()
     return done

@@ -192,6 +192,8 @@ _UNKNOWN = re.compile(r"unknown id (\w+)=(\S+) was not refused \(got: (.*)\)$")
 _MISSING = re.compile(r"(missing|wrong-typed) '(\w+)' was not refused")
 _CRASH = re.compile(r"\[it crashed: ([^\]]*)\]")
 _ALL_REFUSED = re.compile(r"no valid call from seed data succeeded \(last: Error: (?!internal error)(.*)\)$")
+_OBJECT = re.compile(r"its result is a Python object, not a value")
+_KEYLESS = re.compile(r"inserted a row into (\w+) with no ([\w/]+) \(NULL\)")
 
 
 def expected_behaviour(problem: str) -> str | None:
@@ -215,7 +217,27 @@ def expected_behaviour(problem: str) -> str | None:
             " that must exist; refuse a duplicate with `if await db.fetch_one(...) is not None: raise"
             ' ToolError("... already exists")`'
         )
+    if _OBJECT.search(problem):
+        return (
+            "it must return a value, not the cursor `db.execute` gives: after a write, read the row"
+            " written back with `await db.fetch_one(...)` and return that dict"
+        )
+    m = _KEYLESS.search(problem)
+    if m:
+        return f"every row it inserts into {m[1]} must have its {m[2]} set (the INSERT names {m[2]})"
     m = _CRASH.search(problem)
+    value = re.search(r"no such column: (\w+)", m[1]) if m else None
+    if m and (
+        re.search(r"incomplete input|syntax error|unrecognized token", m[1])
+        or (value and f'": "{value[1]}"' in problem)
+    ):
+        # captured: `sql += f" OFFSET {cursor}"` crashed on the tester's `cursor: ""`; a value
+        # pasted unquoted reads as a column (`no such column: compact`, the call's own value)
+        return (
+            f"it crashed ({m[1]}): its SQL was built from a call's values and broke on them: bind every"
+            " value with ? (`LIMIT ? OFFSET ?`, with the values in the tuple), and leave out a clause whose"
+            " argument is None or empty"
+        )
     if m and re.search(r"no (?:such )?column|has no column", m[1]):
         return f"it crashed ({m[1]}): its SQL must name only the columns its tables have (shown above)"
     if m and "FOREIGN KEY constraint failed" in m[1]:
@@ -269,6 +291,15 @@ def table_facts(
                 f'Check the {param} first, before any other read or write: `await db.require_one("SELECT'
                 f' {key} FROM {table} WHERE {key} = ?", ({param},), "{param} not found")`.'
             ] = None
+    for table, key in dict.fromkeys(m.groups() for p in problems if (m := _KEYLESS.search(p))):
+        line = new_key_line(table, key, seed or {})
+        if line:
+            out[line] = None
+            insert = keyed_insert(function, table, key)
+            if insert:
+                out[
+                    f"Write the row with its {key} in the INSERT itself (not an UPDATE after it): `{insert}`."
+                ] = None
     if any("FOREIGN KEY constraint failed" in p for p in problems):
         for name in dict.fromkeys(_WRITTEN.findall(function)):
             for col in by_name[name].columns if name in by_name else []:
@@ -285,6 +316,85 @@ def table_facts(
                     ):
                         out[line] = None
     return list(out)
+
+
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
+def new_key_line(table: str, key: str, seed: dict[str, list[dict[str, Any]]]) -> str | None:
+    """How to make the key of a row a tool inserts, written out from the seed's keys when they are
+    one prefix and a number (`slack_message_7`): the next number after the rows there are. Told
+    only that its rows had no id, a model has nothing deterministic to write (a uuid differs every
+    run), so the line it can copy is given."""
+    held = [str(r[key]) for r in seed.get(table, []) if r.get(key) is not None]
+    found = [m for v in held if (m := _NUMBERED.match(v))]
+    prefixes = {m[1] for m in found}
+    if not held or len(found) != len(held) or len(prefixes) != 1:
+        return None
+    prefix = prefixes.pop()
+    return (
+        f"Make the new row's {key} from the rows there are, as the seed's {key}s are made"
+        f' ({held[0]}, ...): `count = await db.fetch_one("SELECT COUNT(*) AS n FROM {table}")` then'
+        f" `new_{key} = f\"{prefix}{{count['n'] + 1}}\"`, insert it as {key}, and return the row"
+        f' read back with `await db.fetch_one("SELECT * FROM {table} WHERE {key} = ?", (new_{key},))`.'
+    )
+
+
+def _string_names(fn: ast.AST) -> dict[str, str]:
+    """The function's variables bound to a string literal (`sql = "INSERT ..."`)."""
+    bound = {}
+    for node in ast.walk(fn):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            bound.update({t.id: node.value.value for t in node.targets if isinstance(t, ast.Name)})
+    return bound
+
+
+def keyed_insert(function: str, table: str, key: str) -> str | None:
+    """The tool's own INSERT into `table`, rewritten to give `key` (`new_<key>`) first, or None
+    when it cannot be read (SQL not a literal, columns not listed, values not a tuple). Given the
+    line that makes a key, Qwen2.5-Coder-1.5B kept its INSERT without the key and added an UPDATE
+    by `result['id']`, a cursor it cannot index (captured on Slack); the statement to write is
+    spelled out from the one it wrote."""
+    try:
+        tree = ast.parse(function)
+    except (SyntaxError, ValueError):
+        return None
+    strings = _string_names(tree)
+    shape = re.compile(
+        rf"(?is)^\s*INSERT\s+(?:OR\s+\w+\s+)?INTO\s+[\"`\[]?{re.escape(table)}[\"`\]]?\s*\(([^)]*)\)\s*VALUES\s*\("
+    )
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "execute"
+        ):
+            continue
+        if len(node.args) != 2 or not isinstance(node.args[1], ast.Tuple):
+            continue
+        sql_arg = node.args[0]
+        sql = (
+            sql_arg.value
+            if isinstance(sql_arg, ast.Constant) and isinstance(sql_arg.value, str)
+            else strings.get(sql_arg.id, "")
+            if isinstance(sql_arg, ast.Name)
+            else ""
+        )
+        m = shape.match(sql)
+        columns = [c.strip().strip('"`[]') for c in m[1].split(",")] if m else []
+        values = [ast.unparse(v) for v in node.args[1].elts]
+        if not columns or key in columns or len(columns) != len(values):
+            continue
+        marks = ", ".join("?" for _ in range(len(columns) + 1))
+        return (
+            f'await db.execute("INSERT INTO {table} ({", ".join([key, *columns])}) VALUES ({marks})",'
+            f" ({', '.join([f'new_{key}', *values])}))"
+        )
+    return None
 
 
 def _home_of(param: str, tables: list[Table]) -> tuple[str, str] | None:
