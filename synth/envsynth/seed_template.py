@@ -28,6 +28,7 @@ class Column:
     integer_key: bool = False
     primary: bool = False
     references: tuple[str, str] | None = None  # (table, column)
+    implied: tuple[str, str] | None = None  # (table, column) its name points at, with no REFERENCES
 
 
 @dataclass
@@ -62,11 +63,33 @@ def _tables(schema_sql: str) -> list[Table] | None:
                 decl = _declaration(sql, col) or f"{col} {kind}".strip()
                 table.columns.append(Column(col, decl, integer_key, bool(pk), refs.get(col)))
             tables.append(table)
+        for table in tables:
+            for col in table.columns:
+                if col.references is None:
+                    col.implied = _implied_reference(col.name, table.name, tables)
         return tables
     except sqlite3.Error:
         return None
     finally:
         conn.close()
+
+
+def _implied_reference(column: str, own: str, tables: list[Table]) -> tuple[str, str] | None:
+    """The one other table a `<thing>_id` column names by its own name (`user_id` and
+    `slack_users`), with that table's single primary key, or None. Qwen2.5-Coder-1.5B's Slack
+    schema keyed `slack_user_profiles` by a `user_id` with no REFERENCES, so the seed gave each
+    profile an id of its own, no user had a profile, and its tester's first profile lookup failed."""
+    if not column.endswith("_id") or len(column) <= 3:
+        return None
+    base = column[:-3].lower()
+    names = {base, f"{base}s", f"{base}es"}
+    found = []
+    for table in tables:
+        keys = [c.name for c in table.columns if c.primary]
+        name = table.name.lower()
+        if table.name != own and len(keys) == 1 and any(name == n or name.endswith(f"_{n}") for n in names):
+            found.append((table.name, keys[0]))
+    return found[0] if len(found) == 1 else None
 
 
 def schema_tables(schema_sql: str) -> list[Table]:
@@ -113,7 +136,7 @@ def _ordered(tables: list[Table]) -> list[Table]:
         waiting = {t.name for t in left}
 
         def ready(t: Table, waiting: set[str] = waiting) -> bool:
-            refs = [c.references[0] for c in t.columns if c.references is not None]
+            refs = [ref[0] for c in t.columns if (ref := c.references or c.implied) is not None]
             return all(r == t.name or r not in waiting for r in refs)
 
         nxt = next((t for t in left if ready(t)), left[0])
@@ -167,10 +190,13 @@ def seed_skeleton(schema_sql: str, min_rows: int) -> str | None:
         for col in table.columns:
             if col.integer_key:
                 value = "i"
-            elif col.references and col.references[0] in variables and col.references[0] != table.name:
-                parent = next(t for t in tables if t.name == col.references[0])
-                key = col.references[1] or next((c.name for c in parent.columns if c.primary), None)
-                value = f"rng.choice({variables[parent.name]})[{key!r}]" if key else "..."
+            elif (ref := col.references or col.implied) and ref[0] in variables and ref[0] != table.name:
+                parent = next(t for t in tables if t.name == ref[0])
+                key = ref[1] or next((c.name for c in parent.columns if c.primary), None)
+                rows = variables[parent.name]
+                # a key that is also a reference (a user's profile): one row per parent row
+                drawn = f"{rows}[(i - 1) % len({rows})]" if col.primary else f"rng.choice({rows})"
+                value = f"{drawn}[{key!r}]" if key else "..."
             else:
                 value = "..."
             lines.append(f"            {col.name!r}: {value},  # {col.decl}{_hint(col.decl)}")

@@ -26,6 +26,7 @@ from envforge.synth.envsynth import (
     rejected_dir,
     repair_hints,
     run_seed_generator,
+    schema_as_kept,
     seed_skeleton,
     strip_fences,
     synthesize_env,
@@ -386,3 +387,31 @@ async def test_rules_that_are_the_format_s_example_are_dropped(tmp_path: Path) -
     kept = (rejected_dir(tmp_path / "slack") / "rejected_candidate" / "policy_rules.toml.txt").read_text()
     assert not any(name in kept for name in ("get_x", "x_id", "delete_x")), kept
     assert "[confirmation]\nrequired = true" in kept and "[transfer]" in kept
+
+
+async def test_a_key_named_after_another_table_is_drawn_from_its_rows() -> None:
+    # the 1.5B's Slack schema (captured): `slack_user_profiles` keyed by a `user_id` with no
+    # REFERENCES; the seed gave each profile an id of its own (`slack_user_profile_1`), so no user
+    # had a profile and its tester's lookup of a real user's profile was refused
+    docs = load_doc_set(CORPUS, CORPUS / "mcp_slack" / "docs")
+    answer = load_recordings(ENVSYNTH_FIXTURES / "captured_slack_1.5b_lookup")["schema:0"]
+    schema = schema_as_kept(answer, docs)
+    assert "REFERENCES slack_users" not in schema
+    skeleton = seed_skeleton(schema, 100)
+    assert skeleton is not None
+    assert "'user_id': slack_users_rows[(i - 1) % len(slack_users_rows)]['id']" in skeleton
+    assert skeleton.index("slack_users_rows = []") < skeleton.index("slack_user_profiles_rows = []")
+    rows = await run_seed_generator(_filled(skeleton))
+    users = [r["id"] for r in rows["slack_users"]]
+    profiles = [r["user_id"] for r in rows["slack_user_profiles"]]
+    assert sorted(profiles) == sorted(users)  # one profile per user, each key unique
+
+
+def test_a_name_that_points_at_two_tables_or_none_implies_no_reference() -> None:
+    schema = (
+        "CREATE TABLE owners (id TEXT PRIMARY KEY);\nCREATE TABLE pet_owners (id TEXT PRIMARY KEY);\n"
+        "CREATE TABLE pets (id TEXT PRIMARY KEY, owner_id TEXT, vet_id TEXT);\n"
+    )
+    skeleton = seed_skeleton(schema, 30)
+    assert skeleton is not None
+    assert "'owner_id': ...," in skeleton and "'vet_id': ...," in skeleton
