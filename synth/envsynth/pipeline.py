@@ -105,6 +105,9 @@ class Candidate:
         self.text: dict[str, str] = {}
         self.lessons: dict[str, list[str]] = {}
         """Per tool, what each per-tool repair was told it must do, in the order it was told."""
+        self.crashing: list[tuple[str, dict[str, Any]]] = []
+        """The tester's calls that crashed the tools at the last llm_probe gate: a repair must
+        end those crashes (`probes_verifier`)."""
 
     def seed_is_code(self) -> bool:
         try:
@@ -398,13 +401,15 @@ async def gate_llm_probe(
     except (LLMError, KeyError, TypeError, ValueError, AttributeError) as exc:
         return _gate("llm_probe", 1, 0, [f"probe agents failed: {exc}"], "tools", t0)
     problems = []
+    cand.crashing = [(c.tool, c.arguments) for c in executed if c.crashed]
     for i, c in enumerate(executed):
         v = verdicts.get(i)
-        if v is None or not v.get("ok"):
+        # a crash is a bug whatever the checker says: the small checker judged some crashes fine
+        if v is None or not v.get("ok") or c.crashed:
             why = v.get("reason", "") if v else "no verdict"
             problems.append(
-                f"call {i} {c.tool}({json.dumps(c.arguments)}) -> {'error' if c.is_error else 'ok'}: "
-                f"{c.result[:160]} | checker: {why}"
+                f"{c.tool}: call {i} ({json.dumps(c.arguments)}) -> {'error' if c.is_error else 'ok'}: "
+                f"{c.result[:160]}{c.crash} | checker: {why}"
             )
     return _gate("llm_probe", len(executed), len(executed) - len(problems), problems, "tools", t0)
 
@@ -547,7 +552,7 @@ def _per_tool(failed: GateResult, docs: list[ToolDoc], cand: Candidate) -> dict[
     lies in a documented tool: those tools are repaired one function each (`splice`); any other
     failure gets the whole-file repair."""
     names = [d.name for d in docs]
-    if failed.name == "probes":
+    if failed.name in ("probes", "llm_probe"):
         return problems_by_tool(failed.problems, names)
     if failed.name == "static" and failed.blame == ["tools"]:
         return static_problems_by_tool(failed.problems, cand.text["tools"], names)
@@ -600,12 +605,19 @@ Verify = Callable[[str], Awaitable[str | None]]
 
 
 def probes_verifier(
-    cand: Candidate, docs: list[ToolDoc], settings: SynthSettings, root: Path, passed: int
+    cand: Candidate,
+    docs: list[ToolDoc],
+    settings: SynthSettings,
+    root: Path,
+    passed: int,
+    crashing: list[tuple[str, dict[str, Any]]] | None = None,
 ) -> Verify:
     """A repaired tools.py is kept only if the probes pass at least as many checks as before
     (`passed`, raised as repairs are kept). Told to refuse an unknown channel, with the lookup of
     the round before among its lessons, Qwen2.5-Coder-1.5B traded that lookup for the channel's:
-    58 of 59 checks fell back to 57 of 58, twice (captured on Slack, five rounds)."""
+    58 of 59 checks fell back to 57 of 58, twice (captured on Slack, five rounds). A repair after
+    the model's own tester crashed a tool must also end the crash of each call it made of that
+    tool (`crashing`): a repaired function that crashes the same way is no repair."""
     best = passed
 
     async def verify(tools_py: str) -> str | None:
@@ -616,13 +628,36 @@ def probes_verifier(
             return "it no longer passes the static gate"
         if not (await gate_load(trial, settings, docs, root)).passed:
             return "the env no longer loads"
-        score = (await probe_env(load_env(root), docs, attempts=settings.probe_attempts)).passed
+        env = load_env(root)
+        score = (await probe_env(env, docs, attempts=settings.probe_attempts)).passed
         if score < best:
             return f"with it the probes pass {score} checks, {best} before"
+        calls = [{"tool": tool, "arguments": args} for tool, args in crashing or []]
+        still = next((c for c in await execute_proposals(env, calls) if c.crashed), None)
+        if still is not None:
+            return f"{still.tool}({json.dumps(still.arguments)}) still crashes{still.crash}"
         best = score
         return None
 
     return verify
+
+
+def _verifier(
+    failed: GateResult,
+    gates: list[GateResult],
+    cand: Candidate,
+    docs: list[ToolDoc],
+    settings: SynthSettings,
+    root: Path,
+) -> Verify | None:
+    """What a per-tool repair must not break: past the probes, their passed checks (and at the
+    model's own probe, the crashes its tester found must end); at the static gate, nothing yet
+    measured."""
+    probes = next((g for g in gates if g.name == "probes"), None)
+    if probes is None:
+        return None
+    crashing = cand.crashing if failed.name == "llm_probe" else None
+    return probes_verifier(cand, docs, settings, root, probes.passed_checks, crashing)
 
 
 async def _repair_tools(
@@ -738,11 +773,7 @@ async def synthesize_env(
                     repairing = ", ".join(per_tool)
                     say(f"round {round_}: {failed.name} failed, repairing {repairing}: {_first(failed)}")
                     seed = _seed_rows(staging)
-                    verify = (
-                        probes_verifier(cand, docs, settings, staging, failed.passed_checks)
-                        if failed.name == "probes"
-                        else None
-                    )
+                    verify = _verifier(failed, gates, cand, docs, settings, staging)
                     await _repair_tools(per_tool, cand, docs, responder, usage, round_ + 1, say, seed, verify)
                     continue
                 if "schema" in record.repaired:  # written against the old tables: asked again
