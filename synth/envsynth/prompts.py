@@ -446,10 +446,13 @@ def reference_lookups(
             held = [str(r[by]) for r in rows if r.get(by) is not None]
             if given & set(held) and len(held) == len(set(held)):
                 article = ref_table[:-1] if ref_table.endswith("s") else ref_table
+                # a variable named for its row: with the channel's lookup also bound to `row`, the
+                # 1.5B looked the message up by the channel's id (captured on Slack)
+                var = f"{article}_row" if article.isidentifier() else "row"
                 out.append(
                     f"The {param} a call gives is a {ref_table}.{by}: write it as"
-                    f' `row = await db.require_one("SELECT {ref_col} FROM {ref_table} WHERE {by} = ?",'
-                    f' ({param},), "{article} not found")` and then {column} = row["{ref_col}"].'
+                    f' `{var} = await db.require_one("SELECT {ref_col} FROM {ref_table} WHERE {by} = ?",'
+                    f' ({param},), "{article} not found")` and then {column} = {var}["{ref_col}"].'
                 )
                 break
     return out

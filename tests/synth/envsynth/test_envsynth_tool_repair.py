@@ -274,10 +274,13 @@ def test_the_lookup_that_fills_a_reference_is_written_from_the_seed_rows() -> No
     }
     crash = "slack_reply_to_thread: ... [it crashed: ConfinedToolCrash: FOREIGN KEY constraint failed]"
     facts = table_facts([crash], tables, function, seed)
-    lookup = 'row = await db.require_one("SELECT id FROM slack_messages WHERE timestamp = ?", (thread_ts,)'
+    lookup = (
+        'slack_message_row = await db.require_one("SELECT id FROM slack_messages WHERE timestamp = ?",'
+        " (thread_ts,)"
+    )
     assert [f for f in facts if "require_one" in f] == [
         f'The thread_ts a call gives is a slack_messages.timestamp: write it as `{lookup}, "slack_message not'
-        ' found")` and then parent_message_id = row["id"].'
+        ' found")` and then parent_message_id = slack_message_row["id"].'
     ]
     # a channel shared by every message tells none apart: no lookup by it
     assert not any("WHERE channel_id" in f for f in facts)
@@ -307,11 +310,17 @@ async def test_a_tools_earlier_lessons_are_repeated_in_its_later_repairs(tmp_pat
     report = await synthesize_env(docs, tmp_path / "slack", asked, SynthSettings(name="slack", max_rounds=3))
     probes = [next(g for g in r.gates if g.name == "probes") for r in report.rounds]
     assert [(g.passed_checks, g.checks) for g in probes][:3] == [(57, 64), (62, 67), (63, 70)]
-    lookup = 'row = await db.require_one("SELECT id FROM slack_messages WHERE timestamp = ?", (thread_ts,)'
+    lookup = (
+        'slack_message_row = await db.require_one("SELECT id FROM slack_messages WHERE timestamp = ?",'
+        " (thread_ts,)"
+    )
     assert lookup in asked.prompts["tool_slack_reply_to_thread:2"]
     last = asked.prompts["tool_slack_reply_to_thread:3"]
     assert "unknown channel_id" in last and "FOREIGN KEY constraint failed" not in last
     assert "Earlier rounds' lessons, still true (keep them):" in last and lookup in last
+    # two code lessons: the steps are said in the order one function holds them
+    assert "in this order: check each id the call names, look up the rows" in last
+    assert "in this order" not in asked.prompts["tool_slack_reply_to_thread:1"]
 
 
 def test_static_problems_inside_one_tool_are_that_tools_and_module_code_is_the_files() -> None:
