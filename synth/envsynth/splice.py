@@ -6,9 +6,10 @@ previous file unchanged, three rounds running (captured on the corpus's Slack se
 crashing on a name never set, three answering an unknown id with `[]` or `null`). Asked for one
 function at a time, the answer is short and the evidence is all about it. The splice takes only
 that function: an answer that does not parse, defines another name, or brings any other
-module-level statement (an import tools.py does not already have, an assignment, a call) is
-refused and the old function kept. The spliced file then goes through every gate again, as a
-whole-file answer would: nothing the model writes runs outside them.
+module-level statement (an import the function uses that tools.py does not already have, an
+assignment, a call) is refused and the old function kept; an import it never uses is dropped.
+The spliced file then goes through every gate again, as a whole-file answer would: nothing the
+model writes runs outside them.
 """
 
 from __future__ import annotations
@@ -118,6 +119,13 @@ def _bindings(node: ast.Import | ast.ImportFrom) -> set[tuple[str, str, str]]:
     return {(module, a.name, a.asname or a.name) for a in node.names}
 
 
+def _bound(node: ast.Import | ast.ImportFrom) -> set[str]:
+    """The names an import binds in the module (`import a.b` binds `a`)."""
+    if isinstance(node, ast.ImportFrom):
+        return {a.asname or a.name for a in node.names}
+    return {a.asname or a.name.split(".")[0] for a in node.names}
+
+
 def same_function(a: str, b: str, name: str) -> bool:
     """Whether two sources define `name` with the same arguments and body (decorators aside: the
     pipeline rewrites `writes=` itself), whatever the layout."""
@@ -165,7 +173,15 @@ def splice_tool(tools_py: str, name: str, answer: str) -> tuple[str, str | None]
     # an import binding only what tools.py's imports already bind is redundant, not code: the 1.5B
     # wrote `from typing import Any` above its function where tools.py has `from typing import Any,
     # Dict, List, Literal` (captured on Slack), and the answer was refused for it
-    extra = [n for n in kept if not (isinstance(n, ast.Import | ast.ImportFrom) and _bindings(n) <= have)]
+    # an import whose names the function never uses is dropped: Qwen2.5-Coder-1.5B's first sample
+    # put `import sqlite3` over an otherwise right function in every round of a six-round run
+    # (captured on Slack); one the function does use would need tools.py's imports changed
+    used = {n.id for n in ast.walk(functions[0]) if isinstance(n, ast.Name)}
+    extra = [
+        n
+        for n in kept
+        if not (isinstance(n, ast.Import | ast.ImportFrom) and (_bindings(n) <= have or not _bound(n) & used))
+    ]
     if extra:
         where = f"line {extra[0].lineno}"
         return tools_py, f"the answer adds module-level code ({where}): only {name} may be written"

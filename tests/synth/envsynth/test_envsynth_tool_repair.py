@@ -297,9 +297,27 @@ def test_an_import_tools_py_already_binds_is_redundant_and_a_new_one_still_refus
     assert sampled.startswith("from typing import Any\n")
     spliced, refused = splice_tool(tools_py, "slack_reply_to_thread", sampled)
     assert refused is None and spliced.count("from typing import") == 1
-    for new in ("import sqlite3\n", "from typing import Any as Anything\n", "from os import system as Any\n"):
-        kept, refused = splice_tool(tools_py, "slack_reply_to_thread", new + sampled.split("\n", 1)[1])
+    function = sampled.split("\n", 1)[1]
+    # an import the function uses (`Any` rebound, sqlite3 called) would change tools.py's names
+    used = function.replace("    sql = ", "    sqlite3.connect(':memory:')\n    sql = ", 1)
+    for new, body in (("from os import system as Any\n", function), ("import sqlite3\n", used)):
+        kept, refused = splice_tool(tools_py, "slack_reply_to_thread", new + body)
         assert kept == tools_py and refused is not None and "module-level code" in refused, new
+
+
+def test_an_import_the_function_never_uses_is_dropped() -> None:
+    # captured (Slack, six rounds): the 1.5B's first sample of slack_post_message was right but
+    # for `import sqlite3` above it, unused, and was refused in every round
+    answers = load_recordings(ENVSYNTH_FIXTURES / "captured_slack_1.5b_unused_import")
+    tools_py = strip_fences(answers["tools:0"])
+    sampled = strip_fences(answers["tool_slack_post_message~1:4"])
+    assert sampled.startswith("import sqlite3\n")
+    spliced, refused = splice_tool(tools_py, "slack_post_message", sampled)
+    assert refused is None, refused
+    assert "import sqlite3" not in spliced and 'new_id = f"slack_message_{count' in spliced
+    for unused in ("import os.path\n", "from typing import Any as Anything\n"):
+        spliced, refused = splice_tool(tools_py, "slack_post_message", unused + sampled.split("\n", 1)[1])
+        assert refused is None and unused not in spliced, unused
 
 
 async def test_a_tools_earlier_lessons_are_repeated_in_its_later_repairs(tmp_path: Path) -> None:
@@ -461,3 +479,12 @@ def test_a_row_inserted_without_its_key_is_told_the_insert_that_gives_it() -> No
     assert any(insert in f for f in facts), facts
     # keys the seed makes no one way (or a key the INSERT already names) get no line to copy
     assert table_facts([problem], [], function, {"slack_messages": [{"id": "a"}, {"id": "b7"}]}) == []
+
+
+async def test_replayed_the_sample_with_the_unused_import_is_kept(tmp_path: Path) -> None:
+    docs = load_doc_set(CORPUS, CORPUS / "mcp_slack" / "docs")
+    asked = Asked(ENVSYNTH_FIXTURES / "captured_slack_1.5b_unused_import")
+    report = await synthesize_env(docs, tmp_path / "slack", asked, SynthSettings(name="slack", max_rounds=1))
+    probes = [next(g for g in r.gates if g.name == "probes") for r in report.rounds]
+    assert [(g.passed_checks, g.checks) for g in probes] == [(57, 64), (64, 67)]  # live: (62, 67)
+    assert not any(p.startswith("slack_post_message") for p in probes[1].problems), probes[1].problems
