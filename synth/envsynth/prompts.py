@@ -235,8 +235,7 @@ def expected_behaviour(problem: str) -> str | None:
         # pasted unquoted reads as a column (`no such column: compact`, the call's own value)
         return (
             f"it crashed ({m[1]}): its SQL was built from a call's values and broke on them: bind every"
-            " value with ? (`LIMIT ? OFFSET ?`, with the values in the tuple), and leave out a clause whose"
-            " argument is None or empty"
+            " value with ?, leave out a clause whose argument is None or empty, and " + BIND_IN_STEP
         )
     if m and re.search(r"no (?:such )?column|has no column", m[1]):
         return f"it crashed ({m[1]}): its SQL must name only the columns its tables have (shown above)"
@@ -529,6 +528,15 @@ def json_schema(stage: str, messages: list[dict[str, str]]) -> dict[str, object]
     }
 
 
+BIND_IN_STEP = (
+    "build the values with the clauses: `params = [...]`, then for each optional argument given"
+    ' `sql += " LIMIT ?"` and `params.append(limit)`, and pass `tuple(params)`'
+)
+"""Told the values must be bound, the 1.5B's repair of `slack_list_channels` added `LIMIT ?` and
+`OFFSET ?` each only when its argument was given but passed both values always (captured on
+Slack, eight rounds: "Incorrect number of bindings")."""
+
+
 REPAIR_HINTS: tuple[tuple[str, str], ...] = (
     (
         "was not refused",
@@ -539,6 +547,10 @@ REPAIR_HINTS: tuple[tuple[str, str], ...] = (
         "Cursor object",
         "db.execute returns a cursor, not a result: after a write, return a dict (the row written,"
         " read back with `await db.fetch_one(...)`).",
+    ),
+    (
+        "Incorrect number of bindings",
+        f"Each ? takes one value, in order: {BIND_IN_STEP}.",
     ),
     (
         "ConfinedToolCrash",

@@ -12,9 +12,19 @@ answer that crashes the same call again is not kept.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
-from envforge.synth.envsynth import SynthSettings, function_source, load_doc_set, strip_fences, synthesize_env
+import pytest
+
+from envforge.synth.envsynth import (
+    SynthSettings,
+    function_source,
+    load_doc_set,
+    repair_hints,
+    strip_fences,
+    synthesize_env,
+)
 
 from support.envsynth_asked import Asked
 from support.paths import ENVSYNTH_FIXTURES, REPO
@@ -66,9 +76,20 @@ async def test_a_crash_the_tester_finds_is_repaired_as_its_tool_and_must_end(tmp
     # one function asked for, not the file; told to bind the call's values
     assert "tools:1" not in asked.prompts
     prompt = asked.prompts["tool_list_available_cars:1"]
-    assert "bind every value with ?" in prompt
+    assert "bind every value with ?" in prompt and "params.append(limit)" in prompt
     refused = [line for line in said if "list_available_cars's answer refused" in line]
     assert "the function unchanged" in refused[0]
     assert 'list_available_cars({"location_id": "LOC-2", "category": "compact"}) still crashes' in refused[1]
     assert report.status == "accepted", report.reasons
     assert [g.name for g in report.rounds[1].gates][-1] == "policy_kept"
+
+
+def test_values_bound_out_of_step_with_their_clauses_hear_how_to_keep_them_together() -> None:
+    # captured (Slack, eight rounds): told to bind the values, the 1.5B's repair of
+    # slack_list_channels added `LIMIT ?` and `OFFSET ?` each only when its argument was given,
+    # and passed `(limit, cursor)` always; SQLite's own words for that crash name the fix
+    conn = sqlite3.connect(":memory:")
+    with pytest.raises(sqlite3.ProgrammingError) as crash:
+        conn.execute("SELECT 1 LIMIT ?", (10, None))
+    problem = f"slack_list_channels: no valid call succeeded [it crashed: ConfinedToolCrash: {crash.value}]"
+    assert any("params.append(limit)" in hint for hint in repair_hints([problem]))
