@@ -579,18 +579,10 @@ def _tool_evidence(
     lines += ["Earlier rounds' lessons, still true (keep them):", *kept] if kept else []
     if sum("`" in e for e in [*lessons, *kept]) >= 2:
         # given four code lines over two rounds, the 1.5B kept two or three of them per answer
-        lines.append(ORDER)
+        lines.append(prompts.LESSONS_IN_ORDER)
     lines += [f"What to change: {hint}" for hint in prompts.repair_hints(problems)]
     # a crash is this round's news, not a lesson: what it teaches is in the schema facts
     return "\n".join(lines), [e for e in lessons if not e.startswith("It must: it crashed")]
-
-
-ORDER = (
-    "Write one function holding every line above, in this order: check each id the call names,"
-    " look up the rows its references need, make the new row's key, insert, and return the row read back."
-)
-"""Said when a repair holds two code lessons or more (Slack, six rounds: the 1.5B's answers each
-dropped one of the channel check, the message lookup, the new key and the row read back)."""
 
 
 TOOL_RESAMPLES = 2

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import random
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,14 +112,16 @@ def _keyless_rows(
     seed = env.seed_state()
     found = []
     for table in env.tables:
-        keys = table.primary_key if table.name in tables else ()
-
-        def keyless(rows: list[dict[str, Any]], keys: tuple[str, ...] = keys) -> int:
-            return sum(1 for row in rows if any(row.get(k) is None for k in keys))
-
-        if keys and keyless(state.get(table.name, [])) > keyless(seed.get(table.name, [])):
-            found.append(f"inserted a row into {table.name} with no {'/'.join(keys)} (NULL)")
+        keys = table.primary_key
+        if table.name in tables and keys:
+            now, before = (_keyless(rows.get(table.name, []), keys) for rows in (state, seed))
+            if now > before:
+                found.append(f"inserted a row into {table.name} with no {'/'.join(keys)} (NULL)")
     return found
+
+
+def _keyless(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> int:
+    return sum(1 for row in rows if any(row.get(k) is None for k in keys))
 
 
 async def _state_hash(fleet: Fleet, episode_id: str) -> str:
@@ -147,11 +150,18 @@ class _Crashes(logging.Handler):
 
 async def probe_env(env: Environment, docs: list[ToolDoc], *, attempts: int = 12) -> ProbeOutcome:
     """Run every deterministic probe; each contributes one check to the gate's pass rate."""
+    with _crash_log() as crashes:
+        return await _probe_env(env, docs, attempts, crashes)
+
+
+@contextmanager
+def _crash_log() -> Iterator[_Crashes]:
+    """The runtime's log of tool crashes, read for the block."""
     crashes = _Crashes()
     runtime_log = logging.getLogger(RUNTIME_LOG)
     runtime_log.addHandler(crashes)
     try:
-        return await _probe_env(env, docs, attempts, crashes)
+        yield crashes
     finally:
         runtime_log.removeHandler(crashes)
 
@@ -286,31 +296,28 @@ class ExecutedCall:
 async def execute_proposals(env: Environment, proposals: list[dict[str, Any]]) -> list[ExecutedCall]:
     """Run the tester's calls, each in a fresh episode on the seed state, and keep what came back
     (a crash with the tool's own exception, which the agent-facing result does not say)."""
-    crashes = _Crashes()
-    runtime_log = logging.getLogger(RUNTIME_LOG)
-    runtime_log.addHandler(crashes)
     fleet = Fleet([env], max_episodes=64)
     done = []
-    try:
-        for p in proposals:
-            episode = await fleet.create_episode(env.name)
-            given = p.get("arguments")
-            args: dict[str, Any] = given if isinstance(given, dict) else {}
-            tool = str(p.get("tool", ""))
-            crashes.said.pop(tool, None)
-            res = await fleet.call(episode.id, tool, args)
-            await fleet.close_episode(episode.id)
-            done.append(
-                ExecutedCall(
-                    tool,
-                    args,
-                    str(p.get("expect", "")),
-                    res.is_error,
-                    res.text[:800],
-                    crashes.why(tool, res.text),
+    with _crash_log() as crashes:
+        try:
+            for p in proposals:
+                episode = await fleet.create_episode(env.name)
+                given = p.get("arguments")
+                args: dict[str, Any] = given if isinstance(given, dict) else {}
+                tool = str(p.get("tool", ""))
+                crashes.said.pop(tool, None)
+                res = await fleet.call(episode.id, tool, args)
+                await fleet.close_episode(episode.id)
+                done.append(
+                    ExecutedCall(
+                        tool,
+                        args,
+                        str(p.get("expect", "")),
+                        res.is_error,
+                        res.text[:800],
+                        crashes.why(tool, res.text),
+                    )
                 )
-            )
-    finally:
-        runtime_log.removeHandler(crashes)
-        await fleet.aclose()
+        finally:
+            await fleet.aclose()
     return done

@@ -528,6 +528,14 @@ def json_schema(stage: str, messages: list[dict[str, str]]) -> dict[str, object]
     }
 
 
+LESSONS_IN_ORDER = (
+    "Write one function holding every line above, in this order: check each id the call names,"
+    " look up the rows its references need, make the new row's key, insert, and return the row read back."
+)
+"""Said when a repair holds two code lessons or more (Slack, six rounds: the 1.5B's answers each
+dropped one of the channel check, the message lookup, the new key and the row read back)."""
+
+
 BIND_IN_STEP = (
     "build the values with the clauses: `params = [...]`, then for each optional argument given"
     ' `sql += " LIMIT ?"` and `params.append(limit)`, and pass `tuple(params)`'
