@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -89,3 +90,11 @@ def load_envs(dirs: list[Path]) -> list[Environment]:
 def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
     sys.stdout.flush()
+
+
+def quiet_tool_failures() -> None:
+    """Silence the logs of tool calls failing: probing and synthesis make such calls on purpose
+    (wrong arguments, a candidate's crashing code) and report what they found themselves, so
+    the runtime's error lines and a confined worker's tracebacks would only bury the progress."""
+    logging.getLogger("envforge.server.runtime").setLevel(logging.CRITICAL)
+    logging.getLogger("envforge.server.sandbox.confined_tools").setLevel(logging.CRITICAL)

@@ -31,7 +31,7 @@ from envforge.synth.envsynth import (
     synthesize_env,
 )
 
-from .common import console, fail
+from .common import console, fail, quiet_tool_failures
 from .envsynth_model import check_model, synth_model
 from .local_roles import is_local
 from .preflight import check_api_key
@@ -125,6 +125,7 @@ def synth_env(
 ) -> None:
     """Synthesize one env from tool documents; writes it and synthesis.json if every gate passes."""
     env_name = _env_name(out, name)
+    quiet_tool_failures()  # a candidate's crashes reach the gate account, not the terminal
     try:
         tool_docs = asyncio.run(_read_docs(docs))
     except (DocsError, OSError, ValueError) as exc:
@@ -176,6 +177,7 @@ def synth_envs(
     """Synthesize an env per doc set, N at a time; resumable: envs already accepted are skipped."""
     import envforge
 
+    quiet_tool_failures()
     try:
         sets = envforge.doc_sets(docs_dir)
     except NotADirectoryError as exc:

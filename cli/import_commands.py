@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from envforge.synth import (
     verify_report,
 )
 
-from .common import console, fail
+from .common import console, fail, quiet_tool_failures
 
 import_app = typer.Typer(no_args_is_help=True, help="Import environments and tasks from other benchmarks.")
 
@@ -63,8 +62,7 @@ def import_tau2(
     not change are not rewritten. Tasks failing a self-check are kept (τ² keeps them) and listed
     with the reason.
     """
-    # The self-checks replay gold calls that fail on purpose; the runtime logs those.
-    logging.getLogger("envforge.server.runtime").setLevel(logging.CRITICAL)
+    quiet_tool_failures()  # the self-checks replay gold calls that fail on purpose
     try:
         imported = import_tau2_env(src_dir, env_dir, strict_tools=strict_tools, policy_rules=policy_rules)
         env = load_env(env_dir)

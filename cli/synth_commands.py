@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections import Counter
 from pathlib import Path
 from typing import Any, TypedDict
@@ -44,7 +43,7 @@ from envforge.synth import (
     write_tasks_to,
 )
 
-from .common import ANSWERS_MODES, choice, console, fail, load_envs, print_json, results
+from .common import ANSWERS_MODES, choice, console, fail, load_envs, print_json, quiet_tool_failures, results
 from .envsynth_model import check_model, rewrite_model
 from .local_roles import is_local
 from .preflight import check_api_key
@@ -52,17 +51,12 @@ from .preflight import check_api_key
 synth_app = typer.Typer(no_args_is_help=True, help="Synthesize verified tasks for an env.")
 
 
-def _quiet() -> None:
-    # Probing and synthesis call tools with arguments that fail on purpose; the runtime logs those.
-    logging.getLogger("envforge.server.runtime").setLevel(logging.CRITICAL)
-
-
 def graph_cmd(
     env_dir: Path = typer.Argument(..., help="The env folder."),
     format: str = typer.Option("json", "--format", help="json, mermaid or dot."),
 ) -> None:
     """Print the tool dependency graph (and write it to ENV_DIR/graph.json)."""
-    _quiet()
+    quiet_tool_failures()
     if format not in ("json", "mermaid", "dot"):
         fail(f"unknown format {format!r} (json, mermaid or dot)")
     (env,) = load_envs([env_dir])
@@ -99,7 +93,7 @@ def synth_tasks(
     ),
 ) -> None:
     """Synthesize N distinct self-verified tasks into ENV_DIR/tasks.jsonl (same seed: same bytes)."""
-    _quiet()
+    quiet_tool_failures()
     if n < 1:
         fail(f"--n must be at least 1 (got {n})")
     if min_calls < 1 or max_calls < min_calls:
@@ -215,7 +209,7 @@ def check_cmd(
     all tasks and in the first 10, the fewest in any 10 in a row, the most common intent's share,
     and role mismatches: tasks whose user may not ask for one of their writes (a patient who
     restocks a drug), per the env's policy_rules.toml or its tools' parameters."""
-    _quiet()
+    quiet_tool_failures()
     envs = load_envs(env_dirs)
     if tasks_file is not None:
         if len(env_dirs) != 1:
@@ -372,7 +366,7 @@ def score_cmd(
 
     In a dual-control env (τ² telecom) each call runs on its requestor's side, from the task's
     initial state, and the reward includes the task's env assertions."""
-    _quiet()
+    quiet_tool_failures()
     answers_mode = choice("--answers", answers, ANSWERS_MODES)
     (env,) = load_envs([env_dir])
     task = next((t for t in load_tasks(env_dir) if t.id == task_id), None)

@@ -65,3 +65,22 @@ def test_a_rejected_rerun_keeps_the_accepted_env_an_accepted_one_replaces_it(tmp
     third = synth_env(out, "library")
     assert third.returncode == 0, third.stderr
     assert not (out.parent / ".rejected" / "library").exists()  # an accepted run clears the stale report
+
+
+def test_a_candidates_crashes_reach_the_gate_account_not_the_terminal(tmp_path: Path) -> None:
+    # captured: the 1.5B's Slack tools crash on probe after probe; each confined worker's
+    # traceback used to reach stderr, 100 lines of them within the first seconds of a run
+    docs = REPO / "benchmarks" / "envsynth_corpus" / "mcp_slack" / "docs"
+    fixture = ENVSYNTH_FIXTURES / "captured_slack_1.5b_lookup"
+    done = subprocess.run(
+        [sys.executable, "-m", "envforge.cli", "synth", "env", str(docs), "-o", str(tmp_path / "slack")]
+        + ["--max-rounds", "0", "--replay", str(fixture)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "COLUMNS": "300"},
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr and "confined env" not in done.stderr, done.stderr[:2000]
+    assert "probes: FAILED" in done.stderr  # what crashed is still said, once, in the account
