@@ -16,7 +16,7 @@ import ast
 import json
 import keyword
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 from envforge.server.sandbox.static_gate import DANGEROUS_SQL
 
@@ -257,35 +257,66 @@ _DB_CALLS = frozenset(
 
 
 def with_awaited_db_calls(tools_py: str) -> str:
-    """The model's tools.py with `await` before each call of the tool's `db` that lacks it inside
-    an async function. Captured: Qwen2.5-Coder-1.5B wrote `db.execute("INSERT ...")` and
+    """The model's tools.py with each call of the tool's `db` awaited where it is made, inside an
+    async function. Captured from Qwen2.5-Coder-1.5B: `db.execute("INSERT ...")` and
     `result = db.fetch_one(...)` unawaited (Redis): the statement never runs, and the result is a
-    coroutine, so the tool reports a write it never made. Only the keyword is added, in front of
-    a call the model wrote; the file is judged by the static gate as before."""
+    coroutine, so the tool reports a write it never made; and `await db.fetch_one(...)['n']`
+    (Slack, in every repair of one tool over four rounds), which subscripts the coroutine before
+    awaiting it and crashes on every call. A call is given `await ` in front, or `(await ...)`
+    around it when a subscript, attribute or method is taken of its result, and an `await` over
+    such a chain moves onto the call. Only the keyword and the parentheses change; the file is
+    judged by the static gate as before."""
     try:
         tree = ast.parse(tools_py)
     except (SyntaxError, ValueError):
         return tools_py
-    awaited = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Await)}
-    spots: list[tuple[int, int]] = []
+    parent = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    edits: list[tuple[int, int, int, int, str]] = []  # (line, col, end line, end col, text)
     for fn in ast.walk(tree):
         if not isinstance(fn, ast.AsyncFunctionDef) or not fn.args.args or fn.args.args[0].arg != "db":
             continue
-        for node in ast.walk(fn):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and isinstance(node.func.value, ast.Name)
-                and node.func.value.id == "db"
-                and node.func.attr in _DB_CALLS
-                and id(node) not in awaited
-            ):
-                spots.append((node.lineno, node.col_offset))
-    lines = tools_py.splitlines(keepends=True)
-    for lineno, col in sorted(set(spots), reverse=True):
-        raw = lines[lineno - 1].encode()
-        lines[lineno - 1] = (raw[:col] + b"await " + raw[col:]).decode()
-    return "".join(lines)
+        for call in ast.walk(fn):
+            if not _is_db_call(call) or isinstance(parent.get(id(call)), ast.Await):
+                continue
+            assert call.end_lineno is not None and call.end_col_offset is not None
+            top = _chain_top(call, parent)
+            if top is call:
+                edits.append((call.lineno, call.col_offset, call.lineno, call.col_offset, "await "))
+                continue
+            above = parent.get(id(top))
+            if isinstance(above, ast.Await):  # `await db.f(...)[k]`: the await leaves the chain
+                edits.append((above.lineno, above.col_offset, top.lineno, top.col_offset, ""))
+            edits.append((call.end_lineno, call.end_col_offset, call.end_lineno, call.end_col_offset, ")"))
+            edits.append((call.lineno, call.col_offset, call.lineno, call.col_offset, "(await "))
+    lines = [line.encode() for line in tools_py.splitlines(keepends=True)]
+    for start, col, end, end_col, text in sorted(set(edits), key=lambda e: (e[0], e[1]), reverse=True):
+        joined = lines[start - 1][:col] + text.encode() + lines[end - 1][end_col:]
+        lines[start - 1 : end] = [joined]
+    return b"".join(lines).decode()
+
+
+def _is_db_call(node: ast.AST) -> TypeGuard[ast.Call]:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "db"
+        and node.func.attr in _DB_CALLS
+    )
+
+
+def _chain_top(call: ast.Call, parent: dict[int, ast.AST]) -> ast.expr:
+    """The outermost expression that only subscripts, reads an attribute of, or calls a method of
+    `call`'s result (`db.f(...)['n']`, `db.f(...).get('n')`); `call` itself when none does."""
+    node: ast.expr = call
+    while True:
+        up = parent.get(id(node))
+        if isinstance(up, ast.Subscript | ast.Attribute) and up.value is node:
+            node = up
+        elif isinstance(up, ast.Call) and up.func is node and node is not call:
+            node = up
+        else:
+            return node
 
 
 def tool_list(docs: list[ToolDoc], tools_py: str) -> str:

@@ -7,7 +7,8 @@ crashing on a name never set, three answering an unknown id with `[]` or `null`)
 function at a time, the answer is short and the evidence is all about it. The splice takes only
 that function: an answer that does not parse, defines another name, or brings any other
 module-level statement (an import the function uses that tools.py does not already have, an
-assignment, a call) is refused and the old function kept; an import it never uses is dropped.
+assignment, a call) is refused and the old function kept; an import it never uses is dropped,
+and a function given without its decorator keeps the old one's.
 The spliced file then goes through every gate again, as a whole-file answer would: nothing the
 model writes runs outside them.
 """
@@ -185,12 +186,15 @@ def splice_tool(tools_py: str, name: str, answer: str) -> tuple[str, str | None]
     if extra:
         where = f"line {extra[0].lineno}"
         return tools_py, f"the answer adds module-level code ({where}): only {name} may be written"
-    if not functions[0].decorator_list:
-        return tools_py, f"the answer's {name} has no @tool decorator"
     first, last = _span(functions[0])
     body = answer.splitlines()[first - 1 : last]
     lines = tools_py.splitlines(keepends=True)
     start, end = _span(old)
+    if not functions[0].decorator_list:
+        # the decorator is the pipeline's (it rewrites `writes=` itself): an answer without one
+        # keeps the old function's. Qwen2.5-Coder-1.5B's first sample for slack_reply_to_thread
+        # held all four of its lessons but no `@tool` line (captured on Slack), and was refused
+        body = tools_py.splitlines()[start - 1 : old.lineno - 1] + body
     ending = "\n" if lines[end - 1].endswith("\n") else ""
     spliced = "".join(lines[: start - 1]) + "\n".join(body) + ending + "".join(lines[end:])
     return spliced, None

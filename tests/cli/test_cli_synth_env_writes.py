@@ -73,8 +73,20 @@ def test_a_candidates_crashes_reach_the_gate_account_not_the_terminal(tmp_path: 
     docs = REPO / "benchmarks" / "envsynth_corpus" / "mcp_slack" / "docs"
     fixture = ENVSYNTH_FIXTURES / "captured_slack_1.5b_lookup"
     done = subprocess.run(
-        [sys.executable, "-m", "envforge.cli", "synth", "env", str(docs), "-o", str(tmp_path / "slack")]
-        + ["--max-rounds", "0", "--replay", str(fixture)],
+        [
+            sys.executable,
+            "-m",
+            "envforge.cli",
+            "synth",
+            "env",
+            str(docs),
+            "-o",
+            str(tmp_path / "slack"),
+            "--max-rounds",
+            "0",
+            "--replay",
+            str(fixture),
+        ],
         capture_output=True,
         text=True,
         timeout=600,

@@ -31,6 +31,7 @@ from envforge.synth.envsynth import (
     synthesize_env,
     table_facts,
     tables_touched,
+    with_awaited_db_calls,
 )
 
 from support.envsynth_asked import Asked
@@ -488,3 +489,53 @@ async def test_replayed_the_sample_with_the_unused_import_is_kept(tmp_path: Path
     probes = [next(g for g in r.gates if g.name == "probes") for r in report.rounds]
     assert [(g.passed_checks, g.checks) for g in probes] == [(57, 64), (64, 67)]  # live: (62, 67)
     assert not any(p.startswith("slack_post_message") for p in probes[1].problems), probes[1].problems
+
+
+AWAITED_SUBSCRIPT = ENVSYNTH_FIXTURES / "captured_slack_1.5b_awaited_subscript"
+
+
+def test_an_await_over_a_subscript_moves_onto_the_call() -> None:
+    # captured: from round 3 on, every greedy answer for slack_reply_to_thread made its key with
+    # `f"...{await db.fetch_one('SELECT COUNT(*) ...')['n'] + 1}"`, which subscripts the coroutine
+    # (a crash on every call); once `await` was added in front of the call it no longer parsed
+    answer = strip_fences(load_recordings(AWAITED_SUBSCRIPT)["tool_slack_reply_to_thread:5"])
+    assert "{await db.fetch_one('SELECT COUNT(*) AS n FROM slack_thread_replies')['n'] + 1}" in answer
+    fixed = with_awaited_db_calls(answer)
+    assert "{(await db.fetch_one('SELECT COUNT(*) AS n FROM slack_thread_replies'))['n'] + 1}" in fixed
+    assert ast.parse(fixed) and with_awaited_db_calls(fixed) == fixed
+    # unawaited, a subscript, attribute or method of the result gets the parentheses too
+    unawaited = (
+        "async def f(db: Db) -> Any:\n    a = db.fetch_one('q')['n']\n    return db.fetch_one('q').get('n')\n"
+    )
+    assert with_awaited_db_calls(unawaited) == (
+        "async def f(db: Db) -> Any:\n    a = (await db.fetch_one('q'))['n']\n"
+        "    return (await db.fetch_one('q')).get('n')\n"
+    )
+
+
+def test_a_function_answered_without_its_decorator_keeps_the_old_one() -> None:
+    # captured: a sample held all four of slack_reply_to_thread's lessons but no `@tool` line
+    recorded = load_recordings(AWAITED_SUBSCRIPT)
+    answer = strip_fences(recorded["tool_slack_reply_to_thread~1:5"])
+    assert not answer.lstrip().startswith("@")
+    tools_py = strip_fences(recorded["tools:0"])
+    spliced, refused = splice_tool(tools_py, "slack_reply_to_thread", answer)
+    assert refused is None
+    old = function_source(tools_py, "slack_reply_to_thread") or ""
+    new = function_source(spliced, "slack_reply_to_thread") or ""
+    decorator = old.split("async def")[0]
+    assert decorator.startswith("@tool") and new == decorator + answer.strip() + "\n"
+    assert check_python(spliced) == []
+
+
+async def test_the_slack_run_stuck_on_an_awaited_subscript_passes_every_probe(tmp_path: Path) -> None:
+    # replayed: the run held 67 of 70 checks from round 3 to round 8, each greedy repair of
+    # slack_reply_to_thread refused (`await await ...` failed the static gate) and each sample
+    # refused for its missing decorator or a crash; now round 3's repair is kept
+    docs = load_doc_set(CORPUS, CORPUS / "mcp_slack" / "docs")
+    report = await synthesize_env(
+        docs, tmp_path / "slack", Asked(AWAITED_SUBSCRIPT), SynthSettings(name="slack", max_rounds=4)
+    )
+    probes = [next(g for g in r.gates if g.name == "probes") for r in report.rounds]
+    assert [(g.passed_checks, g.checks) for g in probes[3:5]] == [(67, 70), (70, 70)]
+    assert report.rounds[4].gates[-1].name == "llm_probe"  # past every deterministic probe
