@@ -79,6 +79,10 @@ ENV_FILES = (
     "tasks.jsonl",
 )
 REJECTED_DIR = "rejected_candidate"
+RESPONSES_FILE = "responses.json"
+"""Every answer of the run, in the recordings' format (`load_recordings`): beside an accepted env
+and a rejected candidate alike, so `--replay` rebuilds either offline, byte for byte, and a test
+can hold a fix to what a real model wrote (`tests/fixtures/envsynth/captured_*`)."""
 
 
 class SynthSettings(BaseModel):
@@ -800,6 +804,7 @@ async def synthesize_env(
             env = load_env(staging)
             report.seed_rows = sum(len(v) for v in env.seed_state().values())
             report.tasks = sum(1 for _ in (staging / "tasks.jsonl").open(encoding="utf-8"))
+            _write_responses(staging, usage.answers, f"every answer of {report.model} in this accepted run")
             _move_into_place(staging, report, out_dir)
         else:
             kept = rejected_dir(out_dir)
@@ -849,7 +854,7 @@ def _move_into_place(staging: Path, report: SynthesisReport, out_dir: Path) -> N
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     ready = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
     try:
-        for name in ENV_FILES:
+        for name in (*ENV_FILES, RESPONSES_FILE):
             if (staging / name).exists():
                 shutil.copyfile(staging / name, ready / name)
         write_report(report, ready)
@@ -857,7 +862,7 @@ def _move_into_place(staging: Path, report: SynthesisReport, out_dir: Path) -> N
         if not out_dir.exists():
             ready.rename(out_dir)
             return
-        for name in (*ENV_FILES, REPORT_FILE):
+        for name in (*ENV_FILES, REPORT_FILE, RESPONSES_FILE):
             if (ready / name).exists():
                 (ready / name).replace(out_dir / name)
             else:
@@ -870,9 +875,8 @@ def _move_into_place(staging: Path, report: SynthesisReport, out_dir: Path) -> N
 
 def _keep_rejected(cand: Candidate, kept: Path, answers: dict[str, str], model: str) -> None:
     """Keep the last candidate as inert text for a person to read: never as an env that could load.
-    Every answer of the run goes beside it as `responses.json`, in the recordings' format
-    (`load_recordings`): `--replay` runs the same rejection again offline, and a test can hold a
-    fix to what a real model wrote (`tests/fixtures/envsynth/captured_*`)."""
+    Every answer of the run goes beside it (`RESPONSES_FILE`): `--replay` runs the same rejection
+    again offline."""
     target = kept / REJECTED_DIR
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
@@ -885,7 +889,11 @@ def _keep_rejected(cand: Candidate, kept: Path, answers: dict[str, str], model: 
     }
     for stage, text in cand.text.items():
         (target / names[stage]).write_text(text, encoding="utf-8")
-    recorded = {"note": f"every answer of {model} in this rejected run", "responses": answers}
-    (target / "responses.json").write_text(
+    _write_responses(target, answers, f"every answer of {model} in this rejected run")
+
+
+def _write_responses(folder: Path, answers: dict[str, str], note: str) -> None:
+    recorded = {"note": note, "responses": answers}
+    (folder / RESPONSES_FILE).write_text(
         json.dumps(recorded, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
     )

@@ -17,7 +17,7 @@ from support.paths import ENVSYNTH_FIXTURES, REPO
 LIBRARY_DOCS = REPO / "envs" / "library" / "docs"
 
 
-def synth_env(out: Path, fixture: str) -> subprocess.CompletedProcess[str]:
+def synth_env(out: Path, fixture: str | Path) -> subprocess.CompletedProcess[str]:
     args = ["synth", "env", str(LIBRARY_DOCS), "-o", str(out), "--name", "library", "--max-rounds", "1"]
     return subprocess.run(
         [sys.executable, "-m", "envforge.cli", *args, "--replay", str(ENVSYNTH_FIXTURES / fixture)],
@@ -96,3 +96,17 @@ def test_a_candidates_crashes_reach_the_gate_account_not_the_terminal(tmp_path: 
     assert done.returncode == 1
     assert "Traceback" not in done.stderr and "confined env" not in done.stderr, done.stderr[:2000]
     assert "probes: FAILED" in done.stderr  # what crashed is still said, once, in the account
+
+
+def test_an_accepted_env_keeps_the_answers_it_was_made_from(tmp_path: Path) -> None:
+    # a real model's accepted env could not be rebuilt: only a rejected run kept its answers
+    first = synth_env(tmp_path / "a" / "library", "library")
+    assert first.returncode == 0, first.stderr
+    kept = tmp_path / "a" / "library" / "responses.json"
+    assert json.loads(kept.read_text())["note"] == "every answer of replay:library in this accepted run"
+    again = synth_env(tmp_path / "b" / "library", kept)  # replayed from the env's own file
+    assert again.returncode == 0, again.stderr
+    made = sorted((tmp_path / "a" / "library").iterdir())
+    for path in made:
+        if path.name not in ("synthesis.json", "responses.json"):  # the reports hold times and notes
+            assert path.read_bytes() == (tmp_path / "b" / "library" / path.name).read_bytes(), path.name
