@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         with_awaited_db_calls,
         with_declared_writes,
         with_documented_signatures,
+        with_sqlite_placeholders,
     )
     from .splice import (
         function_source,
@@ -106,6 +107,7 @@ _LAZY = {
     "with_documented_signatures": "skeleton",
     "with_declared_writes": "skeleton",
     "with_awaited_db_calls": "skeleton",
+    "with_sqlite_placeholders": "skeleton",
     "left_placeholders": "skeleton",
     "seed_skeleton": "seed_template",
     "reference_problems": "seed_template",
@@ -176,4 +178,5 @@ __all__ = [
     "with_awaited_db_calls",
     "with_declared_writes",
     "with_documented_signatures",
+    "with_sqlite_placeholders",
 ]

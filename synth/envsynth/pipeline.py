@@ -48,6 +48,7 @@ from .skeleton import (
     with_awaited_db_calls,
     with_declared_writes,
     with_documented_signatures,
+    with_sqlite_placeholders,
 )
 from .splice import (
     function_source,
@@ -524,7 +525,8 @@ def _as_written(stage: str, answer: str, docs: list[ToolDoc], schema: str = "") 
     row could ever satisfy (`seed_template.without_keyless_references`); policy_rules.toml the
     sections that are the format's example copied (`rules.without_the_example`). Each
     tool's `writes=` then includes the schema tables its own SQL writes
-    (`skeleton.with_declared_writes`), and each call of `db` is awaited (`with_awaited_db_calls`)."""
+    (`skeleton.with_declared_writes`), each call of `db` is awaited (`with_awaited_db_calls`),
+    and its SQL's placeholders are SQLite's (`with_sqlite_placeholders`)."""
     text = strip_fences(answer)
     if stage == "schema":
         text = without_keyless_references(_as_sqlite(text))
@@ -533,8 +535,15 @@ def _as_written(stage: str, answer: str, docs: list[ToolDoc], schema: str = "") 
     if stage == "tools" and not _parses(text):
         text = with_documented_signatures(text, docs)
     if stage == "tools":
-        text = with_declared_writes(with_awaited_db_calls(text), set(_TABLE_NAME.findall(schema)))
+        text = _as_tools(text, schema)
     return text
+
+
+def _as_tools(tools_py: str, schema: str) -> str:
+    """tools.py as every answer for it is kept: each `db` call awaited, SQLite's placeholders,
+    and the `writes=` its SQL implies (see `_as_written`)."""
+    fixed = with_sqlite_placeholders(with_awaited_db_calls(tools_py))
+    return with_declared_writes(fixed, set(_TABLE_NAME.findall(schema)))
 
 
 def _first(gate: GateResult) -> str:
@@ -713,18 +722,14 @@ async def _repair_tools(
             if why is None and same_function(spliced, cand.text["tools"], name):
                 why = "the function unchanged"
             if why is None and verify is not None:
-                why = await verify(
-                    with_declared_writes(with_awaited_db_calls(spliced), set(_TABLE_NAME.findall(schema)))
-                )
+                why = await verify(_as_tools(spliced, schema))
             if why is None:
                 break
             then = "asking again, sampled" if sample < TOOL_RESAMPLES else "the old function kept"
             say(f"round {round_ - 1}: {name}'s answer refused, {then}: {why}")
         else:
             continue
-        cand.text["tools"] = with_declared_writes(
-            with_awaited_db_calls(spliced), set(_TABLE_NAME.findall(schema))
-        )
+        cand.text["tools"] = _as_tools(spliced, schema)
 
 
 async def synthesize_env(

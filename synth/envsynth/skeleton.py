@@ -295,6 +295,70 @@ def with_awaited_db_calls(tools_py: str) -> str:
     return b"".join(lines).decode()
 
 
+_SQL_TEXT = re.compile(r"(?is)^\s*(SELECT|INSERT|UPDATE|DELETE|REPLACE|WITH)\b")
+_PYFORMAT = re.compile(r"%\((\w+)\)s")
+
+
+def with_sqlite_placeholders(tools_py: str) -> str:
+    """The model's tools.py with SQL placeholders of other drivers written as SQLite's: `%(name)s`
+    as `:name` and `%s` as `?`, outside the SQL's quoted literals, in each SQL string of an async
+    tool taking `db` (docstrings and f-strings left as written). Captured from
+    Qwen2.5-Coder-1.5B on Slack: `VALUES (%(thread_ts)s, ...)` with a dict of parameters, MySQL's
+    paramstyle, which SQLite refuses at `%` on every call; asked over eight rounds with that
+    crash in its evidence, it answered the function unchanged each time. The parameters the call
+    passes are SQLite's already (a dict binds `:name`, a sequence binds `?`); only the string's
+    text changes, re-quoted as a Python literal where it does."""
+    try:
+        tree = ast.parse(tools_py)
+    except (SyntaxError, ValueError):
+        return tools_py
+    lines = [line.encode() for line in tools_py.splitlines(keepends=True)]
+    edits: list[tuple[int, int, int, int, str]] = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.AsyncFunctionDef) or not fn.args.args or fn.args.args[0].arg != "db":
+            continue
+        doc = fn.body[0].value if fn.body and isinstance(fn.body[0], ast.Expr) else None
+        inside_fstring = {id(v) for n in ast.walk(fn) if isinstance(n, ast.JoinedStr) for v in n.values}
+        for node in ast.walk(fn):
+            if (
+                not isinstance(node, ast.Constant)
+                or not isinstance(node.value, str)
+                or node is doc
+                or id(node) in inside_fstring
+                or not _SQL_TEXT.match(node.value)
+            ):
+                continue
+            fixed = _sqlite_placeholders(node.value)
+            if fixed != node.value and node.end_lineno is not None and node.end_col_offset is not None:
+                written = lines[node.lineno - 1][node.col_offset : node.col_offset + 1]
+                edits.append(
+                    (
+                        node.lineno,
+                        node.col_offset,
+                        node.end_lineno,
+                        node.end_col_offset,
+                        _literal(fixed, written),
+                    )
+                )
+    for start, col, end, end_col, text in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
+        lines[start - 1 : end] = [lines[start - 1][:col] + text.encode() + lines[end - 1][end_col:]]
+    return b"".join(lines).decode()
+
+
+def _literal(value: str, quote: bytes) -> str:
+    """`value` as a Python literal, in double quotes where it was written so and can stay so."""
+    if quote == b'"' and not any(c in value for c in '"\\\n'):
+        return f'"{value}"'
+    return repr(value)
+
+
+def _sqlite_placeholders(sql: str) -> str:
+    parts = sql.split("'")  # the even parts lie outside SQL's quoted literals ('50%s off' stays)
+    for i in range(0, len(parts), 2):
+        parts[i] = _PYFORMAT.sub(r":\1", parts[i]).replace("%s", "?")
+    return "'".join(parts)
+
+
 def _is_db_call(node: ast.AST) -> TypeGuard[ast.Call]:
     return (
         isinstance(node, ast.Call)

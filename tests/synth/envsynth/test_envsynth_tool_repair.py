@@ -11,7 +11,11 @@ spliced file is gated whole again.
 from __future__ import annotations
 
 import ast
+import re
+import sqlite3
 from pathlib import Path
+
+import pytest
 
 from envforge.server import check_python
 from envforge.synth.envsynth import (
@@ -32,6 +36,7 @@ from envforge.synth.envsynth import (
     table_facts,
     tables_touched,
     with_awaited_db_calls,
+    with_sqlite_placeholders,
 )
 
 from support.envsynth_asked import Asked
@@ -539,3 +544,35 @@ async def test_the_slack_run_stuck_on_an_awaited_subscript_passes_every_probe(tm
     probes = [next(g for g in r.gates if g.name == "probes") for r in report.rounds]
     assert [(g.passed_checks, g.checks) for g in probes[3:5]] == [(67, 70), (70, 70)]
     assert report.rounds[4].gates[-1].name == "llm_probe"  # past every deterministic probe
+
+
+def test_another_drivers_placeholders_are_written_as_sqlites() -> None:
+    # captured: from round 5 to 8 every answer for slack_reply_to_thread wrote MySQL's
+    # `VALUES (%(thread_ts)s, ...)`, which SQLite refuses at `%` on every call, and the
+    # function came back unchanged each round with that crash in its evidence
+    recorded = load_recordings(ENVSYNTH_FIXTURES / "captured_slack_1.5b_pyformat")
+    answer = strip_fences(recorded["tool_slack_reply_to_thread:6"])
+    fixed = with_sqlite_placeholders(answer)
+    assert "VALUES (:thread_ts, :parent_message_id, :text)" in fixed
+    assert fixed.replace("(:thread_ts, :parent_message_id, :text)", "") == answer.replace(
+        "(%(thread_ts)s, %(parent_message_id)s, %(text)s)", ""
+    )  # nothing else changed, the docstring's quoting included
+
+    def insert(sql: str) -> None:
+        db = sqlite3.connect(":memory:")
+        db.executescript(schema_as_kept(recorded["schema:0"], []))
+        db.execute(sql, {"thread_ts": "1.0", "parent_message_id": "m", "text": "hi"})
+
+    before = re.search(r'sql = "(.*)"', answer)
+    after = re.search(r'sql = "(.*)"', fixed)
+    assert before and after
+    with pytest.raises(sqlite3.OperationalError, match='near "%"'):
+        insert(before[1])
+    insert(after[1])  # SQLite binds the dict the tool already passes
+    # `%s` binds as `?`, but not inside the SQL's own quoted text; f-strings are left as written
+    source = (
+        "async def f(db: Db, name: str) -> Any:\n"
+        "    await db.execute(\"SELECT * FROM t WHERE a LIKE '%s%' AND b = %s\", (name,))\n"
+        '    return f"SELECT %s {name}"\n'
+    )
+    assert with_sqlite_placeholders(source) == source.replace("b = %s", "b = ?")
