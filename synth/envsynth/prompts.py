@@ -228,7 +228,7 @@ def expected_behaviour(problem: str) -> str | None:
     m = _CRASH.search(problem)
     value = re.search(r"no such column: (\w+)", m[1]) if m else None
     if m and (
-        re.search(r"incomplete input|syntax error|unrecognized token", m[1])
+        re.search(r"incomplete input|syntax error|unrecognized token|datatype mismatch", m[1])
         or (value and f'": "{value[1]}"' in problem)
     ):
         # captured: `sql += f" OFFSET {cursor}"` crashed on the tester's `cursor: ""`; a value
@@ -559,6 +559,12 @@ REPAIR_HINTS: tuple[tuple[str, str], ...] = (
     (
         "Incorrect number of bindings",
         f"Each ? takes one value, in order: {BIND_IN_STEP}.",
+    ),
+    (
+        "datatype mismatch",
+        "LIMIT and OFFSET take integers, and a cursor or page argument may be empty or no number:"
+        " add its clause only when the argument is given and not empty, binding `int(cursor)`;"
+        f" {BIND_IN_STEP}.",
     ),
     (
         "ConfinedToolCrash",

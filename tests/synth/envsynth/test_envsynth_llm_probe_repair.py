@@ -93,3 +93,14 @@ def test_values_bound_out_of_step_with_their_clauses_hear_how_to_keep_them_toget
         conn.execute("SELECT 1 LIMIT ?", (10, None))
     problem = f"slack_list_channels: no valid call succeeded [it crashed: ConfinedToolCrash: {crash.value}]"
     assert any("params.append(limit)" in hint for hint in repair_hints([problem]))
+
+
+def test_a_cursor_that_is_no_integer_hears_to_convert_it() -> None:
+    # captured (Slack, resumed past the probes): the tester's `slack_list_channels(limit=10,
+    # cursor="")` crashed in every repair; bound always, `OFFSET ?` given "" (or None) is
+    # SQLite's "datatype mismatch", a cursor is no offset until converted
+    conn = sqlite3.connect(":memory:")
+    with pytest.raises(sqlite3.IntegrityError) as crash:
+        conn.execute("SELECT 1 LIMIT ? OFFSET ?", (10, ""))
+    problem = f"slack_list_channels: call 0 (...) [it crashed: ConfinedToolCrash: {crash.value}]"
+    assert any("int(cursor)" in hint for hint in repair_hints([problem]))
