@@ -537,12 +537,15 @@ dropped one of the channel check, the message lookup, the new key and the row re
 
 
 BIND_IN_STEP = (
-    "build the values with the clauses: `params = [...]`, then for each optional argument given"
-    ' `sql += " LIMIT ?"` and `params.append(limit)`, and pass `tuple(params)`'
+    'build the values with the clauses: keep `sql = "SELECT ..."` and start `params = []`, then for'
+    ' each optional argument given `sql += " LIMIT ?"` and `params.append(limit)`, and pass'
+    " `tuple(params)`"
 )
 """Told the values must be bound, the 1.5B's repair of `slack_list_channels` added `LIMIT ?` and
 `OFFSET ?` each only when its argument was given but passed both values always (captured on
-Slack, eight rounds: "Incorrect number of bindings")."""
+Slack, eight rounds: "Incorrect number of bindings"); shown `params = [...]` alone, its next
+repairs dropped `sql = "SELECT ..."` for it (resumed Slack run: every greedy answer crashed on
+`sql` never set)."""
 
 
 REPAIR_HINTS: tuple[tuple[str, str], ...] = (

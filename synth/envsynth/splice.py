@@ -120,13 +120,6 @@ def _bindings(node: ast.Import | ast.ImportFrom) -> set[tuple[str, str, str]]:
     return {(module, a.name, a.asname or a.name) for a in node.names}
 
 
-def _bound(node: ast.Import | ast.ImportFrom) -> set[str]:
-    """The names an import binds in the module (`import a.b` binds `a`)."""
-    if isinstance(node, ast.ImportFrom):
-        return {a.asname or a.name for a in node.names}
-    return {a.asname or a.name.split(".")[0] for a in node.names}
-
-
 def same_function(a: str, b: str, name: str) -> bool:
     """Whether two sources define `name` with the same arguments and body (decorators aside: the
     pipeline rewrites `writes=` itself), whatever the layout."""
@@ -171,17 +164,19 @@ def splice_tool(tools_py: str, name: str, answer: str) -> tuple[str, str | None]
         got = ", ".join(f.name for f in functions) or "no function"
         return tools_py, f"the answer must define only {name} (it defines {got})"
     kept = (n for n in new_tree.body if n is not functions[0])
-    # an import binding only what tools.py's imports already bind is redundant, not code: the 1.5B
-    # wrote `from typing import Any` above its function where tools.py has `from typing import Any,
-    # Dict, List, Literal` (captured on Slack), and the answer was refused for it
-    # an import whose names the function never uses is dropped: Qwen2.5-Coder-1.5B's first sample
-    # put `import sqlite3` over an otherwise right function in every round of a six-round run
-    # (captured on Slack); one the function does use would need tools.py's imports changed
+    # an import is redundant, not code, when every name of it the function uses is bound so by
+    # tools.py's imports already; its other names go unbound. Captured from the 1.5B on Slack:
+    # `from typing import Any` over a function where tools.py has `from typing import Any, Dict`;
+    # `import sqlite3`, never used, over an otherwise right function in every round of a six-round
+    # run; `from typing import Any, Tuple` over one using `Any` alone. Each was refused. An import
+    # the function does use and tools.py lacks would need tools.py's imports changed: refused.
     used = {n.id for n in ast.walk(functions[0]) if isinstance(n, ast.Name)}
     extra = [
         n
         for n in kept
-        if not (isinstance(n, ast.Import | ast.ImportFrom) and (_bindings(n) <= have or not _bound(n) & used))
+        if not (
+            isinstance(n, ast.Import | ast.ImportFrom) and {b for b in _bindings(n) if b[2] in used} <= have
+        )
     ]
     if extra:
         where = f"line {extra[0].lineno}"

@@ -21,7 +21,9 @@ from envforge.synth.envsynth import (
     SynthSettings,
     function_source,
     load_doc_set,
+    load_recordings,
     repair_hints,
+    splice_tool,
     strip_fences,
     synthesize_env,
 )
@@ -104,3 +106,36 @@ def test_a_cursor_that_is_no_integer_hears_to_convert_it() -> None:
         conn.execute("SELECT 1 LIMIT ? OFFSET ?", (10, ""))
     problem = f"slack_list_channels: call 0 (...) [it crashed: ConfinedToolCrash: {crash.value}]"
     assert any("int(cursor)" in hint for hint in repair_hints([problem]))
+
+
+LIST_CHANNELS = ENVSYNTH_FIXTURES / "captured_slack_1.5b_list_channels"
+
+
+def test_binding_in_step_keeps_the_query_it_adds_clauses_to() -> None:
+    # captured (Slack, resumed past the probes): shown `params = [...]` as the first line of the
+    # fix, every greedy repair of slack_list_channels wrote it in place of `sql = "SELECT ..."`
+    # and crashed on `sql` never set
+    recorded = load_recordings(LIST_CHANNELS)
+    greedy = strip_fences(recorded["tool_slack_list_channels:7"])
+    assert "params = []" in greedy and "sql = " not in greedy
+    problem = (
+        "slack_list_channels: call 0 (...) [it crashed: ConfinedToolCrash: Incorrect number of bindings]"
+    )
+    (hint,) = [h for h in repair_hints([problem]) if "params.append(limit)" in h]
+    assert hint.index('keep `sql = "SELECT ..."`') < hint.index("`params = []`")
+
+
+def test_an_import_whose_used_names_tools_py_has_is_dropped() -> None:
+    # captured: the one sample of slack_list_channels that kept its query and bound in step came
+    # with `from typing import Any, Tuple` (Tuple never used; tools.py has Any) and was refused
+    recorded = load_recordings(LIST_CHANNELS)
+    tools_py = strip_fences(recorded["tools:0"])
+    sample = strip_fences(recorded["tool_slack_list_channels~1:7"])
+    assert sample.startswith("from typing import Any, Tuple\n")
+    spliced, refused = splice_tool(tools_py, "slack_list_channels", sample)
+    assert refused is None and "Tuple" not in spliced
+    assert function_source(spliced, "slack_list_channels") == sample.split("\n", 2)[2].lstrip("\n")
+    # an import the function does use, which tools.py lacks, is still refused
+    uses = sample.replace("tuple(params)", "Tuple(params)")
+    kept, refused = splice_tool(tools_py, "slack_list_channels", uses)
+    assert kept == tools_py and refused is not None and "module-level code" in refused
