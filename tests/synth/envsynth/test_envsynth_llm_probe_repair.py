@@ -23,7 +23,6 @@ from envforge.synth.envsynth import (
     load_doc_set,
     load_recordings,
     repair_hints,
-    splice_tool,
     strip_fences,
     synthesize_env,
 )
@@ -123,19 +122,3 @@ def test_binding_in_step_keeps_the_query_it_adds_clauses_to() -> None:
     )
     (hint,) = [h for h in repair_hints([problem]) if "params.append(limit)" in h]
     assert hint.index('keep `sql = "SELECT ..."`') < hint.index("`params = []`")
-
-
-def test_an_import_whose_used_names_tools_py_has_is_dropped() -> None:
-    # captured: the one sample of slack_list_channels that kept its query and bound in step came
-    # with `from typing import Any, Tuple` (Tuple never used; tools.py has Any) and was refused
-    recorded = load_recordings(LIST_CHANNELS)
-    tools_py = strip_fences(recorded["tools:0"])
-    sample = strip_fences(recorded["tool_slack_list_channels~1:7"])
-    assert sample.startswith("from typing import Any, Tuple\n")
-    spliced, refused = splice_tool(tools_py, "slack_list_channels", sample)
-    assert refused is None and "Tuple" not in spliced
-    assert function_source(spliced, "slack_list_channels") == sample.split("\n", 2)[2].lstrip("\n")
-    # an import the function does use, which tools.py lacks, is still refused
-    uses = sample.replace("tuple(params)", "Tuple(params)")
-    kept, refused = splice_tool(tools_py, "slack_list_channels", uses)
-    assert kept == tools_py and refused is not None and "module-level code" in refused
