@@ -22,11 +22,13 @@ from envforge.synth.envsynth import (
     DocsError,
     ReplayResponder,
     Responder,
+    ResumingResponder,
     SynthesisReport,
     SynthSettings,
     ToolDoc,
     introspect_mcp,
     load_docs,
+    load_recordings,
     rejected_dir,
     synthesize_env,
 )
@@ -46,20 +48,32 @@ JSON_SCHEMA_HELP = (
 
 @contextmanager
 def _responder(
-    model: str | None, api_base: str | None, replay: Path | None, json_schema: str = "auto"
+    model: str | None,
+    api_base: str | None,
+    replay: Path | None,
+    json_schema: str = "auto",
+    resume: Path | None = None,
 ) -> Iterator[Responder]:
     """Recorded responses with `--replay`, else the `--model` (whose key is checked now; a local
-    one is served for the block)."""
+    one is served for the block), answering from `--resume`'s recording where it can."""
     if replay:
+        if resume:
+            fail("--resume continues a run with --model; --replay runs a recording alone")
         yield ReplayResponder.from_path(replay)
         return
+    recorded: dict[str, str] = {}
+    if resume:
+        try:
+            recorded = load_recordings(resume)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            fail(f"cannot read --resume {resume}: {exc}")
     if not model:
         fail("give --model MODEL (a litellm model, e.g. openai/gpt-4o, or local) or --replay responses.json")
     check_model("--model", model)
     if not is_local(model):
         check_api_key("--model", model, api_base, "--api-base")
     with synth_model(model, api_base, json_schema) as responder:
-        yield responder
+        yield ResumingResponder(recorded, responder) if resume else responder
 
 
 async def _read_docs(source: str) -> list[ToolDoc]:
@@ -122,6 +136,12 @@ def synth_env(
     max_rounds: int = typer.Option(3, "--max-rounds", help="Repair rounds after the first attempt."),
     min_tasks: int = typer.Option(3, "--min-tasks", help="Verified tasks the tasks gate requires."),
     replay: Path | None = typer.Option(None, "--replay", help="Recorded responses (responses.json)."),
+    resume: Path | None = typer.Option(
+        None,
+        "--resume",
+        help="An earlier run's responses.json: its answers are reused, the model asked only past "
+        "them (e.g. a rejected run continued with a higher --max-rounds).",
+    ),
 ) -> None:
     """Synthesize one env from tool documents; writes it and synthesis.json if every gate passes."""
     env_name = _env_name(out, name)
@@ -133,7 +153,7 @@ def synth_env(
     settings = SynthSettings(name=env_name, max_rounds=max_rounds, min_tasks=min_tasks, api_base=api_base)
     columns = (TextColumn("[bold]synth env[/] {task.description}"), TimeElapsedColumn())
     with (
-        _responder(model, api_base, replay, json_schema) as responder,
+        _responder(model, api_base, replay, json_schema, resume) as responder,
         work_progress(*columns, console=console, label="synth env", transient=True) as progress,
     ):
         stage = progress.add_task(f"{env_name}: {len(tool_docs)} documented tools", total=None)

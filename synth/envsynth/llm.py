@@ -42,6 +42,7 @@ class Reply:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost: float = 0.0
+    reused: bool = False  # an earlier run's answer (`ResumingResponder`), no model asked
 
 
 @dataclass
@@ -52,11 +53,13 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost: float = 0.0
+    reused: int = 0
     keys: list[str] = field(default_factory=list)
     answers: dict[str, str] = field(default_factory=dict)  # "stage:round" -> the model's text
 
     def add(self, key: str, reply: Reply) -> None:
         self.answers[key] = reply.text
+        self.reused += reply.reused
         self.calls += 1
         self.prompt_tokens += reply.prompt_tokens
         self.completion_tokens += reply.completion_tokens
@@ -219,6 +222,28 @@ class ReplayResponder:
         text = lookup(self.recordings, f"{stage}~{sample}" if sample else stage, round_)
         prompt_chars = sum(len(m["content"]) for m in messages)
         return Reply(text, prompt_chars // 4, len(text) // 4, 0.0)
+
+
+class ResumingResponder:
+    """An earlier run's answers for the prompts it was asked (the same stage, round and sample:
+    `answer_key`), `live` for every prompt it never reached. The pipeline asks the same prompts
+    given the same answers, so a rejected run continued with more `max_rounds` repeats its rounds
+    from the recording and pays the model only for the rounds it had not run: with the packaged
+    1.5B on two cores, eight rounds of Slack take 12 to 23 minutes, and runs of one tree differ,
+    so a path that got far is worth keeping. Recorded answers count as `Usage.reused`."""
+
+    def __init__(self, recorded: dict[str, str], live: Responder) -> None:
+        self.recorded = recorded
+        self.live = live
+        self.model = live.model
+
+    async def complete(
+        self, stage: str, round_: int, messages: list[dict[str, str]], *, sample: int = 0
+    ) -> Reply:
+        text = self.recorded.get(answer_key(stage, round_, sample))
+        if text is not None:
+            return Reply(text, reused=True)
+        return await self.live.complete(stage, round_, messages, sample=sample)
 
 
 _FENCE = re.compile(r"```[A-Za-z0-9_+-]*\n(.*?)```", re.S)

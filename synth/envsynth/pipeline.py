@@ -801,6 +801,7 @@ async def synthesize_env(
         except LLMError as exc:
             report.reasons = [str(exc)]
         report.llm_calls = usage.calls
+        report.reused_answers = usage.reused
         report.prompt_tokens = usage.prompt_tokens
         report.completion_tokens = usage.completion_tokens
         report.cost_usd = round(usage.cost, 6)

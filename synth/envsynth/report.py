@@ -49,6 +49,7 @@ class SynthesisReport(BaseModel):
     docs: list[str] = Field(default_factory=list, description="The documented tool names.")
     rounds: list[RoundRecord] = Field(default_factory=list)
     llm_calls: int = 0
+    reused_answers: int = Field(0, description="Answers taken from an earlier run (`--resume`).")
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0

@@ -337,3 +337,18 @@ def test_debug_shows_the_traceback_that_the_one_line_error_hides(capsys, monkeyp
         timeout=120,
     )
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "KeyError" in debug.stderr
+
+
+def test_synth_env_resume_is_for_a_model_and_a_readable_recording(capsys, monkeypatch, tmp_path) -> None:
+    base = ["synth", "env", str(ENVS / "library" / "docs"), "-o", str(tmp_path / "library")]
+    recording = tmp_path / "responses.json"
+    recording.write_text('{"note": "x", "responses": {}}')
+    code, _, err = envforge(
+        [*base, "--replay", str(recording), "--resume", str(recording)], capsys, monkeypatch
+    )
+    assert_one_line_error(code, err, "--resume", "--replay")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"responses": ')
+    code, _, err = envforge([*base, "--model", "local", "--resume", str(broken)], capsys, monkeypatch)
+    assert_one_line_error(code, err, "cannot read --resume", "broken.json")
+    assert not (tmp_path / "library").exists()
