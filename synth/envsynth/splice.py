@@ -8,7 +8,8 @@ function at a time, the answer is short and the evidence is all about it. The sp
 that function: an answer that does not parse, defines another name, or brings any other
 module-level statement (an import the function uses that tools.py does not already have, an
 assignment, a call) is refused and the old function kept; an import it never uses is dropped,
-and a function given without its decorator keeps the old one's.
+one it needs is added to tools.py's imports (never rebinding a name tools.py has), and a function
+given without its decorator keeps the old one's.
 The spliced file then goes through every gate again, as a whole-file answer would: nothing the
 model writes runs outside them.
 """
@@ -163,24 +164,29 @@ def splice_tool(tools_py: str, name: str, answer: str) -> tuple[str, str | None]
     if len(functions) != 1 or functions[0].name != name:
         got = ", ".join(f.name for f in functions) or "no function"
         return tools_py, f"the answer must define only {name} (it defines {got})"
-    kept = (n for n in new_tree.body if n is not functions[0])
+    kept = [n for n in new_tree.body if n is not functions[0]]
     # an import is redundant, not code, when every name of it the function uses is bound so by
     # tools.py's imports already; its other names go unbound. Captured from the 1.5B on Slack:
     # `from typing import Any` over a function where tools.py has `from typing import Any, Dict`;
     # `import sqlite3`, never used, over an otherwise right function in every round of a six-round
-    # run; `from typing import Any, Tuple` over one using `Any` alone. Each was refused. An import
-    # the function does use and tools.py lacks would need tools.py's imports changed: refused.
+    # run; `from typing import Any, Tuple` over one using `Any` alone. Each was refused. A name
+    # the function uses and tools.py lacks is imported at the end of tools.py's imports (Museum:
+    # `import datetime` over a repair that reads the date, refused three rounds running), unless
+    # it would rebind a name tools.py has; the static gate then judges the module as it does
+    # every import.
     used = {n.id for n in ast.walk(functions[0]) if isinstance(n, ast.Name)}
-    extra = [
-        n
-        for n in kept
-        if not (
-            isinstance(n, ast.Import | ast.ImportFrom) and {b for b in _bindings(n) if b[2] in used} <= have
-        )
-    ]
-    if extra:
-        where = f"line {extra[0].lineno}"
-        return tools_py, f"the answer adds module-level code ({where}): only {name} may be written"
+    taken = _module_names(old_tree)
+    hoisted: list[str] = []
+    for node in kept:
+        refused = f"the answer adds module-level code (line {node.lineno}): only {name} may be written"
+        if not isinstance(node, ast.Import | ast.ImportFrom) or (
+            isinstance(node, ast.ImportFrom) and node.level
+        ):
+            return tools_py, refused
+        needed = {b for b in _bindings(node) if b[2] in used} - have
+        if any(b[2] in taken for b in needed):
+            return tools_py, refused
+        hoisted += [_import_line(node, b) for b in sorted(needed)]
     first, last = _span(functions[0])
     body = answer.splitlines()[first - 1 : last]
     lines = tools_py.splitlines(keepends=True)
@@ -192,4 +198,36 @@ def splice_tool(tools_py: str, name: str, answer: str) -> tuple[str, str | None]
         body = tools_py.splitlines()[start - 1 : old.lineno - 1] + body
     ending = "\n" if lines[end - 1].endswith("\n") else ""
     spliced = "".join(lines[: start - 1]) + "\n".join(body) + ending + "".join(lines[end:])
+    if hoisted:
+        after = max(
+            (n.end_lineno or n.lineno for n in old_tree.body if isinstance(n, ast.Import | ast.ImportFrom)),
+            default=0,
+        )
+        if not 0 < after < start:
+            return tools_py, f"the answer needs an import tools.py lacks: {hoisted[0]}"
+        out = spliced.splitlines(keepends=True)
+        spliced = "".join(out[:after]) + "".join(f"{line}\n" for line in hoisted) + "".join(out[after:])
     return spliced, None
+
+
+def _module_names(tree: ast.Module) -> set[str]:
+    """The names tools.py binds at its top level: imports, functions, classes, assignments."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {b[2].split(".")[0] for b in _bindings(node)}
+        elif isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def _import_line(node: ast.Import | ast.ImportFrom, binding: tuple[str, str, str]) -> str:
+    """One binding of an import, as its own statement."""
+    module, name, bound = binding
+    alias = ast.alias(name=name, asname=None if bound == name else bound)
+    if isinstance(node, ast.ImportFrom):
+        return ast.unparse(ast.ImportFrom(module=module, names=[alias], level=0))
+    return ast.unparse(ast.Import(names=[alias]))

@@ -304,11 +304,17 @@ def test_an_import_tools_py_already_binds_is_redundant_and_a_new_one_still_refus
     spliced, refused = splice_tool(tools_py, "slack_reply_to_thread", sampled)
     assert refused is None and spliced.count("from typing import") == 1
     function = sampled.split("\n", 1)[1]
-    # an import the function uses (`Any` rebound, sqlite3 called) would change tools.py's names
+    # an import that rebinds a name tools.py has is refused: it would change the other tools
+    kept, refused = splice_tool(
+        tools_py, "slack_reply_to_thread", "from os import system as Any\n" + function
+    )
+    assert kept == tools_py and refused is not None and "module-level code" in refused
+    # one the function uses that tools.py lacks joins tools.py's imports, where the static gate
+    # judges it as every import (captured on Museum: `import datetime`; here sqlite3, forbidden)
     used = function.replace("    sql = ", "    sqlite3.connect(':memory:')\n    sql = ", 1)
-    for new, body in (("from os import system as Any\n", function), ("import sqlite3\n", used)):
-        kept, refused = splice_tool(tools_py, "slack_reply_to_thread", new + body)
-        assert kept == tools_py and refused is not None and "module-level code" in refused, new
+    spliced, refused = splice_tool(tools_py, "slack_reply_to_thread", "import sqlite3\n" + used)
+    assert refused is None and "from envforge.server import Db, ToolError, tool\nimport sqlite3\n" in spliced
+    assert [(v.rule, v.detail) for v in check_python(spliced)] == [("forbidden import", "sqlite3")]
 
 
 def test_an_import_the_function_never_uses_is_dropped() -> None:
@@ -582,3 +588,20 @@ def test_another_drivers_placeholders_are_written_as_sqlites() -> None:
         '    return f"SELECT %s {name}"\n'
     )
     assert with_sqlite_placeholders(source) == source.replace("b = %s", "b = ?")
+
+
+def test_an_import_the_repair_needs_joins_tools_py_and_the_gate_judges_it() -> None:
+    # captured on Museum: `listSpecialEvents` defaulted its date with `datetime.now()`, never
+    # imported (a crash on every call); each sampled repair put `import datetime` above the
+    # function and was refused as module-level code, three rounds running
+    answers = load_recordings(ENVSYNTH_FIXTURES / "captured_museum_1.5b")
+    tools_py = strip_fences(answers["tools:0"])
+    sampled = strip_fences(answers["tool_listSpecialEvents~1:1"])
+    assert sampled.startswith("import datetime\n") and "import datetime" not in tools_py
+    spliced, refused = splice_tool(tools_py, "listSpecialEvents", sampled)
+    assert refused is None and spliced.count("import datetime\n") == 1
+    assert spliced.index("import datetime") < spliced.index("@tool")
+    # the module now says what was wrong all along: the wall clock is no tool's to read
+    assert ("forbidden module attribute", "datetime.now") in [
+        (v.rule, v.detail) for v in check_python(spliced)
+    ]
