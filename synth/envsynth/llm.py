@@ -230,7 +230,9 @@ class ResumingResponder:
     given the same answers, so a rejected run continued with more `max_rounds` repeats its rounds
     from the recording and pays the model only for the rounds it had not run: with the packaged
     1.5B on two cores, eight rounds of Slack take 12 to 23 minutes, and runs of one tree differ,
-    so a path that got far is worth keeping. Recorded answers count as `Usage.reused`."""
+    so a path that got far is worth keeping. A recording from another version of the pipeline
+    may answer prompts that version never asked; the gates judge every answer all the same.
+    Recorded answers count as `Usage.reused`."""
 
     def __init__(self, recorded: dict[str, str], live: Responder) -> None:
         self.recorded = recorded
