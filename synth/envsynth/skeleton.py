@@ -231,8 +231,7 @@ def with_declared_writes(tools_py: str, tables: set[str]) -> str:
         tree = ast.parse(tools_py)
     except (SyntaxError, ValueError):
         return tools_py
-    lines = tools_py.splitlines(keepends=True)
-    edits: list[tuple[int, int, int, int, str]] = []
+    edits: list[Edit] = []
     for fn in tree.body:
         if not isinstance(fn, ast.AsyncFunctionDef | ast.FunctionDef):
             continue
@@ -244,16 +243,34 @@ def with_declared_writes(tools_py: str, tables: set[str]) -> str:
             if wanted != declared and dec.end_lineno is not None and dec.end_col_offset is not None:
                 text = f"tool(writes={json.dumps(wanted)})"
                 edits.append((dec.lineno, dec.col_offset, dec.end_lineno, dec.end_col_offset, text))
-    for start, col, end, end_col, text in reversed(edits):
-        head = lines[start - 1].encode()[:col].decode()
-        tail = lines[end - 1].encode()[end_col:].decode()
-        lines[start - 1 : end] = [head + text + tail]
-    return "".join(lines)
+    return _with_edits(tools_py, edits)
 
 
 _DB_CALLS = frozenset(
     {"execute", "executemany", "execute_fetchall", "fetch_all", "fetch_one", "fetch_value", "require_one"}
 )
+
+Edit = tuple[int, int, int, int, str]
+"""Replace the source from (line, column) to (end line, end column) with the text: lines 1-based,
+columns in UTF-8 bytes, as `ast` gives them; an insertion starts and ends at one place."""
+
+
+def _with_edits(source: str, edits: list[Edit]) -> str:
+    """`source` with each edit made, the last first so every earlier position still holds; edits
+    must not overlap (an insertion may sit where a removal ends)."""
+    lines = [line.encode() for line in source.splitlines(keepends=True)]
+    for start, col, end, end_col, text in sorted(set(edits), key=lambda e: (e[0], e[1]), reverse=True):
+        lines[start - 1 : end] = [lines[start - 1][:col] + text.encode() + lines[end - 1][end_col:]]
+    return b"".join(lines).decode()
+
+
+def _db_tools(tree: ast.Module) -> list[ast.AsyncFunctionDef]:
+    """The async functions whose first argument is the tool's `db`."""
+    return [
+        fn
+        for fn in ast.walk(tree)
+        if isinstance(fn, ast.AsyncFunctionDef) and fn.args.args and fn.args.args[0].arg == "db"
+    ]
 
 
 def with_awaited_db_calls(tools_py: str) -> str:
@@ -271,10 +288,8 @@ def with_awaited_db_calls(tools_py: str) -> str:
     except (SyntaxError, ValueError):
         return tools_py
     parent = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    edits: list[tuple[int, int, int, int, str]] = []  # (line, col, end line, end col, text)
-    for fn in ast.walk(tree):
-        if not isinstance(fn, ast.AsyncFunctionDef) or not fn.args.args or fn.args.args[0].arg != "db":
-            continue
+    edits: list[Edit] = []
+    for fn in _db_tools(tree):
         for call in ast.walk(fn):
             if not _is_db_call(call) or isinstance(parent.get(id(call)), ast.Await):
                 continue
@@ -288,11 +303,7 @@ def with_awaited_db_calls(tools_py: str) -> str:
                 edits.append((above.lineno, above.col_offset, top.lineno, top.col_offset, ""))
             edits.append((call.end_lineno, call.end_col_offset, call.end_lineno, call.end_col_offset, ")"))
             edits.append((call.lineno, call.col_offset, call.lineno, call.col_offset, "(await "))
-    lines = [line.encode() for line in tools_py.splitlines(keepends=True)]
-    for start, col, end, end_col, text in sorted(set(edits), key=lambda e: (e[0], e[1]), reverse=True):
-        joined = lines[start - 1][:col] + text.encode() + lines[end - 1][end_col:]
-        lines[start - 1 : end] = [joined]
-    return b"".join(lines).decode()
+    return _with_edits(tools_py, edits)
 
 
 _SQL_TEXT = re.compile(r"(?is)^\s*(SELECT|INSERT|UPDATE|DELETE|REPLACE|WITH)\b")
@@ -313,10 +324,8 @@ def with_sqlite_placeholders(tools_py: str) -> str:
     except (SyntaxError, ValueError):
         return tools_py
     lines = [line.encode() for line in tools_py.splitlines(keepends=True)]
-    edits: list[tuple[int, int, int, int, str]] = []
-    for fn in ast.walk(tree):
-        if not isinstance(fn, ast.AsyncFunctionDef) or not fn.args.args or fn.args.args[0].arg != "db":
-            continue
+    edits: list[Edit] = []
+    for fn in _db_tools(tree):
         doc = fn.body[0].value if fn.body and isinstance(fn.body[0], ast.Expr) else None
         inside_fstring = {id(v) for n in ast.walk(fn) if isinstance(n, ast.JoinedStr) for v in n.values}
         for node in ast.walk(fn):
@@ -340,9 +349,7 @@ def with_sqlite_placeholders(tools_py: str) -> str:
                         _literal(fixed, written),
                     )
                 )
-    for start, col, end, end_col, text in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
-        lines[start - 1 : end] = [lines[start - 1][:col] + text.encode() + lines[end - 1][end_col:]]
-    return b"".join(lines).decode()
+    return _with_edits(tools_py, edits)
 
 
 def _literal(value: str, quote: bytes) -> str:

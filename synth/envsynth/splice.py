@@ -6,12 +6,11 @@ previous file unchanged, three rounds running (captured on the corpus's Slack se
 crashing on a name never set, three answering an unknown id with `[]` or `null`). Asked for one
 function at a time, the answer is short and the evidence is all about it. The splice takes only
 that function: an answer that does not parse, defines another name, or brings any other
-module-level statement (an import the function uses that tools.py does not already have, an
-assignment, a call) is refused and the old function kept; an import it never uses is dropped,
-one it needs is added to tools.py's imports (never rebinding a name tools.py has), and a function
-given without its decorator keeps the old one's.
-The spliced file then goes through every gate again, as a whole-file answer would: nothing the
-model writes runs outside them.
+module-level statement (an assignment, a call, a relative import, an import rebinding a name
+tools.py has) is refused and the old function kept. An import the function never uses is dropped,
+one it needs is added to tools.py's imports, and a function given without its decorator keeps the
+old one's. The spliced file then goes through every gate again, as a whole-file answer would:
+nothing the model writes runs outside them.
 """
 
 from __future__ import annotations
