@@ -605,3 +605,21 @@ def test_an_import_the_repair_needs_joins_tools_py_and_the_gate_judges_it() -> N
     assert ("forbidden module attribute", "datetime.now") in [
         (v.rule, v.detail) for v in check_python(spliced)
     ]
+
+
+async def test_an_import_joined_to_tools_py_still_meets_the_static_gate_first(tmp_path: Path) -> None:
+    # the attack on the import that joins tools.py: a repair that imports os and uses it
+    marker = tmp_path / "ran"
+    answers = load_recordings(AWAITED_SUBSCRIPT)
+    function = strip_fences(answers["tool_slack_reply_to_thread:1"])
+    hostile = function.replace('"""\n', f'"""\n    os.system("touch {marker}")\n', 1)
+    assert hostile != function
+    said: list[str] = []
+    docs = load_doc_set(CORPUS, CORPUS / "mcp_slack" / "docs")
+    asked = Asked(AWAITED_SUBSCRIPT, overrides={"tool_slack_reply_to_thread:1": "import os\n\n" + hostile})
+    await synthesize_env(
+        docs, tmp_path / "slack", asked, SynthSettings(name="slack", max_rounds=1), progress=said.append
+    )
+    refused = [line for line in said if "round 0: slack_reply_to_thread's answer refused" in line]
+    assert refused and "it no longer passes the static gate" in refused[0], said
+    assert not marker.exists()
