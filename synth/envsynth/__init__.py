@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         load_recordings,
         strip_fences,
     )
+    from .paging import paging_prologue, with_paging_prologue
     from .pipeline import SynthSettings, rejected_dir, schema_as_kept, synthesize_env
     from .probes import schema_problems
     from .prompts import JSON_SCHEMAS, RULES_FORMAT, repair_hints, table_facts
@@ -111,6 +112,8 @@ _LAZY = {
     "with_awaited_db_calls": "skeleton",
     "with_sqlite_placeholders": "skeleton",
     "left_placeholders": "skeleton",
+    "paging_prologue": "paging",
+    "with_paging_prologue": "paging",
     "seed_skeleton": "seed_template",
     "reference_problems": "seed_template",
     "function_source": "splice",
@@ -157,6 +160,7 @@ __all__ = [
     "load_doc_set",
     "load_docs",
     "load_recordings",
+    "paging_prologue",
     "parse_markdown",
     "parse_openapi",
     "problems_by_tool",
@@ -181,5 +185,6 @@ __all__ = [
     "with_awaited_db_calls",
     "with_declared_writes",
     "with_documented_signatures",
+    "with_paging_prologue",
     "with_sqlite_placeholders",
 ]

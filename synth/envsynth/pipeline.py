@@ -35,6 +35,7 @@ from envforge.synth.wording.phrases import write_phrases
 from . import prompts
 from .docs_input import ToolDoc, docs_json
 from .llm import LLMError, Responder, Usage, answer_key, strip_fences
+from .paging import with_paging_prologue
 from .probes import execute_proposals, probe_env
 from .report import REPORT_FILE, GateResult, RoundRecord, SynthesisReport, write_report
 from .rules import gate_kept, gate_rules, without_the_example
@@ -526,7 +527,8 @@ def _as_written(stage: str, answer: str, docs: list[ToolDoc], schema: str = "") 
     sections that are the format's example copied (`rules.without_the_example`). Each
     tool's `writes=` then includes the schema tables its own SQL writes
     (`skeleton.with_declared_writes`), each call of `db` is awaited (`with_awaited_db_calls`),
-    and its SQL's placeholders are SQLite's (`with_sqlite_placeholders`)."""
+    its SQL's placeholders are SQLite's (`with_sqlite_placeholders`), and each documented paging
+    argument is an integer before the model's code reads it (`paging.with_paging_prologue`)."""
     text = strip_fences(answer)
     if stage == "schema":
         text = without_keyless_references(_as_sqlite(text))
@@ -535,14 +537,15 @@ def _as_written(stage: str, answer: str, docs: list[ToolDoc], schema: str = "") 
     if stage == "tools" and not _parses(text):
         text = with_documented_signatures(text, docs)
     if stage == "tools":
-        text = _as_tools(text, schema)
+        text = _as_tools(text, schema, docs)
     return text
 
 
-def _as_tools(tools_py: str, schema: str) -> str:
-    """tools.py as every answer for it is kept: each `db` call awaited, SQLite's placeholders,
-    and the `writes=` its SQL implies (see `_as_written`)."""
-    fixed = with_sqlite_placeholders(with_awaited_db_calls(tools_py))
+def _as_tools(tools_py: str, schema: str, docs: list[ToolDoc]) -> str:
+    """tools.py as every answer for it is kept: the documented paging arguments made integers,
+    each `db` call awaited, SQLite's placeholders, and the `writes=` its SQL implies (see
+    `_as_written`)."""
+    fixed = with_sqlite_placeholders(with_awaited_db_calls(with_paging_prologue(tools_py, docs)))
     return with_declared_writes(fixed, set(_TABLE_NAME.findall(schema)))
 
 
@@ -719,17 +722,19 @@ async def _repair_tools(
             )
             usage.add(answer_key(stage, round_, sample), reply)
             spliced, why = splice_tool(cand.text["tools"], name, strip_fences(reply.text))
+            if why is None:  # as it would be kept: an answer differing only in what that adds is unchanged
+                spliced = _as_tools(spliced, schema, docs)
             if why is None and same_function(spliced, cand.text["tools"], name):
                 why = "the function unchanged"
             if why is None and verify is not None:
-                why = await verify(_as_tools(spliced, schema))
+                why = await verify(spliced)
             if why is None:
                 break
             then = "asking again, sampled" if sample < TOOL_RESAMPLES else "the old function kept"
             say(f"round {round_ - 1}: {name}'s answer refused, {then}: {why}")
         else:
             continue
-        cand.text["tools"] = _as_tools(spliced, schema)
+        cand.text["tools"] = spliced
 
 
 async def synthesize_env(

@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from .seed_template import Table
 
 PROMPT_VERSIONS: dict[str, str] = {
-    "schema": "schema/v4",
-    "tools": "tools/v4",
+    "schema": "schema/v5",
+    "tools": "tools/v5",
     "seed": "seed/v3",
     "policy": "policy/v3",
     "policy_rules": "policy_rules/v4",

@@ -21,6 +21,7 @@ from typing import Any, TypeGuard
 from envforge.server.sandbox.static_gate import DANGEROUS_SQL
 
 from .docs_input import ToolDoc
+from .paging import paging_comment, paging_prologue
 
 _SCALARS = {"string": "str", "integer": "int", "number": "float", "boolean": "bool"}
 
@@ -76,7 +77,11 @@ def _tool(doc: ToolDoc) -> str:
     ]
     if args:
         lines += ["", "    Args:", *args]
-    lines += ['    """', f"    {PLACEHOLDER_TODO}", "    raise NotImplementedError"]
+    lines.append('    """')
+    comment = paging_comment(doc)
+    if comment:
+        lines += [f"    {comment}", *(f"    {s}" for s in paging_prologue(doc))]
+    lines += [f"    {PLACEHOLDER_TODO}", "    raise NotImplementedError"]
     return "\n".join(lines)
 
 

@@ -55,7 +55,7 @@ async def test_clean_fixture_passes_every_gate_first_time(tmp_path: Path) -> Non
     assert all(rate == 1.0 for rate in report.final_gates().values())
     assert report.seed_rows >= 100 and report.tasks >= 3
     data = json.loads((tmp_path / "library" / "synthesis.json").read_text())
-    assert data["prompt_versions"]["tools"] == "tools/v4" and data["llm_calls"] == 7
+    assert data["prompt_versions"]["tools"] == "tools/v5" and data["llm_calls"] == 7
     assert set(data["gate_results"]) == set(GATES) and data["prompt_tokens"] > 0
     env = load_env(tmp_path / "library")
     assert set(env.tools) == {d.name for d in load_docs(LIBRARY_DOCS)}

@@ -36,6 +36,7 @@ from envforge.synth.envsynth import (
     table_facts,
     tables_touched,
     with_awaited_db_calls,
+    with_paging_prologue,
     with_sqlite_placeholders,
 )
 
@@ -188,9 +189,10 @@ async def test_the_captured_per_tool_repairs_fix_two_tools_and_keep_the_rest(tmp
     failing = {p.split(":")[0] for p in probes[-1].problems if not _result_or_key(p)}
     assert "slack_get_user_profile" not in failing and "slack_add_reaction" not in failing
     final = (rejected_dir(out) / "rejected_candidate" / "tools.py.txt").read_text(encoding="utf-8")
+    kept = with_paging_prologue(TOOLS_PY, docs)
     for name in NAMES:
-        if name not in FAILING:  # never asked, never changed (but `writes=`, added in round 0)
-            assert _body(final, name) == _body(TOOLS_PY, name)
+        if name not in FAILING:  # never asked, never changed (but `writes=` and paging, added in round 0)
+            assert _body(final, name) == _body(kept, name)
 
 
 def test_a_tool_is_shown_the_tables_its_tables_reference() -> None:
