@@ -27,7 +27,7 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from . import sqlfuncs
+from . import sqlclock, sqlfuncs
 
 Authorizer = Callable[[int, str | None, str | None, str | None, str | None], int]
 
@@ -55,7 +55,8 @@ ALLOWED_FUNCTIONS = frozenset(
     "jsonb jsonb_array jsonb_extract jsonb_insert jsonb_object jsonb_remove jsonb_replace "
     "jsonb_set jsonb_group_array jsonb_group_object json_error_position json_pretty".split()
 )
-"""Deterministic built-ins with no access outside the database (no files, no extensions). Not
+"""Deterministic built-ins with no access outside the database (no files, no extensions; the date
+functions read a fixed clock, `sqlclock`). Not
 `json_patch`/`jsonb_patch`: SQLite merges two objects in time that grows with the product of their
 key counts, inside one VM step (two objects of 40,000 keys: 5 s), out of a deadline's reach."""
 
@@ -194,10 +195,12 @@ def end_transaction(conn: sqlite3.Connection, guard: SqlGuard, commit: bool) -> 
 def protect(conn: sqlite3.Connection, guard: Authorizer) -> None:
     """Install `guard` on `conn`, and set SQLite's attached-database limit to zero as a second
     lock on ATTACH and `VACUUM INTO` (which attaches its target). The functions SQLite runs in
-    superlinear time inside one VM step are replaced by linear ones (`sqlfuncs`)."""
+    superlinear time inside one VM step are replaced by linear ones (`sqlfuncs`), and its clock
+    by a fixed instant (`sqlclock`)."""
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
     conn.set_authorizer(guard)
     sqlfuncs.install(conn)
+    sqlclock.install(conn)
 
 
 _ACTION_NAMES = {
