@@ -28,7 +28,8 @@ synthesized tasks and for τ²'s imported ones (`envforge check`, `benchmarks/be
   wrong_size"; ids are exempt: the agent must type them), "the … on file" (a reference that names
   nothing), a persona that is a numbered row ("Member 114"), a label repeated in what the user
   knows, the user's own id in their wishes (the principal named in the third person: "freeze
-  membership for member G-114" said to member G-114), a plural after a count of one ("for 1
+  membership for member G-114" said to member G-114; a principal that is no person, a channel,
+  may be named), a plural after a count of one ("for 1
   days"), or "total total". Target 0.
 - **shape**: calls, writes and reasoning nodes per task (executed call nodes, those that write,
   reasoning nodes), as min / median / max and mean.
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -194,8 +195,11 @@ _ONE_PLURAL = re.compile(
 )
 
 
-def stiff_wording(task: Task) -> list[str]:
-    """Why `task`'s scenario reads machine-made (the module docstring's list); [] when it does not."""
+def stiff_wording(task: Task, people: Collection[str] | None = None) -> list[str]:
+    """Why `task`'s scenario reads machine-made (the module docstring's list); [] when it does not.
+    `people`: the env's tables whose rows are persons (its phrases' `person`), where known. A
+    principal of another table (a channel, whose story a Slack task stays on) is not the user, so
+    naming it is no third person: "post in channel C-14" is how a member of it asks."""
     scenario = task.scenario
     text = scenario.instruction
     lines = text.splitlines()
@@ -215,7 +219,7 @@ def stiff_wording(task: Task) -> list[str]:
     if len(labels) != len(set(labels)):
         out.append("repeated label")
     principal = task.dag.principal
-    if principal is not None and len(principal.key) == 1:
+    if principal is not None and len(principal.key) == 1 and (people is None or principal.table in people):
         (me,) = (str(v) for v in principal.key.values())
         if any(re.search(rf"(?<![\w-]){re.escape(me)}(?![\w-])", ln) for ln in wishes):
             out.append("user in the third person")
@@ -386,6 +390,7 @@ def task_realism(
     tool_names: Iterable[str],
     results: Sequence[str] | None = None,
     descriptions: Mapping[str, str] | None = None,
+    people: Collection[str] | None = None,
 ) -> TaskRealism:
     calls = _executed_calls(task)
     return TaskRealism(
@@ -395,7 +400,7 @@ def task_realism(
         numbered_steps=has_numbered_steps(task.scenario.instruction),
         dead_reads=dead_reads(task, results),
         principals=task_principals(task, results),
-        stiff=stiff_wording(task),
+        stiff=stiff_wording(task, people),
         calls=len(calls),
         writes=sum(1 for n in calls if n.write),
         reasoning=sum(1 for n in task.dag.nodes if isinstance(n, ReasonNode)),
@@ -419,12 +424,14 @@ def measure_realism(
     tool_names: Iterable[str],
     results: Mapping[str, Sequence[str]] | None = None,
     descriptions: Mapping[str, str] | None = None,
+    people: Collection[str] | None = None,
 ) -> EnvRealism:
     """The realism measures of `env`'s `tasks`; `results` maps task ids to their golden calls'
     result texts (`golden_results`), which judge value flow and name principals in results;
-    `descriptions` maps tool names to their descriptions, which instructions must not copy."""
+    `descriptions` maps tool names to their descriptions, which instructions must not copy;
+    `people` names the tables whose rows are persons (`stiff_wording`)."""
     names = sorted(set(tool_names))
-    per = [task_realism(t, names, (results or {}).get(t.id), descriptions) for t in tasks]
+    per = [task_realism(t, names, (results or {}).get(t.id), descriptions, people) for t in tasks]
     groups = duplicate_groups(tasks)
     judged = [p.dead_reads for p in per if p.dead_reads is not None]
     procedural = [p for p in per if p.procedural]

@@ -171,6 +171,54 @@ def test_derived_phrases_put_the_wish_as_a_person_would() -> None:
     assert library.tools["place_hold"].phrase == "place hold on book {book_id} for member {member_id}"
 
 
+SERVICE_TOOLS = """
+from envforge.server import Db, tool
+
+
+@tool(writes=["slack_messages"])
+async def slack_post_message(db: Db, channel_id: str, text: str) -> dict:
+    \"\"\"Post a new message to a Slack channel.\"\"\"
+    return {}
+
+
+@tool(writes=["slack_messages"])
+async def slack_reply_to_thread(db: Db, channel_id: str, thread_ts: str, text: str) -> dict:
+    \"\"\"Reply to a specific message thread in Slack.\"\"\"
+    return {}
+
+
+@tool
+async def slack_get_channel_history(db: Db, channel_id: str) -> list:
+    \"\"\"Get recent messages from a channel.\"\"\"
+    return []
+"""
+
+
+def test_the_service_every_tool_is_prefixed_with_is_not_said(tmp_path: Path) -> None:
+    # a real model's Slack env (MCP's tool names, its tables prefixed alike): "slack reply to
+    # thread with channel id ..." spelled the tool's name out, in 29 of 50 tasks
+    root = tmp_path / "slack"
+    root.mkdir()
+    (root / "env.toml").write_text('name = "slack"\ndescription = "d"\nseed = "seed.json"\n')
+    (root / "schema.sql").write_text(
+        "CREATE TABLE slack_channels (id TEXT PRIMARY KEY, name TEXT);\n"
+        "CREATE TABLE slack_messages (id TEXT PRIMARY KEY, channel_id TEXT REFERENCES slack_channels(id),"
+        " text TEXT);\n"
+    )
+    (root / "seed.json").write_text("{}")
+    (root / "policy.md").write_text("Be helpful.\n")
+    (root / "tools.py").write_text(SERVICE_TOOLS)
+    phrases = derive_phrases(load_env(root))
+    assert {t: p.phrase for t, p in phrases.tools.items()} == {
+        "slack_post_message": "post message on channel {channel_id} with text {text}",
+        "slack_reply_to_thread": (
+            "reply to thread on channel {channel_id} with thread ts {thread_ts} and text {text}"
+        ),
+        "slack_get_channel_history": "the history of channel {channel_id}",
+    }
+    assert phrases.entities["slack_channels"].singular == "channel"
+
+
 def test_a_value_too_far_back_to_name_is_no_task() -> None:
     """ "the car on file" names no car: an honest agent could not tell which one is meant, so
     the renderer refuses (and synthesis drops the build) rather than ship an unsolvable task."""

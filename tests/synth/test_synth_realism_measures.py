@@ -289,6 +289,18 @@ def test_machine_made_wording_is_caught_by_class() -> None:
     assert stiff_wording(numbered) == ["numbered persona"]
 
 
+def test_a_principal_that_is_no_person_may_be_named() -> None:
+    # a real model's Slack env: the channels are the owner table (every message references one),
+    # and "post message on channel C-14" was counted the user in the third person in all 50 tasks
+    channel = Principal(table="slack_channels", key={"id": "C-14"}, name="general")
+    node = call("n0", "slack_post_message", write=True, channel_id="C-14", text="hi")
+    task = make_task("t", [node], instruction="You want to post message on channel C-14.", principal=channel)
+    assert stiff_wording(task, people={"slack_users"}) == []
+    assert stiff_wording(task, people={"slack_channels"}) == ["user in the third person"]
+    assert stiff_wording(task) == ["user in the third person"]  # no phrases known: as before
+    assert measure_realism("slack", [task], ["slack_post_message"], people={"slack_users"}).stiff_tasks == 0
+
+
 def test_plain_wording_and_ids_are_not_stiff() -> None:
     me = Principal(table="members", key={"member_id": "G-114"}, name="Ada Park")
     node = call("n0", "freeze_membership", write=True, member_id="G-114")
