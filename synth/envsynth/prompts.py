@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 PROMPT_VERSIONS: dict[str, str] = {
     "schema": "schema/v5",
     "tools": "tools/v5",
-    "seed": "seed/v3",
+    "seed": "seed/v4",
     "policy": "policy/v3",
     "policy_rules": "policy_rules/v4",
     "tester": "tester/v2",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from envforge.server import SEED_IMPORTS, check_python, load_env
 from envforge.synth.envsynth import (
@@ -415,3 +416,25 @@ def test_a_name_that_points_at_two_tables_or_none_implies_no_reference() -> None
     skeleton = seed_skeleton(schema, 30)
     assert skeleton is not None
     assert "'owner_id': ...," in skeleton and "'vet_id': ...," in skeleton
+
+
+def test_text_ids_are_written_as_short_codes_not_code_words() -> None:
+    # left to it, the 1.5B wrote `slack_message_14`, which task instructions then said raw: a
+    # code word in 7 of 50 tasks of its Slack env; a natural key (a username) stays the model's
+    schema = (
+        "CREATE TABLE slack_channels (id TEXT PRIMARY KEY, name TEXT NOT NULL);\n"
+        "CREATE TABLE slack_thread_replies (id TEXT PRIMARY KEY,"
+        " channel_id TEXT NOT NULL REFERENCES slack_channels(id), text TEXT);\n"
+        "CREATE TABLE slack_channel_settings (channel_id TEXT PRIMARY KEY REFERENCES slack_channels(id),"
+        " topic TEXT);\n"
+        "CREATE TABLE slack_logins (username TEXT PRIMARY KEY, seen TEXT);\n"
+    )
+    skeleton = seed_skeleton(schema, 40) or ""
+    assert "'id': f\"C-{i}\"" in skeleton and "'id': f\"TR-{i}\"" in skeleton
+    assert "'channel_id': slack_channels_rows[(i - 1) % len(slack_channels_rows)]['id']" in skeleton
+    assert "'username': ...," in skeleton
+    assert check_python(skeleton.replace("...", "'x'"), imports=SEED_IMPORTS) == []
+    namespace: dict[str, Any] = {}
+    exec(skeleton.replace("...", "'x'"), namespace)  # the skeleton alone, filled with a constant
+    ids = [row["id"] for row in namespace["generate"]()["slack_thread_replies"]]
+    assert ids[:2] == ["TR-1", "TR-2"] and not any(re.search(r"[a-z]_[a-z0-9]", i) for i in ids)
