@@ -113,8 +113,18 @@ def spoken_text(text: str) -> str:
 _spoken = spoken_text
 
 
+_SAID_WITH_A = ("uni", "use", "usu", "uti", "ure", "uro", "eu", "one", "once")
+"""Words spelled with a vowel but said with a consonant ("a user", "a unit", "a euro")."""
+_SAID_WITH_AN = ("hour", "honest", "honor", "honour", "heir")
+"""Words spelled with a consonant but said with a vowel ("an hour")."""
+
+
 def _a(noun: str) -> str:
-    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+    """`noun` after the article it is said with: "a user" (a synthesized Slack env's persona read
+    "An user of the slack service"), "an unresolved ticket", "an hour"."""
+    word = noun.lower()
+    vowel = word[:1] in "aeiou" and not word.startswith(_SAID_WITH_A)
+    return f"{'an' if vowel or word.startswith(_SAID_WITH_AN) else 'a'} {noun}"
 
 
 class VagueReference(ValueError):

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+import envforge
 from envforge.server import load_env
 from envforge.synth import (
     Dag,
@@ -28,7 +29,7 @@ from envforge.synth import (
     render_scenario,
 )
 
-from support.paths import REPO, bundled_env_dirs
+from support.paths import ENVSYNTH_FIXTURES, REPO, bundled_env_dirs
 
 ENVS_WITH_TASKS = [d for d in bundled_env_dirs() if (d / "tasks.jsonl").exists()]
 CODE_WORD = re.compile(r"\b[a-z]+(?:_[a-z0-9]+)+\b")
@@ -217,6 +218,23 @@ def test_the_service_every_tool_is_prefixed_with_is_not_said(tmp_path: Path) -> 
         "slack_get_channel_history": "the history of channel {channel_id}",
     }
     assert phrases.entities["slack_channels"].singular == "channel"
+
+
+_MISSAID_ARTICLE = re.compile(r"(?i)\b(?:an (?:user|unit|use|one|euro)|a (?:hour|honest))\b")
+
+
+@pytest.mark.parametrize("env_dir", bundled_env_dirs(), ids=lambda p: p.name)
+def test_articles_are_said_as_the_words_sound(env_dir: Path) -> None:
+    for task in load_tasks(env_dir):
+        said = f"{task.scenario.persona}\n{task.scenario.instruction}"
+        assert not _MISSAID_ARTICLE.search(said), (task.id, said[:200])
+
+
+async def test_a_user_is_a_user_not_an_user() -> None:
+    # a real model's Slack env, whose people are its users: "An user of the slack service"
+    report = await envforge.synthesize_tasks_async(load_env(ENVSYNTH_FIXTURES / "accepted_slack_1.5b"), 5)
+    assert report.tasks
+    assert {t.scenario.persona for t in report.tasks} == {"A user of the slack service"}
 
 
 def test_a_value_too_far_back_to_name_is_no_task() -> None:
