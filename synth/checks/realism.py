@@ -29,8 +29,7 @@ synthesized tasks and for τ²'s imported ones (`envforge check`, `benchmarks/be
   nothing), a persona that is a numbered row ("Member 114"), a label repeated in what the user
   knows, the user's own id in their wishes (the principal named in the third person: "freeze
   membership for member G-114" said to member G-114; a principal that is no person, a channel,
-  may be named), a plural after a count of one ("for 1
-  days"), or "total total". Target 0.
+  may be named), a plural after a count of one ("for 1 days"), or "total total". Target 0.
 - **shape**: calls, writes and reasoning nodes per task (executed call nodes, those that write,
   reasoning nodes), as min / median / max and mean.
 """
