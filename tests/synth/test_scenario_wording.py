@@ -42,22 +42,24 @@ def _wish_lines(instruction: str) -> list[str]:
 
 @pytest.mark.parametrize("env_dir", ENVS_WITH_TASKS, ids=lambda d: d.name)
 def test_the_user_is_never_named_in_the_third_person(env_dir: Path) -> None:
-    """The principal is the user: "your membership", never "the membership of member G-114"."""
+    """The principal is the user: "your membership", never "the membership of member G-114". A
+    principal that is no person (a channel a Slack task stays in) is not the user, and is named."""
     phrases = load_phrases(load_env(env_dir))
-    checked = 0
+    checked, named = 0, 0
     for task in load_tasks(env_dir):
         principal = task.dag.principal
         if principal is None or len(principal.key) != 1:
             continue
         entity = phrases.entities.get(principal.table)
-        if entity is None:
+        if entity is None or not entity.person:
+            named += 1
             continue
         (value,) = principal.key.values()
         me = f"{entity.singular} {value}"
         for line in _wish_lines(task.scenario.instruction):
             assert not re.search(rf"\b{re.escape(me)}\b", line), f"{task.id}: {line!r}"
         checked += 1
-    assert checked, f"{env_dir.name}: no task has a principal to check"
+    assert checked or named, f"{env_dir.name}: no task has a principal to check"
 
 
 @pytest.mark.parametrize("env_dir", ENVS_WITH_TASKS, ids=lambda d: d.name)

@@ -4,7 +4,7 @@ Slack MCP server's `tools/list` (the corpus's `mcp_slack`), kept as a fixture.
 Its synthesis.json names the model and says every gate passed; replaying its own responses.json
 through today's pipeline builds it byte for byte (so its files are that model's answers as the
 pipeline keeps them, not hand edits); it serves its documented tools over MCP; and its 60 tasks
-verify. It is not under `envs/` yet: four of the tests every bundled env meets fail on it
+verify. It is not under `envs/` yet: three of the tests every bundled env meets fail on it
 (docs/benchmarks/synthesis.md, "Environments written by a real model").
 """
 
