@@ -45,11 +45,15 @@ _DEFAULT_SAID = re.compile(r"(?i)\bdefault(?:s? to| is|:)?\s*(\d{1,9})\b")
 _LARGEST_SAID = re.compile(r"(?i)\b(?:max(?:imum)?(?: is|:)?|up to|between \d+ and)\s*(\d{1,9})\b")
 
 
+def _types(schema: dict[str, Any]) -> set[Any]:
+    """The JSON types a parameter's schema allows, through `anyOf`, less null."""
+    return {o.get("type") for o in schema.get("anyOf") or [schema]} - {None, "null"}
+
+
 def paging_kind(name: str, schema: dict[str, Any]) -> Kind | None:
     """What the parameter `name` pages by, if its name says so and its type can hold a number."""
     kind = _KINDS.get(name.lower().replace("_", ""))
-    types = {o.get("type") for o in schema.get("anyOf") or [schema]} - {None, "null"}
-    if kind is None or not types <= {"integer", "number", "string"}:
+    if kind is None or not _types(schema) <= {"integer", "number", "string"}:
         return None
     return kind
 
@@ -77,7 +81,7 @@ def _bounds(kind: Kind, schema: dict[str, Any]) -> tuple[int, int, int]:
 def _assignment(name: str, kind: Kind, schema: dict[str, Any]) -> str:
     default, smallest, largest = _bounds(kind, schema)
     clamped = f"min(max(int({{v}}), {smallest}), {largest})"
-    types = {o.get("type") for o in schema.get("anyOf") or [schema]} - {None, "null"}
+    types = _types(schema)
     if types and types <= {"integer", "number"}:  # the server has checked it is a number or None
         return f"{name} = {default} if {name} is None else {clamped.format(v=name)}"
     text = f"str({name})"  # text that is a short decimal number, or the default

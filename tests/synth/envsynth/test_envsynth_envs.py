@@ -12,22 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from envforge.server import Fleet, load_env
-from envforge.synth import SynthContext, build_graph, load_tasks, verify_task
+from envforge.server import load_env
 from envforge.synth.envsynth import (
     GATES,
     ReplayResponder,
     SynthSettings,
     ToolDoc,
-    introspect_mcp,
     load_docs,
     parse_markdown,
     parse_openapi,
-    schema_problems,
     synthesize_env,
 )
 
 from support.paths import ENVSYNTH_FIXTURES, REPO
+from support.synthesized import assert_serves_docs_and_tasks_verify
 
 FORMATS = {
     "library": "tools.openai.json",
@@ -48,18 +46,7 @@ async def test_shipped_env_passed_every_gate_and_serves_its_docs(name: str) -> N
     assert [p.name for p in (root / "docs").iterdir()] == [FORMATS[name]]
     env = load_env(root)
     assert len(env.tools) >= 6 and sum(len(r) for r in env.seed_state().values()) >= 100
-    fleet = Fleet([env])
-    try:
-        served = await introspect_mcp(fleet.mcp(name).server)  # over MCP, in process
-        assert {t.name for t in served} == {d.name for d in docs}
-        assert all(schema_problems(d, env) == [] for d in docs)
-        tasks = load_tasks(root)
-        assert len(tasks) >= 3
-        ctx = SynthContext.create(env, await build_graph(env, fleet), fleet)
-        for task in tasks:
-            assert await verify_task(ctx, task) == [], task.id
-    finally:
-        await fleet.aclose()
+    await assert_serves_docs_and_tasks_verify(env, root, docs, min_tasks=3)
 
 
 @pytest.mark.parametrize("name", sorted(FORMATS))

@@ -13,19 +13,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from envforge.server import Fleet, load_env
-from envforge.synth import SynthContext, build_graph, load_tasks, verify_task
+from envforge.server import load_env
 from envforge.synth.envsynth import (
     GATES,
     ReplayResponder,
     SynthSettings,
-    introspect_mcp,
     load_docs,
-    schema_problems,
     synthesize_env,
 )
 
 from support.paths import ENVSYNTH_FIXTURES, REPO
+from support.synthesized import assert_serves_docs_and_tasks_verify
 
 ROOT = ENVSYNTH_FIXTURES / "accepted_slack_1.5b"
 CORPUS_DOCS = REPO / "benchmarks" / "envsynth_corpus" / "mcp_slack" / "docs"
@@ -63,15 +61,4 @@ async def test_it_serves_its_docs_and_its_tasks_verify() -> None:
     env = load_env(ROOT)
     assert env.manifest.trust == "confined"
     assert len(env.tools) == 8 and sum(len(r) for r in env.seed_state().values()) >= 100
-    fleet = Fleet([env])
-    try:
-        served = await introspect_mcp(fleet.mcp("slack").server)
-        assert {t.name for t in served} == {d.name for d in docs}
-        assert all(schema_problems(d, env) == [] for d in docs)
-        tasks = load_tasks(ROOT)
-        assert len(tasks) >= 50
-        ctx = SynthContext.create(env, await build_graph(env, fleet), fleet)
-        for task in tasks:
-            assert await verify_task(ctx, task) == [], task.id
-    finally:
-        await fleet.aclose()
+    await assert_serves_docs_and_tasks_verify(env, ROOT, docs, min_tasks=50)
