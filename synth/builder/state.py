@@ -298,6 +298,11 @@ class Builder:
                 if undone:
                     # The call has run: the walk's state now contradicts the story it told.
                     raise BuildFailed("write_undone")
+                ownership = self.ctx.ownership
+                if ownership.strangers_written(self.history[0], self.initial_state, self.principal, diff):
+                    # Its arguments were all the principal's, but the tool wrote someone else's row.
+                    self.ctx.outcomes.record(call.name, read_only, call.arguments, False)
+                    raise BuildFailed("write_off_story")
             # `mirror.state` is the golden state at the end, without a full export: a table is
             # current if it was re-read after the last call that changed it. A call changes only
             # tables its statements were authorized to write, so those not re-read here are

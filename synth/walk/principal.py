@@ -11,8 +11,9 @@ the owner table is public (products, flights, an unassigned ticket).
 
 Walks draw their user-given values from `Ownership.view`, the initial state as the principal
 sees it (its own row, the rows it owns, the public ones), and keep only calls that name no row of
-another principal (`Ownership.allows`), so every call of a task stays on one story by
-construction.
+another principal (`Ownership.allows`). A tool may still resolve an argument that names no row
+(a message's timestamp) to a stranger's row, so a write is judged by what it changed too
+(`Ownership.strangers_written`), and a walk whose write left its story is discarded.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 from envforge.server import Environment, State
 
 from ..graph.domains import DomainValues, foreign_keys, weighted_choice
-from ..task.models import ParamDomain, Principal, ToolGraph
+from ..task.models import ParamDomain, Principal, StateDiff, ToolGraph
 from .memo import BoundedMemo
 
 # Initial states whose owner maps and views are kept (the seed's, and a few setups').
@@ -221,6 +222,54 @@ class Ownership:
                 view[table] = rows
         self._views.put(cache_key, (state, view))
         return view
+
+    def strangers_written(
+        self, state_key: str, state: State, principal: Principal | None, diff: StateDiff
+    ) -> list[str]:
+        """The rows of another principal that a write's `diff` inserted, changed or deleted, as
+        "table key" (empty when it kept to `principal`'s rows and public ones).
+
+        `allows` sees only a call's arguments, and a tool may resolve one that names no row (a
+        message's timestamp) to a row of someone else: Qwen2.5-Coder-1.5B's Slack reply looked the
+        thread up by its timestamp in every channel, and 35 of 60 tasks of one channel wrote a
+        reply under another's message. A row is judged by what it belongs to before the write
+        (changed or deleted rows) or by the row its owning column points to (inserted rows, and a
+        change to that column); rows the walk inserted itself are its principal's."""
+        if principal is None or self.table is None:
+            return []
+        me = principal.key[self.key]
+        owners = self.owners(state_key, state)
+
+        def owner_by_link(table: str, row: dict[str, Any]) -> Any:
+            link = self.links.get(table)
+            value = row.get(link.column) if link else None
+            if link is None or value is None:
+                return None
+            if link.parent == self.table and link.parent_column == self.key:
+                return value
+            if self.pks.get(link.parent) != (link.parent_column,):
+                return None
+            return owners.get(link.parent, {}).get(value)
+
+        found = []
+        for table, change in diff.items():
+            if table != self.table and table not in self.links:
+                continue
+            pk = self.pks.get(table, ())
+            judged: list[tuple[Any, Any]] = []
+            for row in change.inserted:
+                judged.append((row.get(pk[0]) if len(pk) == 1 else None, owner_by_link(table, row)))
+            for row in change.deleted:
+                key = row.get(pk[0]) if len(pk) == 1 else None
+                judged.append((key, owners.get(table, {}).get(key)))
+            for update in change.updated:
+                key = update.key.get(pk[0]) if len(pk) == 1 else None
+                judged.append((key, owners.get(table, {}).get(key)))
+                link = self.links.get(table)
+                if link is not None and link.column in update.after:
+                    judged.append((key, owner_by_link(table, update.after)))
+            found += [f"{table} {key}" for key, owner in judged if owner is not None and owner != me]
+        return found
 
     def values(self, state_key: str, state: State, principal: Principal | None) -> DomainValues:
         """Candidate parameter values from `principal`'s view of `state`, shared by its tasks."""

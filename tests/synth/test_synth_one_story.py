@@ -23,6 +23,7 @@ from envforge.synth import Task, apply_diff, diff_states, load_tasks, primary_ke
 from support.paths import REPO, bundled_env_dirs
 
 STOCKED = [p for p in bundled_env_dirs() if (p / "tasks.jsonl").exists()]
+REAL_MODEL_ENV = REPO / "tests" / "fixtures" / "envsynth" / "accepted_slack_1.5b"
 
 
 def _links(env: Environment, owner_table: str) -> dict[str, tuple[str, str, str]]:
@@ -195,6 +196,20 @@ def test_fresh_synthesis_emits_no_dead_read_and_stays_on_one_principal(name: str
     assert len(report.tasks) == 25
     assert not {t.id: d for t in report.tasks if (d := _dead_reads(t))}
     assert not {t.id: b for t in report.tasks if (b := _strangers_touched(env, t))}
+
+
+def test_a_tool_that_writes_under_another_principal_breaks_no_story() -> None:
+    """The attack a model-written tool makes without meaning to: Qwen2.5-Coder-1.5B's Slack reply
+    takes the channel and the thread's timestamp, and finds the thread by its timestamp in every
+    channel. Every argument a walk gives it is the channel's own, yet the reply lands under
+    another channel's message: 35 of 60 tasks wrote into a stranger's story before a walk's writes
+    were judged by the rows they changed, not only by the arguments they were given."""
+    env = load_env(REAL_MODEL_ENV)
+    report = asyncio.run(synthesize(env, 60, seed=0))
+    assert len(report.tasks) == 60
+    assert any(t.dag.principal for t in report.tasks)
+    assert not {t.id: b for t in report.tasks if t.dag.principal and (b := _strangers_touched(env, t))}
+    assert report.discarded["build:write_off_story"] > 0  # the tool did write off the story
 
 
 def test_synthesis_is_byte_deterministic_with_principals() -> None:
