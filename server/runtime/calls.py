@@ -11,7 +11,8 @@ episode's `SqlGuard`). The agent gets text: strings as they are, everything else
 Each result has a kind, so that a crashing env is never mistaken for a refusal: `ok`; `refused`
 (the tool raised `ToolError`: a domain rule the agent should read); `invalid` (unknown tool, bad
 arguments, text that is not valid Unicode, or values the schema's constraints refused:
-`values_rejected`); `env_error` (an unexpected exception, a statement the guard denied or a call
+`values_rejected`, and ids naming no row that a foreign key refused: `dangling_reference`);
+`env_error` (an unexpected exception, a statement the guard denied or a call
 over its time limit: a bug of the env, logged with its traceback and shown as an internal error
 of the env).
 """
@@ -29,6 +30,7 @@ from ..core.arguments import check_arguments, values_rejected
 from ..core.db import Db
 from ..core.dbthreads import on_db_thread
 from ..core.errors import InvalidArguments, ToolError, ToolTimeout
+from ..core.references import breaks_a_foreign_key, dangling_reference
 from ..core.results import render_result
 from ..core.sqlguard import end_transaction
 from ..core.tooldef import CallSide
@@ -111,6 +113,10 @@ async def execute(episode: Episode, name: str, arguments: Any, side: CallSide = 
                 refusal = _error(DATABASE_FULL, "refused")
             elif (rejected := values_rejected(exc, kwargs)) is not None:  # the agent's values
                 refusal = _error(rejected)
+            elif breaks_a_foreign_key(exc) and (
+                dangling := await on_db_thread(conn, dangling_reference, conn.raw, kwargs)
+            ):  # an id of the call that names no row, refused by the schema, not the tool
+                refusal = _error(dangling)
             else:
                 # a time limit is named (the agent may retry differently); any other message is the env's
                 cause = str(exc) if isinstance(exc, ToolTimeout) else type(exc).__name__

@@ -167,3 +167,66 @@ def test_report_shows_env_failures_beside_pass_k(tmp_path: Path) -> None:
     assert summary["pass_hat_k_env_failed"] == [pass1]
     page = (run / "report.html").read_text()
     assert "<th>env fail</th>" in page and "<th>pass^1 w/ env</th>" in page
+
+
+REFERENCING_TOOLS = '''
+from envforge.server import Db, tool
+
+
+@tool(writes=["messages"])
+async def post_message(db: Db, channel_id: str, text: str) -> dict:
+    """Post into a channel; the schema's foreign key is the only check that it exists."""
+    n = await db.fetch_value("SELECT COUNT(*) FROM messages")
+    await db.execute("INSERT INTO messages VALUES (?, ?, ?)", (f"M-{n + 1}", channel_id, text))
+    return {"id": f"M-{n + 1}"}
+
+
+@tool(writes=["messages"])
+async def repost_everywhere(db: Db, text: str) -> dict:
+    """A bug of the env's own: the channel it posts into is one it made up."""
+    await db.execute("INSERT INTO messages VALUES ('M-99', 'C-made-up', ?)", (text,))
+    return {"id": "M-99"}
+'''
+
+
+def _referencing_env(root: Path, trust: str) -> Path:
+    root.mkdir(parents=True)
+    (root / "env.toml").write_text(
+        f'name = "refs"\ndescription = "refs"\nseed = "seed.json"\ntrust = "{trust}"\n'
+    )
+    (root / "policy.md").write_text("Refs.\n")
+    (root / "schema.sql").write_text(
+        "CREATE TABLE channels (id TEXT PRIMARY KEY, name TEXT NOT NULL);\n"
+        "CREATE TABLE messages (id TEXT PRIMARY KEY, channel_id TEXT NOT NULL REFERENCES channels(id),"
+        " text TEXT NOT NULL);\n"
+    )
+    (root / "seed.json").write_text(
+        json.dumps({"channels": [{"id": "C-1", "name": "general"}], "messages": []})
+    )
+    (root / "tools.py").write_text(REFERENCING_TOOLS)
+    return root
+
+
+@pytest.mark.parametrize("trust", ["trusted", "confined"])
+async def test_an_id_naming_no_row_that_the_schema_refuses_is_the_agents_invalid_call(
+    tmp_path: Path, trust: str
+) -> None:
+    """A tool may let the schema's foreign key refuse an unknown id instead of looking it up (the
+    packaged 1.5B's Slack `post_message` does). SQLite's error names nothing, and was answered as
+    the env's crash: an agent posting into a channel that does not exist moved its own failing
+    trial out of pass^k. It is the agent's `invalid` call, naming the id, and keeps nothing; the
+    same failure on a reference the tool made up itself stays the env's bug."""
+    env = load_env(_referencing_env(tmp_path / "refs", trust))
+    async with Fleet([env]) as fleet:
+        episode = await fleet.create_episode(env.name)
+        before = await fleet.export_state(episode.id)
+        for unknown in ("C-404", "", "c-1", "C-1 ", "x" * 500):
+            result = await fleet.call(episode.id, "post_message", {"channel_id": unknown, "text": "hi"})
+            assert result.kind == "invalid", (unknown, result)
+            assert "channel_id=" in result.text and "names no channels row" in result.text, result.text
+            assert len(result.text) < 200, result.text
+        assert await fleet.export_state(episode.id) == before
+        bug = await fleet.call(episode.id, "repost_everywhere", {"text": "hi"})
+        assert bug.kind == "env_error", bug
+        ok = await fleet.call(episode.id, "post_message", {"channel_id": "C-1", "text": "hi"})
+        assert ok.kind == "ok", ok
