@@ -80,12 +80,14 @@ def _bounds(kind: Kind, schema: dict[str, Any]) -> tuple[int, int, int]:
 
 def _assignment(name: str, kind: Kind, schema: dict[str, Any]) -> str:
     default, smallest, largest = _bounds(kind, schema)
-    clamped = f"min(max(int({{v}}), {smallest}), {largest})"
     types = _types(schema)
     if types and types <= {"integer", "number"}:  # the server has checked it is a number or None
-        return f"{name} = {default} if {name} is None else {clamped.format(v=name)}"
+        # clamped before `int()`, which raises on infinity; NaN (unequal to itself) is the default
+        clamped = f"int(min(max({name}, {smallest}), {largest}))"
+        return f"{name} = {default} if {name} is None or {name} != {name} else {clamped}"
     text = f"str({name})"  # text that is a short decimal number, or the default
-    return f"{name} = {clamped.format(v=text)} if {text}.isdecimal() and len({text}) < 10 else {default}"
+    clamped = f"min(max(int({text}), {smallest}), {largest})"
+    return f"{name} = {clamped} if {text}.isdecimal() and len({text}) < 10 else {default}"
 
 
 def paging_arguments(doc: ToolDoc) -> dict[str, Kind]:

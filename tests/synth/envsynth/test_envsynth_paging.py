@@ -52,6 +52,9 @@ ATTACKS: list[dict[str, Any]] = [
     {"limit": 0},
     {"limit": -5},
     {"limit": 1e12},
+    {"limit": float("inf")},  # the server passes what JSON's parsers let through: int(inf) raises
+    {"limit": float("-inf")},
+    {"limit": float("nan")},
     {"limit": 2.5, "cursor": "1"},
 ]
 """Each value a caller may send `slack_list_channels` (the server has checked only the types)."""
@@ -182,16 +185,23 @@ def _doc(**properties: dict[str, Any]) -> ToolDoc:
 
 def test_a_count_takes_its_documented_default_and_largest_value() -> None:
     said = _doc(limit={"type": "number", "description": "Maximum number to return (default 100, max 200)"})
-    assert paging_prologue(said) == ["limit = 100 if limit is None else min(max(int(limit), 1), 200)"]
+    assert paging_prologue(said) == [
+        "limit = 100 if limit is None or limit != limit else int(min(max(limit, 1), 200))"
+    ]
     openai = _doc(
         limit={"type": "integer", "description": "Limit can range between 1 and 100, and the default is 20."}
     )
-    assert paging_prologue(openai) == ["limit = 20 if limit is None else min(max(int(limit), 1), 100)"]
+    assert paging_prologue(openai) == [
+        "limit = 20 if limit is None or limit != limit else int(min(max(limit, 1), 100))"
+    ]
     keyed = _doc(per_page={"type": "integer", "default": 30, "maximum": 50})
-    assert paging_prologue(keyed) == ["per_page = 30 if per_page is None else min(max(int(per_page), 1), 50)"]
+    assert paging_prologue(keyed) == [
+        "per_page = 30 if per_page is None or per_page != per_page else int(min(max(per_page, 1), 50))"
+    ]
     silent = _doc(maxResults={"type": "integer"})
     assert paging_prologue(silent) == [
-        "maxResults = 100 if maxResults is None else min(max(int(maxResults), 1), 1000)"
+        "maxResults = 100 if maxResults is None or maxResults != maxResults"
+        " else int(min(max(maxResults, 1), 1000))"
     ]
 
 
@@ -205,7 +215,9 @@ def test_only_arguments_that_page_by_a_number_are_touched() -> None:
         offset={"type": "array", "items": {"type": "integer"}},
         page={"type": "integer"},
     )
-    assert paging_prologue(doc) == ["page = 1 if page is None else min(max(int(page), 1), 1000000)"]
+    assert paging_prologue(doc) == [
+        "page = 1 if page is None or page != page else int(min(max(page, 1), 1000000))"
+    ]
 
 
 def test_the_prologue_is_put_back_first_and_never_twice() -> None:
