@@ -56,7 +56,7 @@ def _light_package() -> types.ModuleType:
 
 _light_package()
 
-from envforge.server.core import arguments, results, sqlheap, tooldef  # noqa: E402
+from envforge.server.core import arguments, references, results, sqlheap, tooldef  # noqa: E402
 from envforge.server.core.errors import EnvLoadError, ToolError  # noqa: E402
 from envforge.server.core.tooldef import ToolSpec  # noqa: E402
 from envforge.server.sandbox import confinement_inner, sqlhost  # noqa: E402
@@ -312,7 +312,8 @@ async def _run_call(
     except (sqlite3.IntegrityError, OverflowError) as exc:  # the data refused the agent's values
         rejected = arguments.values_rejected(exc, msg.arguments if isinstance(msg.arguments, dict) else {})
         if rejected is None:
-            traceback.print_exc(file=sys.stderr)
+            if not references.breaks_a_foreign_key(exc):  # that one the parent judges (and logs)
+                traceback.print_exc(file=sys.stderr)
             _refuse(channel, hosting, msg.id, state, "crashed", str(exc) or type(exc).__name__)
         else:
             _refuse(channel, hosting, msg.id, state, "invalid", rejected)
