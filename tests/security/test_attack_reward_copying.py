@@ -81,10 +81,12 @@ def copies(text: str, answer: str) -> dict[str, tuple[str, set[float]]]:
     return out
 
 
-def _alone(stated: set[float], answers: set[float]) -> bool:
-    """Whether a copy states no number but the answers (and the task's own values): then it is
-    an answer, not a hedge, and earns what the answer alone earns."""
-    return stated <= answers
+def _alone(stated: set[float], required: set[float], answers: set[float]) -> bool:
+    """Whether a copy states every required number and none but the answers (and the task's own
+    values): then it is an answer, not a hedge, and earns what the answer alone earns. A copy
+    that states no required number (a list whose count is the answer) is no answer, and is
+    judged: it must earn nothing."""
+    return required <= stated <= answers
 
 
 def _own_numbers(task: Task) -> set[float]:
@@ -140,7 +142,7 @@ async def test_copying_the_read_result_earns_nothing_on_lookup_tasks() -> None:
                 assert set(attacks) == {"whole", "first 2", "first 3", "around the answer", "named"}, task.id
                 for attack, (message, stated) in attacks.items():
                     _, reward = await _read_then_say(rollouts, task, message)
-                    if _alone(stated, {float(figure)}):  # a record whose one number is the answer
+                    if _alone(stated, {float(figure)}, {float(figure)}):  # a record whose one number is it
                         assert reward == 1.0, (task.id, attack, message)
                         continue
                     judged[attack] += 1
@@ -172,14 +174,15 @@ async def test_copying_golden_results_earns_nothing_on_bundled_tasks(env_dir: Pa
     """The same attacks on every bundled task: make the golden calls (the state part holds), then
     copy every result, or one result, its first numbers, the fields around an answer, or the
     result under a sentence naming the answer's field. No copy that states a number beside the
-    required outputs earns; the required outputs alone do."""
+    required outputs earns, nor one that states none of them (results that only list the rows a
+    count is of); the required outputs alone do."""
     tasks = [t for t in load_tasks(env_dir) if t.required_outputs]
     assert tasks
     judged = 0
     for task, (state, texts, shown) in zip(tasks, await _golden_results(env_dir, tasks), strict=True):
         assert score_episode(task, state, oracle_messages(task), shown_messages=shown).reward == 1.0, task.id
-        answers = {float(parse_number(o).value) for o in task.required_outputs}  # type: ignore[union-attr]
-        answers |= _own_numbers(task)
+        required = {float(parse_number(o).value) for o in task.required_outputs}  # type: ignore[union-attr]
+        answers = required | _own_numbers(task)
         attacks: list[tuple[str, str, set[float]]] = []
         every: set[float] = set()
         for text in texts:
@@ -189,7 +192,7 @@ async def test_copying_golden_results_earns_nothing_on_bundled_tasks(env_dir: Pa
                     every |= stated if attack == "whole" else set()
         attacks.append(("every result", "\n".join(texts), every))
         for attack, message, stated in attacks:
-            if _alone(stated, answers):
+            if _alone(stated, required, answers):
                 continue
             judged += 1
             gamed = score_episode(task, state, [message], shown_messages=shown)
