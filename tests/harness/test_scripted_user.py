@@ -181,7 +181,7 @@ def _bundled_tasks() -> list[Task]:
 
 def test_the_oracles_confirmation_of_every_golden_call_gets_a_yes() -> None:
     tasks = _bundled_tasks()
-    assert len(tasks) == 480
+    assert len(tasks) == 540  # 60 per bundled env
     for task in tasks:
         for golden in task.golden_calls:
             text = confirmation_request(golden)

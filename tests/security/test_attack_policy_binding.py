@@ -178,4 +178,4 @@ async def test_attack_the_principals_records_read_before_verifying_earn_nothing(
     assert not paid, paid[:5]
     # the same reads made after the identity check are the oracle's, and paid
     honest = await play(tmp_path, "oracle", ENV_DIRS, OracleAgent)
-    assert len(honest) == 480 and all(r.reward == 1.0 for r in honest)
+    assert len(honest) == 540 and all(r.reward == 1.0 for r in honest)

@@ -29,7 +29,7 @@ from envforge.synth import (
     render_scenario,
 )
 
-from support.paths import ENVSYNTH_FIXTURES, REPO, bundled_env_dirs
+from support.paths import REPO, bundled_env_dirs
 
 ENVS_WITH_TASKS = [d for d in bundled_env_dirs() if (d / "tasks.jsonl").exists()]
 CODE_WORD = re.compile(r"\b[a-z]+(?:_[a-z0-9]+)+\b")
@@ -234,7 +234,7 @@ def test_articles_are_said_as_the_words_sound(env_dir: Path) -> None:
 
 async def test_a_user_is_a_user_not_an_user() -> None:
     # a real model's Slack env, whose people are its users: "An user of the slack service"
-    report = await envforge.synthesize_tasks_async(load_env(ENVSYNTH_FIXTURES / "accepted_slack_1.5b"), 5)
+    report = await envforge.synthesize_tasks_async(load_env(REPO / "envs" / "slack"), 5)
     assert report.tasks
     assert {t.scenario.persona for t in report.tasks} == {"A user of the slack service"}
 

@@ -23,7 +23,7 @@ from envforge.synth import Task, apply_diff, diff_states, load_tasks, primary_ke
 from support.paths import REPO, bundled_env_dirs
 
 STOCKED = [p for p in bundled_env_dirs() if (p / "tasks.jsonl").exists()]
-REAL_MODEL_ENV = REPO / "tests" / "fixtures" / "envsynth" / "accepted_slack_1.5b"
+REAL_MODEL_ENV = REPO / "envs" / "slack"
 
 
 def _links(env: Environment, owner_table: str) -> dict[str, tuple[str, str, str]]:

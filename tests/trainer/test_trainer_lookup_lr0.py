@@ -282,3 +282,14 @@ def test_max_batch_bounds_what_the_sampler_decodes_together(
         hook.remove()
     assert res.exit_code == 0, res.output
     assert rows and max(rows) == min(most, 8), rows
+
+
+def test_an_env_with_no_lookup_task_refuses_lookup_training(tmp_path: Path, model_dir: Path) -> None:
+    """Slack's records are text and its every write waits for the user's yes: it has no task a
+    rollout with no user plays, and `--tasks lookup` says so in one line before any step."""
+    args = ["train", "--model", str(model_dir), "--envs", str(ENVS / "slack"), "--tasks", "lookup"]
+    res = CliRunner().invoke(_app(), [*args, "--steps", "1", "--out", str(tmp_path / "run")])
+    assert res.exit_code != 0
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "env 'slack' has 0 lookup task(s) to train on" in lines[0], res.output
+    assert not (tmp_path / "run" / "trajectories.jsonl").exists()
