@@ -29,6 +29,7 @@ from envforge.synth import (
     golden_results,
     import_tau2_env,
     load_graph,
+    load_phrases,
     load_tasks,
     measure_realism,
     realism_table,
@@ -51,7 +52,9 @@ async def measure(env: Environment, tasks: list[Task], name: str) -> tuple[EnvRe
     finally:
         await fleet.aclose()
     descriptions = {tool: spec.description for tool, spec in env.tools.items()}
-    realism = measure_realism(name, tasks, env.tools, results, descriptions)
+    # the tables whose rows are persons, as `envforge check` passes them (none for τ², derived)
+    people = load_phrases(env).person_tables()
+    realism = measure_realism(name, tasks, env.tools, results, descriptions, people)
     return realism, replayed - started, time.perf_counter() - replayed
 
 

@@ -307,7 +307,7 @@ def _check_env(
         )
     console.print(buckets)
     descriptions = {name: spec.description for name, spec in env.tools.items()}
-    people = {table for table, entity in load_phrases(env).entities.items() if entity.person}
+    people = load_phrases(env).person_tables()
     realism = measure_realism(env.name, tasks, env.tools, results, descriptions, people)
     console.print(f"{env.name}: realism", highlight=False)
     console.print(realism_table([realism]), highlight=False, markup=False)

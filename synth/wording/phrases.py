@@ -96,6 +96,11 @@ class Phrases(_Model):
     def people(self) -> list[EntityPhrase]:
         return [e for e in self.entities.values() if e.person]
 
+    def person_tables(self) -> set[str]:
+        """The tables whose rows are persons: the realism measure speaks of only these in the third
+        person (`stiff_wording`'s `people`)."""
+        return {table for table, entity in self.entities.items() if entity.person}
+
 
 class ToolShape(Protocol):
     """What the vocabulary needs of a tool (`envforge.server.ToolSpec` has it)."""
