@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     )
     from .paging import paging_prologue, with_paging_prologue
     from .pipeline import SynthSettings, rejected_dir, schema_as_kept, synthesize_env
-    from .probes import schema_problems
+    from .probes import probe_env, schema_problems
     from .prompts import JSON_SCHEMAS, RULES_FORMAT, repair_hints, table_facts
     from .report import GATES, SynthesisReport, read_report
     from .rules import gate_kept, gate_rules
@@ -97,6 +97,7 @@ _LAZY = {
     "SynthSettings": "pipeline",
     "rejected_dir": "pipeline",
     "synthesize_env": "pipeline",
+    "probe_env": "probes",
     "schema_problems": "probes",
     "GATES": "report",
     "SynthesisReport": "report",
@@ -163,6 +164,7 @@ __all__ = [
     "paging_prologue",
     "parse_markdown",
     "parse_openapi",
+    "probe_env",
     "problems_by_tool",
     "read_report",
     "reference_problems",

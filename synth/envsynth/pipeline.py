@@ -590,12 +590,15 @@ def _tool_evidence(
         f"It must: {e}" for e in dict.fromkeys(filter(None, map(prompts.expected_behaviour, problems)))
     ]
     lessons += prompts.table_facts(problems, schema_tables(schema), function, seed)
-    kept = [e for e in earlier or [] if e not in lessons]
+    # a tool told to act on the row a value names is told nothing about inserting one there
+    acted_on = prompts.rows_acted_on(problems)
+    lessons = [e for e in lessons if not prompts.teaches_an_insert(e, acted_on)]
+    kept = [e for e in earlier or [] if e not in lessons and not prompts.teaches_an_insert(e, acted_on)]
     lines = [f"- {p}" for p in problems] + lessons
     lines += ["Earlier rounds' lessons, still true (keep them):", *kept] if kept else []
     if sum("`" in e for e in [*lessons, *kept]) >= 2:
         # given four code lines over two rounds, the 1.5B kept two or three of them per answer
-        lines.append(prompts.LESSONS_IN_ORDER)
+        lines.append(prompts.LESSONS_ACT_ON_ROW if acted_on else prompts.LESSONS_IN_ORDER)
     lines += [f"What to change: {hint}" for hint in prompts.repair_hints(problems)]
     # a crash is this round's news, not a lesson: what it teaches is in the schema facts
     return "\n".join(lines), [e for e in lessons if not e.startswith("It must: it crashed")]

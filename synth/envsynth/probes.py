@@ -1,8 +1,9 @@
 """Deterministic probes: the generated env must match its docs and behave like a careful implementation.
 
 Per documented tool: the schema matches the docs (name, parameter names, required, types, enums);
-valid calls built from seed data succeed; missing and wrong-typed arguments and unknown ids are
-refused (`isError`) and change nothing; read tools write nothing and write tools write only the
+valid calls built from seed data succeed; missing and wrong-typed arguments, unknown ids, and
+values naming no row by a column whose every row has its own (`_names_a_row`) are refused
+(`isError`) and change nothing; read tools write nothing and write tools write only the
 tables they declare, measured by SQLite's authorizer (`synth/graph/footprint.py`) rather than trusted.
 """
 
@@ -124,6 +125,72 @@ def _keyless(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> int:
     return sum(1 for row in rows if any(row.get(k) is None for k in keys))
 
 
+def _row_naming_params(
+    domains: dict[str, Any],
+    required: list[str],
+    ids: set[str],
+    seed: dict[str, list[dict[str, Any]]],
+    after: dict[str, list[dict[str, Any]]],
+    valid: dict[str, Any],
+) -> dict[str, str]:
+    """The required text parameters of a write that name a row by a column other than a key
+    (`_names_a_row`), each with that `table.column`."""
+    named = {}
+    for p in required:
+        dom = domains[p]
+        if dom.enum or dom.is_list or dom.type != "string":
+            continue
+        if any(c.split(".", 1)[1] in ids for c in dom.columns):
+            continue  # an id: the unknown-id probe's
+        key = _names_a_row(seed, after, dom.columns, valid[p])
+        if key:
+            named[p] = key
+    return named
+
+
+def _stored_as(
+    seed: dict[str, list[dict[str, Any]]], after: dict[str, list[dict[str, Any]]], value: Any, names: set[str]
+) -> str:
+    """The `table.column` of a row the call wrote (new or changed) that holds `value` in a column
+    not named in `names`, or "". The same 1.5B, told to look the message up, kept inserting a new
+    message whose text was the timestamp of the one to react to: a name of a row, written as data."""
+    for table, rows in after.items():
+        before = {tuple(sorted(row.items())) for row in seed.get(table, [])}
+        for row in rows:
+            if tuple(sorted(row.items())) in before:
+                continue
+            for column, held in row.items():
+                if column not in names and held == value:
+                    return f"{table}.{column}"
+    return ""
+
+
+def _names_a_row(
+    seed: dict[str, list[dict[str, Any]]],
+    after: dict[str, list[dict[str, Any]]],
+    columns: Collection[str],
+    value: Any,
+) -> str:
+    """The `table.column` by which a write tool's argument names an existing row, or "".
+
+    An id in all but name: a column whose every seed row holds its own value (a message's
+    timestamp, a user's email), and which the call did not store the value it was given into (a
+    value it stores is content it creates, as a new message's text). A write given such a value
+    that names no row must refuse it: Qwen2.5-Coder-1.5B's `slack_add_reaction(channel_id,
+    timestamp, reaction)` never looked the message up and inserted a new message holding the
+    timestamp as its text, whatever the timestamp named; the id probe above skipped it, as
+    `timestamp` is neither a primary nor a foreign key."""
+    unique = ""
+    for column in columns:
+        table, name = column.split(".", 1)
+        held = [row.get(name) for row in seed.get(table, [])]
+        if sum(1 for row in after.get(table, []) if row.get(name) == value) > held.count(value):
+            return ""  # stored as given, in any of the columns it could name a row by
+        if not unique and len(held) >= 2 and None not in held and len(set(map(str, held))) == len(held):
+            unique = column
+    return unique
+
+
 async def _state_hash(fleet: Fleet, episode_id: str) -> str:
     return (await fleet.export(episode_id))[1]
 
@@ -200,6 +267,7 @@ async def _probe_tool(
     crashes: _Crashes,
 ) -> None:
     spec = env.tools[name]
+    seed = env.seed_state()
     rng = random.Random(f"envsynth-probe:{env.name}:{name}")
     required = [p for p in spec.parameters if p in spec.required]
     episode = await fleet.create_episode(env.name)
@@ -209,6 +277,10 @@ async def _probe_tool(
         last_error = ""
         result = ""
         keyless: list[str] = []
+        after: dict[str, list[dict[str, Any]]] = {}
+        named: dict[str, str] = {}
+        idle: tuple[dict[str, Any], str] | None = None
+        start = await _state_hash(fleet, episode.id)
         for attempt in range(attempts):
             order = list(required)
             rng.shuffle(order)
@@ -224,14 +296,29 @@ async def _probe_tool(
             res = await fleet.call(episode.id, name, args)
             await set_authorizer(episode, None)
             if not res.is_error:
+                if not spec.read_only and await _state_hash(fleet, episode.id) == start:
+                    idle = idle or (args, res.text)  # a write that wrote nothing: try other rows
+                    continue
                 valid, result = args, res.text
                 if not spec.read_only:
-                    keyless = _keyless_rows(await fleet.export_state(episode.id), env, spec.writes)
+                    after = await fleet.export_state(episode.id)
+                    keyless = _keyless_rows(after, env, spec.writes)
                 break
             last_error = res.text
         why = crashes.why(name, last_error)
         none_ok = f"{name}: no valid call from seed data succeeded (last: {last_error[:200]}){why}"
+        if valid is None and idle is not None:
+            valid, result = idle
+            after = await fleet.export_state(episode.id)
         out.check(valid is not None, none_ok)
+        if not spec.read_only:
+            out.check(
+                idle is None or valid is not idle[0],
+                f"{name}: every call from seed data that succeeded changed no row (one was {idle[0]!r}"
+                f" -> {idle[1][:120]}): a write must write the row its arguments name"
+                if idle
+                else "",
+            )
         if valid is not None:
             out.valid_args[name] = valid
             shown = OBJECT_REPR.search(result)
@@ -241,6 +328,14 @@ async def _probe_tool(
             )
             if not spec.read_only:
                 out.check(not keyless, f"{name}: {'; '.join(keyless)}")
+                named = _row_naming_params(domains, required, ids, seed, after, valid)
+                for p, key in named.items():
+                    misplaced = _stored_as(seed, after, valid[p], {p, key.split(".", 1)[1]})
+                    out.check(
+                        not misplaced,
+                        f"{name}: {p}={valid[p]!r} names a row by {key}, yet was written as {misplaced}"
+                        " of a row: act on the row it names",
+                    )
         written = set(footprint.writes)
         if spec.read_only:
             out.check(not written, f"{name}: a read tool wrote {sorted(written)}")
@@ -260,18 +355,26 @@ async def _probe_tool(
         if valid is not None:
             for p in required:
                 dom = domains[p]
-                if dom.enum or dom.is_list or not any(c.split(".", 1)[1] in ids for c in dom.columns):
+                if dom.enum or dom.is_list:
                     continue
-                unknown = UNKNOWN_INT if dom.type == "integer" else UNKNOWN_STR
-                bad_calls.append((f"unknown id {p}={unknown!r}", {**valid, p: unknown}))
+                if any(c.split(".", 1)[1] in ids for c in dom.columns):
+                    unknown = UNKNOWN_INT if dom.type == "integer" else UNKNOWN_STR
+                    bad_calls.append((f"unknown id {p}={unknown!r}", {**valid, p: unknown}))
+                elif p in named:
+                    label = f"unknown {p}={UNKNOWN_STR!r} (it names a row by {named[p]}, unique per row)"
+                    bad_calls.append((label, {**valid, p: UNKNOWN_STR}))
         for label, args in bad_calls:
             before = await _state_hash(fleet, episode.id)
+            crashes.said.pop(name, None)
             res = await fleet.call(episode.id, name, args)
-            after = await _state_hash(fleet, episode.id)
+            changed = await _state_hash(fleet, episode.id) != before
+            crashed = res.is_error and res.text.startswith(ENV_ERROR_PREFIX)
             out.check(
-                res.is_error and before == after,
+                res.is_error and not crashed and not changed,
                 f"{name}: {label} was not refused (got: {res.text[:160]})"
                 if not res.is_error
+                else f"{name}: {label} crashed instead of being refused{crashes.why(name, res.text)}"
+                if crashed
                 else f"{name}: {label} was refused but changed the state",
             )
     finally:

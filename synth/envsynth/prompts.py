@@ -188,7 +188,14 @@ def tool_messages(name: str, round_: int, context: dict[str, str], evidence: str
     return [{"role": "system", "content": line}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
-_UNKNOWN = re.compile(r"unknown id (\w+)=(\S+) was not refused \(got: (.*)\)$")
+_UNKNOWN = re.compile(
+    r"unknown (?:id )?(\w+)=(\S+)(?: \(it names a row by (\w+)\.(\w+)[^)]*\))? was not refused \(got: (.*)\)$"
+)
+"""An unknown id let through, or an unknown value of a column that names one row (`probes`):
+the parameter, the value, the table and column it names a row by (for the latter), the result."""
+_REFUSAL_CRASHED = re.compile(r"unknown (?:id )?(\w+)=\S+.* crashed instead of being refused")
+_WROTE_NOTHING = re.compile(r"every call from seed data that succeeded changed no row")
+_MISPLACED = re.compile(r"(\w+)=\S+ names a row by (\w+)\.(\w+), yet was written as (\w+)\.(\w+) of a row")
 _MISSING = re.compile(r"(missing|wrong-typed) '(\w+)' was not refused")
 _CRASH = re.compile(r"\[it crashed: ([^\]]*)\]")
 _ALL_REFUSED = re.compile(r"no valid call from seed data succeeded \(last: Error: (?!internal error)(.*)\)$")
@@ -199,11 +206,35 @@ _KEYLESS = re.compile(r"inserted a row into (\w+) with no ([\w/]+) \(NULL\)")
 def expected_behaviour(problem: str) -> str | None:
     """What one probe problem asks the tool to do, said as the change to make: told only that an
     unknown id "was not refused", the 1.5B model returned the same function."""
+    m = _REFUSAL_CRASHED.search(problem)
+    if m:
+        return (
+            f"a call whose {m[1]} names no row must be refused with ToolError, not crash: look the row up"
+            " first (`db.require_one` raises the ToolError) before using the value in any other way"
+        )
+    if _WROTE_NOTHING.search(problem):
+        return (
+            "a call with the seed's own values must change a row: the rows its arguments name must"
+            " be found (their ids and values are in the call) and written, and a WHERE must match them"
+        )
+    m = _MISPLACED.search(problem)
+    if m:
+        return (
+            f"{m[1]} is the {m[3]} of the {m[2]} row to act on, not data: look that row up by its {m[3]}"
+            f" and change it (an UPDATE of that row, or a row that references it); never write {m[1]}"
+            f" into {m[4]}.{m[5]}"
+        )
     m = _UNKNOWN.search(problem)
+    if m and m[3]:
+        return (
+            f"{m[1]} names one {m[3]} row by its {m[4]}: look that row up first, raise"
+            f' ToolError("{m[1]} not found") when there is none, and act on the row found; {m[1]} is'
+            " not a value to store in a new row"
+        )
     if m:
         return (
             f'an unknown {m[1]} (such as {m[2]}) must raise ToolError("{m[1]} not found") instead of'
-            f" returning {m[3].strip() or 'nothing'}: look the row up first and raise when there is none"
+            f" returning {m[5].strip() or 'nothing'}: look the row up first and raise when there is none"
         )
     m = _MISSING.search(problem)
     if m:
@@ -282,7 +313,15 @@ def table_facts(
                 " write only these columns; a parameter with no column here is checked (look its row"
                 " up in the table it names, raise ToolError when there is none), not stored."
             ] = None
-    for param in dict.fromkeys(m[1] for p in problems if (m := _UNKNOWN.search(p))):
+    for param, *named in dict.fromkeys(m.group(1, 3, 4) for p in problems if (m := _UNKNOWN.search(p))):
+        if named[0] is not None:  # a value naming a row by a column: the row found is acted on
+            table, key = named
+            out[
+                f"Find the row the {param} names first, before any other read or write: `row = await"
+                f' db.require_one("SELECT * FROM {table} WHERE {key} = ?", ({param},), "{param} not'
+                ' found")`, then act on that row.'
+            ] = None
+            continue
         home = _home_of(param, tables)
         if home is not None:
             table, key = home
@@ -534,6 +573,27 @@ LESSONS_IN_ORDER = (
 )
 """Said when a repair holds two code lessons or more (Slack, six rounds: the 1.5B's answers each
 dropped one of the channel check, the message lookup, the new key and the row read back)."""
+
+LESSONS_ACT_ON_ROW = (
+    "Write one function holding every line above, in this order: check each id the call names, look"
+    " up the row the call names, change that row with an UPDATE, and return the row read back."
+)
+"""Said instead when the tool must act on a row a value names rather than insert one."""
+
+
+def rows_acted_on(problems: list[str]) -> set[str]:
+    """The tables a tool wrote a row-naming value into as data (`probes`' misplaced value): its
+    repair must change the named row there, not insert one."""
+    return {m[4] for p in problems if (m := _MISPLACED.search(p))}
+
+
+def teaches_an_insert(lesson: str, tables: set[str]) -> bool:
+    """Whether an earlier lesson teaches inserting a row into one of `tables` (its key, its INSERT).
+    Repeated beside "act on the row it names", such lessons won: the 1.5B kept inserting a new
+    Slack message holding the timestamp of the one to react to, given its earlier round's INSERT
+    line, the new key's line and the order "make the new row's key, insert", four rounds running."""
+    marks = ("INSERT INTO {t} ", "inserts into {t} ", 'FROM {t}")` then `new_')
+    return any(mark.format(t=t) in lesson for t in tables for mark in marks)
 
 
 BIND_IN_STEP = (

@@ -163,13 +163,18 @@ async def test_the_captured_run_passes_its_own_tester_once_the_cursor_is_an_inte
     )
     assert crash in RECORDED["checker:4"]
     judged = {"checker:4": RECORDED["checker:4"].replace(crash, '"ok": true, "reason": "the channels"')}
+    # the capture's slack_add_reaction inserts a new message holding the timestamp it was given,
+    # which the probes now refuse; its round-2 repair is answered with the same model's later one
+    # (the bundled env's), which updates the message named
+    reaction = function_source((REPO / "envs" / "slack" / "tools.py").read_text(), "slack_add_reaction")
+    judged["tool_slack_add_reaction:2"] = f"```python\n{reaction}```"
     out = tmp_path / "slack"
     report = await synthesize_env(
         SLACK, out, Asked(LIST_CHANNELS, overrides=judged), SynthSettings(name="slack", max_rounds=5)
     )
     assert report.status == "accepted", [(g.name, g.problems[:1]) for g in report.rounds[-1].gates]
     last = {g.name: (g.passed_checks, g.checks) for g in report.rounds[-1].gates}
-    assert last["probes"] == (70, 70) and last["llm_probe"] == (8, 8)
+    assert last["probes"] == (75, 75) and last["llm_probe"] == (8, 8)
     tools_py = (out / "tools.py").read_text(encoding="utf-8")
     for doc in SLACK:
         body = function_source(tools_py, doc.name) or ""
