@@ -1,9 +1,10 @@
 """Deterministic probes: the generated env must match its docs and behave like a careful implementation.
 
 Per documented tool: the schema matches the docs (name, parameter names, required, types, enums);
-valid calls built from seed data succeed; missing and wrong-typed arguments, unknown ids, and
-values naming no row by a column whose every row has its own (`_names_a_row`) are refused
-(`isError`) and change nothing; read tools write nothing and write tools write only the
+valid calls built from seed data succeed, and a write's change a row; missing and wrong-typed
+arguments, unknown ids, and values naming no row by a column whose every row has its own
+(`_names_a_row`) are refused with a `ToolError` (a crash is no refusal) and change nothing, and such
+a name is never written into a row as data; read tools write nothing and write tools write only the
 tables they declare, measured by SQLite's authorizer (`synth/graph/footprint.py`) rather than trusted.
 """
 
