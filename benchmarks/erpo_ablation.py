@@ -282,7 +282,12 @@ def figure(runs: list[Run], arms: list[str], path: Path, title: str) -> Path:
             continue
         steps = sorted(set.intersection(*(set(c) for c in curves)))
         ys = [[c[s] for c in curves] for s in steps]
-        ax.plot(steps, [statistics.mean(y) for y in ys], marker="o", label=f"{arm} ({len(curves)} seeds)")
+        ax.plot(
+            steps,
+            [statistics.mean(y) for y in ys],
+            marker="o",
+            label=f"{arm} ({len(curves)} seed{'s' * (len(curves) != 1)})",
+        )
         ax.fill_between(steps, [min(y) for y in ys], [max(y) for y in ys], alpha=0.2)
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("step")

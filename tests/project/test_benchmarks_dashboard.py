@@ -17,7 +17,7 @@ DOC = REPO / "docs" / "benchmarks.md"
 TARGET_LINK = re.compile(r"^\[.+\]\(([\w./-]+\.md)#[^)\s]+\)$")
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 SCRIPT = re.compile(
-    r"(?:benchmarks/)?\b(bench_\w+\.py|ab_synth\.py|load_http\.py|erpo_vs_control\.py|erpo_ablation\.py|trl_vs_envforge\.py)"
+    r"(?:benchmarks/)?\b(bench_\w+\.py|ab_synth\.py|load_http\.py|erpo_vs_control\.py|erpo_ablation\.py|erpo_transfer\.py|trl_vs_envforge\.py)"
 )
 
 

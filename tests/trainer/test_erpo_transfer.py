@@ -1,0 +1,83 @@
+"""The transfer benchmark (`benchmarks/erpo_transfer.py`): its pass^1 counts only full passes, its
+interval stays honest at 0 and at n, and a run end to end plays both models on τ² retail's test
+tasks beside the do-nothing floor, then resumes without playing them again."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from envforge.synth import import_tau2_env
+
+from support.paths import REPO, TAU2_RETAIL
+
+
+@pytest.fixture
+def transfer(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    return importlib.import_module("erpo_transfer")
+
+
+def test_a_partial_reward_is_no_pass(transfer: ModuleType) -> None:
+    # τ²'s success is a reward of 1: a checkpoint scoring 0.5 where the base scored 0 won nothing
+    line = transfer.paired_line([0.0, 0.0, 1.0], [0.5, 1.0, 0.99])
+    assert "passed 1 task(s) the base model failed and failed 1 it passed" in line
+
+
+def test_the_interval_is_not_a_point_at_zero_or_all(transfer: ModuleType) -> None:
+    lo, hi = transfer.wilson(0, 40)
+    assert lo == 0.0 and 0.08 < hi < 0.09  # 0 of 40 is no proof the rate is 0
+    lo, hi = transfer.wilson(40, 40)
+    assert 0.91 < lo < 0.92 and hi == 1.0
+    lo, hi = transfer.wilson(20, 40)
+    assert lo < 0.5 < hi and abs((0.5 - lo) - (hi - 0.5)) < 1e-9
+
+
+def test_unpaired_rewards_are_refused(transfer: ModuleType) -> None:
+    with pytest.raises(ValueError, match="unpaired"):
+        transfer.paired_line([0.0], [0.0, 1.0])
+
+
+def test_a_smoke_run_plays_both_models_and_resumes(tmp_path: Path) -> None:
+    env_dir = tmp_path / "tau2_retail"
+    import_tau2_env(TAU2_RETAIL, env_dir)
+    out = tmp_path / "transfer"
+    cmd = [sys.executable, str(REPO / "benchmarks" / "erpo_transfer.py"), str(out), "--smoke"]
+    cmd += ["--env", str(env_dir), "--limit", "3"]
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    first = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    rows = [json.loads(line) for line in (env_dir / "tasks.jsonl").read_text().splitlines()]
+    test_ids = [row["id"] for row in rows if "test" in row["split"]][:3]
+    for label in ("base", "trained"):
+        played = json.loads((out / f"{label}.json").read_text())
+        assert played["tasks"] == test_ids and len(played["rewards"]) == 3
+        assert len((out / f"{label}_trajectories.jsonl").read_text().splitlines()) == 3
+    md = (out / "transfer.md").read_text()
+    labels = [row.split("|")[1].strip() for row in md.splitlines() if row.startswith("| ")]
+    assert labels == ["model", "do nothing", "base", "trained"]
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "base: played before, kept" in again.stdout and "trained: played before, kept" in again.stdout
+    fewer = [*cmd[:-1], "2"]  # other tasks: played again, never mixed with the kept ones
+    changed = subprocess.run(fewer, capture_output=True, text=True, env=env, check=False, timeout=300)
+    assert changed.returncode == 0 and "base: played before, kept" not in changed.stdout
+
+
+def test_bad_input_is_one_line(tmp_path: Path) -> None:
+    script = str(REPO / "benchmarks" / "erpo_transfer.py")
+    missing = subprocess.run(
+        [sys.executable, script, str(tmp_path / "o"), "--env", str(tmp_path / "nowhere"), "--smoke"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert missing.returncode == 2 and "envforge import tau2" in missing.stderr
+    assert "Traceback" not in missing.stderr
