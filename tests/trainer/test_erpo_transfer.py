@@ -40,6 +40,26 @@ def test_the_interval_is_not_a_point_at_zero_or_all(transfer: ModuleType) -> Non
     assert lo < 0.5 < hi and abs((0.5 - lo) - (hi - 0.5)) < 1e-9
 
 
+def test_passing_only_where_doing_nothing_passes_is_no_transfer(transfer: ModuleType) -> None:
+    # seen on retail: a lookup-trained checkpoint passed a task by answering and stopping, which
+    # the do-nothing agent passes too; the report counts the passes beyond that floor apart
+    settings = {"split": "test", "env": "tau2_retail", "max_turns": 12, "max_new_tokens": 256}
+    settings |= {"max_seq_len": 4096, "temperature": 0.7, "seed": 0}
+    results = {
+        "do nothing": {"model": "noop", "rewards": [1.0, 0.0, 0.0], "seconds": 1},
+        "base": {"model": "b", "rewards": [0.0, 0.0, 0.0], "seconds": 1},
+        "trained": {"model": "t", "rewards": [1.0, 0.0, 1.0], "seconds": 1},
+    }
+    rows = {
+        r.split("|")[1].strip(): r.split("|")
+        for r in transfer.report(results, settings).splitlines()
+        if r[:2] == "| "
+    }
+    header = [c.strip() for c in rows["model"]]
+    beyond = header.index("passed where doing nothing fails")
+    assert [rows[m][beyond].strip() for m in ("do nothing", "base", "trained")] == ["0", "0", "1"]
+
+
 def test_unpaired_rewards_are_refused(transfer: ModuleType) -> None:
     with pytest.raises(ValueError, match="unpaired"):
         transfer.paired_line([0.0], [0.0, 1.0])
