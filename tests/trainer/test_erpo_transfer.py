@@ -17,6 +17,7 @@ import pytest
 from envforge.synth import import_tau2_env
 
 from support.paths import REPO, TAU2_RETAIL
+from support.skips import TAU2_NO_DATA, tau2_data_missing
 
 
 @pytest.fixture
@@ -65,6 +66,7 @@ def test_unpaired_rewards_are_refused(transfer: ModuleType) -> None:
         transfer.paired_line([0.0], [0.0, 1.0])
 
 
+@pytest.mark.skipif(tau2_data_missing("tasks.json"), reason=TAU2_NO_DATA)
 def test_a_smoke_run_plays_both_models_and_resumes(tmp_path: Path) -> None:
     env_dir = tmp_path / "tau2_retail"
     import_tau2_env(TAU2_RETAIL, env_dir)
