@@ -140,6 +140,13 @@ async def play(model_spec: str, tasks: list[Any], args: argparse.Namespace) -> t
     return score["rewards"], played
 
 
+def kept_for(kept: dict[str, Any], spec: str | None, settings: dict[str, Any], tasks: list[Any]) -> bool:
+    """Whether a model's kept episodes are this run's: the same weights, settings and tasks (a
+    checkpoint's results must never be reported under another's name)."""
+    same_tasks = kept.get("tasks") == [t.id for t in tasks]
+    return kept.get("model") == str(spec) and kept.get("settings") == settings and same_tasks
+
+
 def split_tasks_of(env_dir: Path, split: str, limit: int | None) -> list[Any]:
     from envforge.synth import load_tasks
 
@@ -195,6 +202,12 @@ def main() -> None:
     parser.add_argument("--precision", choices=["float32", "bfloat16"], default="bfloat16")
     parser.add_argument("--max-batch", type=int, default=16)
     parser.add_argument("--smoke", action="store_true", help="a tiny random model as both, 2 tasks, 2 turns")
+    parser.add_argument(
+        "--only",
+        choices=["base", "trained"],
+        help="play this model alone (the base can be played before any checkpoint exists); the other's "
+        "kept episodes are reported if there are any",
+    )
     args = parser.parse_args()
     if not (args.env / "env.toml").is_file():
         parser.error(f"no env at {args.env}: envforge import tau2 ../shared/tau2/retail -o {args.env}")
@@ -204,9 +217,9 @@ def main() -> None:
     if args.smoke:
         args.base = args.checkpoint = tiny_model(args.out)
         args.limit, args.max_turns, args.max_new_tokens = args.limit or 2, 2, 16
-    if not args.checkpoint:
-        parser.error("--checkpoint is required (or --smoke)")
-    if not args.smoke and not Path(args.checkpoint).is_dir():
+    if not args.checkpoint and args.only != "base":
+        parser.error("--checkpoint is required (or --smoke, or --only base)")
+    if args.checkpoint and not args.smoke and not Path(args.checkpoint).is_dir():
         parser.error(f"--checkpoint {args.checkpoint}: no such folder")
     tasks = split_tasks_of(args.env, args.split, args.limit)
     settings = {
@@ -217,12 +230,16 @@ def main() -> None:
     results: dict[str, dict[str, Any]] = {"do nothing": do_nothing(args.env, tasks)}
     for label, spec in (("base", args.base), ("trained", args.checkpoint)):
         done = args.out / f"{label}.json"
-        if done.is_file():
-            kept = json.loads(done.read_text())
-            if kept["settings"] == settings and kept["tasks"] == [t.id for t in tasks]:
-                print(f"{label}: played before, kept", flush=True)
+        kept = json.loads(done.read_text()) if done.is_file() else None
+        same = kept is not None and kept_for(kept, spec, settings, tasks)
+        if args.only and label != args.only:
+            if same:
                 results[label] = kept
-                continue
+            continue
+        if same:
+            print(f"{label}: played before, kept", flush=True)
+            results[label] = kept
+            continue
         print(f"{label}: {spec} on {len(tasks)} {args.split} task(s) of {args.env.name}", flush=True)
         started = time.time()
         rewards, played = anyio.run(play, spec, tasks, args)

@@ -61,6 +61,20 @@ def test_passing_only_where_doing_nothing_passes_is_no_transfer(transfer: Module
     assert [rows[m][beyond].strip() for m in ("do nothing", "base", "trained")] == ["0", "0", "1"]
 
 
+def test_kept_episodes_are_never_another_checkpoints(transfer: ModuleType) -> None:
+    class T:
+        def __init__(self, id: str) -> None:
+            self.id = id
+
+    settings = {"split": "test", "seed": 0}
+    kept = {"model": "runs/a/step_6", "settings": settings, "tasks": ["0", "1"]}
+    tasks = [T("0"), T("1")]
+    assert transfer.kept_for(kept, "runs/a/step_6", settings, tasks)
+    assert not transfer.kept_for(kept, "runs/b/step_6", settings, tasks)  # another checkpoint
+    assert not transfer.kept_for(kept, "runs/a/step_6", {**settings, "seed": 1}, tasks)
+    assert not transfer.kept_for(kept, "runs/a/step_6", settings, tasks[:1])
+
+
 def test_unpaired_rewards_are_refused(transfer: ModuleType) -> None:
     with pytest.raises(ValueError, match="unpaired"):
         transfer.paired_line([0.0], [0.0, 1.0])
@@ -91,6 +105,19 @@ def test_a_smoke_run_plays_both_models_and_resumes(tmp_path: Path) -> None:
     fewer = [*cmd[:-1], "2"]  # other tasks: played again, never mixed with the kept ones
     changed = subprocess.run(fewer, capture_output=True, text=True, env=env, check=False, timeout=300)
     assert changed.returncode == 0 and "base: played before, kept" not in changed.stdout
+    # the base alone, before any checkpoint exists: no trained row, and nothing played for it
+    alone = subprocess.run(
+        [*cmd[:2], str(tmp_path / "alone"), *cmd[3:], "--only", "base"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=300,
+    )
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    assert not (tmp_path / "alone" / "trained.json").exists()
+    rows = (tmp_path / "alone" / "transfer.md").read_text().splitlines()
+    assert [r.split("|")[1].strip() for r in rows if r.startswith("| ")] == ["model", "do nothing", "base"]
 
 
 def test_bad_input_is_one_line(tmp_path: Path) -> None:
