@@ -136,8 +136,13 @@ async def play(model_spec: str, tasks: list[Any], args: argparse.Namespace) -> t
     )
     played: list[Any] = []
     async with http_sessions():
-        score = await evaluate_held_out(held, backend, tok, config, samples=1, seed=args.seed, played=played)
-    return score["rewards"], played
+        await evaluate_held_out(held, backend, tok, config, samples=1, seed=args.seed, played=played)
+    # the env plays its tasks in its own order (sorted ids: "12" before "5"), not the split's
+    by_task = {t.task_id: t for t in played}
+    if sorted(by_task) != sorted(t.id for t in tasks) or len(played) != len(tasks):
+        raise RuntimeError(f"played {sorted(by_task)}, asked for {sorted(t.id for t in tasks)}")
+    episodes = [by_task[t.id] for t in tasks]
+    return [e.reward for e in episodes], episodes
 
 
 def kept_for(kept: dict[str, Any], spec: str | None, settings: dict[str, Any], tasks: list[Any]) -> bool:
