@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from erpo_ablation import tiny_model  # the ablation's smoke model
 from erpo_vs_control import sign_test  # the same exact test as the ERPO figures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -178,17 +179,6 @@ def do_nothing(env_dir: Path, tasks: list[Any]) -> dict[str, Any]:
     }
 
 
-def tiny_model(out: Path) -> str:
-    from envforge.trainer import build_tiny_model
-
-    model = out / "tiny_model"
-    if not (model / "config.json").is_file():
-        build_tiny_model(
-            model, ["I can help with that.", "order", "user", "get"], hidden_size=32, layers=1, seed=0
-        )
-    return str(model)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
@@ -220,7 +210,7 @@ def main() -> None:
         parser.error("--limit must be at least 1")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.smoke:
-        args.base = args.checkpoint = tiny_model(args.out)
+        args.base = args.checkpoint = tiny_model(args.out, [args.env.name])
         args.limit, args.max_turns, args.max_new_tokens = args.limit or 2, 2, 16
     if not args.checkpoint and args.only != "base":
         parser.error("--checkpoint is required (or --smoke, or --only base)")
